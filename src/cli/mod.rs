@@ -1,0 +1,86 @@
+//! Command-line entry points: `serve` (the default), `migrate`, `validate`, `openapi`.
+//! Every failure at start is one line on stderr and a non-zero exit.
+
+use std::process::ExitCode;
+
+use tokio::net::TcpListener;
+
+use crate::config::{Cli, Command, ServeArgs, Settings};
+
+pub fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        None => serve(&cli.serve),
+        Some(Command::Serve(args)) => serve(&args),
+        Some(Command::Migrate(args)) => migrate(&args),
+        Some(Command::Validate(_args)) => {
+            eprintln!("plangate: validate is not available in this build");
+            ExitCode::from(2)
+        }
+        Some(Command::Openapi) => {
+            match crate::http::openapi().to_pretty_json() {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("cannot render the OpenAPI document: {e}")),
+            }
+        }
+    }
+}
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("plangate: {message}");
+    ExitCode::FAILURE
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+}
+
+fn serve(args: &ServeArgs) -> ExitCode {
+    let settings = match Settings::resolve(args) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    crate::telemetry::init(settings.log_format);
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    rt.block_on(async move {
+        let db = match crate::open_database(&settings).await {
+            Ok(db) => db,
+            Err(e) => return fail(format!("cannot open the database: {e}")),
+        };
+        let listener = match TcpListener::bind(settings.bind).await {
+            Ok(l) => l,
+            Err(e) => return fail(format!("cannot listen on {}: {e}", settings.bind)),
+        };
+        match crate::serve(listener, settings, db, crate::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        }
+    })
+}
+
+fn migrate(args: &ServeArgs) -> ExitCode {
+    let settings = match Settings::resolve(args) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    crate::telemetry::init(settings.log_format);
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    rt.block_on(async move {
+        match crate::open_database(&settings).await {
+            Ok(db) => {
+                db.close().await;
+                eprintln!("plangate: migrations applied");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("cannot migrate the database: {e}")),
+        }
+    })
+}

@@ -1,0 +1,478 @@
+//! Configuration: flags > environment > TOML file > defaults.
+//!
+//! Every setting has one name: a flag, an environment variable (clap's `env`) and a
+//! key in the config file. clap merges flags and environment; the file sits below
+//! both, so each clap argument is an `Option` and falls back to the file, then to the
+//! default. A bad value fails at start with one line, never at the first request.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+/// Default request body limit: 16 MiB (operations.md).
+pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "plangate",
+    version,
+    about = "Deterministic, durable planning service for LLM-agent orchestrators",
+    long_about = "plangate gates planner task lists, refines plans with L0 agents and tracks \
+                  loop state, as an HTTP service (`plangate serve`, the default) or as CLI \
+                  commands over the same engine."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP server (what a bare `plangate` does).
+    Serve(ServeArgs),
+    /// Apply the database migrations and exit.
+    Migrate(ServeArgs),
+    /// Gate a task list (JSON array, `{tasks, existing_files}` or planner output text).
+    Validate(ValidateArgs),
+    /// Print the OpenAPI document the server serves at /openapi.json.
+    Openapi,
+}
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// JSON task list or planner output text.
+    pub file: PathBuf,
+    /// Files that pre-exist: a JSON array or one path a line.
+    #[arg(long, value_name = "FILE")]
+    pub existing_files: Option<PathBuf>,
+    /// A git checkout whose `git ls-files` are the pre-existing files.
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ValidateFormat::Text)]
+    pub format: ValidateFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ValidateFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+/// Server settings as given on the command line or in the environment. Every field
+/// is optional so that the config file can fill what neither names.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML config file (executor profiles and every setting below).
+    #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Listen address [default: 127.0.0.1:8080]
+    #[arg(long, env = "PLANGATE_BIND", value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// `sqlite://FILE` or `postgres://…` [default: sqlite://plangate.db]
+    #[arg(long, env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Log format [default: pretty on a terminal, else json]
+    #[arg(long, env = "PLANGATE_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Comma-separated bearer tokens; empty means no auth
+    #[arg(long, env = "PLANGATE_API_TOKENS", hide_env_values = true, value_name = "TOKENS")]
+    pub api_tokens: Option<String>,
+    /// Directory under which `task_file_path` may be read [default: unset = refused]
+    #[arg(long, env = "PLANGATE_WORKSPACE_ROOT", value_name = "DIR")]
+    pub workspace_root: Option<PathBuf>,
+    /// Directory under which result files may be written [default: unset = refused]
+    #[arg(long, env = "PLANGATE_OUTPUT_ROOT", value_name = "DIR")]
+    pub output_root: Option<PathBuf>,
+    /// Concurrent jobs per process [default: 4]
+    #[arg(long, env = "PLANGATE_WORKERS")]
+    pub workers: Option<u32>,
+    /// Job lease in seconds [default: 60]
+    #[arg(long, env = "PLANGATE_LEASE_SECS")]
+    pub lease_secs: Option<u64>,
+    /// Lease renewal period in seconds [default: 15]
+    #[arg(long, env = "PLANGATE_HEARTBEAT_SECS")]
+    pub heartbeat_secs: Option<u64>,
+    /// How often expired leases are looked for, in seconds [default: 5]
+    #[arg(long, env = "PLANGATE_REAPER_INTERVAL_SECS")]
+    pub reaper_interval_secs: Option<u64>,
+    /// Attempts before a job fails [default: 3]
+    #[arg(long, env = "PLANGATE_MAX_ATTEMPTS")]
+    pub max_attempts: Option<u32>,
+    /// Drain time on SIGTERM, in seconds [default: 25]
+    #[arg(long, env = "PLANGATE_SHUTDOWN_GRACE_SECS")]
+    pub shutdown_grace_secs: Option<u64>,
+    /// How long terminal jobs are kept, in days [default: 30]
+    #[arg(long, env = "PLANGATE_RETENTION_DAYS")]
+    pub retention_days: Option<u64>,
+    /// Request timeout in seconds [default: 30]
+    #[arg(long, env = "PLANGATE_REQUEST_TIMEOUT_SECS")]
+    pub request_timeout_secs: Option<u64>,
+    /// Request body limit in bytes [default: 16777216]
+    #[arg(long, env = "PLANGATE_BODY_LIMIT_BYTES")]
+    pub body_limit_bytes: Option<usize>,
+}
+
+/// The config file. Unknown keys are refused so that a typo fails at start instead
+/// of silently running with a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub bind: Option<String>,
+    pub database_url: Option<String>,
+    pub log_format: Option<LogFormat>,
+    pub api_tokens: Option<Vec<String>>,
+    pub workspace_root: Option<PathBuf>,
+    pub output_root: Option<PathBuf>,
+    pub workers: Option<u32>,
+    pub lease_secs: Option<u64>,
+    pub heartbeat_secs: Option<u64>,
+    pub reaper_interval_secs: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub shutdown_grace_secs: Option<u64>,
+    pub retention_days: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+    pub body_limit_bytes: Option<usize>,
+    pub default_executor: Option<String>,
+    #[serde(default)]
+    pub executors: BTreeMap<String, ExecutorProfile>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    Command,
+    Openai,
+    Anthropic,
+    Builtin,
+}
+
+/// An L0 executor profile (operations.md). The refine engine uses it; the
+/// foundation only checks it is well formed so that a bad profile fails at start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorProfile {
+    pub kind: ExecutorKind,
+    #[serde(default)]
+    pub argv: Vec<String>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub timeout_secs: Option<u64>,
+    pub max_output_bytes: Option<usize>,
+    #[serde(default)]
+    pub env_allow: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseKind {
+    Postgres,
+    Sqlite,
+}
+
+/// The validated settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub bind: SocketAddr,
+    pub database_url: String,
+    pub log_format: LogFormat,
+    pub api_tokens: Vec<String>,
+    pub workspace_root: Option<PathBuf>,
+    pub output_root: Option<PathBuf>,
+    pub workers: u32,
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    pub reaper_interval: Duration,
+    pub max_attempts: u32,
+    pub shutdown_grace: Duration,
+    pub retention: Duration,
+    pub request_timeout: Duration,
+    pub body_limit: usize,
+    pub default_executor: String,
+    pub executors: BTreeMap<String, ExecutorProfile>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid {name}: {message}")]
+    Invalid { name: &'static str, message: String },
+}
+
+fn invalid(name: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        name,
+        message: message.into(),
+    }
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            // toml's message spans several lines with a caret; one line is the contract.
+            message: e.message().to_owned()
+                + &e.span()
+                    .map(|s| format!(" (at byte {})", s.start))
+                    .unwrap_or_default(),
+        })
+    }
+}
+
+impl Settings {
+    /// Merge flags/environment over the config file over the defaults, and check
+    /// every value.
+    pub fn resolve(args: &ServeArgs) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        Self::merge(args, file)
+    }
+
+    pub fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
+        let bind_text = args
+            .bind
+            .clone()
+            .or(file.bind)
+            .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
+        let bind: SocketAddr = bind_text.parse().map_err(|_| {
+            invalid(
+                "PLANGATE_BIND",
+                format!("{bind_text:?} is not an address like 127.0.0.1:8080"),
+            )
+        })?;
+        let database_url = args
+            .database_url
+            .clone()
+            .or(file.database_url)
+            .unwrap_or_else(|| "sqlite://plangate.db".to_owned());
+        database_kind(&database_url)?;
+
+        let log_format = args.log_format.or(file.log_format).unwrap_or_else(|| {
+            use std::io::IsTerminal;
+            if std::io::stdout().is_terminal() {
+                LogFormat::Pretty
+            } else {
+                LogFormat::Json
+            }
+        });
+        let api_tokens = match &args.api_tokens {
+            Some(list) => list
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            None => file.api_tokens.unwrap_or_default(),
+        };
+        if let Some(short) = api_tokens.iter().find(|t| t.len() < 16) {
+            // Never echo the token itself: logs and terminals are not secret.
+            return Err(invalid(
+                "PLANGATE_API_TOKENS",
+                format!(
+                    "every token needs at least 16 characters (one has {})",
+                    short.len()
+                ),
+            ));
+        }
+
+        let positive = |name: &'static str, value: Option<u64>, default: u64| {
+            let v = value.unwrap_or(default);
+            if v == 0 {
+                Err(invalid(name, "must be at least 1"))
+            } else {
+                Ok(v)
+            }
+        };
+        let workers = positive(
+            "PLANGATE_WORKERS",
+            args.workers.or(file.workers).map(u64::from),
+            4,
+        )?;
+        let lease = positive("PLANGATE_LEASE_SECS", args.lease_secs.or(file.lease_secs), 60)?;
+        let heartbeat = positive(
+            "PLANGATE_HEARTBEAT_SECS",
+            args.heartbeat_secs.or(file.heartbeat_secs),
+            15,
+        )?;
+        if heartbeat >= lease {
+            return Err(invalid(
+                "PLANGATE_HEARTBEAT_SECS",
+                format!("must be shorter than the lease ({lease} s), or leases expire between heartbeats"),
+            ));
+        }
+        let reaper = positive(
+            "PLANGATE_REAPER_INTERVAL_SECS",
+            args.reaper_interval_secs.or(file.reaper_interval_secs),
+            5,
+        )?;
+        let max_attempts = positive(
+            "PLANGATE_MAX_ATTEMPTS",
+            args.max_attempts.or(file.max_attempts).map(u64::from),
+            3,
+        )?;
+        let shutdown_grace = args
+            .shutdown_grace_secs
+            .or(file.shutdown_grace_secs)
+            .unwrap_or(25);
+        let retention_days = positive(
+            "PLANGATE_RETENTION_DAYS",
+            args.retention_days.or(file.retention_days),
+            30,
+        )?;
+        let request_timeout = positive(
+            "PLANGATE_REQUEST_TIMEOUT_SECS",
+            args.request_timeout_secs.or(file.request_timeout_secs),
+            30,
+        )?;
+        let body_limit = args
+            .body_limit_bytes
+            .or(file.body_limit_bytes)
+            .unwrap_or(DEFAULT_BODY_LIMIT);
+        if body_limit < 1024 {
+            return Err(invalid("PLANGATE_BODY_LIMIT_BYTES", "must be at least 1024"));
+        }
+
+        let default_executor = file
+            .default_executor
+            .unwrap_or_else(|| "builtin".to_owned());
+        if default_executor != "builtin" && !file.executors.contains_key(&default_executor) {
+            return Err(invalid(
+                "default_executor",
+                format!("{default_executor:?} names no [executors.*] profile"),
+            ));
+        }
+        for (name, profile) in &file.executors {
+            if profile.kind == ExecutorKind::Command && profile.argv.is_empty() {
+                return Err(invalid(
+                    "executors",
+                    format!("[executors.{name}] of kind \"command\" needs a non-empty argv"),
+                ));
+            }
+        }
+
+        Ok(Settings {
+            bind,
+            database_url,
+            log_format,
+            api_tokens,
+            workspace_root: args.workspace_root.clone().or(file.workspace_root),
+            output_root: args.output_root.clone().or(file.output_root),
+            // `positive` took these from u32, so they fit back.
+            workers: u32::try_from(workers).unwrap_or(u32::MAX),
+            lease: Duration::from_secs(lease),
+            heartbeat: Duration::from_secs(heartbeat),
+            reaper_interval: Duration::from_secs(reaper),
+            max_attempts: u32::try_from(max_attempts).unwrap_or(u32::MAX),
+            shutdown_grace: Duration::from_secs(shutdown_grace),
+            retention: Duration::from_secs(retention_days.saturating_mul(86_400)),
+            request_timeout: Duration::from_secs(request_timeout),
+            body_limit,
+            default_executor,
+            executors: file.executors,
+        })
+    }
+
+    pub fn database_kind(&self) -> DatabaseKind {
+        // Checked in `merge`.
+        database_kind(&self.database_url).unwrap_or(DatabaseKind::Sqlite)
+    }
+}
+
+pub fn database_kind(url: &str) -> Result<DatabaseKind, ConfigError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(DatabaseKind::Postgres)
+    } else if url.starts_with("sqlite:") {
+        Ok(DatabaseKind::Sqlite)
+    } else {
+        Err(invalid(
+            "DATABASE_URL",
+            "must start with sqlite:// or postgres://",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).expect("test config parses")
+    }
+
+    #[test]
+    fn flags_override_file_and_defaults_fill_the_rest() {
+        let args = ServeArgs {
+            bind: Some("127.0.0.1:9999".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, file("bind = \"0.0.0.0:1\"\nworkers = 7")).unwrap();
+        assert_eq!(s.bind.port(), 9999);
+        assert_eq!(s.workers, 7);
+        assert_eq!(s.database_url, "sqlite://plangate.db");
+        assert_eq!(s.lease, Duration::from_secs(60));
+        assert_eq!(s.body_limit, DEFAULT_BODY_LIMIT);
+    }
+
+    #[test]
+    fn bad_values_fail_with_the_setting_name() {
+        let bad = |args: ServeArgs, f: &str| {
+            Settings::merge(&args, file(f)).unwrap_err().to_string()
+        };
+        assert!(bad(ServeArgs { bind: Some("nowhere".into()), ..Default::default() }, "")
+            .contains("PLANGATE_BIND"));
+        assert!(bad(ServeArgs { database_url: Some("mysql://x".into()), ..Default::default() }, "")
+            .contains("DATABASE_URL"));
+        assert!(bad(ServeArgs::default(), "workers = 0").contains("PLANGATE_WORKERS"));
+        assert!(bad(ServeArgs::default(), "lease_secs = 10\nheartbeat_secs = 10")
+            .contains("PLANGATE_HEARTBEAT_SECS"));
+        assert!(bad(ServeArgs::default(), "default_executor = \"nope\"").contains("nope"));
+        let short = bad(
+            ServeArgs { api_tokens: Some("secret-short".into()), ..Default::default() },
+            "",
+        );
+        assert!(short.contains("PLANGATE_API_TOKENS") && !short.contains("secret-short"));
+    }
+
+    #[test]
+    fn unknown_file_keys_and_kinds_are_refused() {
+        assert!(toml::from_str::<FileConfig>("wokers = 3").is_err());
+        assert!(toml::from_str::<FileConfig>("[executors.x]\nkind = \"shell\"").is_err());
+        let f = file("[executors.x]\nkind = \"command\"");
+        assert!(Settings::merge(&ServeArgs::default(), f).unwrap_err().to_string().contains("argv"));
+    }
+
+    #[test]
+    fn api_tokens_split_on_commas() {
+        let args = ServeArgs {
+            api_tokens: Some(" aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb ,".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, FileConfig::default()).unwrap();
+        assert_eq!(s.api_tokens.len(), 2);
+    }
+}

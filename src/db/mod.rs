@@ -1,0 +1,155 @@
+//! Storage: one interface over a Postgres and a SQLite implementation.
+//!
+//! `sqlx::Any` cannot decode uuid/jsonb/timestamptz, so the interface is an enum over
+//! the two pools; each method dispatches to the back-end module, which owns its SQL.
+//! The db layer speaks domain types and its own row types, never HTTP.
+
+mod postgres;
+mod sqlite;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+use crate::config::{DatabaseKind, database_kind};
+
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The database did not answer (connection refused, pool timeout, restart).
+    #[error("database unavailable: {0}")]
+    Unavailable(sqlx::Error),
+    /// A uniqueness or state constraint refused the write.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("invalid database URL: {0}")]
+    Url(String),
+    #[error("database error: {0}")]
+    Other(sqlx::Error),
+    /// Stored data that the code cannot read back (a bug or a hand edit).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+impl From<sqlx::Error> for DbError {
+    fn from(err: sqlx::Error) -> Self {
+        match &err {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => DbError::Unavailable(err),
+            // 57P01 admin_shutdown, 57P03 cannot_connect_now: Postgres restarting.
+            sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("57P01" | "57P02" | "57P03")) =>
+            {
+                DbError::Unavailable(err)
+            }
+            _ => DbError::Other(err),
+        }
+    }
+}
+
+pub type DbResult<T> = Result<T, DbError>;
+
+#[derive(Clone, Debug)]
+pub enum Database {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// How long a request waits for a pooled connection before answering 503.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Database {
+    /// Connect eagerly so that a wrong URL fails at start, not at the first request.
+    pub async fn connect(url: &str) -> DbResult<Self> {
+        let kind = database_kind(url).map_err(|e| DbError::Url(e.to_string()))?;
+        match kind {
+            DatabaseKind::Postgres => {
+                let options = PgConnectOptions::from_str(url)
+                    .map_err(|e| DbError::Url(e.to_string()))?
+                    .application_name("plangate");
+                let pool = PgPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_with(options)
+                    .await?;
+                Ok(Database::Postgres(pool))
+            }
+            DatabaseKind::Sqlite => {
+                let options = SqliteConnectOptions::from_str(url)
+                    .map_err(|e| DbError::Url(e.to_string()))?
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .foreign_keys(true)
+                    .busy_timeout(Duration::from_secs(10));
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(8)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .connect_with(options)
+                    .await?;
+                Ok(Database::Sqlite(pool))
+            }
+        }
+    }
+
+    pub fn kind(&self) -> DatabaseKind {
+        match self {
+            Database::Postgres(_) => DatabaseKind::Postgres,
+            Database::Sqlite(_) => DatabaseKind::Sqlite,
+        }
+    }
+
+    /// Apply the embedded migrations of this back-end (idempotent; concurrent
+    /// replicas are serialised by sqlx's advisory lock on Postgres).
+    pub async fn migrate(&self) -> DbResult<()> {
+        match self {
+            Database::Postgres(pool) => PG_MIGRATOR.run(pool).await?,
+            Database::Sqlite(pool) => SQLITE_MIGRATOR.run(pool).await?,
+        }
+        Ok(())
+    }
+
+    /// Readiness: the database answers and every embedded migration is applied.
+    pub async fn check_ready(&self) -> DbResult<()> {
+        let (applied, expected): (i64, usize) = match self {
+            Database::Postgres(pool) => (
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM _sqlx_migrations WHERE success",
+                )
+                .fetch_one(pool)
+                .await?,
+                PG_MIGRATOR.iter().count(),
+            ),
+            Database::Sqlite(pool) => (
+                sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM _sqlx_migrations WHERE success",
+                )
+                .fetch_one(pool)
+                .await?,
+                SQLITE_MIGRATOR.iter().count(),
+            ),
+        };
+        if usize::try_from(applied).unwrap_or(0) < expected {
+            return Err(DbError::Conflict(format!(
+                "{applied} of {expected} migrations applied"
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        match self {
+            Database::Postgres(pool) => pool.close().await,
+            Database::Sqlite(pool) => pool.close().await,
+        }
+    }
+}

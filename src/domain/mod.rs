@@ -1,0 +1,1 @@
+//! Pure rules of the seeds: no I/O, no HTTP, no database. Shared by CLI and server.

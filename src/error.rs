@@ -1,0 +1,131 @@
+//! The HTTP layer's one error type, mapped once to RFC 9457 problem+json.
+//!
+//! Handlers return `Result<_, ApiError>`; storage errors convert with `?` and become
+//! 503 (database unavailable) or 500 (a bug, logged, with no detail leaked).
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::db::DbError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    /// Stable machine-readable code clients switch on.
+    pub code: &'static str,
+    pub detail: String,
+    /// Extra members of the problem object (`errors`, `attempt`, …).
+    pub extra: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            detail: detail.into(),
+            extra: Map::new(),
+        }
+    }
+
+    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
+    pub fn unprocessable(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail)
+    }
+
+    pub fn not_found(what: &str, id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} {id:?} does not exist"),
+        )
+    }
+
+    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, detail)
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// The problem document; `type` is a stable URN per code.
+    pub fn body(&self) -> Value {
+        let mut body = json!({
+            "type": format!("urn:plangate:problem:{}", self.code),
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+            "code": self.code,
+        });
+        if let Value::Object(map) = &mut body {
+            for (k, v) in &self.extra {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        body
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.detail)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let bytes = serde_json::to_vec(&self.body()).unwrap_or_default();
+        let mut response = (self.status, bytes).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(PROBLEM_JSON),
+        );
+        response
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(err: DbError) -> Self {
+        match err {
+            DbError::Unavailable(e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_unavailable",
+                    "the database is not reachable; retry shortly",
+                )
+            }
+            DbError::Conflict(detail) => ApiError::conflict("conflict", detail),
+            other => {
+                tracing::error!(error = %other, "storage error");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal storage error; see the server log",
+                )
+            }
+        }
+    }
+}
+
+/// The problem document, as the OpenAPI schema shows it.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A stable URN per code, `urn:plangate:problem:{code}`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    /// What went wrong, for a person.
+    pub detail: String,
+    /// What went wrong, for a program: switch on this.
+    pub code: String,
+}

@@ -1,0 +1,97 @@
+//! HTTP transport: the router, its one middleware stack, and one module per resource.
+//! Handlers are thin: extract (typed, with problem+json rejections), call the domain
+//! or the database, map the result.
+
+pub mod extract;
+pub mod middleware;
+pub mod ops;
+pub mod task_lists;
+pub mod tasks;
+pub mod projects;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::config::Settings;
+use crate::db::Database;
+
+/// Shared by every handler. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Database,
+    pub settings: Arc<Settings>,
+    shutting_down: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(db: Database, settings: Arc<Settings>) -> Self {
+        AppState {
+            db,
+            settings,
+            shutting_down: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// From now on `/readyz` answers 503 so load balancers drain this replica.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "plangate",
+        description = "Deterministic, durable planning for LLM-agent orchestrators: task-list \
+                       gating, wave dispatch, per-cycle status. Errors are RFC 9457 \
+                       `application/problem+json` with a stable `code`.",
+        license(name = "MIT")
+    ),
+    tags(
+        (name = "operations", description = "Health, readiness, metrics, docs"),
+        (name = "task-lists", description = "Gate, persist and dispatch planner task lists (gating.md)"),
+        (name = "projects", description = "Per-cycle status and teams"),
+    )
+)]
+struct ApiDoc;
+
+/// Every documented route, with its OpenAPI description.
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(ops::router())
+        .merge(task_lists::router())
+        .merge(tasks::router())
+        .merge(projects::router())
+}
+
+/// The OpenAPI document the server serves (and `openapi/openapi.json` holds).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+/// The whole application: routes, docs, fallbacks and the middleware stack.
+pub fn app(state: AppState) -> Router {
+    let (router, api) = api_router().split_for_parts();
+    let api = Arc::new(api);
+    let docs = ops::docs_router();
+    let router = router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let api = api.clone();
+                async move { axum::Json((*api).clone()) }
+            }),
+        )
+        .merge(docs)
+        .fallback(middleware::not_found)
+        .method_not_allowed_fallback(middleware::method_not_allowed);
+    middleware::stack(router, &state.settings).with_state(state)
+}

@@ -1,0 +1,110 @@
+//! plangate: deterministic, durable planning for LLM-agent orchestrators.
+//!
+//! Layers (see `../shared/spec/architecture.md`): `http` → `domain` → `db`, with
+//! `jobs` and `agents` beside them. `domain` is pure; `db` owns SQL; `http` is thin.
+
+pub mod agents;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod error;
+pub mod http;
+pub mod jobs;
+pub mod telemetry;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::net::TcpListener;
+
+use crate::config::Settings;
+use crate::db::{Database, DbError};
+use crate::http::AppState;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open the database: {0}")]
+    Database(#[from] DbError),
+    #[error("cannot serve: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Connect to the configured database and apply its migrations.
+pub async fn open_database(settings: &Settings) -> Result<Database, DbError> {
+    let db = Database::connect(&settings.database_url).await?;
+    db.migrate().await?;
+    Ok(db)
+}
+
+/// Serve on `listener` until `shutdown` resolves, then drain: `/readyz` turns 503,
+/// no new connections are accepted, in-flight requests get `shutdown_grace` to
+/// finish, and the pool closes. Tests call this with a `127.0.0.1:0` listener.
+pub async fn serve(
+    listener: TcpListener,
+    settings: Settings,
+    db: Database,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let started = Instant::now();
+    let settings = Arc::new(settings);
+    if settings.api_tokens.is_empty() {
+        tracing::warn!("PLANGATE_API_TOKENS is empty: /v1 routes accept requests without a token");
+    }
+    // Install the recorder before the first request so no request goes uncounted.
+    http::ops::metrics_handle();
+    let state = AppState::new(db.clone(), settings.clone());
+    let app = http::app(state.clone());
+
+    let drain = Arc::new(tokio::sync::Notify::new());
+    let on_signal = {
+        let state = state.clone();
+        let drain = drain.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("shutdown requested: draining");
+            state.begin_shutdown();
+            drain.notify_one();
+        }
+    };
+    tracing::info!(
+        address = %listener.local_addr()?,
+        database = ?db.kind(),
+        startup_ms = started.elapsed().as_millis() as u64,
+        "plangate listening"
+    );
+    let server = axum::serve(listener, app).with_graceful_shutdown(on_signal);
+    let grace = settings.shutdown_grace;
+    tokio::select! {
+        result = server => result?,
+        _ = async { drain.notified().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests outlived the shutdown grace; closing");
+        }
+    }
+    db.close().await;
+    tracing::info!("plangate stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}
