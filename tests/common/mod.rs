@@ -1,0 +1,223 @@
+//! Test harness: the real server on 127.0.0.1:0 against a fresh database per test —
+//! a new SQLite file or a new Postgres database on the machine's server.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use plangate::config::{FileConfig, ServeArgs, Settings};
+use plangate::db::Database;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Where fresh Postgres databases are created (trust auth on the CI machine).
+pub fn pg_admin_url() -> String {
+    std::env::var("PLANGATE_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A fresh, empty database of the given kind; dropped with the value.
+pub struct FreshDatabase {
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl FreshDatabase {
+    pub async fn new(backend: Backend) -> Self {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let path: PathBuf = dir.path().join("plangate.db");
+                FreshDatabase {
+                    url: format!("sqlite://{}", path.display()),
+                    pg_name: None,
+                    _dir: Some(dir),
+                }
+            }
+            Backend::Postgres => {
+                let name = format!("plangate_test_{}", uuid::Uuid::new_v4().simple());
+                let admin = pg_admin_url();
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!("Postgres at {admin} is needed for the postgres tests: {e}")
+                    });
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create test database");
+                let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+                FreshDatabase {
+                    url: format!("{base}/{name}"),
+                    pg_name: Some(name),
+                    _dir: None,
+                }
+            }
+        }
+    }
+}
+
+impl Drop for FreshDatabase {
+    fn drop(&mut self) {
+        let Some(name) = self.pg_name.take() else {
+            return;
+        };
+        // Drop is synchronous; a small runtime on its own thread does the async drop.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                if let Ok(mut conn) =
+                    <sqlx::PgConnection as sqlx::Connection>::connect(&pg_admin_url()).await
+                {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+pub fn settings_for(url: &str) -> Settings {
+    let args = ServeArgs {
+        database_url: Some(url.to_owned()),
+        bind: Some("127.0.0.1:0".to_owned()),
+        ..Default::default()
+    };
+    Settings::merge(&args, FileConfig::default()).expect("test settings")
+}
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub backend: Backend,
+    pub db: Database,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    pub database: FreshDatabase,
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).send().await.expect("GET")
+    }
+
+    pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    pub async fn patch_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.client
+            .patch(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .expect("PATCH")
+    }
+
+    /// Stop the server as SIGTERM would and wait for it to finish draining.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    spawn_app_with(backend, |_| {}).await
+}
+
+pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    let database = FreshDatabase::new(backend).await;
+    let mut settings = settings_for(&database.url);
+    tweak(&mut settings);
+    let db = plangate::open_database(&settings).await.expect("open test database");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn({
+        let db = db.clone();
+        async move {
+            plangate::serve(listener, settings, db, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server runs");
+        }
+    });
+    TestApp {
+        addr,
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+        backend,
+        db,
+        stop: Some(stop),
+        server: Some(server),
+        database,
+    }
+}
+
+/// Run an `async fn(TestApp)` once against SQLite and once against Postgres:
+/// `both_backends!(my_test);` defines `my_test::sqlite` and `my_test::postgres`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name($crate::common::spawn_app($crate::common::Backend::Sqlite).await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name($crate::common::spawn_app($crate::common::Backend::Postgres).await).await;
+            }
+        }
+    )+};
+}
+
+/// Assert a response is problem+json with the given status and code; return it.
+pub async fn expect_problem(
+    response: reqwest::Response,
+    status: u16,
+    code: &str,
+) -> serde_json::Value {
+    assert_eq!(response.status().as_u16(), status, "status of {}", response.url());
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(content_type, "application/problem+json");
+    let body: serde_json::Value = response.json().await.expect("problem body");
+    assert_eq!(body["code"], code, "problem: {body}");
+    assert_eq!(body["status"], status);
+    for member in ["type", "title", "detail"] {
+        assert!(body[member].is_string(), "problem lacks {member}: {body}");
+    }
+    body
+}

@@ -1,0 +1,215 @@
+//! The foundation: ops routes, problem+json for every error, request ids, metrics,
+//! compression, docs, migrations and start-up failures — on both databases.
+
+mod common;
+
+use common::{Backend, FreshDatabase, TestApp, expect_problem};
+use serde_json::Value;
+
+async fn healthz_and_readyz_answer_ok(app: TestApp) {
+    let health = app.get("/healthz").await;
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.json::<Value>().await.unwrap()["status"], "ok");
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status(), 200);
+    app.shutdown().await;
+}
+
+async fn readyz_is_503_when_the_database_is_gone(app: TestApp) {
+    app.db.close().await;
+    let ready = app.get("/readyz").await;
+    let problem = expect_problem(ready, 503, "not_ready").await;
+    assert!(problem["detail"].as_str().unwrap().contains("database"));
+    // Liveness does not depend on the database.
+    assert_eq!(app.get("/healthz").await.status(), 200);
+}
+
+async fn unknown_routes_and_methods_are_problems(app: TestApp) {
+    let problem = expect_problem(app.get("/nope").await, 404, "route_not_found").await;
+    assert!(problem["detail"].as_str().unwrap().contains("/nope"));
+    let wrong_method = app.client.delete(app.url("/healthz")).send().await.unwrap();
+    expect_problem(wrong_method, 405, "method_not_allowed").await;
+    let unknown_v1 = app.get("/v1/does-not-exist").await;
+    expect_problem(unknown_v1, 404, "route_not_found").await;
+    app.shutdown().await;
+}
+
+async fn request_ids_are_generated_and_propagated(app: TestApp) {
+    let generated = app.get("/healthz").await;
+    let id = generated.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    let propagated = app
+        .client
+        .get(app.url("/healthz"))
+        .header("x-request-id", "caller-chosen-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(propagated.headers()["x-request-id"], "caller-chosen-42");
+    // Errors carry the id too.
+    let problem = app.get("/nope").await;
+    assert!(problem.headers().contains_key("x-request-id"));
+    app.shutdown().await;
+}
+
+async fn metrics_count_requests_by_matched_route(app: TestApp) {
+    app.get("/healthz").await;
+    app.get("/nope/123").await;
+    let text = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        text.contains(r#"http_requests_total{method="GET",route="/healthz",status="200"}"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"route="unmatched",status="404""#), "{text}");
+    assert!(text.contains("http_request_duration_seconds_bucket"), "{text}");
+    // Raw paths never become labels.
+    assert!(!text.contains("/nope/123"));
+    app.shutdown().await;
+}
+
+async fn responses_are_gzipped_on_request(app: TestApp) {
+    // A client that does not decode, so the header stays visible.
+    let raw = reqwest::Client::builder().no_gzip().build().unwrap();
+    let response = raw
+        .get(app.url("/openapi.json"))
+        .header("accept-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-encoding"], "gzip");
+    app.shutdown().await;
+}
+
+async fn docs_render_from_local_assets(app: TestApp) {
+    let redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(app.url("/docs"))
+        .send()
+        .await
+        .unwrap();
+    assert!(redirect.status().is_redirection());
+    let page = app.get("/docs/").await;
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    // Every asset the page loads is served by plangate itself.
+    for asset in ["swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js", "swagger-initializer.js"] {
+        assert!(html.contains(asset), "page names {asset}");
+        let response = app.get(&format!("/docs/{asset}")).await;
+        assert_eq!(response.status(), 200, "{asset}");
+        assert!(response.bytes().await.unwrap().len() > 100, "{asset} has content");
+    }
+    assert!(!html.contains("http://") && !html.contains("https://"), "no external URL: {html}");
+    let init = app.get("/docs/swagger-initializer.js").await.text().await.unwrap();
+    assert!(init.contains("/openapi.json"), "{init}");
+    assert!(init.contains("\"validatorUrl\": \"none\""), "{init}");
+    app.shutdown().await;
+}
+
+async fn openapi_document_is_served(app: TestApp) {
+    let doc: Value = app.get("/openapi.json").await.json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert!(doc["paths"]["/healthz"]["get"].is_object());
+    app.shutdown().await;
+}
+
+async fn migrations_created_the_schema(app: TestApp) {
+    // Applied at start; a second run (another replica, `plangate migrate`) is a no-op.
+    app.db.migrate().await.expect("migrations are idempotent");
+    app.db.check_ready().await.expect("ready after migrating");
+    app.shutdown().await;
+}
+
+both_backends!(
+    healthz_and_readyz_answer_ok,
+    readyz_is_503_when_the_database_is_gone,
+    unknown_routes_and_methods_are_problems,
+    request_ids_are_generated_and_propagated,
+    metrics_count_requests_by_matched_route,
+    responses_are_gzipped_on_request,
+    docs_render_from_local_assets,
+    openapi_document_is_served,
+    migrations_created_the_schema,
+);
+
+fn plangate() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_plangate"));
+    // The caller's environment must not leak settings into these runs.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("PLANGATE_") || key == "DATABASE_URL" {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+#[test]
+fn unreachable_database_fails_at_start_with_one_line() {
+    let output = plangate()
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/x")
+        .env("PLANGATE_BIND", "127.0.0.1:0")
+        .env("PLANGATE_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(lines[0].starts_with("plangate: cannot open the database"), "{stderr}");
+}
+
+#[test]
+fn unreadable_or_bad_config_fails_at_start_with_one_line() {
+    let missing = plangate()
+        .args(["serve", "--config", "/nonexistent/plangate.toml"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("cannot read config file /nonexistent/plangate.toml"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "workers = \"many\"\n").unwrap();
+    let bad = plangate().arg("--config").arg(&path).output().unwrap();
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("invalid config file"), "{stderr}");
+
+    let bad_bind = plangate().env("PLANGATE_BIND", "localhost").output().unwrap();
+    assert!(!bad_bind.status.success());
+    assert!(String::from_utf8_lossy(&bad_bind.stderr).contains("PLANGATE_BIND"));
+}
+
+#[tokio::test]
+async fn migrate_command_applies_migrations_on_both_databases() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let database = FreshDatabase::new(backend).await;
+        for _ in 0..2 {
+            let output = plangate()
+                .args(["migrate", "--database-url", &database.url])
+                .env("PLANGATE_LOG_FORMAT", "json")
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "{backend:?}: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        let db = plangate::db::Database::connect(&database.url).await.unwrap();
+        db.check_ready().await.expect("schema present");
+        db.close().await;
+    }
+}
+
+#[test]
+fn openapi_snapshot_matches_the_code() {
+    let generated = plangate::http::openapi().to_pretty_json().unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed.trim_end() == generated.trim_end(),
+        "openapi/openapi.json differs from the code; regenerate it with \
+         `cargo run -- openapi > openapi/openapi.json`"
+    );
+}
