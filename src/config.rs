@@ -89,7 +89,12 @@ pub struct ServeArgs {
     #[arg(long, env = "PLANGATE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// Comma-separated bearer tokens; empty means no auth
-    #[arg(long, env = "PLANGATE_API_TOKENS", hide_env_values = true, value_name = "TOKENS")]
+    #[arg(
+        long,
+        env = "PLANGATE_API_TOKENS",
+        hide_env_values = true,
+        value_name = "TOKENS"
+    )]
     pub api_tokens: Option<String>,
     /// Directory under which `task_file_path` may be read [default: unset = refused]
     #[arg(long, env = "PLANGATE_WORKSPACE_ROOT", value_name = "DIR")]
@@ -313,7 +318,11 @@ impl Settings {
             args.workers.or(file.workers).map(u64::from),
             4,
         )?;
-        let lease = positive("PLANGATE_LEASE_SECS", args.lease_secs.or(file.lease_secs), 60)?;
+        let lease = positive(
+            "PLANGATE_LEASE_SECS",
+            args.lease_secs.or(file.lease_secs),
+            60,
+        )?;
         let heartbeat = positive(
             "PLANGATE_HEARTBEAT_SECS",
             args.heartbeat_secs.or(file.heartbeat_secs),
@@ -322,7 +331,9 @@ impl Settings {
         if heartbeat >= lease {
             return Err(invalid(
                 "PLANGATE_HEARTBEAT_SECS",
-                format!("must be shorter than the lease ({lease} s), or leases expire between heartbeats"),
+                format!(
+                    "must be shorter than the lease ({lease} s), or leases expire between heartbeats"
+                ),
             ));
         }
         let reaper = positive(
@@ -354,7 +365,10 @@ impl Settings {
             .or(file.body_limit_bytes)
             .unwrap_or(DEFAULT_BODY_LIMIT);
         if body_limit < 1024 {
-            return Err(invalid("PLANGATE_BODY_LIMIT_BYTES", "must be at least 1024"));
+            return Err(invalid(
+                "PLANGATE_BODY_LIMIT_BYTES",
+                "must be at least 1024",
+            ));
         }
 
         let default_executor = file
@@ -440,19 +454,39 @@ mod tests {
 
     #[test]
     fn bad_values_fail_with_the_setting_name() {
-        let bad = |args: ServeArgs, f: &str| {
-            Settings::merge(&args, file(f)).unwrap_err().to_string()
-        };
-        assert!(bad(ServeArgs { bind: Some("nowhere".into()), ..Default::default() }, "")
-            .contains("PLANGATE_BIND"));
-        assert!(bad(ServeArgs { database_url: Some("mysql://x".into()), ..Default::default() }, "")
-            .contains("DATABASE_URL"));
+        let bad =
+            |args: ServeArgs, f: &str| Settings::merge(&args, file(f)).unwrap_err().to_string();
+        assert!(
+            bad(
+                ServeArgs {
+                    bind: Some("nowhere".into()),
+                    ..Default::default()
+                },
+                ""
+            )
+            .contains("PLANGATE_BIND")
+        );
+        assert!(
+            bad(
+                ServeArgs {
+                    database_url: Some("mysql://x".into()),
+                    ..Default::default()
+                },
+                ""
+            )
+            .contains("DATABASE_URL")
+        );
         assert!(bad(ServeArgs::default(), "workers = 0").contains("PLANGATE_WORKERS"));
-        assert!(bad(ServeArgs::default(), "lease_secs = 10\nheartbeat_secs = 10")
-            .contains("PLANGATE_HEARTBEAT_SECS"));
+        assert!(
+            bad(ServeArgs::default(), "lease_secs = 10\nheartbeat_secs = 10")
+                .contains("PLANGATE_HEARTBEAT_SECS")
+        );
         assert!(bad(ServeArgs::default(), "default_executor = \"nope\"").contains("nope"));
         let short = bad(
-            ServeArgs { api_tokens: Some("secret-short".into()), ..Default::default() },
+            ServeArgs {
+                api_tokens: Some("secret-short".into()),
+                ..Default::default()
+            },
             "",
         );
         assert!(short.contains("PLANGATE_API_TOKENS") && !short.contains("secret-short"));
@@ -463,7 +497,12 @@ mod tests {
         assert!(toml::from_str::<FileConfig>("wokers = 3").is_err());
         assert!(toml::from_str::<FileConfig>("[executors.x]\nkind = \"shell\"").is_err());
         let f = file("[executors.x]\nkind = \"command\"");
-        assert!(Settings::merge(&ServeArgs::default(), f).unwrap_err().to_string().contains("argv"));
+        assert!(
+            Settings::merge(&ServeArgs::default(), f)
+                .unwrap_err()
+                .to_string()
+                .contains("argv")
+        );
     }
 
     #[test]

@@ -84,10 +84,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let bytes = serde_json::to_vec(&self.body()).unwrap_or_default();
         let mut response = (self.status, bytes).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(PROBLEM_JSON),
-        );
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         response
     }
 }

@@ -36,7 +36,10 @@ async fn unknown_routes_and_methods_are_problems(app: TestApp) {
 
 async fn request_ids_are_generated_and_propagated(app: TestApp) {
     let generated = app.get("/healthz").await;
-    let id = generated.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let id = generated.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(id.len(), 36, "a UUID: {id}");
     let propagated = app
         .client
@@ -61,7 +64,10 @@ async fn metrics_count_requests_by_matched_route(app: TestApp) {
         "{text}"
     );
     assert!(text.contains(r#"route="unmatched",status="404""#), "{text}");
-    assert!(text.contains("http_request_duration_seconds_bucket"), "{text}");
+    assert!(
+        text.contains("http_request_duration_seconds_bucket"),
+        "{text}"
+    );
     // Raw paths never become labels.
     assert!(!text.contains("/nope/123"));
     app.shutdown().await;
@@ -94,14 +100,30 @@ async fn docs_render_from_local_assets(app: TestApp) {
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
     // Every asset the page loads is served by plangate itself.
-    for asset in ["swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js", "swagger-initializer.js"] {
+    for asset in [
+        "swagger-ui.css",
+        "swagger-ui-bundle.js",
+        "swagger-ui-standalone-preset.js",
+        "swagger-initializer.js",
+    ] {
         assert!(html.contains(asset), "page names {asset}");
         let response = app.get(&format!("/docs/{asset}")).await;
         assert_eq!(response.status(), 200, "{asset}");
-        assert!(response.bytes().await.unwrap().len() > 100, "{asset} has content");
+        assert!(
+            response.bytes().await.unwrap().len() > 100,
+            "{asset} has content"
+        );
     }
-    assert!(!html.contains("http://") && !html.contains("https://"), "no external URL: {html}");
-    let init = app.get("/docs/swagger-initializer.js").await.text().await.unwrap();
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no external URL: {html}"
+    );
+    let init = app
+        .get("/docs/swagger-initializer.js")
+        .await
+        .text()
+        .await
+        .unwrap();
     assert!(init.contains("/openapi.json"), "{init}");
     assert!(init.contains("\"validatorUrl\": \"none\""), "{init}");
     app.shutdown().await;
@@ -156,7 +178,10 @@ fn unreachable_database_fails_at_start_with_one_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {stderr}");
-    assert!(lines[0].starts_with("plangate: cannot open the database"), "{stderr}");
+    assert!(
+        lines[0].starts_with("plangate: cannot open the database"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -179,7 +204,10 @@ fn unreadable_or_bad_config_fails_at_start_with_one_line() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("invalid config file"), "{stderr}");
 
-    let bad_bind = plangate().env("PLANGATE_BIND", "localhost").output().unwrap();
+    let bad_bind = plangate()
+        .env("PLANGATE_BIND", "localhost")
+        .output()
+        .unwrap();
     assert!(!bad_bind.status.success());
     assert!(String::from_utf8_lossy(&bad_bind.stderr).contains("PLANGATE_BIND"));
 }
@@ -194,9 +222,15 @@ async fn migrate_command_applies_migrations_on_both_databases() {
                 .env("PLANGATE_LOG_FORMAT", "json")
                 .output()
                 .unwrap();
-            assert!(output.status.success(), "{backend:?}: {}", String::from_utf8_lossy(&output.stderr));
+            assert!(
+                output.status.success(),
+                "{backend:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
         }
-        let db = plangate::db::Database::connect(&database.url).await.unwrap();
+        let db = plangate::db::Database::connect(&database.url)
+            .await
+            .unwrap();
         db.check_ready().await.expect("schema present");
         db.close().await;
     }

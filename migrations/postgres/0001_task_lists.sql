@@ -52,7 +52,7 @@ CREATE INDEX task_dependencies_reverse ON task_dependencies (depends_on);
 CREATE TABLE planner_attempts (
     project_id         text NOT NULL,
     team_scope         text NOT NULL,    -- team_pk, or '' for no team (team_pk is never empty)
-    dag_invalid_count  integer NOT NULL DEFAULT 0,
+    rejected_count     integer NOT NULL DEFAULT 0,  -- rejections since the last accepted list
     updated_at         timestamptz NOT NULL,
     PRIMARY KEY (project_id, team_scope)
 );

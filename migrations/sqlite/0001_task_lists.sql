@@ -1,8 +1,10 @@
+-- SQLite twin of migrations/postgres/0001: uuids are 16-byte BLOBs (sqlx binds Uuid so),
+-- JSON and timestamps are TEXT.
 -- Task-list gating (gating.md §4–§7): lists, tasks with their edges, retry
 -- accounting per (project_id, team_pk), and the teams registered per project.
 
 CREATE TABLE task_lists (
-    id          TEXT PRIMARY KEY,
+    id          BLOB PRIMARY KEY,
     project_id  text NOT NULL,
     team_pk     text,                 -- NULL = the project-wide fallback
     created_by  text NOT NULL,
@@ -11,8 +13,8 @@ CREATE TABLE task_lists (
 CREATE INDEX task_lists_by_project ON task_lists (project_id, team_pk, created_at);
 
 CREATE TABLE tasks (
-    id                TEXT PRIMARY KEY,
-    task_list_id      TEXT NOT NULL REFERENCES task_lists (id) ON DELETE CASCADE,
+    id                BLOB PRIMARY KEY,
+    task_list_id      BLOB NOT NULL REFERENCES task_lists (id) ON DELETE CASCADE,
     position          integer NOT NULL,   -- order in the submitted list
     project_id        text NOT NULL,
     team_pk           text,
@@ -26,7 +28,7 @@ CREATE TABLE tasks (
     extra             TEXT NOT NULL,     -- unknown fields, returned as given
     status            text NOT NULL CHECK (status IN ('pending', 'running', 'done', 'failed', 'abandoned')),
     abandon_category  text,
-    upstream_task_id  TEXT REFERENCES tasks (id) ON DELETE SET NULL,
+    upstream_task_id  BLOB REFERENCES tasks (id) ON DELETE SET NULL,
     notes             text,
     attempts          integer NOT NULL DEFAULT 0,
     started_at        TEXT,
@@ -41,8 +43,8 @@ CREATE INDEX tasks_by_list_wave ON tasks (task_list_id, parallel_group, status);
 CREATE INDEX tasks_by_project_team ON tasks (project_id, team_pk, parallel_group);
 
 CREATE TABLE task_dependencies (
-    task_id     TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    depends_on  TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    task_id     BLOB NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    depends_on  BLOB NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
     position    integer NOT NULL,        -- order in the submitted depends_on
     PRIMARY KEY (task_id, depends_on)
 );
@@ -52,14 +54,14 @@ CREATE INDEX task_dependencies_reverse ON task_dependencies (depends_on);
 CREATE TABLE planner_attempts (
     project_id         text NOT NULL,
     team_scope         text NOT NULL,    -- team_pk, or '' for no team (team_pk is never empty)
-    dag_invalid_count  integer NOT NULL DEFAULT 0,
+    rejected_count     integer NOT NULL DEFAULT 0,  -- rejections since the last accepted list
     updated_at         TEXT NOT NULL,
     PRIMARY KEY (project_id, team_scope)
 );
 
 -- No uniqueness on project_id: a project hosts several cycles.
 CREATE TABLE teams (
-    id          TEXT PRIMARY KEY,
+    id          BLOB PRIMARY KEY,
     project_id  text NOT NULL,
     team_pk     text NOT NULL,
     lead_role   text,

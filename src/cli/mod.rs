@@ -5,26 +5,37 @@ use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
-use crate::config::{Cli, Command, ServeArgs, Settings};
+use crate::config::{Cli, Command, ServeArgs, Settings, ValidateFormat};
+
+pub mod validate;
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         None => serve(&cli.serve),
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Migrate(args)) => migrate(&args),
-        Some(Command::Validate(_args)) => {
-            eprintln!("plangate: validate is not available in this build");
-            ExitCode::from(2)
+        Some(Command::Validate(args)) => {
+            let format = match args.format {
+                ValidateFormat::Text => validate::OutputFormat::Text,
+                ValidateFormat::Json => validate::OutputFormat::Json,
+            };
+            let status = validate::run(
+                &args.file,
+                args.existing_files.as_deref(),
+                args.repo.as_deref(),
+                format,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr().lock(),
+            );
+            ExitCode::from(u8::try_from(status).unwrap_or(2))
         }
-        Some(Command::Openapi) => {
-            match crate::http::openapi().to_pretty_json() {
-                Ok(text) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(format!("cannot render the OpenAPI document: {e}")),
+        Some(Command::Openapi) => match crate::http::openapi().to_pretty_json() {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
             }
-        }
+            Err(e) => fail(format!("cannot render the OpenAPI document: {e}")),
+        },
     }
 }
 
@@ -34,7 +45,9 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
 }
 
 fn serve(args: &ServeArgs) -> ExitCode {

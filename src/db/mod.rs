@@ -4,14 +4,15 @@
 //! the two pools; each method dispatches to the back-end module, which owns its SQL.
 //! The db layer speaks domain types and its own row types, never HTTP.
 
-mod postgres;
-mod sqlite;
+pub mod task_lists;
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 
 use crate::config::{DatabaseKind, database_kind};
 
@@ -122,19 +123,15 @@ impl Database {
     pub async fn check_ready(&self) -> DbResult<()> {
         let (applied, expected): (i64, usize) = match self {
             Database::Postgres(pool) => (
-                sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM _sqlx_migrations WHERE success",
-                )
-                .fetch_one(pool)
-                .await?,
+                sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+                    .fetch_one(pool)
+                    .await?,
                 PG_MIGRATOR.iter().count(),
             ),
             Database::Sqlite(pool) => (
-                sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM _sqlx_migrations WHERE success",
-                )
-                .fetch_one(pool)
-                .await?,
+                sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+                    .fetch_one(pool)
+                    .await?,
                 SQLITE_MIGRATOR.iter().count(),
             ),
         };

@@ -1,3 +1,8 @@
 //! Pure rules of the seeds: no I/O, no HTTP, no database. Shared by CLI and server.
 
 pub mod dispatch;
+pub mod gating;
+pub mod graph;
+pub mod ids;
+pub mod natural;
+pub mod retry;

@@ -104,9 +104,18 @@ async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
         return response;
     }
     let (code, detail) = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => ("body_too_large", "the request body exceeds the configured limit"),
-        StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took longer than the configured timeout"),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", "send the body as application/json"),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "body_too_large",
+            "the request body exceeds the configured limit",
+        ),
+        StatusCode::REQUEST_TIMEOUT => (
+            "timeout",
+            "the request took longer than the configured timeout",
+        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (
+            "unsupported_media_type",
+            "send the body as application/json",
+        ),
         _ => ("error", "the request failed"),
     };
     let mut problem = ApiError::new(status, code, detail).into_response();

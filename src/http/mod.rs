@@ -5,9 +5,9 @@
 pub mod extract;
 pub mod middleware;
 pub mod ops;
+pub mod projects;
 pub mod task_lists;
 pub mod tasks;
-pub mod projects;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -56,9 +56,8 @@ async fn healthz() -> Json<Health> {
          body = crate::error::Problem, content_type = "application/problem+json"),
     ))]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    let unavailable = |detail: String| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", detail)
-    };
+    let unavailable =
+        |detail: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", detail);
     if state.is_shutting_down() {
         return Err(unavailable("shutting down".into()));
     }
@@ -84,7 +83,9 @@ async fn metrics() -> impl IntoResponse {
 pub fn metrics_handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+        let buckets = [
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+        ];
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
             .map(PrometheusBuilder::build_recorder)

@@ -1,7 +1,143 @@
-use utoipa_axum::router::OpenApiRouter;
+//! `/v1/projects/{project_id}`: per-cycle status snapshots and teams.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::extract::{Json, Path, Query};
+use crate::db::DbError;
+use crate::db::task_lists::{StatusScope, Team};
+use crate::domain::dispatch::{WaveCounts, snapshot};
+use crate::domain::ids::{IdError, Ident};
+use crate::error::{ApiError, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
+        .routes(routes!(project_status))
+        .routes(routes!(create_team, list_teams))
+}
+
+fn invalid(err: IdError) -> ApiError {
+    ApiError::unprocessable("invalid_field", err.to_string()).with("field", err.field)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StatusQuery {
+    /// Scope the snapshot to this cycle; falls back to the whole project when the
+    /// cycle has no tasks.
+    pub team_pk: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectStatus {
+    pub project_id: String,
+    /// The team_pk asked for (null when none was).
+    pub team_pk: Option<String>,
+    pub scope: StatusScope,
+    /// Tasks by status; every status is present.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// Lowest wave with a non-terminal task; null when all are terminal.
+    pub active_wave: Option<i64>,
+    /// Tasks running now.
+    pub in_flight: u64,
+    pub waves: Vec<WaveCounts>,
+}
+
+/// Status snapshot of a project or of one of its cycles.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/status", tag = "projects",
+    params(("project_id" = String, Path, description = "The project"), StatusQuery),
+    responses(
+        (status = 200, description = "The snapshot", body = ProjectStatus),
+        (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn project_status(
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    Query(query): Query<StatusQuery>,
+) -> Result<Json<ProjectStatus>, ApiError> {
+    let project = Ident::parse("project_id", &project_id).map_err(invalid)?;
+    let team = query
+        .team_pk
+        .as_deref()
+        .map(|t| Ident::parse("team_pk", t))
+        .transpose()
+        .map_err(invalid)?;
+    let (scope, rows) = state
+        .db
+        .status_rows(project.as_str(), team.as_ref().map(Ident::as_str))
+        .await?;
+    let snap = snapshot(rows);
+    Ok(Json(ProjectStatus {
+        project_id,
+        team_pk: query.team_pk,
+        scope,
+        counts: snap.counts,
+        active_wave: snap.active_wave,
+        in_flight: snap.in_flight,
+        waves: snap.waves,
+    }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTeam {
+    pub team_pk: String,
+    pub lead_role: Option<String>,
+}
+
+/// Register a cycle (team) of a project. A project may host several.
+#[utoipa::path(post, path = "/v1/projects/{project_id}/teams", tag = "projects",
+    params(("project_id" = String, Path, description = "The project")),
+    request_body = NewTeam,
+    responses(
+        (status = 201, description = "Registered", body = Team),
+        (status = 409, description = "This team_pk is already registered for the project", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn create_team(
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+    Json(team): Json<NewTeam>,
+) -> Result<(StatusCode, Json<Team>), ApiError> {
+    let project = Ident::parse("project_id", &project_id).map_err(invalid)?;
+    let team_pk = Ident::parse("team_pk", &team.team_pk).map_err(invalid)?;
+    let lead_role = team
+        .lead_role
+        .as_deref()
+        .map(|r| Ident::parse("lead_role", r))
+        .transpose()
+        .map_err(invalid)?;
+    match state
+        .db
+        .create_team(
+            project.as_str(),
+            team_pk.as_str(),
+            lead_role.as_ref().map(Ident::as_str),
+        )
+        .await
+    {
+        Ok(team) => Ok((StatusCode::CREATED, Json(team))),
+        Err(DbError::Conflict(detail)) => Err(ApiError::conflict("team_exists", detail)),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// The teams registered for a project, oldest first.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/teams", tag = "projects",
+    params(("project_id" = String, Path, description = "The project")),
+    responses(
+        (status = 200, description = "The teams", body = Vec<Team>),
+        (status = 422, description = "Invalid project_id", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn list_teams(
+    State(state): State<AppState>,
+    Path(project_id): Path<String>,
+) -> Result<Json<Vec<Team>>, ApiError> {
+    let project = Ident::parse("project_id", &project_id).map_err(invalid)?;
+    Ok(Json(state.db.teams(project.as_str()).await?))
 }

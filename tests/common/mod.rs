@@ -79,9 +79,11 @@ impl Drop for FreshDatabase {
                 if let Ok(mut conn) =
                     <sqlx::PgConnection as sqlx::Connection>::connect(&pg_admin_url()).await
                 {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                        .execute(&mut conn)
-                        .await;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut conn)
+                    .await;
                 }
             });
         })
@@ -155,7 +157,9 @@ pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings))
     let database = FreshDatabase::new(backend).await;
     let mut settings = settings_for(&database.url);
     tweak(&mut settings);
-    let db = plangate::open_database(&settings).await.expect("open test database");
+    let db = plangate::open_database(&settings)
+        .await
+        .expect("open test database");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = oneshot::channel::<()>();
@@ -205,7 +209,12 @@ pub async fn expect_problem(
     status: u16,
     code: &str,
 ) -> serde_json::Value {
-    assert_eq!(response.status().as_u16(), status, "status of {}", response.url());
+    assert_eq!(
+        response.status().as_u16(),
+        status,
+        "status of {}",
+        response.url()
+    );
     let content_type = response
         .headers()
         .get("content-type")

@@ -1,0 +1,630 @@
+//! Storage of gated task lists, their tasks and edges, retry accounting and teams.
+//!
+//! The SQL is written once for both back-ends (`$N` placeholders work in SQLite too);
+//! `on_pool!` expands each body per pool so each is type-checked against its own
+//! driver. Where the engines differ (row locks, write transactions) the code says so.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use serde::Serialize;
+use sqlx::types::Json;
+use sqlx::{FromRow, QueryBuilder};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{Database, DbError, DbResult};
+use crate::domain::dispatch::{
+    self, AbandonCategory, DispatchTask, IllegalTransition, ReadyMode, TaskStatus, Transition,
+};
+use crate::domain::gating::Task;
+
+/// Rows per multi-row INSERT: 16 columns × 1000 rows stays under both engines'
+/// bind-parameter limits (SQLite 32766, Postgres 65535).
+const TASK_ROWS_PER_INSERT: usize = 1000;
+const EDGE_ROWS_PER_INSERT: usize = 5000;
+
+/// Expand `$body` once per back-end with `$pool` bound to that back-end's pool.
+macro_rules! on_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db {
+            Database::Postgres($pool) => $body,
+            Database::Sqlite($pool) => $body,
+        }
+    };
+}
+
+/// Postgres keeps microseconds, SQLite whatever it is given: store what both keep.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+pub struct NewTaskList<'a> {
+    pub project_id: &'a str,
+    pub team_pk: Option<&'a str>,
+    pub created_by: &'a str,
+    pub tasks: &'a [Task],
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTaskList {
+    /// Server-assigned id of the list.
+    pub id: Uuid,
+    pub project_id: String,
+    /// The planning cycle; null = the project-wide fallback.
+    pub team_pk: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    /// In submission order.
+    pub tasks: Vec<StoredTask>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTask {
+    /// Server-assigned id (use it with `PATCH /v1/tasks/{id}`).
+    pub id: Uuid,
+    pub task_list_id: Uuid,
+    /// The synthesis-local id the planner gave.
+    pub task_id: String,
+    pub assigned_persona: String,
+    /// The wave.
+    pub parallel_group: i64,
+    pub status: TaskStatus,
+    /// Synthesis-local ids of the tasks this one depends on (duplicates removed).
+    pub depends_on: Vec<String>,
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviews: Option<String>,
+    pub description: String,
+    /// Fields of the submitted task that plangate does not interpret, as given.
+    #[schema(value_type = Object)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandon_category: Option<AbandonCategory>,
+    /// For a cascade-abandoned task: the server id of the task whose failure caused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_task_id: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// `running` transitions so far.
+    pub attempts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(FromRow)]
+struct TaskListRow {
+    id: Uuid,
+    project_id: String,
+    team_pk: Option<String>,
+    created_by: String,
+    created_at: DateTime<Utc>,
+}
+
+#[derive(FromRow)]
+struct TaskRow {
+    id: Uuid,
+    task_list_id: Uuid,
+    task_id: String,
+    assigned_persona: String,
+    parallel_group: i64,
+    description: String,
+    reads: Json<Vec<String>>,
+    writes: Json<Vec<String>>,
+    reviews: Option<String>,
+    extra: Json<serde_json::Map<String, serde_json::Value>>,
+    status: String,
+    abandon_category: Option<String>,
+    upstream_task_id: Option<Uuid>,
+    notes: Option<String>,
+    attempts: i32,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+#[derive(FromRow)]
+struct EdgeRow {
+    task_id: Uuid,
+    depends_on: Uuid,
+}
+
+const TASK_COLUMNS: &str = "id, task_list_id, task_id, assigned_persona, parallel_group, \
+     description, reads, writes, reviews, extra, status, abandon_category, upstream_task_id, \
+     notes, attempts, started_at, finished_at, created_at, updated_at";
+
+impl TaskRow {
+    fn into_task(self, depends_on: Vec<String>) -> DbResult<StoredTask> {
+        let status = TaskStatus::parse(&self.status).ok_or_else(|| {
+            DbError::Corrupt(format!("task {} has status {:?}", self.id, self.status))
+        })?;
+        let abandon_category = match self.abandon_category.as_deref() {
+            None => None,
+            Some(text) => Some(AbandonCategory::parse(text).ok_or_else(|| {
+                DbError::Corrupt(format!("task {} has abandon_category {text:?}", self.id))
+            })?),
+        };
+        Ok(StoredTask {
+            id: self.id,
+            task_list_id: self.task_list_id,
+            task_id: self.task_id,
+            assigned_persona: self.assigned_persona,
+            parallel_group: self.parallel_group,
+            status,
+            depends_on,
+            reads: self.reads.0,
+            writes: self.writes.0,
+            reviews: self.reviews,
+            description: self.description,
+            extra: self.extra.0,
+            abandon_category,
+            upstream_task_id: self.upstream_task_id,
+            notes: self.notes,
+            attempts: self.attempts,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// Tasks of one list with their edges resolved, in submission order.
+fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<StoredTask>> {
+    let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
+    let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
+    for edge in edges {
+        // An edge to a task outside the list cannot be written (same-list insert),
+        // but stored data is read defensively.
+        if let Some(dep) = local_id.get(&edge.depends_on) {
+            depends.entry(edge.task_id).or_default().push(dep.clone());
+        }
+    }
+    rows.into_iter()
+        .map(|row| {
+            let deps = depends.remove(&row.id).unwrap_or_default();
+            row.into_task(deps)
+        })
+        .collect()
+}
+
+/// The dispatch read model (indices into `tasks`) the pure rules work on.
+pub fn dispatch_view(tasks: &[StoredTask]) -> Vec<DispatchTask> {
+    let index: HashMap<&str, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.task_id.as_str(), i))
+        .collect();
+    tasks
+        .iter()
+        .map(|t| DispatchTask {
+            wave: t.parallel_group,
+            status: t.status,
+            depends_on: t
+                .depends_on
+                .iter()
+                .filter_map(|d| index.get(d.as_str()).copied())
+                .collect(),
+            writes: t.writes.clone(),
+        })
+        .collect()
+}
+
+/// What a status change asks for.
+pub struct TaskChange {
+    pub status: TaskStatus,
+    pub abandon_category: Option<AbandonCategory>,
+    pub notes: Option<String>,
+}
+
+pub enum TransitionOutcome {
+    Changed {
+        task: Box<StoredTask>,
+        /// Server ids of the dependents this change abandoned.
+        cascaded: Vec<Uuid>,
+    },
+    Illegal(IllegalTransition),
+    NotFound,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema, FromRow)]
+pub struct Team {
+    pub id: Uuid,
+    pub project_id: String,
+    pub team_pk: String,
+    pub lead_role: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Which rows a status snapshot covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusScope {
+    /// Only the tasks stamped with the requested `team_pk`.
+    Cycle,
+    /// Every task of the project (no `team_pk` asked, or none stored for it).
+    Project,
+}
+
+impl Database {
+    /// Store an accepted list all or nothing: the list, its tasks, their edges; and
+    /// reset the retry count of `(project_id, team_pk)`.
+    pub async fn create_task_list(&self, new: NewTaskList<'_>) -> DbResult<StoredTaskList> {
+        let list_id = Uuid::now_v7();
+        let created_at = now();
+        let ids: Vec<Uuid> = new.tasks.iter().map(|_| Uuid::now_v7()).collect();
+        let by_local: HashMap<&str, Uuid> = new
+            .tasks
+            .iter()
+            .zip(&ids)
+            .map(|(t, id)| (t.task_id.as_str(), *id))
+            .collect();
+        // Edges deduplicated in first-seen order (a duplicate is only a warning).
+        let mut edges: Vec<(Uuid, Uuid, i32)> = Vec::new();
+        for (task, id) in new.tasks.iter().zip(&ids) {
+            let mut seen = std::collections::HashSet::new();
+            for dep in &task.depends_on {
+                if let Some(dep_id) = by_local.get(dep.as_str())
+                    && seen.insert(*dep_id)
+                {
+                    edges.push((*id, *dep_id, seen.len() as i32 - 1));
+                }
+            }
+        }
+        let team_scope = new.team_pk.unwrap_or("");
+        on_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            sqlx::query(
+                "INSERT INTO task_lists (id, project_id, team_pk, created_by, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(list_id)
+            .bind(new.project_id)
+            .bind(new.team_pk)
+            .bind(new.created_by)
+            .bind(created_at)
+            .execute(&mut *tx)
+            .await?;
+            for (chunk_no, chunk) in new.tasks.chunks(TASK_ROWS_PER_INSERT).enumerate() {
+                let offset = chunk_no * TASK_ROWS_PER_INSERT;
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO tasks (id, task_list_id, position, project_id, team_pk, task_id, \
+                     assigned_persona, parallel_group, description, reads, writes, reviews, extra, \
+                     status, created_at, updated_at) ",
+                );
+                insert.push_values(chunk.iter().enumerate(), |mut row, (i, task)| {
+                    row.push_bind(ids[offset + i])
+                        .push_bind(list_id)
+                        .push_bind((offset + i) as i32)
+                        .push_bind(new.project_id)
+                        .push_bind(new.team_pk)
+                        .push_bind(task.task_id.as_str())
+                        .push_bind(task.assigned_persona.as_str())
+                        .push_bind(task.parallel_group)
+                        .push_bind(task.description.as_str())
+                        .push_bind(Json(&task.reads))
+                        .push_bind(Json(&task.writes))
+                        .push_bind(task.reviews.as_deref())
+                        .push_bind(Json(&task.extra))
+                        .push_bind(TaskStatus::Pending.as_str())
+                        .push_bind(created_at)
+                        .push_bind(created_at);
+                });
+                insert.build().execute(&mut *tx).await?;
+            }
+            for chunk in edges.chunks(EDGE_ROWS_PER_INSERT) {
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO task_dependencies (task_id, depends_on, position) ",
+                );
+                insert.push_values(chunk, |mut row, (task, dep, position)| {
+                    row.push_bind(*task).push_bind(*dep).push_bind(*position);
+                });
+                insert.build().execute(&mut *tx).await?;
+            }
+            sqlx::query("DELETE FROM planner_attempts WHERE project_id = $1 AND team_scope = $2")
+                .bind(new.project_id)
+                .bind(team_scope)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok::<(), DbError>(())
+        })?;
+        self.task_list(list_id)
+            .await?
+            .ok_or_else(|| DbError::Corrupt(format!("task list {list_id} vanished after insert")))
+    }
+
+    /// Count one more rejected submission of `(project_id, team_pk)`; returns the
+    /// number of rejections since the last accepted list, this one included.
+    pub async fn record_rejection(&self, project_id: &str, team_pk: Option<&str>) -> DbResult<u32> {
+        let count: i32 = on_pool!(self, |pool| {
+            sqlx::query_scalar(
+                "INSERT INTO planner_attempts (project_id, team_scope, rejected_count, updated_at) \
+                 VALUES ($1, $2, 1, $3) \
+                 ON CONFLICT (project_id, team_scope) DO UPDATE \
+                 SET rejected_count = planner_attempts.rejected_count + 1, updated_at = excluded.updated_at \
+                 RETURNING rejected_count",
+            )
+            .bind(project_id)
+            .bind(team_pk.unwrap_or(""))
+            .bind(now())
+            .fetch_one(pool)
+            .await?
+        });
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+    }
+
+    pub async fn task_list(&self, id: Uuid) -> DbResult<Option<StoredTaskList>> {
+        on_pool!(self, |pool| {
+            let Some(list) = sqlx::query_as::<_, TaskListRow>(
+                "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            else {
+                return Ok(None);
+            };
+            let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position"
+            )))
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
+            let edges = sqlx::query_as::<_, EdgeRow>(
+                "SELECT d.task_id, d.depends_on FROM task_dependencies d \
+                 JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
+                 ORDER BY d.task_id, d.position",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
+            Ok(Some(StoredTaskList {
+                id: list.id,
+                project_id: list.project_id,
+                team_pk: list.team_pk,
+                created_by: list.created_by,
+                created_at: list.created_at,
+                tasks: assemble(rows, edges)?,
+            }))
+        })
+    }
+
+    /// Apply a status change and, on `failed`/`abandoned`, cascade-abandon every
+    /// non-terminal transitive dependent — in one transaction, serialised per list
+    /// so two concurrent changes cannot both read the old state.
+    pub async fn transition_task(
+        &self,
+        id: Uuid,
+        change: TaskChange,
+    ) -> DbResult<TransitionOutcome> {
+        let at = now();
+        let outcome = on_pool!(self, |pool| {
+            let mut tx = match self {
+                // IMMEDIATE takes the write lock up front: a deferred transaction that
+                // reads and then writes can fail with SQLITE_BUSY instead of waiting.
+                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
+                Database::Postgres(_) => pool.begin().await?,
+            };
+            let list_id: Option<Uuid> =
+                sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some(list_id) = list_id else {
+                return Ok(TransitionOutcome::NotFound);
+            };
+            let lock = if matches!(self, Database::Postgres(_)) {
+                " FOR UPDATE"
+            } else {
+                ""
+            };
+            let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position{lock}"
+            )))
+            .bind(list_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let edges = sqlx::query_as::<_, EdgeRow>(
+                "SELECT d.task_id, d.depends_on FROM task_dependencies d \
+                 JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
+                 ORDER BY d.task_id, d.position",
+            )
+            .bind(list_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let tasks = assemble(rows, edges)?;
+            let Some(origin) = tasks.iter().position(|t| t.id == id) else {
+                return Ok(TransitionOutcome::NotFound);
+            };
+            let current = tasks[origin].status;
+            match dispatch::check_transition(current, change.status) {
+                Err(illegal) => return Ok(TransitionOutcome::Illegal(illegal)),
+                Ok(Transition::NoChange) => {
+                    tx.commit().await?;
+                    return Ok(TransitionOutcome::Changed {
+                        task: Box::new(tasks[origin].clone()),
+                        cascaded: Vec::new(),
+                    });
+                }
+                Ok(Transition::Apply) => {}
+            }
+            let starts = change.status == TaskStatus::Running;
+            let finishes = change.status.is_terminal();
+            sqlx::query(
+                "UPDATE tasks SET status = $2, abandon_category = $3, \
+                 notes = COALESCE($4, notes), attempts = attempts + $5, \
+                 started_at = CASE WHEN $6 THEN $8 ELSE started_at END, \
+                 finished_at = CASE WHEN $7 THEN $8 ELSE finished_at END, \
+                 updated_at = $8 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(change.status.as_str())
+            .bind(change.abandon_category.map(AbandonCategory::as_str))
+            .bind(change.notes.as_deref())
+            .bind(i32::from(starts))
+            .bind(starts)
+            .bind(finishes)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+            let mut cascaded = Vec::new();
+            if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
+                let view = dispatch_view(&tasks);
+                cascaded = dispatch::cascade(origin, &view)
+                    .into_iter()
+                    .map(|i| tasks[i].id)
+                    .collect::<Vec<Uuid>>();
+                for chunk in cascaded.chunks(EDGE_ROWS_PER_INSERT) {
+                    let mut update = QueryBuilder::new("UPDATE tasks SET status = ");
+                    update
+                        .push_bind(TaskStatus::Abandoned.as_str())
+                        .push(", abandon_category = ")
+                        .push_bind(AbandonCategory::CASCADE.as_str())
+                        .push(", upstream_task_id = ")
+                        .push_bind(id)
+                        .push(", finished_at = ")
+                        .push_bind(at)
+                        .push(", updated_at = ")
+                        .push_bind(at)
+                        .push(" WHERE id IN (");
+                    let mut ids = update.separated(", ");
+                    for dependent in chunk {
+                        ids.push_bind(*dependent);
+                    }
+                    update.push(")");
+                    update.build().execute(&mut *tx).await?;
+                }
+            }
+            tx.commit().await?;
+            Ok::<_, DbError>(TransitionOutcome::Changed {
+                task: Box::new(tasks[origin].clone()),
+                cascaded,
+            })
+        })?;
+        // Re-read the changed task so the answer shows exactly what is stored.
+        match outcome {
+            TransitionOutcome::Changed { task, cascaded } => {
+                let list = self.task_list(task.task_list_id).await?;
+                let fresh = list
+                    .and_then(|l| l.tasks.into_iter().find(|t| t.id == id))
+                    .ok_or_else(|| DbError::Corrupt(format!("task {id} vanished")))?;
+                Ok(TransitionOutcome::Changed {
+                    task: Box::new(fresh),
+                    cascaded,
+                })
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// `(wave, status)` of the tasks a snapshot covers, and which scope that is.
+    pub async fn status_rows(
+        &self,
+        project_id: &str,
+        team_pk: Option<&str>,
+    ) -> DbResult<(StatusScope, Vec<(i64, TaskStatus)>)> {
+        let (scope, rows): (StatusScope, Vec<(i64, String)>) = on_pool!(self, |pool| {
+            let mut scoped = Vec::new();
+            if let Some(team) = team_pk {
+                scoped = sqlx::query_as(
+                    "SELECT parallel_group, status FROM tasks \
+                     WHERE project_id = $1 AND team_pk = $2 \
+                     ORDER BY parallel_group, created_at, id",
+                )
+                .bind(project_id)
+                .bind(team)
+                .fetch_all(pool)
+                .await?;
+            }
+            if scoped.is_empty() {
+                let all = sqlx::query_as(
+                    "SELECT parallel_group, status FROM tasks WHERE project_id = $1 \
+                     ORDER BY parallel_group, created_at, id",
+                )
+                .bind(project_id)
+                .fetch_all(pool)
+                .await?;
+                (StatusScope::Project, all)
+            } else {
+                (StatusScope::Cycle, scoped)
+            }
+        });
+        let parsed = rows
+            .into_iter()
+            .map(|(wave, status)| {
+                TaskStatus::parse(&status)
+                    .map(|s| (wave, s))
+                    .ok_or_else(|| DbError::Corrupt(format!("a task has status {status:?}")))
+            })
+            .collect::<DbResult<Vec<_>>>()?;
+        Ok((scope, parsed))
+    }
+
+    /// Register a cycle of a project. `(project_id, team_pk)` is unique; a project
+    /// may have many.
+    pub async fn create_team(
+        &self,
+        project_id: &str,
+        team_pk: &str,
+        lead_role: Option<&str>,
+    ) -> DbResult<Team> {
+        let team = Team {
+            id: Uuid::now_v7(),
+            project_id: project_id.to_owned(),
+            team_pk: team_pk.to_owned(),
+            lead_role: lead_role.map(str::to_owned),
+            created_at: now(),
+        };
+        let inserted = on_pool!(self, |pool| {
+            sqlx::query(
+                "INSERT INTO teams (id, project_id, team_pk, lead_role, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project_id, team_pk) DO NOTHING",
+            )
+            .bind(team.id)
+            .bind(&team.project_id)
+            .bind(&team.team_pk)
+            .bind(&team.lead_role)
+            .bind(team.created_at)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        if inserted == 0 {
+            return Err(DbError::Conflict(format!(
+                "team {team_pk:?} is already registered for project {project_id:?}"
+            )));
+        }
+        Ok(team)
+    }
+
+    pub async fn teams(&self, project_id: &str) -> DbResult<Vec<Team>> {
+        Ok(on_pool!(self, |pool| {
+            sqlx::query_as::<_, Team>(
+                "SELECT id, project_id, team_pk, lead_role, created_at FROM teams \
+                 WHERE project_id = $1 ORDER BY created_at, id",
+            )
+            .bind(project_id)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+}
+
+/// The pure readiness rule over a stored list.
+pub fn ready_tasks(list: &StoredTaskList, mode: ReadyMode) -> (Option<i64>, Vec<StoredTask>) {
+    let view = dispatch_view(&list.tasks);
+    let ready = dispatch::ready(mode, &view);
+    let tasks = ready
+        .tasks
+        .into_iter()
+        .filter_map(|i| list.tasks.get(i).cloned())
+        .collect();
+    (ready.wave, tasks)
+}

@@ -1,0 +1,603 @@
+//! Gates 0–7 of `gating.md` §3 over tasks that were read, in gate order, each in task
+//! order. Every gate is one pass with hash maps, so the whole run is linear in the
+//! size of the list (plus sorting the distinct wave numbers).
+
+use std::collections::{HashMap, HashSet};
+
+use super::input::RawTask;
+use super::text::quote;
+use super::{Code, Outcome, Validation, Violation};
+use crate::domain::graph::DiGraph;
+use crate::domain::natural::natural_cmp;
+
+/// Paths are compared after removing a leading `./` (spec §1).
+fn normalize_path(path: &str) -> &str {
+    path.strip_prefix("./").unwrap_or(path)
+}
+
+/// What the gates know about the list, shared by all of them.
+struct TaskGraph<'a> {
+    tasks: &'a [RawTask],
+    /// First task with each usable id: ids resolve to it.
+    position_of: HashMap<&'a str, usize>,
+    /// Has a usable id and is the first with it; only these take part in gates 1–7.
+    addressable: Vec<bool>,
+    /// Distinct resolved dependencies of addressable tasks with a usable `depends_on`,
+    /// as `(task, dependency)` positions in task order, then `depends_on` order.
+    edges: Vec<(usize, usize)>,
+    /// `edges[edge_start[t]..edge_start[t + 1]]` are task `t`'s.
+    edge_start: Vec<usize>,
+}
+
+impl TaskGraph<'_> {
+    fn id(&self, position: usize) -> &str {
+        &self.tasks[position].task.task_id
+    }
+
+    /// `parallel_group`, when usable.
+    fn wave(&self, position: usize) -> Option<i64> {
+        let task = &self.tasks[position];
+        task.usable.group.then_some(task.task.parallel_group)
+    }
+
+    fn dependencies(&self, position: usize) -> &[(usize, usize)] {
+        &self.edges[self.edge_start[position]..self.edge_start[position + 1]]
+    }
+
+    /// How messages name a task: `'t-3'`, or by index when it has no usable id.
+    fn label(&self, position: usize) -> String {
+        let task = &self.tasks[position];
+        if task.usable.id {
+            quote(&task.task.task_id)
+        } else {
+            format!("at index {}", task.index)
+        }
+    }
+}
+
+pub(crate) fn run(mut tasks: Vec<RawTask>, existing_files: &[String]) -> Validation {
+    let shape_errors: Vec<Vec<Violation>> = tasks
+        .iter_mut()
+        .map(|task| std::mem::take(&mut task.shape_errors))
+        .collect();
+
+    let (errors, warnings, waves, keep) = {
+        let mut position_of: HashMap<&str, usize> = HashMap::with_capacity(tasks.len());
+        let mut addressable = vec![false; tasks.len()];
+        let mut duplicate_of: Vec<Option<usize>> = vec![None; tasks.len()];
+        for (position, task) in tasks.iter().enumerate() {
+            if !task.usable.id {
+                continue;
+            }
+            match position_of.get(task.task.task_id.as_str()) {
+                Some(&first) => duplicate_of[position] = Some(first),
+                None => {
+                    position_of.insert(&task.task.task_id, position);
+                    addressable[position] = true;
+                }
+            }
+        }
+
+        let mut errors = gate_shapes(&tasks, shape_errors, &duplicate_of);
+        let mut duplicate_dependency = Vec::new();
+        let mut graph = TaskGraph {
+            tasks: &tasks,
+            position_of,
+            addressable,
+            edges: Vec::new(),
+            edge_start: Vec::new(),
+        };
+        errors.extend(gate_orphans(&mut graph, &mut duplicate_dependency));
+        let (cycle_errors, in_cycle_component) = gate_cycles(&graph);
+        errors.extend(cycle_errors);
+        errors.extend(gate_wave_order(&graph, &in_cycle_component));
+        errors.extend(gate_write_contention(&graph));
+        errors.extend(gate_unsatisfied_reads(&graph, existing_files));
+        let (review_errors, review_pairs) = gate_reviews(&graph);
+        errors.extend(review_errors);
+        errors.extend(gate_review_after(&graph, &review_pairs));
+
+        let mut warnings = reviews_without_dependency(&graph, &review_pairs);
+        warnings.extend(duplicate_dependency);
+
+        let waves = group_waves(&graph);
+        // Kept tasks: all when valid, else the well-formed addressable ones.
+        let keep: Vec<bool> = (0..tasks.len())
+            .map(|position| graph.addressable[position] && tasks[position].usable.all())
+            .collect();
+        (errors, warnings, waves, keep)
+    };
+
+    let outcome = if errors.is_empty() {
+        Outcome::Valid
+    } else {
+        Outcome::DagInvalid
+    };
+    let tasks = tasks
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, keep)| *keep || outcome == Outcome::Valid)
+        .map(|(raw, _)| raw.task)
+        .collect();
+    Validation {
+        outcome,
+        tasks,
+        errors,
+        warnings,
+        waves,
+    }
+}
+
+/// Gate 0: per task, its `task_id` problems (duplicate included) first, then the
+/// other fields' in field order.
+fn gate_shapes(
+    tasks: &[RawTask],
+    shape_errors: Vec<Vec<Violation>>,
+    duplicate_of: &[Option<usize>],
+) -> Vec<Violation> {
+    let mut errors = Vec::new();
+    for ((task, own_errors), duplicate_of) in tasks.iter().zip(shape_errors).zip(duplicate_of) {
+        if let Some(first) = *duplicate_of {
+            let id = &task.task.task_id;
+            let body = format!(
+                "task_id {} is used by the tasks at index {} and index {}; task ids must be \
+                 unique — rename one of them",
+                quote(id),
+                tasks[first].index,
+                task.index
+            );
+            errors.push(
+                Violation::new(Code::DuplicateTaskId, body, vec![id.clone()])
+                    .at_index(task.index)
+                    .on_field("task_id"),
+            );
+        }
+        errors.extend(own_errors);
+    }
+    errors
+}
+
+/// Gate 1: `depends_on` entries naming no task. Also resolves the dependency edges
+/// (distinct per task) and collects `duplicate_dependency` warnings.
+fn gate_orphans(
+    graph: &mut TaskGraph<'_>,
+    duplicate_warnings: &mut Vec<Violation>,
+) -> Vec<Violation> {
+    let tasks = graph.tasks;
+    let mut errors = Vec::new();
+    // `seen_by[d] == t` marks dependency `d` as already listed by task `t` (avoids a
+    // set per task); `warned_by` does the same for the duplicate warning.
+    let mut seen_by = vec![usize::MAX; tasks.len()];
+    let mut warned_by = vec![usize::MAX; tasks.len()];
+    graph.edge_start = Vec::with_capacity(tasks.len() + 1);
+    for (position, raw) in tasks.iter().enumerate() {
+        graph.edge_start.push(graph.edges.len());
+        if !graph.addressable[position] || !raw.usable.depends_on {
+            continue;
+        }
+        // Orphans are rare: plain sets, which allocate only when used.
+        let mut orphans_seen: HashSet<&str> = HashSet::new();
+        let mut orphans_warned: HashSet<&str> = HashSet::new();
+        for dependency in &raw.task.depends_on {
+            let warn_repeated = match graph.position_of.get(dependency.as_str()) {
+                Some(&target) if seen_by[target] != position => {
+                    seen_by[target] = position;
+                    graph.edges.push((position, target));
+                    false
+                }
+                Some(&target) => {
+                    let first_repeat = warned_by[target] != position;
+                    warned_by[target] = position;
+                    first_repeat
+                }
+                None if orphans_seen.insert(dependency) => {
+                    let body = format!(
+                        "task {} depends_on {} which is not in the task list; remove it from \
+                         depends_on or add the missing task",
+                        quote(&raw.task.task_id),
+                        quote(dependency)
+                    );
+                    let ids = vec![raw.task.task_id.clone(), dependency.clone()];
+                    errors.push(
+                        Violation::new(Code::OrphanDependency, body, ids)
+                            .at_index(raw.index)
+                            .on_field("depends_on"),
+                    );
+                    false
+                }
+                None => orphans_warned.insert(dependency),
+            };
+            if warn_repeated {
+                let body = format!(
+                    "task {} lists {} more than once in depends_on; list each dependency once",
+                    quote(&raw.task.task_id),
+                    quote(dependency)
+                );
+                let ids = vec![raw.task.task_id.clone(), dependency.clone()];
+                duplicate_warnings.push(
+                    Violation::new(Code::DuplicateDependency, body, ids)
+                        .at_index(raw.index)
+                        .on_field("depends_on"),
+                );
+            }
+        }
+    }
+    graph.edge_start.push(graph.edges.len());
+    errors
+}
+
+/// Gate 2: one error per strongly connected component of two or more tasks and per
+/// self-dependency. Returns, per task, whether it lies in such a component (or has a
+/// self-loop), identified by component number, to exempt those edges from gate 3.
+fn gate_cycles(graph: &TaskGraph<'_>) -> (Vec<Violation>, Vec<Option<usize>>) {
+    let dependency_graph = match DiGraph::from_edges(graph.tasks.len(), graph.edges.iter().copied())
+    {
+        Ok(dependency_graph) => dependency_graph,
+        // Positions always index `tasks`; keep going without cycle reports if not.
+        Err(_) => return (Vec::new(), vec![None; graph.tasks.len()]),
+    };
+    let components = dependency_graph.strongly_connected_components();
+    let cycles =
+        dependency_graph.cycles_in(&components, |a, b| natural_cmp(graph.id(a), graph.id(b)));
+
+    let mut in_cycle_component = vec![None; graph.tasks.len()];
+    let mut errors = Vec::with_capacity(cycles.len());
+    for cycle in cycles {
+        for &member in &cycle.members {
+            in_cycle_component[member] = Some(components.component_of[member]);
+        }
+        let path: Vec<String> = cycle.path.iter().map(|&p| graph.id(p).to_owned()).collect();
+        let Some(first) = path.first() else { continue };
+        let shown = format!("{} -> {first}", path.join(" -> "));
+        let body = if path.len() == 1 {
+            format!(
+                "dependency graph contains a cycle: {shown} (task {} depends_on itself); \
+                 remove it from its own depends_on",
+                quote(first)
+            )
+        } else {
+            let others = cycle.members.len().saturating_sub(path.len());
+            let tangled = if others > 0 {
+                format!("; {others} more task(s) in task_ids are on other cycles through these")
+            } else {
+                String::new()
+            };
+            format!(
+                "dependency graph contains a cycle: {shown} (each task depends_on the \
+                 next{tangled}); remove depends_on entries until no task depends on itself"
+            )
+        };
+        let task_ids = cycle
+            .members
+            .iter()
+            .map(|&m| graph.id(m).to_owned())
+            .collect();
+        let mut violation = Violation::new(Code::Cycle, body, task_ids);
+        violation.cycle = Some(path);
+        errors.push(violation);
+    }
+    (errors, in_cycle_component)
+}
+
+/// Gate 3: each dependency edge whose task is not in a strictly later wave than its
+/// dependency, except edges inside a reported cycle.
+fn gate_wave_order(graph: &TaskGraph<'_>, in_cycle_component: &[Option<usize>]) -> Vec<Violation> {
+    let mut errors = Vec::new();
+    for &(task, dependency) in &graph.edges {
+        let (Some(wave), Some(dependency_wave)) = (graph.wave(task), graph.wave(dependency)) else {
+            continue;
+        };
+        let same_cycle = in_cycle_component[task].is_some()
+            && in_cycle_component[task] == in_cycle_component[dependency];
+        if wave > dependency_wave || same_cycle {
+            continue;
+        }
+        let (id, dependency_id) = (graph.id(task), graph.id(dependency));
+        let body = format!(
+            "task {} (parallel_group {wave}) depends_on {} (parallel_group {dependency_wave}), \
+             but a task's parallel_group must be strictly greater than that of every task it \
+             depends on; move {} to parallel_group {} or later",
+            quote(id),
+            quote(dependency_id),
+            quote(id),
+            dependency_wave.saturating_add(1)
+        );
+        errors.push(
+            Violation::new(
+                Code::WaveOrder,
+                body,
+                vec![id.to_owned(), dependency_id.to_owned()],
+            )
+            .at_index(graph.tasks[task].index)
+            .on_field("parallel_group")
+            .in_wave(wave),
+        );
+    }
+    errors
+}
+
+/// Gate 4: within a wave the first writer of a file owns it; every later writer of
+/// it in that wave gets one error naming the owner.
+fn gate_write_contention(graph: &TaskGraph<'_>) -> Vec<Violation> {
+    // (wave, path) -> (owner, last task that listed it): the second part keeps a task
+    // that lists a file twice from being reported twice.
+    let mut writers: HashMap<(i64, &str), (usize, usize)> = HashMap::new();
+    let mut errors = Vec::new();
+    for (position, raw) in graph.tasks.iter().enumerate() {
+        let Some(wave) = graph.wave(position) else {
+            continue;
+        };
+        if !graph.addressable[position] || !raw.usable.writes {
+            continue;
+        }
+        for path in raw.task.writes.iter().map(|path| normalize_path(path)) {
+            let (first, last_listed_by) = writers
+                .entry((wave, path))
+                .or_insert((position, usize::MAX));
+            if *last_listed_by == position {
+                continue;
+            }
+            *last_listed_by = position;
+            let first = *first;
+            if first == position {
+                continue;
+            }
+            let (owner_id, writer_id) = (graph.id(first), graph.id(position));
+            let body = format!(
+                "wave {wave}: tasks {} and {} both write file {} — concurrent writes would \
+                 race. Move one to a different parallel_group.",
+                quote(owner_id),
+                quote(writer_id),
+                quote(path)
+            );
+            errors.push(
+                Violation::new(
+                    Code::WriteContention,
+                    body,
+                    vec![owner_id.to_owned(), writer_id.to_owned()],
+                )
+                .at_index(raw.index)
+                .on_field("writes")
+                .on_path(path)
+                .in_wave(wave),
+            );
+        }
+    }
+    errors
+}
+
+/// Gate 5: a read must be an existing file or written in a strictly earlier wave.
+fn gate_unsatisfied_reads(graph: &TaskGraph<'_>, existing_files: &[String]) -> Vec<Violation> {
+    let existing: HashSet<&str> = existing_files
+        .iter()
+        .map(|path| normalize_path(path))
+        .collect();
+    // Earliest writer per path: (wave, position). Any task with usable writes and
+    // group counts, even one without a usable id: the file does get written.
+    let mut first_writer: HashMap<&str, (i64, usize)> = HashMap::new();
+    // Paths written by a task whose wave is unusable: their reads cannot be judged.
+    let mut written_in_unknown_wave: HashSet<&str> = HashSet::new();
+    for (position, raw) in graph.tasks.iter().enumerate() {
+        if !raw.usable.writes {
+            continue;
+        }
+        for path in raw.task.writes.iter().map(|path| normalize_path(path)) {
+            match graph.wave(position) {
+                Some(wave) => {
+                    let earliest = first_writer.entry(path).or_insert((wave, position));
+                    if wave < earliest.0 {
+                        *earliest = (wave, position);
+                    }
+                }
+                None => {
+                    written_in_unknown_wave.insert(path);
+                }
+            }
+        }
+    }
+
+    let mut errors = Vec::new();
+    let mut reported_for: HashMap<&str, usize> = HashMap::new();
+    for (position, raw) in graph.tasks.iter().enumerate() {
+        let Some(wave) = graph.wave(position) else {
+            continue;
+        };
+        if !graph.addressable[position] || !raw.usable.reads {
+            continue;
+        }
+        for path in raw.task.reads.iter().map(|path| normalize_path(path)) {
+            let writer = first_writer.get(path).copied();
+            let satisfied = existing.contains(path)
+                || writer.is_some_and(|(writer_wave, _)| writer_wave < wave)
+                || written_in_unknown_wave.contains(path);
+            if satisfied || reported_for.insert(path, position) == Some(position) {
+                continue;
+            }
+            let id = graph.id(position);
+            let why = match writer {
+                Some((writer_wave, writer)) => format!(
+                    "; its earliest writer {} is in parallel_group {writer_wave}, not earlier \
+                     (a same-wave writer does not count)",
+                    graph.label(writer)
+                ),
+                None => " and no task writes it".to_owned(),
+            };
+            let body = format!(
+                "task {} (parallel_group {wave}) reads {}, which is not in existing_files{why}; \
+                 move the task after a writer of the file, add a task that writes it in an \
+                 earlier parallel_group, or drop the read",
+                quote(id),
+                quote(path)
+            );
+            errors.push(
+                Violation::new(Code::UnsatisfiedRead, body, vec![id.to_owned()])
+                    .at_index(raw.index)
+                    .on_field("reads")
+                    .on_path(path)
+                    .in_wave(wave),
+            );
+        }
+    }
+    errors
+}
+
+/// Gate 6: `reviews` must name another task, whose persona differs. Returns the
+/// errors and the `(review task, reviewed task)` pairs that resolved.
+fn gate_reviews(graph: &TaskGraph<'_>) -> (Vec<Violation>, Vec<(usize, usize)>) {
+    let mut errors = Vec::new();
+    let mut pairs = Vec::new();
+    for (position, raw) in graph.tasks.iter().enumerate() {
+        if !graph.addressable[position] {
+            continue;
+        }
+        let id = &raw.task.task_id;
+        let violation = if let Some(found) = &raw.invalid_reviews {
+            let body = format!(
+                "reviewer-disjointness: task {} has an invalid reviews value (got {found}); \
+                 reviews must be the task_id of the implement task it reviews — or omit it on \
+                 tasks that review nothing",
+                quote(id)
+            );
+            Violation::new(Code::InvalidReviews, body, vec![id.clone()])
+        } else if let Some(reviewed) = &raw.task.reviews {
+            if reviewed == id {
+                let body = format!(
+                    "self-review: task {} reviews itself; a task cannot review its own work — \
+                     point reviews at the implement task under review, done by another persona",
+                    quote(id)
+                );
+                Violation::new(Code::SelfReview, body, vec![id.clone()])
+            } else if let Some(&target) = graph.position_of.get(reviewed.as_str()) {
+                pairs.push((position, target));
+                let target_raw = &graph.tasks[target];
+                let same_persona = raw.usable.persona
+                    && target_raw.usable.persona
+                    && raw.task.assigned_persona == target_raw.task.assigned_persona;
+                if !same_persona {
+                    continue;
+                }
+                let body = format!(
+                    "reviewer-disjointness: review task {} and the task it reviews, {}, share \
+                     assigned_persona {}; a persona cannot review its own work — assign the \
+                     review to a different persona",
+                    quote(id),
+                    quote(reviewed),
+                    quote(&raw.task.assigned_persona)
+                );
+                Violation::new(
+                    Code::ReviewerNotDisjoint,
+                    body,
+                    vec![id.clone(), reviewed.clone()],
+                )
+            } else {
+                let body = format!(
+                    "orphan-reviews: task {} reviews {}, which is not in the task list; point \
+                     reviews at an existing task_id or omit it",
+                    quote(id),
+                    quote(reviewed)
+                );
+                Violation::new(
+                    Code::OrphanReviews,
+                    body,
+                    vec![id.clone(), reviewed.clone()],
+                )
+            }
+        } else {
+            continue;
+        };
+        errors.push(violation.at_index(raw.index).on_field("reviews"));
+    }
+    (errors, pairs)
+}
+
+/// Gate 7: a review task must run in a strictly later wave than the task it reviews.
+fn gate_review_after(graph: &TaskGraph<'_>, review_pairs: &[(usize, usize)]) -> Vec<Violation> {
+    let mut errors = Vec::new();
+    for &(reviewer, reviewed) in review_pairs {
+        let (Some(wave), Some(reviewed_wave)) = (graph.wave(reviewer), graph.wave(reviewed)) else {
+            continue;
+        };
+        if wave > reviewed_wave {
+            continue;
+        }
+        let (id, reviewed_id) = (graph.id(reviewer), graph.id(reviewed));
+        let body = format!(
+            "reviewer-disjointness: review task {} (parallel_group {wave}) reviews {} \
+             (parallel_group {reviewed_wave}) but does not run after it; move {} to \
+             parallel_group {} or later and make it depend_on {}",
+            quote(id),
+            quote(reviewed_id),
+            quote(id),
+            reviewed_wave.saturating_add(1),
+            quote(reviewed_id)
+        );
+        errors.push(
+            Violation::new(
+                Code::ReviewNotAfter,
+                body,
+                vec![id.to_owned(), reviewed_id.to_owned()],
+            )
+            .at_index(graph.tasks[reviewer].index)
+            .on_field("parallel_group")
+            .in_wave(wave),
+        );
+    }
+    errors
+}
+
+/// Warning: a review task that does not depend on the task it reviews.
+fn reviews_without_dependency(
+    graph: &TaskGraph<'_>,
+    review_pairs: &[(usize, usize)],
+) -> Vec<Violation> {
+    let mut warnings = Vec::new();
+    for &(reviewer, reviewed) in review_pairs {
+        let raw = &graph.tasks[reviewer];
+        let depends = graph
+            .dependencies(reviewer)
+            .iter()
+            .any(|&(_, dependency)| dependency == reviewed);
+        if depends || !raw.usable.depends_on {
+            continue;
+        }
+        let (id, reviewed_id) = (graph.id(reviewer), graph.id(reviewed));
+        let body = format!(
+            "review task {} reviews {} but does not depends_on it; add {} to its depends_on so \
+             the review runs after the work",
+            quote(id),
+            quote(reviewed_id),
+            quote(reviewed_id)
+        );
+        warnings.push(
+            Violation::new(
+                Code::ReviewWithoutDependency,
+                body,
+                vec![id.to_owned(), reviewed_id.to_owned()],
+            )
+            .at_index(raw.index)
+            .on_field("depends_on"),
+        );
+    }
+    warnings
+}
+
+/// Task ids by wave, ascending, task order within a wave.
+fn group_waves(graph: &TaskGraph<'_>) -> Vec<Vec<String>> {
+    let mut placed: Vec<(i64, usize)> = (0..graph.tasks.len())
+        .filter(|&position| graph.addressable[position])
+        .filter_map(|position| graph.wave(position).map(|wave| (wave, position)))
+        .collect();
+    placed.sort_by_key(|&(wave, _)| wave); // stable: task order within a wave
+    let mut waves: Vec<Vec<String>> = Vec::new();
+    let mut current_wave = None;
+    for (wave, position) in placed {
+        if current_wave != Some(wave) {
+            current_wave = Some(wave);
+            waves.push(Vec::new());
+        }
+        if let Some(members) = waves.last_mut() {
+            members.push(graph.id(position).to_owned());
+        }
+    }
+    waves
+}

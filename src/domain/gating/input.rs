@@ -1,0 +1,648 @@
+//! Reading a task list into typed tasks plus shape errors (gate 0) in one pass.
+//!
+//! One serde visitor serves both a `serde_json::Value` and JSON text. On text it
+//! builds tasks directly, never an intermediate `Value` (which would cost several
+//! times the input size), and it never fails on a wrong type: every surprise becomes
+//! data for a violation. Only malformed JSON is an error. Nesting depth stays bounded
+//! by serde_json's recursion limit, which is left on.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use super::text::{Found, describe_bad_id, id_problem, quote};
+use super::{Code, Task, Violation};
+
+/// A task list read from JSON, shape problems included; validate it with
+/// [`super::TaskListSource::Parsed`].
+///
+/// Implements `Deserialize`, so it can be a field of a larger document (a request
+/// body, the CLI's `{"tasks": [...], "existing_files": [...]}`) and be read in the
+/// same streaming pass. Deserializing only fails on malformed JSON.
+#[derive(Debug)]
+pub struct ParsedTaskList(List);
+
+#[derive(Debug)]
+enum List {
+    Tasks(Vec<RawTask>),
+    Empty,
+    NotAList(Found),
+    NonObjectEntry { index: usize, found: Found },
+}
+
+/// Which fields of a task are usable by the gates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct UsableFields {
+    pub id: bool,
+    pub persona: bool,
+    pub group: bool,
+    pub depends_on: bool,
+    pub reads: bool,
+    pub writes: bool,
+    pub description: bool,
+}
+
+impl UsableFields {
+    pub(crate) fn all(&self) -> bool {
+        self.id
+            && self.persona
+            && self.group
+            && self.depends_on
+            && self.reads
+            && self.writes
+            && self.description
+    }
+}
+
+/// A task as read, before the cross-task gates.
+#[derive(Debug)]
+pub(crate) struct RawTask {
+    pub index: usize,
+    pub task: Task,
+    pub usable: UsableFields,
+    /// `reviews` was present but not a usable id: what was found (gate 6).
+    pub invalid_reviews: Option<String>,
+    /// Gate-0 errors of this task alone, in field order.
+    pub shape_errors: Vec<Violation>,
+}
+
+impl ParsedTaskList {
+    pub(crate) fn from_value(value: &Value) -> Result<Self, Violation> {
+        // Reading a `Value` cannot hit malformed JSON; the error arm is defensive.
+        ParsedTaskList::deserialize(value).map_err(|error| not_json(&error.to_string()))
+    }
+
+    pub(crate) fn into_tasks(self) -> Result<Vec<RawTask>, Violation> {
+        match self.0 {
+            List::Tasks(tasks) => Ok(tasks),
+            List::Empty => Err(not_a_task_list("empty array")),
+            List::NotAList(found) => Err(not_a_task_list(found.json_type())),
+            List::NonObjectEntry { index, found } => Err(Violation::new(
+                Code::SynthesisFailure,
+                format!(
+                    "synthesis task list contains a non-object entry (index {index}: got {})",
+                    found.described()
+                ),
+                Vec::new(),
+            )
+            .at_index(index)),
+        }
+    }
+
+    /// Number of entries read (0 unless the input was a list of objects).
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            List::Tasks(tasks) => tasks.len(),
+            _ => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub(crate) fn empty_output() -> Violation {
+    Violation::new(
+        Code::SynthesisFailure,
+        "synthesis produced empty output",
+        Vec::new(),
+    )
+}
+
+pub(crate) fn not_json(detail: &str) -> Violation {
+    Violation::new(
+        Code::SynthesisFailure,
+        format!("synthesis output is not valid JSON: {detail}"),
+        Vec::new(),
+    )
+}
+
+fn not_a_task_list(json_type: &str) -> Violation {
+    Violation::new(
+        Code::SynthesisFailure,
+        format!("synthesis output is not a non-empty task list (got {json_type})"),
+        Vec::new(),
+    )
+}
+
+/// Parses JSON text that should hold the task array. `first_line` is the line of the
+/// enclosing document where `text` starts, so error positions point into the
+/// planner's whole output; `context` is put before the detail.
+pub(crate) fn parse_json_text(
+    text: &str,
+    first_line: usize,
+    context: Option<&str>,
+) -> Result<ParsedTaskList, Violation> {
+    if text.trim().is_empty() {
+        return Err(empty_output());
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let parsed = ParsedTaskList::deserialize(&mut deserializer).and_then(|parsed| {
+        deserializer.end()?; // reject trailing characters
+        Ok(parsed)
+    });
+    parsed.map_err(|error| {
+        let detail = json_error_detail(&error, first_line);
+        match context {
+            Some(context) => not_json(&format!("{context}: {detail}")),
+            None => not_json(&detail),
+        }
+    })
+}
+
+/// serde_json's message with its line moved from `text`'s numbering to the whole
+/// document's.
+fn json_error_detail(error: &serde_json::Error, first_line: usize) -> String {
+    let full = error.to_string();
+    if error.line() == 0 {
+        return full;
+    }
+    let position = format!(" at line {} column {}", error.line(), error.column());
+    let what = full.strip_suffix(&position).unwrap_or(&full);
+    let line = error.line().saturating_add(first_line.saturating_sub(1));
+    format!("{what} at line {line} column {}", error.column())
+}
+
+impl<'de> Deserialize<'de> for ParsedTaskList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let list = match ValueSeed(Expect::TaskList).deserialize(deserializer)? {
+            Parsed::TaskList(list) => list,
+            other => List::NotAList(other.into_found()),
+        };
+        Ok(ParsedTaskList(list))
+    }
+}
+
+/// What the visitor is reading; decides what arrays and objects become.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// A string or scalar; arrays and objects are skipped and only their kind kept.
+    Scalar,
+    /// An array of strings; `ids` also applies the id rules to each.
+    StringList {
+        ids: bool,
+    },
+    Task {
+        index: usize,
+    },
+    TaskList,
+}
+
+enum Parsed {
+    Text(String),
+    StringList(StringList),
+    Task(Box<RawTask>),
+    TaskList(List),
+    Other(Found),
+}
+
+impl Parsed {
+    /// What was found, for a value that is not what the field needs.
+    fn into_found(self) -> Found {
+        match self {
+            Parsed::Text(text) => Found::string(&text),
+            Parsed::StringList(_) => Found::Array,
+            Parsed::TaskList(List::NotAList(found)) => found,
+            Parsed::TaskList(_) => Found::Array,
+            Parsed::Task(_) => Found::Object,
+            Parsed::Other(found) => found,
+        }
+    }
+}
+
+struct StringList {
+    items: Vec<String>,
+    /// Position and description of the first unusable element.
+    first_bad: Option<(usize, String)>,
+    bad_count: usize,
+}
+
+struct ValueSeed(Expect);
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Parsed;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Parsed, D::Error> {
+        deserializer.deserialize_any(ValueVisitor(self.0))
+    }
+}
+
+struct ValueVisitor(Expect);
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Parsed;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Found::Bool(value)))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Found::Integer(value.into())))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Found::Integer(value.into())))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Found::Float(value)))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Parsed, E> {
+        Ok(Parsed::Text(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Parsed, E> {
+        Ok(Parsed::Text(value))
+    }
+
+    fn visit_unit<E>(self) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Found::Null))
+    }
+
+    fn visit_none<E>(self) -> Result<Parsed, E> {
+        Ok(Parsed::Other(Found::Null))
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Parsed, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Parsed, A::Error> {
+        match self.0 {
+            Expect::StringList { ids } => read_string_list(seq, ids).map(Parsed::StringList),
+            Expect::TaskList => read_task_list(seq).map(Parsed::TaskList),
+            Expect::Scalar | Expect::Task { .. } => {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Parsed::Other(Found::Array))
+            }
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
+        match self.0 {
+            Expect::Task { index } => {
+                read_task(map, index).map(|task| Parsed::Task(Box::new(task)))
+            }
+            _ => {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Parsed::Other(Found::Object))
+            }
+        }
+    }
+}
+
+fn read_task_list<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<List, A::Error> {
+    let mut tasks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+    let mut first_non_object = None;
+    let mut index = 0;
+    while let Some(entry) = seq.next_element_seed(ValueSeed(Expect::Task { index }))? {
+        match entry {
+            Parsed::Task(task) if first_non_object.is_none() => tasks.push(*task),
+            // After a non-object entry the list is a synthesis failure: keep reading
+            // (the rest must still be valid JSON) but stop keeping tasks.
+            Parsed::Task(_) => {}
+            other => {
+                if first_non_object.is_none() {
+                    first_non_object = Some((index, other.into_found()));
+                    tasks = Vec::new();
+                }
+            }
+        }
+        index += 1;
+    }
+    Ok(match first_non_object {
+        Some((index, found)) => List::NonObjectEntry { index, found },
+        None if index == 0 => List::Empty,
+        None => List::Tasks(tasks),
+    })
+}
+
+fn read_string_list<'de, A: SeqAccess<'de>>(mut seq: A, ids: bool) -> Result<StringList, A::Error> {
+    // Capped: a hostile size hint must not reserve gigabytes.
+    let mut list = StringList {
+        items: Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64)),
+        first_bad: None,
+        bad_count: 0,
+    };
+    let mut position = 0;
+    while let Some(element) = seq.next_element_seed(ValueSeed(Expect::Scalar))? {
+        let problem = match element {
+            Parsed::Text(text) => match id_problem(&text).filter(|_| ids) {
+                None => {
+                    list.items.push(text);
+                    None
+                }
+                Some(problem) => Some(describe_bad_id(&text, problem)),
+            },
+            other => Some(other.into_found().described()),
+        };
+        if let Some(problem) = problem {
+            list.bad_count += 1;
+            list.first_bad.get_or_insert((position, problem));
+        }
+        position += 1;
+    }
+    Ok(list)
+}
+
+/// Keys of a task object; known names are matched without allocating.
+enum Key {
+    TaskId,
+    AssignedPersona,
+    ParallelGroup,
+    DependsOn,
+    Reads,
+    Writes,
+    Description,
+    Reviews,
+    Unknown(String),
+}
+
+impl Key {
+    fn known(name: &str) -> Option<Key> {
+        Some(match name {
+            "task_id" => Key::TaskId,
+            "assigned_persona" => Key::AssignedPersona,
+            "parallel_group" => Key::ParallelGroup,
+            "depends_on" => Key::DependsOn,
+            "reads" => Key::Reads,
+            "writes" => Key::Writes,
+            "description" => Key::Description,
+            "reviews" => Key::Reviews,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+                formatter.write_str("a field name")
+            }
+
+            fn visit_str<E>(self, name: &str) -> Result<Key, E> {
+                Ok(Key::known(name).unwrap_or_else(|| Key::Unknown(name.to_owned())))
+            }
+
+            fn visit_string<E>(self, name: String) -> Result<Key, E> {
+                Ok(Key::known(&name).unwrap_or(Key::Unknown(name)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+#[derive(Default)]
+struct TaskFields {
+    task_id: Option<Parsed>,
+    assigned_persona: Option<Parsed>,
+    parallel_group: Option<Parsed>,
+    depends_on: Option<Parsed>,
+    reads: Option<Parsed>,
+    writes: Option<Parsed>,
+    description: Option<Parsed>,
+    reviews: Option<Parsed>,
+    extra: Map<String, Value>,
+}
+
+fn read_task<'de, A: MapAccess<'de>>(mut map: A, index: usize) -> Result<RawTask, A::Error> {
+    let mut fields = TaskFields::default();
+    let scalar = || ValueSeed(Expect::Scalar);
+    // A repeated key keeps its last value, as serde_json's own `Value` does.
+    while let Some(key) = map.next_key::<Key>()? {
+        match key {
+            Key::TaskId => fields.task_id = Some(map.next_value_seed(scalar())?),
+            Key::AssignedPersona => fields.assigned_persona = Some(map.next_value_seed(scalar())?),
+            Key::ParallelGroup => fields.parallel_group = Some(map.next_value_seed(scalar())?),
+            Key::DependsOn => {
+                let seed = ValueSeed(Expect::StringList { ids: true });
+                fields.depends_on = Some(map.next_value_seed(seed)?);
+            }
+            Key::Reads => {
+                let seed = ValueSeed(Expect::StringList { ids: false });
+                fields.reads = Some(map.next_value_seed(seed)?);
+            }
+            Key::Writes => {
+                let seed = ValueSeed(Expect::StringList { ids: false });
+                fields.writes = Some(map.next_value_seed(seed)?);
+            }
+            Key::Description => fields.description = Some(map.next_value_seed(scalar())?),
+            Key::Reviews => fields.reviews = Some(map.next_value_seed(scalar())?),
+            Key::Unknown(name) => {
+                let value: Value = map.next_value()?;
+                fields.extra.insert(name, value);
+            }
+        }
+    }
+    Ok(fields.into_raw_task(index))
+}
+
+const ID_EXPECTED: &str = "a non-empty string of at most 256 bytes without control characters";
+const PERSONA_EXPECTED: &str = "a non-empty string";
+const DESCRIPTION_EXPECTED: &str = "a string (may be empty)";
+const DEPENDS_ON_EXPECTED: &str = "an array of task_id strings";
+const PATHS_EXPECTED: &str = "an array of file path strings";
+
+/// Builds gate-0 errors for one task; they name the task by index and, once known
+/// to be usable, by id.
+struct ShapeReport {
+    index: usize,
+    label: String,
+    task_ids: Vec<String>,
+    errors: Vec<Violation>,
+}
+
+impl ShapeReport {
+    fn missing(&mut self, field: &str, expected: &str) {
+        let body = format!(
+            "task {} is missing required field '{field}'; add it as {expected}",
+            self.label
+        );
+        self.push(Code::MissingField, body, field);
+    }
+
+    fn invalid(&mut self, field: &str, expected: &str, found: &str) {
+        let body = format!(
+            "task {} has an invalid '{field}': expected {expected}, got {found}",
+            self.label
+        );
+        self.push(Code::InvalidField, body, field);
+    }
+
+    fn push(&mut self, code: Code, body: String, field: &str) {
+        let violation = Violation::new(code, body, self.task_ids.clone())
+            .at_index(self.index)
+            .on_field(field);
+        self.errors.push(violation);
+    }
+
+    /// A required non-empty string field (`assigned_persona`).
+    fn required_text(&mut self, value: Option<Parsed>, field: &str) -> Option<String> {
+        match value {
+            None => self.missing(field, PERSONA_EXPECTED),
+            Some(Parsed::Text(text)) if !text.is_empty() => return Some(text),
+            Some(Parsed::Text(_)) => self.invalid(field, PERSONA_EXPECTED, "an empty string"),
+            Some(other) => self.invalid(field, PERSONA_EXPECTED, &other.into_found().described()),
+        }
+        None
+    }
+
+    /// An optional array-of-strings field; absent means empty.
+    fn string_list(
+        &mut self,
+        value: Option<Parsed>,
+        field: &str,
+        expected: &str,
+    ) -> Option<Vec<String>> {
+        match value {
+            None => Some(Vec::new()),
+            Some(Parsed::StringList(list)) => match list.first_bad {
+                None => Some(list.items),
+                Some((position, found)) => {
+                    let more = match list.bad_count {
+                        0 | 1 => String::new(),
+                        count => format!(" (and {} more invalid entries)", count - 1),
+                    };
+                    let found = format!("{found} at position {position}{more}");
+                    self.invalid(field, expected, &found);
+                    None
+                }
+            },
+            Some(other) => {
+                self.invalid(field, expected, &other.into_found().described());
+                None
+            }
+        }
+    }
+}
+
+impl TaskFields {
+    fn into_raw_task(self, index: usize) -> RawTask {
+        let mut report = ShapeReport {
+            index,
+            label: format!("at index {index}"),
+            task_ids: Vec::new(),
+            errors: Vec::new(),
+        };
+        let mut usable = UsableFields::default();
+
+        let task_id = match self.task_id {
+            None => {
+                report.missing("task_id", ID_EXPECTED);
+                None
+            }
+            Some(Parsed::Text(id)) => match id_problem(&id) {
+                None => Some(id),
+                Some(problem) => {
+                    report.invalid("task_id", ID_EXPECTED, &describe_bad_id(&id, problem));
+                    None
+                }
+            },
+            Some(other) => {
+                report.invalid("task_id", ID_EXPECTED, &other.into_found().described());
+                None
+            }
+        };
+        // Messages about the other fields name the task by id when it has one.
+        let group_label = match &task_id {
+            Some(id) => {
+                report.label = format!("{} (index {index})", quote(id));
+                report.task_ids = vec![id.clone()];
+                usable.id = true;
+                quote(id)
+            }
+            None => format!("at index {index}"),
+        };
+
+        let assigned_persona = report.required_text(self.assigned_persona, "assigned_persona");
+        usable.persona = assigned_persona.is_some();
+
+        let parallel_group = read_parallel_group(self.parallel_group, &group_label, &mut report);
+        usable.group = parallel_group.is_some();
+
+        let depends_on = report.string_list(self.depends_on, "depends_on", DEPENDS_ON_EXPECTED);
+        usable.depends_on = depends_on.is_some();
+        let reads = report.string_list(self.reads, "reads", PATHS_EXPECTED);
+        usable.reads = reads.is_some();
+        let writes = report.string_list(self.writes, "writes", PATHS_EXPECTED);
+        usable.writes = writes.is_some();
+
+        let description = match self.description {
+            None => {
+                report.missing("description", DESCRIPTION_EXPECTED);
+                None
+            }
+            Some(Parsed::Text(text)) => Some(text),
+            Some(other) => {
+                let found = other.into_found().described();
+                report.invalid("description", DESCRIPTION_EXPECTED, &found);
+                None
+            }
+        };
+        usable.description = description.is_some();
+
+        // A bad `reviews` is a gate-6 error (`invalid_reviews`), not a shape error.
+        let (reviews, invalid_reviews) = match self.reviews {
+            None | Some(Parsed::Other(Found::Null)) => (None, None),
+            Some(Parsed::Text(reviewed)) => match id_problem(&reviewed) {
+                None => (Some(reviewed), None),
+                Some(problem) => (None, Some(describe_bad_id(&reviewed, problem))),
+            },
+            Some(other) => (None, Some(other.into_found().described())),
+        };
+
+        RawTask {
+            index,
+            task: Task {
+                task_id: task_id.unwrap_or_default(),
+                assigned_persona: assigned_persona.unwrap_or_default(),
+                parallel_group: parallel_group.unwrap_or_default(),
+                depends_on: depends_on.unwrap_or_default(),
+                reads: reads.unwrap_or_default(),
+                writes: writes.unwrap_or_default(),
+                description: description.unwrap_or_default(),
+                reviews,
+                extra: self.extra,
+            },
+            usable,
+            invalid_reviews,
+            shape_errors: report.errors,
+        }
+    }
+}
+
+/// `parallel_group`: an integer >= 1 (never null, a bool, a float — `2.0` included —
+/// or a string). Errors use the spec's wording verbatim.
+fn read_parallel_group(
+    value: Option<Parsed>,
+    label: &str,
+    report: &mut ShapeReport,
+) -> Option<i64> {
+    const RULE: &str = "every task must declare an integer wave (>= 1)";
+    let body = match value {
+        Some(Parsed::Other(Found::Integer(group))) if group >= 1 => match i64::try_from(group) {
+            Ok(group) => return Some(group),
+            Err(_) => format!("task {label} parallel_group must be an int >= 1, got {group}"),
+        },
+        None => format!("task {label} has no parallel_group; {RULE}"),
+        Some(Parsed::Other(Found::Null)) => format!("task {label} has null parallel_group; {RULE}"),
+        Some(other) => format!(
+            "task {label} parallel_group must be an int >= 1, got {}",
+            other.into_found().value()
+        ),
+    };
+    report.push(Code::InvalidParallelGroup, body, "parallel_group");
+    None
+}

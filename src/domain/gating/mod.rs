@@ -1,0 +1,304 @@
+//! Task-list gating (spec `gating.md` §1–§3): parse a planner's task list, run every
+//! DAG gate, and report all violations with stable codes.
+//!
+//! Pure: no I/O. Runs in linear time (hash maps keyed by id, path and wave; one
+//! strongly-connected-components pass), so hostile input cannot make it quadratic.
+//!
+//! Decisions where the spec leaves room (each is tested):
+//! - Ids (`task_id`, `depends_on` entries, `reviews`) must be non-empty, at most 256
+//!   bytes and free of control characters; otherwise `invalid_field` (`invalid_reviews`
+//!   for `reviews`). Values shown in messages are quoted like Python's `repr`, with
+//!   control characters escaped and long strings cut.
+//! - A task whose `task_id` is missing, invalid or a later duplicate cannot be named
+//!   or depended on, so it takes no part in gates 1–7 (its writes still satisfy later
+//!   reads). A task with a bad field is left out of the gates needing that field only.
+//!   Id lookups resolve to the first task with that id.
+//! - `depends_on`, `reads`, `writes` must be arrays when present (`null` is
+//!   `invalid_field`, unlike `"reviews": null`, which the spec calls absent).
+//! - A cycle error is raised per strongly connected component (its `task_ids` are all
+//!   members, in task order; `cycle` is one simple cycle through them) and per
+//!   self-loop; `a -> b` reads "a depends_on b". Edges inside such a component are not
+//!   also reported as `wave_order`.
+//! - A read whose only writers have an unusable `parallel_group` is not reported: the
+//!   `invalid_parallel_group` error already covers it.
+//! - Messages with a template in the spec keep it verbatim; `orphan_dependency` gets a
+//!   fix hint appended. Warnings are prefixed `PlannerDagWarning:`.
+//! - Planner output: with fenced blocks but none in `json` (or without a language),
+//!   the text is still parsed whole, and the error says no json block was found. A
+//!   selected block holding only whitespace counts as empty output.
+
+mod fence;
+mod gates;
+pub mod generate;
+mod input;
+mod text;
+
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+pub use input::ParsedTaskList;
+
+/// Where a task list comes from.
+pub enum TaskListSource<'a> {
+    /// A JSON value that should be the task array (e.g. a request's `tasks`).
+    Tasks(&'a serde_json::Value),
+    /// The planner's raw text: the last fenced `json` (or unlabelled) block wins.
+    PlannerOutput(&'a str),
+    /// JSON text that should be the task array, parsed straight into tasks without an
+    /// intermediate `serde_json::Value` (a fraction of the memory for big lists).
+    Json(&'a str),
+    /// A list already read as part of a larger document (see [`ParsedTaskList`]).
+    Parsed(ParsedTaskList),
+}
+
+/// One task of a list. Fields that failed the shape checks hold defaults.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Task {
+    pub task_id: String,
+    pub assigned_persona: String,
+    pub parallel_group: i64,
+    pub depends_on: Vec<String>,
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviews: Option<String>,
+    /// Unknown fields, kept in input order and returned, never rejected.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Stable violation codes (serialized snake_case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    SynthesisFailure,
+    MissingField,
+    InvalidField,
+    DuplicateTaskId,
+    InvalidParallelGroup,
+    OrphanDependency,
+    Cycle,
+    WaveOrder,
+    WriteContention,
+    UnsatisfiedRead,
+    InvalidReviews,
+    SelfReview,
+    OrphanReviews,
+    ReviewerNotDisjoint,
+    ReviewNotAfter,
+    ReviewWithoutDependency,
+    DuplicateDependency,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::SynthesisFailure => "synthesis_failure",
+            Code::MissingField => "missing_field",
+            Code::InvalidField => "invalid_field",
+            Code::DuplicateTaskId => "duplicate_task_id",
+            Code::InvalidParallelGroup => "invalid_parallel_group",
+            Code::OrphanDependency => "orphan_dependency",
+            Code::Cycle => "cycle",
+            Code::WaveOrder => "wave_order",
+            Code::WriteContention => "write_contention",
+            Code::UnsatisfiedRead => "unsatisfied_read",
+            Code::InvalidReviews => "invalid_reviews",
+            Code::SelfReview => "self_review",
+            Code::OrphanReviews => "orphan_reviews",
+            Code::ReviewerNotDisjoint => "reviewer_not_disjoint",
+            Code::ReviewNotAfter => "review_not_after",
+            Code::ReviewWithoutDependency => "review_without_dependency",
+            Code::DuplicateDependency => "duplicate_dependency",
+        }
+    }
+
+    /// The violation class a message starts with (the reference validator's exception
+    /// names, which planners already know); `None` for synthesis failures, whose
+    /// wording the spec fixes without a prefix.
+    pub fn class_name(self) -> Option<&'static str> {
+        match self {
+            Code::SynthesisFailure => None,
+            Code::MissingField | Code::InvalidField | Code::DuplicateTaskId => {
+                Some("TaskShapeError")
+            }
+            Code::OrphanDependency => Some("OrphanDepsError"),
+            Code::Cycle => Some("CycleError"),
+            Code::WaveOrder => Some("WaveOrderError"),
+            Code::WriteContention => Some("FileContentionError"),
+            Code::UnsatisfiedRead => Some("UnsatisfiableReadsError"),
+            Code::InvalidParallelGroup
+            | Code::InvalidReviews
+            | Code::SelfReview
+            | Code::OrphanReviews
+            | Code::ReviewerNotDisjoint
+            | Code::ReviewNotAfter => Some("PlannerDagInvalid"),
+            Code::ReviewWithoutDependency | Code::DuplicateDependency => Some("PlannerDagWarning"),
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+/// One gate violation or warning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Violation {
+    pub code: Code,
+    /// Starts with the class name (`CycleError: ...`); never contains a line break.
+    pub message: String,
+    /// The tasks involved, most relevant first.
+    pub task_ids: Vec<String>,
+    /// Position in the input list of the task the violation is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// A file path, after removing a leading `./`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The `parallel_group` of the task the violation is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<i64>,
+    /// For `cycle`: the cycle's task ids in path order, from the naturally smallest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<Vec<String>>,
+}
+
+impl Violation {
+    /// A violation whose message is `body` behind the code's class prefix.
+    pub(crate) fn new(code: Code, body: impl std::fmt::Display, task_ids: Vec<String>) -> Self {
+        let message = match code.class_name() {
+            Some(class) => format!("{class}: {body}"),
+            None => body.to_string(),
+        };
+        Self {
+            code,
+            message,
+            task_ids,
+            index: None,
+            field: None,
+            path: None,
+            wave: None,
+            cycle: None,
+        }
+    }
+
+    pub(crate) fn at_index(mut self, index: usize) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    pub(crate) fn on_field(mut self, field: &str) -> Self {
+        self.field = Some(field.to_owned());
+        self
+    }
+
+    pub(crate) fn on_path(mut self, path: &str) -> Self {
+        self.path = Some(path.to_owned());
+        self
+    }
+
+    pub(crate) fn in_wave(mut self, wave: i64) -> Self {
+        self.wave = Some(wave);
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Valid,
+    /// Nothing usable came out (§2): escalate at once, no retry.
+    SynthesisFailure,
+    /// A list was read but violates gates (§3): one retry.
+    DagInvalid,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub outcome: Outcome,
+    /// The typed tasks: complete and in input order when valid; otherwise the tasks
+    /// with no shape error (gate 0), in input order; empty on synthesis failure.
+    pub tasks: Vec<Task>,
+    pub errors: Vec<Violation>,
+    pub warnings: Vec<Violation>,
+    /// Task ids by `parallel_group`, ascending, task order within a wave (tasks with
+    /// an unusable id or group are left out).
+    pub waves: Vec<Vec<String>>,
+}
+
+/// The body of `POST /v1/task-lists/validate` and of `plangate validate --format json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ValidationReport {
+    pub valid: bool,
+    pub errors: Vec<Violation>,
+    pub warnings: Vec<Violation>,
+    pub waves: Vec<Vec<String>>,
+}
+
+impl Validation {
+    pub fn is_valid(&self) -> bool {
+        self.outcome == Outcome::Valid
+    }
+
+    pub fn report(&self) -> ValidationReport {
+        ValidationReport {
+            valid: self.is_valid(),
+            errors: self.errors.clone(),
+            warnings: self.warnings.clone(),
+            waves: self.waves.clone(),
+        }
+    }
+
+    /// [`Validation::report`] without copying.
+    pub fn into_report(self) -> ValidationReport {
+        ValidationReport {
+            valid: self.is_valid(),
+            errors: self.errors,
+            warnings: self.warnings,
+            waves: self.waves,
+        }
+    }
+
+    /// The text a planner is re-prompted with: every error message, one a line.
+    pub fn reprompt(&self) -> String {
+        let mut text = String::new();
+        for error in &self.errors {
+            text.push_str(&error.message);
+            text.push('\n');
+        }
+        text
+    }
+
+    fn synthesis_failure(error: Violation) -> Self {
+        Self {
+            outcome: Outcome::SynthesisFailure,
+            tasks: Vec::new(),
+            errors: vec![error],
+            warnings: Vec::new(),
+            waves: Vec::new(),
+        }
+    }
+}
+
+/// Parses and gates a task list. `existing_files` are the paths that pre-exist in the
+/// repository (a leading `./` is ignored).
+pub fn validate(source: TaskListSource<'_>, existing_files: &[String]) -> Validation {
+    let parsed = match source {
+        TaskListSource::Tasks(value) => ParsedTaskList::from_value(value),
+        TaskListSource::PlannerOutput(text) => fence::parse_planner_output(text),
+        TaskListSource::Json(text) => input::parse_json_text(text, 1, None),
+        TaskListSource::Parsed(parsed) => Ok(parsed),
+    };
+    match parsed.and_then(ParsedTaskList::into_tasks) {
+        Ok(tasks) => gates::run(tasks, existing_files),
+        Err(error) => Validation::synthesis_failure(error),
+    }
+}

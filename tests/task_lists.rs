@@ -1,0 +1,829 @@
+//! Task-list gating over HTTP on both databases: validation, persistence with
+//! edges and team_pk, retry/escalation accounting, transitions with cascade,
+//! barrier vs pipeline readiness, status scoping, teams, and bad input.
+
+mod common;
+
+use common::{TestApp, expect_problem};
+use serde_json::{Value, json};
+
+fn task(
+    id: &str,
+    persona: &str,
+    wave: i64,
+    deps: &[&str],
+    reads: &[&str],
+    writes: &[&str],
+) -> Value {
+    json!({
+        "task_id": id, "assigned_persona": persona, "parallel_group": wave,
+        "depends_on": deps, "reads": reads, "writes": writes, "description": format!("do {id}"),
+    })
+}
+
+/// a → b, a → c, b → d, c → d
+fn diamond() -> Value {
+    json!([
+        task("a", "p1", 1, &[], &[], &["a.py"]),
+        task("b", "p2", 2, &["a"], &["a.py"], &["b.py"]),
+        task("c", "p3", 2, &["a"], &["a.py"], &["c.py"]),
+        task("d", "p4", 3, &["b", "c"], &["b.py", "c.py"], &["d.py"]),
+    ])
+}
+
+async fn create(app: &TestApp, project: &str, team: Option<&str>, tasks: Value) -> Value {
+    let mut body = json!({"project_id": project, "created_by": "pm", "tasks": tasks});
+    if let Some(team) = team {
+        body["team_pk"] = json!(team);
+    }
+    let response = app.post_json("/v1/task-lists", &body).await;
+    let status = response.status();
+    let location = response
+        .headers()
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let list: Value = response.json().await.unwrap();
+    assert_eq!(status, 201, "{list}");
+    assert_eq!(
+        location.unwrap(),
+        format!("/v1/task-lists/{}", list["id"].as_str().unwrap())
+    );
+    list
+}
+
+fn server_id(list: &Value, local: &str) -> String {
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == local)
+        .unwrap_or_else(|| panic!("no task {local} in {list}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn set_status(app: &TestApp, id: &str, body: Value) -> reqwest::Response {
+    app.patch_json(&format!("/v1/tasks/{id}"), &body).await
+}
+
+async fn status_of(app: &TestApp, list_id: &str) -> std::collections::HashMap<String, Value> {
+    let list: Value = app
+        .get(&format!("/v1/task-lists/{list_id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["task_id"].as_str().unwrap().to_owned(), t.clone()))
+        .collect()
+}
+
+async fn validate_reports_every_violation_in_gate_order(app: TestApp) {
+    let planner_output = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/examples/planner_output.md"
+    ))
+    .unwrap_or_else(|_| include_str!("fixtures/planner_output.md").to_owned());
+    let ok: Value = app
+        .post_json(
+            "/v1/task-lists/validate",
+            &json!({
+                "planner_output": planner_output,
+                "existing_files": ["src/http/client.py", "src/tenancy/model.py", "README.md"],
+            }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ok["valid"], true, "{ok}");
+    assert_eq!(ok["waves"], json!([["t-1", "t-2"], ["t-3"], ["t-4"]]));
+
+    // Same-wave dependency, orphan, write contention, unsatisfied read.
+    let bad = json!([
+        task("x", "p1", 1, &[], &[], &["f.py"]),
+        task("y", "p2", 1, &["x", "ghost"], &["nowhere.py"], &["f.py"]),
+    ]);
+    let report: Value = app
+        .post_json("/v1/task-lists/validate", &json!({"tasks": bad}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["valid"], false);
+    let codes: Vec<&str> = report["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "orphan_dependency",
+            "wave_order",
+            "write_contention",
+            "unsatisfied_read"
+        ],
+        "{report}"
+    );
+    assert_eq!(report["errors"][0]["task_ids"], json!(["y", "ghost"]));
+
+    // Unparseable planner output: 200 with one synthesis_failure.
+    let failure: Value = app
+        .post_json(
+            "/v1/task-lists/validate",
+            &json!({"planner_output": "```json\n[{\n```"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(failure["valid"], false);
+    assert_eq!(failure["errors"].as_array().unwrap().len(), 1);
+    assert_eq!(failure["errors"][0]["code"], "synthesis_failure");
+    app.shutdown().await;
+}
+
+async fn validate_refuses_malformed_requests(app: TestApp) {
+    let neither = app
+        .post_json("/v1/task-lists/validate", &json!({"existing_files": []}))
+        .await;
+    expect_problem(neither, 422, "invalid_body").await;
+    let both = app
+        .post_json(
+            "/v1/task-lists/validate",
+            &json!({"tasks": [], "planner_output": "x"}),
+        )
+        .await;
+    expect_problem(both, 422, "invalid_body").await;
+    let typo = app
+        .post_json("/v1/task-lists/validate", &json!({"taks": []}))
+        .await;
+    let problem = expect_problem(typo, 422, "invalid_body").await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("taks"),
+        "{problem}"
+    );
+    let wrong_type = app
+        .post_json(
+            "/v1/task-lists/validate",
+            &json!({"tasks": [], "existing_files": "README.md"}),
+        )
+        .await;
+    let problem = expect_problem(wrong_type, 422, "invalid_body").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("existing_files"),
+        "{problem}"
+    );
+    let syntax = app
+        .client
+        .post(app.url("/v1/task-lists/validate"))
+        .header("content-type", "application/json")
+        .body("{\"tasks\": [")
+        .send()
+        .await
+        .unwrap();
+    expect_problem(syntax, 400, "malformed_json").await;
+    let not_json = app
+        .client
+        .post(app.url("/v1/task-lists/validate"))
+        .header("content-type", "text/plain")
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    expect_problem(not_json, 415, "unsupported_media_type").await;
+    // 100,000-deep nesting stops at the parser's recursion limit, without a crash.
+    let deep = format!(
+        "{{\"tasks\": {}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let nested = app
+        .client
+        .post(app.url("/v1/task-lists/validate"))
+        .header("content-type", "application/json")
+        .body(deep)
+        .send()
+        .await
+        .unwrap();
+    assert!(nested.status().is_client_error(), "{}", nested.status());
+    expect_problem(nested, 400, "malformed_json").await;
+    // Over the 16 MiB default limit: the answer comes from the headers alone, before
+    // the body is sent (a client still writing would see the connection close).
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/task-lists/validate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        17 * 1024 * 1024
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    assert!(answer.contains("\"code\":\"body_too_large\""), "{answer}");
+    // A chunked body (no length up front) is cut at the same limit by the extractor.
+    let chunks =
+        futures::stream::iter((0..18).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024 * 1024])));
+    let chunked = app
+        .client
+        .post(app.url("/v1/task-lists/validate"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .expect("the server reads the body up to the limit, then answers");
+    expect_problem(chunked, 413, "body_too_large").await;
+    app.shutdown().await;
+}
+
+async fn created_list_keeps_edges_team_and_extra_fields(app: TestApp) {
+    let mut tasks = diamond();
+    tasks[0]["estimate_hours"] = json!(3);
+    tasks[3]["depends_on"] = json!(["b", "c", "b"]); // duplicate: a warning, one edge
+    tasks[3]["reviews"] = json!(null);
+    let list = create(&app, "proj", Some("cycle-1"), tasks).await;
+    assert_eq!(list["project_id"], "proj");
+    assert_eq!(list["team_pk"], "cycle-1");
+    assert_eq!(list["created_by"], "pm");
+    let tasks = list["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 4);
+    for t in tasks {
+        assert_eq!(t["status"], "pending");
+        assert_ne!(t["id"], t["task_id"], "server ids differ from local ids");
+    }
+    assert_eq!(tasks[0]["extra"], json!({"estimate_hours": 3}));
+    assert_eq!(tasks[3]["depends_on"], json!(["b", "c"]));
+    assert_eq!(tasks[3]["reads"], json!(["b.py", "c.py"]));
+    // What GET returns is what POST answered.
+    let id = list["id"].as_str().unwrap();
+    let fetched: Value = app
+        .get(&format!("/v1/task-lists/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fetched, list);
+    app.shutdown().await;
+}
+
+async fn rejected_lists_are_counted_per_cycle_and_escalate(app: TestApp) {
+    let bad = json!([task("a", "p", 1, &["a"], &[], &[])]);
+    let submit = |team: &'static str, tasks: Value| {
+        let body =
+            json!({"project_id": "proj", "team_pk": team, "created_by": "pm", "tasks": tasks});
+        let app = &app;
+        async move { app.post_json("/v1/task-lists", &body).await }
+    };
+    let first = expect_problem(submit("c1", bad.clone()).await, 422, "dag_invalid").await;
+    assert_eq!(
+        (first["attempt"].clone(), first["escalate"].clone()),
+        (json!(1), json!(false))
+    );
+    assert!(first["escalation"].is_null());
+    assert_eq!(first["errors"][0]["code"], "cycle");
+    assert!(
+        first["reprompt"]
+            .as_str()
+            .unwrap()
+            .starts_with("CycleError: "),
+        "{first}"
+    );
+    // Another cycle of the same project has its own count.
+    let other = expect_problem(submit("c2", bad.clone()).await, 422, "dag_invalid").await;
+    assert_eq!(other["attempt"], 1);
+    let second = expect_problem(submit("c1", bad.clone()).await, 422, "dag_invalid").await;
+    assert_eq!(
+        (second["attempt"].clone(), second["escalate"].clone()),
+        (json!(2), json!(true))
+    );
+    assert_eq!(second["escalation"], "dag-invalid");
+    // Nothing was stored by the rejections.
+    let status: Value = app
+        .get("/v1/projects/proj/status")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["counts"]["pending"], 0, "{status}");
+    // An accepted list resets the count.
+    create(&app, "proj", Some("c1"), diamond()).await;
+    let after = expect_problem(submit("c1", bad.clone()).await, 422, "dag_invalid").await;
+    assert_eq!(after["attempt"], 1);
+    // A synthesis failure escalates at once.
+    let body = json!({"project_id": "proj", "team_pk": "c3", "created_by": "pm", "planner_output": "no list here"});
+    let synthesis = expect_problem(
+        app.post_json("/v1/task-lists", &body).await,
+        422,
+        "synthesis_failure",
+    )
+    .await;
+    assert_eq!(
+        (
+            synthesis["escalate"].clone(),
+            synthesis["escalation"].clone()
+        ),
+        (json!(true), json!("synthesis-failure"))
+    );
+    app.shutdown().await;
+}
+
+async fn bad_task_fields_name_the_field_and_store_nothing(app: TestApp) {
+    for (value, needle) in [
+        (json!(null), "null parallel_group"),
+        (json!(0), "got 0"),
+        (json!(-1), "got -1"),
+        (json!(true), "got true"),
+        (json!(1.5), "got 1.5"),
+        (json!("2"), "got"),
+    ] {
+        let mut tasks = json!([task("t-1", "p", 1, &[], &[], &[])]);
+        tasks[0]["parallel_group"] = value.clone();
+        let body = json!({"project_id": "shape", "created_by": "pm", "tasks": tasks});
+        let problem = expect_problem(
+            app.post_json("/v1/task-lists", &body).await,
+            422,
+            "dag_invalid",
+        )
+        .await;
+        let error = &problem["errors"][0];
+        assert_eq!(
+            error["code"], "invalid_parallel_group",
+            "{value}: {problem}"
+        );
+        assert_eq!(error["task_ids"], json!(["t-1"]));
+        assert!(
+            error["message"].as_str().unwrap().contains(needle),
+            "{value}: {error}"
+        );
+    }
+    let nul_id = json!([task("a\u{0}b", "p", 1, &[], &[], &[])]);
+    let body = json!({"project_id": "shape", "created_by": "pm", "tasks": nul_id});
+    let problem = expect_problem(
+        app.post_json("/v1/task-lists", &body).await,
+        422,
+        "dag_invalid",
+    )
+    .await;
+    assert_eq!(problem["errors"][0]["field"], "task_id", "{problem}");
+    let long_id = json!([task(&"x".repeat(10_000), "p", 1, &[], &[], &[])]);
+    let body = json!({"project_id": "shape", "created_by": "pm", "tasks": long_id});
+    let problem = expect_problem(
+        app.post_json("/v1/task-lists", &body).await,
+        422,
+        "dag_invalid",
+    )
+    .await;
+    assert!(
+        problem.to_string().len() < 5_000,
+        "a 10 KB id is not echoed in full"
+    );
+    let bad_project = json!({"project_id": "", "created_by": "pm", "tasks": diamond()});
+    let problem = expect_problem(
+        app.post_json("/v1/task-lists", &bad_project).await,
+        422,
+        "invalid_field",
+    )
+    .await;
+    assert_eq!(problem["field"], "project_id");
+    let status: Value = app
+        .get("/v1/projects/shape/status")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        status["counts"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        0
+    );
+    app.shutdown().await;
+}
+
+async fn failure_cascades_through_a_diamond(app: TestApp) {
+    let list = create(&app, "proj", None, diamond()).await;
+    let list_id = list["id"].as_str().unwrap();
+    let a = server_id(&list, "a");
+    let running = set_status(&app, &a, json!({"status": "running"})).await;
+    let running: Value = running.json().await.unwrap();
+    assert_eq!(running["attempts"], 1);
+    assert!(running["started_at"].is_string());
+    let failed = set_status(
+        &app,
+        &a,
+        json!({"status": "failed", "notes": "tests broke"}),
+    )
+    .await;
+    assert_eq!(failed.status(), 200);
+    let failed: Value = failed.json().await.unwrap();
+    let mut cascaded: Vec<String> = failed["cascaded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    cascaded.sort();
+    let mut expected = vec![
+        server_id(&list, "b"),
+        server_id(&list, "c"),
+        server_id(&list, "d"),
+    ];
+    expected.sort();
+    assert_eq!(cascaded, expected, "each dependent abandoned once");
+    let tasks = status_of(&app, list_id).await;
+    assert_eq!(tasks["a"]["status"], "failed");
+    assert_eq!(tasks["a"]["notes"], "tests broke");
+    for dependent in ["b", "c", "d"] {
+        assert_eq!(tasks[dependent]["status"], "abandoned");
+        assert_eq!(tasks[dependent]["abandon_category"], "blocked");
+        assert_eq!(tasks[dependent]["upstream_task_id"], a.as_str());
+        assert_eq!(tasks[dependent]["attempts"], 0, "no attempt charged");
+    }
+    app.shutdown().await;
+}
+
+async fn abandon_cascades_down_a_long_chain_but_spares_terminal_tasks(app: TestApp) {
+    let n = 300;
+    let tasks: Vec<Value> = (0..n)
+        .map(|i| {
+            let deps: Vec<String> = if i == 0 {
+                vec![]
+            } else {
+                vec![format!("t{}", i - 1)]
+            };
+            let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+            task(&format!("t{i}"), "p", i as i64 + 1, &deps, &[], &[])
+        })
+        .collect();
+    let list = create(&app, "chain", None, Value::Array(tasks)).await;
+    // t0 and t1 finish; abandoning t1 afterwards is illegal (terminal), so abandon t2.
+    for id in ["t0", "t1"] {
+        let sid = server_id(&list, id);
+        assert_eq!(
+            set_status(&app, &sid, json!({"status": "running"}))
+                .await
+                .status(),
+            200
+        );
+        assert_eq!(
+            set_status(&app, &sid, json!({"status": "done"}))
+                .await
+                .status(),
+            200
+        );
+    }
+    let t2 = server_id(&list, "t2");
+    let response = set_status(
+        &app,
+        &t2,
+        json!({"status": "abandoned", "abandon_category": "scope"}),
+    )
+    .await;
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["abandon_category"], "scope");
+    assert_eq!(body["cascaded"].as_array().unwrap().len(), n - 3);
+    let tasks = status_of(&app, list["id"].as_str().unwrap()).await;
+    assert_eq!(tasks["t0"]["status"], "done");
+    assert_eq!(tasks["t1"]["status"], "done");
+    assert_eq!(tasks[&format!("t{}", n - 1)]["status"], "abandoned");
+    assert_eq!(
+        tasks[&format!("t{}", n - 1)]["upstream_task_id"],
+        t2.as_str()
+    );
+    app.shutdown().await;
+}
+
+async fn illegal_transitions_are_409_and_repeats_are_idempotent(app: TestApp) {
+    let list = create(&app, "proj", None, diamond()).await;
+    let a = server_id(&list, "a");
+    let problem = expect_problem(
+        set_status(&app, &a, json!({"status": "done"})).await,
+        409,
+        "illegal_transition",
+    )
+    .await;
+    assert_eq!(problem["from"], "pending");
+    assert_eq!(problem["allowed"], json!(["running", "abandoned"]));
+    set_status(&app, &a, json!({"status": "running"})).await;
+    let again: Value = set_status(&app, &a, json!({"status": "running"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["attempts"], 1, "a repeat charges nothing");
+    assert_eq!(again["cascaded"], json!([]));
+    set_status(&app, &a, json!({"status": "done"})).await;
+    expect_problem(
+        set_status(&app, &a, json!({"status": "running"})).await,
+        409,
+        "illegal_transition",
+    )
+    .await;
+    // Field checks.
+    let b = server_id(&list, "b");
+    expect_problem(
+        set_status(&app, &b, json!({"status": "abandoned"})).await,
+        422,
+        "invalid_field",
+    )
+    .await;
+    expect_problem(
+        set_status(
+            &app,
+            &b,
+            json!({"status": "running", "abandon_category": "scope"}),
+        )
+        .await,
+        422,
+        "invalid_field",
+    )
+    .await;
+    expect_problem(
+        set_status(&app, &b, json!({"status": "finished"})).await,
+        422,
+        "invalid_body",
+    )
+    .await;
+    expect_problem(
+        set_status(
+            &app,
+            &b,
+            json!({"status": "abandoned", "abandon_category": "bored"}),
+        )
+        .await,
+        422,
+        "invalid_body",
+    )
+    .await;
+    // Unknown and malformed ids.
+    let unknown = uuid::Uuid::new_v4().to_string();
+    expect_problem(
+        set_status(&app, &unknown, json!({"status": "running"})).await,
+        404,
+        "not_found",
+    )
+    .await;
+    expect_problem(
+        set_status(&app, "not-a-uuid", json!({"status": "running"})).await,
+        400,
+        "invalid_path",
+    )
+    .await;
+    expect_problem(
+        app.get(&format!("/v1/task-lists/{unknown}")).await,
+        404,
+        "not_found",
+    )
+    .await;
+    expect_problem(
+        app.get(&format!("/v1/task-lists/{unknown}/ready")).await,
+        404,
+        "not_found",
+    )
+    .await;
+    app.shutdown().await;
+}
+
+async fn barrier_waits_for_the_wave_pipeline_does_not(app: TestApp) {
+    // w1: a, x (x is slow); w2: b depends only on a.
+    let tasks = json!([
+        task("a", "p1", 1, &[], &[], &["a.py"]),
+        task("x", "p2", 1, &[], &[], &["x.py"]),
+        task("b", "p3", 2, &["a"], &["a.py"], &["b.py"]),
+    ]);
+    let list = create(&app, "proj", None, tasks).await;
+    let id = list["id"].as_str().unwrap();
+    let ready = |mode: &'static str| {
+        let app = &app;
+        async move {
+            let r: Value = app
+                .get(&format!("/v1/task-lists/{id}/ready?mode={mode}"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            let ids: Vec<String> = r["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["task_id"].as_str().unwrap().to_owned())
+                .collect();
+            (r["wave"].clone(), ids)
+        }
+    };
+    assert_eq!(
+        ready("barrier").await,
+        (json!(1), vec!["a".to_owned(), "x".to_owned()])
+    );
+    let a = server_id(&list, "a");
+    let x = server_id(&list, "x");
+    for sid in [&a, &x] {
+        set_status(&app, sid, json!({"status": "running"})).await;
+    }
+    set_status(&app, &a, json!({"status": "done"})).await;
+    // x still runs: barrier offers nothing, pipeline offers b.
+    assert_eq!(ready("barrier").await, (json!(1), vec![]));
+    assert_eq!(ready("pipeline").await, (json!(2), vec!["b".to_owned()]));
+    let default: Value = app
+        .get(&format!("/v1/task-lists/{id}/ready"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(default["mode"], "barrier");
+    expect_problem(
+        app.get(&format!("/v1/task-lists/{id}/ready?mode=eager"))
+            .await,
+        400,
+        "invalid_query",
+    )
+    .await;
+    set_status(&app, &x, json!({"status": "done"})).await;
+    assert_eq!(ready("barrier").await, (json!(2), vec!["b".to_owned()]));
+    app.shutdown().await;
+}
+
+async fn status_is_scoped_per_cycle_with_project_fallback(app: TestApp) {
+    let one = create(&app, "shared", Some("cycle-A"), diamond()).await;
+    create(
+        &app,
+        "shared",
+        Some("cycle-B"),
+        json!([task("solo", "p", 1, &[], &[], &[])]),
+    )
+    .await;
+    let a = server_id(&one, "a");
+    set_status(&app, &a, json!({"status": "running"})).await;
+
+    let cycle_a: Value = app
+        .get("/v1/projects/shared/status?team_pk=cycle-A")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cycle_a["scope"], "cycle");
+    assert_eq!(cycle_a["team_pk"], "cycle-A");
+    assert_eq!(cycle_a["counts"]["pending"], 3);
+    assert_eq!(cycle_a["counts"]["running"], 1);
+    assert_eq!(cycle_a["in_flight"], 1);
+    assert_eq!(cycle_a["active_wave"], 1);
+    assert_eq!(cycle_a["waves"].as_array().unwrap().len(), 3);
+
+    let cycle_b: Value = app
+        .get("/v1/projects/shared/status?team_pk=cycle-B")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cycle_b["scope"], "cycle");
+    assert_eq!(cycle_b["counts"]["pending"], 1);
+    assert_eq!(cycle_b["in_flight"], 0);
+
+    let unknown: Value = app
+        .get("/v1/projects/shared/status?team_pk=nope")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(unknown["scope"], "project");
+    assert_eq!(unknown["counts"]["pending"], 4);
+    let whole: Value = app
+        .get("/v1/projects/shared/status")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole["scope"], "project");
+    assert_eq!(whole["counts"]["running"], 1);
+    app.shutdown().await;
+}
+
+async fn teams_register_per_project(app: TestApp) {
+    let first = app
+        .post_json(
+            "/v1/projects/p1/teams",
+            &json!({"team_pk": "c1", "lead_role": "pm"}),
+        )
+        .await;
+    assert_eq!(first.status(), 201);
+    let second = app
+        .post_json("/v1/projects/p1/teams", &json!({"team_pk": "c2"}))
+        .await;
+    assert_eq!(second.status(), 201);
+    let dup = app
+        .post_json("/v1/projects/p1/teams", &json!({"team_pk": "c1"}))
+        .await;
+    expect_problem(dup, 409, "team_exists").await;
+    let other_project = app
+        .post_json("/v1/projects/p2/teams", &json!({"team_pk": "c1"}))
+        .await;
+    assert_eq!(other_project.status(), 201);
+    let teams: Value = app.get("/v1/projects/p1/teams").await.json().await.unwrap();
+    let pks: Vec<&str> = teams
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["team_pk"].as_str().unwrap())
+        .collect();
+    assert_eq!(pks, ["c1", "c2"]);
+    assert_eq!(teams[0]["lead_role"], "pm");
+    let bad = app
+        .post_json("/v1/projects/p1/teams", &json!({"team_pk": ""}))
+        .await;
+    expect_problem(bad, 422, "invalid_field").await;
+    app.shutdown().await;
+}
+
+async fn graph_renders_waves_as_text(app: TestApp) {
+    let list = create(&app, "proj", None, diamond()).await;
+    let id = list["id"].as_str().unwrap();
+    let mermaid = app.get(&format!("/v1/task-lists/{id}/graph")).await;
+    assert!(
+        mermaid.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let text = mermaid.text().await.unwrap();
+    assert!(text.starts_with("flowchart"), "{text}");
+    assert!(text.contains("Wave 3"), "{text}");
+    let dot = app
+        .get(&format!("/v1/task-lists/{id}/graph?format=dot"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        dot.contains("digraph") && dot.contains("rank=same"),
+        "{dot}"
+    );
+    expect_problem(
+        app.get(&format!("/v1/task-lists/{id}/graph?format=svg"))
+            .await,
+        400,
+        "invalid_query",
+    )
+    .await;
+    app.shutdown().await;
+}
+
+async fn large_lists_persist_in_batches(app: TestApp) {
+    // More rows than one INSERT batch holds, with edges across batches.
+    let n = 2_500;
+    let tasks: Vec<Value> = (0..n)
+        .map(|i| {
+            let wave = i / 100 + 1;
+            let deps: Vec<String> = if wave > 1 {
+                vec![format!("t{}", i - 100)]
+            } else {
+                vec![]
+            };
+            let deps: Vec<&str> = deps.iter().map(String::as_str).collect();
+            task(
+                &format!("t{i}"),
+                "p",
+                wave as i64,
+                &deps,
+                &[],
+                &[&format!("f{i}.py")],
+            )
+        })
+        .collect();
+    let list = create(&app, "big", None, Value::Array(tasks)).await;
+    assert_eq!(list["tasks"].as_array().unwrap().len(), n);
+    assert_eq!(
+        list["tasks"][n - 1]["depends_on"],
+        json!([format!("t{}", n - 101)])
+    );
+    app.shutdown().await;
+}
+
+both_backends!(
+    validate_reports_every_violation_in_gate_order,
+    validate_refuses_malformed_requests,
+    created_list_keeps_edges_team_and_extra_fields,
+    rejected_lists_are_counted_per_cycle_and_escalate,
+    bad_task_fields_name_the_field_and_store_nothing,
+    failure_cascades_through_a_diamond,
+    abandon_cascades_down_a_long_chain_but_spares_terminal_tasks,
+    illegal_transitions_are_409_and_repeats_are_idempotent,
+    barrier_waits_for_the_wave_pipeline_does_not,
+    status_is_scoped_per_cycle_with_project_fallback,
+    teams_register_per_project,
+    graph_renders_waves_as_text,
+    large_lists_persist_in_batches,
+);
