@@ -247,3 +247,40 @@ fn openapi_snapshot_matches_the_code() {
          `cargo run -- openapi > openapi/openapi.json`"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_routes_need_a_token_when_tokens_are_configured() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let app = common::spawn_app_with(backend, |s| {
+            s.api_tokens = vec!["token-aaaaaaaaaaaaaaaa".into()];
+        })
+        .await;
+        let body = serde_json::json!({"tasks": []});
+        let none = app.post_json("/v1/task-lists/validate", &body).await;
+        assert_eq!(none.headers()["www-authenticate"], "Bearer");
+        expect_problem(none, 401, "unauthorized").await;
+        let wrong = app
+            .client
+            .post(app.url("/v1/task-lists/validate"))
+            .bearer_auth("token-bbbbbbbbbbbbbbbb")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        expect_problem(wrong, 401, "unauthorized").await;
+        let right = app
+            .client
+            .post(app.url("/v1/task-lists/validate"))
+            .bearer_auth("token-aaaaaaaaaaaaaaaa")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(right.status(), 200);
+        // Ops routes and docs stay open.
+        for open in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
+            assert_eq!(app.get(open).await.status(), 200, "{open}");
+        }
+        app.shutdown().await;
+    }
+}

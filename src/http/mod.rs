@@ -2,6 +2,7 @@
 //! Handlers are thin: extract (typed, with problem+json rejections), call the domain
 //! or the database, map the result.
 
+pub mod auth;
 pub mod extract;
 pub mod middleware;
 pub mod ops;
@@ -55,6 +56,8 @@ impl AppState {
                        `application/problem+json` with a stable `code`.",
         license(name = "MIT")
     ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
     tags(
         (name = "operations", description = "Health, readiness, metrics, docs"),
         (name = "task-lists", description = "Gate, persist and dispatch planner task lists (gating.md)"),
@@ -62,6 +65,21 @@ impl AppState {
     )
 )]
 struct ApiDoc;
+
+/// Declares the bearer scheme so `/docs` offers "Authorize". It applies to `/v1`
+/// routes when `PLANGATE_API_TOKENS` is set; ops routes override it with none.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
 
 /// Every documented route, with its OpenAPI description.
 fn api_router() -> OpenApiRouter<AppState> {
@@ -93,5 +111,9 @@ pub fn app(state: AppState) -> Router {
         .merge(docs)
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed);
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_token,
+    ));
     middleware::stack(router, &state.settings).with_state(state)
 }

@@ -42,14 +42,14 @@ pub struct Health {
 }
 
 /// Liveness: 200 while the process runs.
-#[utoipa::path(get, path = "/healthz", tag = "operations",
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
     responses((status = 200, description = "The process runs", body = Health)))]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
 /// Readiness: the database answers, migrations are applied, not shutting down.
-#[utoipa::path(get, path = "/readyz", tag = "operations",
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses(
         (status = 200, description = "Ready to serve", body = Health),
         (status = 503, description = "Database unreachable, migrations missing, or shutting down",
@@ -70,7 +70,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
 }
 
 /// Prometheus metrics in the text exposition format.
-#[utoipa::path(get, path = "/metrics", tag = "operations",
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()),
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 async fn metrics() -> impl IntoResponse {
     (
