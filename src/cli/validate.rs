@@ -158,9 +158,14 @@ fn read_text(path: &Path) -> Result<String, UsageError> {
 }
 
 /// `--existing-files`: a JSON array of paths, or one path a line.
+///
+/// JSON when the text starts with `[` and holds a `"` (or is `[]`): a line-per-path
+/// file may well start with `[` too (`[slug]/page.tsx`), but has no JSON strings.
 fn read_existing_files(path: &Path) -> Result<Vec<String>, UsageError> {
     let text = read_text(path)?;
-    if text.trim_start().starts_with('[') {
+    let trimmed = text.trim();
+    let looks_like_json = trimmed.starts_with('[') && (trimmed.contains('"') || trimmed == "[]");
+    if looks_like_json {
         return serde_json::from_str(&text)
             .map_err(|error| usage_error(path, format!("not a JSON array of paths: {error}")));
     }
@@ -309,6 +314,26 @@ mod tests {
         let (status, out, err) = run_cli(&list, Some(&existing), None, OutputFormat::Text);
         assert_eq!((status, err.as_str()), (0, ""));
         assert_eq!(out, "valid: 2 tasks in 2 waves, 0 warnings\n");
+    }
+
+    #[test]
+    fn line_per_path_existing_files_may_start_with_a_bracket() {
+        let scratch = Scratch::new("bracket-paths");
+        let list = scratch.file(
+            "list.json",
+            r#"[{"task_id": "t", "assigned_persona": "p", "parallel_group": 1,
+                "reads": ["[slug]/page.tsx", "b.ts"], "description": ""}]"#,
+        );
+        let existing = scratch.file("existing.txt", "[slug]/page.tsx\nb.ts\n");
+        assert_eq!(
+            run_cli(&list, Some(&existing), None, OutputFormat::Text).0,
+            0
+        );
+        let empty_json = scratch.file("empty.json", " [] ");
+        assert_eq!(
+            run_cli(&list, Some(&empty_json), None, OutputFormat::Text).0,
+            1
+        );
     }
 
     #[test]

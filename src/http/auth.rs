@@ -18,7 +18,11 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-pub async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn require_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let tokens = &state.settings.api_tokens;
     if tokens.is_empty() || !request.uri().path().starts_with("/v1/") {
         return next.run(request).await;
@@ -32,9 +36,9 @@ pub async fn require_token(State(state): State<AppState>, request: Request, next
     let Some(presented) = presented else {
         return unauthorized("send `Authorization: Bearer <token>`");
     };
-    let matched = tokens
-        .iter()
-        .fold(false, |found, t| constant_time_eq(t.as_bytes(), presented.as_bytes()) | found);
+    let matched = tokens.iter().fold(false, |found, t| {
+        constant_time_eq(t.as_bytes(), presented.as_bytes()) | found
+    });
     if matched {
         next.run(request).await
     } else {
@@ -43,10 +47,12 @@ pub async fn require_token(State(state): State<AppState>, request: Request, next
 }
 
 fn unauthorized(detail: &str) -> Response {
-    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
     response
 }
 

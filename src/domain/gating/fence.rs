@@ -8,8 +8,7 @@
 //! the text. Inside a fence nothing opens a new one, so a ```` ```json ```` line quoted
 //! inside a `python` block is ignored. CRLF line ends are accepted.
 
-use super::Violation;
-use super::input::{ParsedTaskList, empty_output, parse_json_text};
+use super::input::{ParsedTaskList, SynthesisError, empty_output, parse_json_text};
 
 /// Where the JSON to parse is.
 #[derive(Debug, PartialEq, Eq)]
@@ -111,7 +110,7 @@ fn strip_fence_indent(line: &str) -> Option<&str> {
 }
 
 /// Reads the task list out of planner output (spec §1–§2).
-pub(crate) fn parse_planner_output(text: &str) -> Result<ParsedTaskList, Violation> {
+pub(crate) fn parse_planner_output(text: &str) -> Result<ParsedTaskList, SynthesisError> {
     if text.trim().is_empty() {
         return Err(empty_output());
     }

@@ -1,7 +1,12 @@
 //! Gates 0–7 of `gating.md` §3 over tasks that were read, in gate order, each in task
-//! order. Every gate is one pass with hash maps, so the whole run is linear in the
-//! size of the list (plus sorting the distinct wave numbers).
+//! order. Each gate is a single pass, so the whole run is linear in the size of the
+//! list (plus one sort of the tasks by wave).
+//!
+//! Memory access, not arithmetic, is the cost at scale: ids are copied into one
+//! buffer before they are hashed, and every distinct path is hashed once and then
+//! handled as a small integer.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use super::input::RawTask;
@@ -13,6 +18,39 @@ use crate::domain::natural::natural_cmp;
 /// Paths are compared after removing a leading `./` (spec §1).
 fn normalize_path(path: &str) -> &str {
     path.strip_prefix("./").unwrap_or(path)
+}
+
+/// Usable task ids copied into one contiguous buffer. Hash lookups compare against
+/// the stored key; keys scattered over a large heap would make each comparison a
+/// cache (and TLB) miss.
+struct IdArena {
+    text: String,
+    /// Byte range of each task's id in `text` (empty for unusable ids).
+    spans: Vec<(usize, usize)>,
+}
+
+impl IdArena {
+    fn new(tasks: &[RawTask]) -> Self {
+        let usable_ids = || tasks.iter().filter(|raw| raw.usable.id);
+        let total = usable_ids().map(|raw| raw.task.task_id.len()).sum();
+        let mut text = String::with_capacity(total);
+        let spans = tasks
+            .iter()
+            .map(|raw| {
+                let start = text.len();
+                if raw.usable.id {
+                    text.push_str(&raw.task.task_id);
+                }
+                (start, text.len())
+            })
+            .collect();
+        Self { text, spans }
+    }
+
+    fn id(&self, position: usize) -> &str {
+        let (start, end) = self.spans[position];
+        &self.text[start..end]
+    }
 }
 
 /// What the gates know about the list, shared by all of them.
@@ -27,6 +65,8 @@ struct TaskGraph<'a> {
     edges: Vec<(usize, usize)>,
     /// `edges[edge_start[t]..edge_start[t + 1]]` are task `t`'s.
     edge_start: Vec<usize>,
+    /// Addressable tasks with a usable wave, sorted by wave, in task order within one.
+    by_wave: Vec<usize>,
 }
 
 impl TaskGraph<'_> {
@@ -55,6 +95,82 @@ impl TaskGraph<'_> {
     }
 }
 
+/// Reads and writes as path numbers: each distinct normalized path is hashed once,
+/// then the file gates index plain vectors.
+struct PathIndex<'a> {
+    /// Path number → normalized path.
+    paths: Vec<&'a str>,
+    /// Paths numbered below this are the existing files.
+    existing_count: usize,
+    writes: Vec<usize>,
+    write_start: Vec<usize>,
+    reads: Vec<usize>,
+    read_start: Vec<usize>,
+}
+
+impl<'a> PathIndex<'a> {
+    /// Numbers the writes of every task with usable `writes` (a write counts even if
+    /// its task has no usable id) and the reads of addressable tasks.
+    fn new(graph: &TaskGraph<'a>, existing_files: &'a [String]) -> Self {
+        let mut numbering = PathNumbering::default();
+        for path in existing_files {
+            numbering.number(path);
+        }
+        let existing_count = numbering.paths.len();
+        let task_count = graph.tasks.len();
+        let (mut writes, mut write_start) = (Vec::new(), Vec::with_capacity(task_count + 1));
+        let (mut reads, mut read_start) = (Vec::new(), Vec::with_capacity(task_count + 1));
+        for (position, raw) in graph.tasks.iter().enumerate() {
+            write_start.push(writes.len());
+            read_start.push(reads.len());
+            if raw.usable.writes {
+                writes.extend(raw.task.writes.iter().map(|path| numbering.number(path)));
+            }
+            if raw.usable.reads && graph.addressable[position] {
+                reads.extend(raw.task.reads.iter().map(|path| numbering.number(path)));
+            }
+        }
+        write_start.push(writes.len());
+        read_start.push(reads.len());
+        Self {
+            paths: numbering.paths,
+            existing_count,
+            writes,
+            write_start,
+            reads,
+            read_start,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.paths.len()
+    }
+
+    fn writes_of(&self, position: usize) -> &[usize] {
+        &self.writes[self.write_start[position]..self.write_start[position + 1]]
+    }
+
+    fn reads_of(&self, position: usize) -> &[usize] {
+        &self.reads[self.read_start[position]..self.read_start[position + 1]]
+    }
+}
+
+#[derive(Default)]
+struct PathNumbering<'a> {
+    number_of: HashMap<&'a str, usize>,
+    paths: Vec<&'a str>,
+}
+
+impl<'a> PathNumbering<'a> {
+    fn number(&mut self, path: &'a str) -> usize {
+        let path = normalize_path(path);
+        *self.number_of.entry(path).or_insert_with(|| {
+            self.paths.push(path);
+            self.paths.len() - 1
+        })
+    }
+}
+
 pub(crate) fn run(mut tasks: Vec<RawTask>, existing_files: &[String]) -> Validation {
     let shape_errors: Vec<Vec<Violation>> = tasks
         .iter_mut()
@@ -62,21 +178,12 @@ pub(crate) fn run(mut tasks: Vec<RawTask>, existing_files: &[String]) -> Validat
         .collect();
 
     let (errors, warnings, waves, keep) = {
-        let mut position_of: HashMap<&str, usize> = HashMap::with_capacity(tasks.len());
-        let mut addressable = vec![false; tasks.len()];
-        let mut duplicate_of: Vec<Option<usize>> = vec![None; tasks.len()];
-        for (position, task) in tasks.iter().enumerate() {
-            if !task.usable.id {
-                continue;
-            }
-            match position_of.get(task.task.task_id.as_str()) {
-                Some(&first) => duplicate_of[position] = Some(first),
-                None => {
-                    position_of.insert(&task.task.task_id, position);
-                    addressable[position] = true;
-                }
-            }
-        }
+        let ids = IdArena::new(&tasks);
+        let (position_of, addressable, duplicate_of) = resolve_ids(&tasks, &ids);
+        let mut by_wave: Vec<usize> = (0..tasks.len())
+            .filter(|&position| addressable[position] && tasks[position].usable.group)
+            .collect();
+        by_wave.sort_by_key(|&position| tasks[position].task.parallel_group); // stable
 
         let mut errors = gate_shapes(&tasks, shape_errors, &duplicate_of);
         let mut duplicate_dependency = Vec::new();
@@ -86,13 +193,15 @@ pub(crate) fn run(mut tasks: Vec<RawTask>, existing_files: &[String]) -> Validat
             addressable,
             edges: Vec::new(),
             edge_start: Vec::new(),
+            by_wave,
         };
         errors.extend(gate_orphans(&mut graph, &mut duplicate_dependency));
         let (cycle_errors, in_cycle_component) = gate_cycles(&graph);
         errors.extend(cycle_errors);
         errors.extend(gate_wave_order(&graph, &in_cycle_component));
-        errors.extend(gate_write_contention(&graph));
-        errors.extend(gate_unsatisfied_reads(&graph, existing_files));
+        let paths = PathIndex::new(&graph, existing_files);
+        errors.extend(gate_write_contention(&graph, &paths));
+        errors.extend(gate_unsatisfied_reads(&graph, &paths));
         let (review_errors, review_pairs) = gate_reviews(&graph);
         errors.extend(review_errors);
         errors.extend(gate_review_after(&graph, &review_pairs));
@@ -126,6 +235,30 @@ pub(crate) fn run(mut tasks: Vec<RawTask>, existing_files: &[String]) -> Validat
         warnings,
         waves,
     }
+}
+
+/// Maps each usable id to its first task. Returns that map, which tasks are
+/// addressable (first with their id), and for later duplicates the first's position.
+fn resolve_ids<'a>(
+    tasks: &[RawTask],
+    ids: &'a IdArena,
+) -> (HashMap<&'a str, usize>, Vec<bool>, Vec<Option<usize>>) {
+    let mut position_of: HashMap<&str, usize> = HashMap::with_capacity(tasks.len());
+    let mut addressable = vec![false; tasks.len()];
+    let mut duplicate_of = vec![None; tasks.len()];
+    for (position, raw) in tasks.iter().enumerate() {
+        if !raw.usable.id {
+            continue;
+        }
+        match position_of.entry(ids.id(position)) {
+            Entry::Occupied(first) => duplicate_of[position] = Some(*first.get()),
+            Entry::Vacant(slot) => {
+                slot.insert(position);
+                addressable[position] = true;
+            }
+        }
+    }
+    (position_of, addressable, duplicate_of)
 }
 
 /// Gate 0: per task, its `task_id` problems (duplicate included) first, then the
@@ -170,6 +303,7 @@ fn gate_orphans(
     let mut seen_by = vec![usize::MAX; tasks.len()];
     let mut warned_by = vec![usize::MAX; tasks.len()];
     graph.edge_start = Vec::with_capacity(tasks.len() + 1);
+    graph.edges = Vec::with_capacity(tasks.iter().map(|raw| raw.task.depends_on.len()).sum());
     for (position, raw) in tasks.iter().enumerate() {
         graph.edge_start.push(graph.edges.len());
         if !graph.addressable[position] || !raw.usable.depends_on {
@@ -318,31 +452,32 @@ fn gate_wave_order(graph: &TaskGraph<'_>, in_cycle_component: &[Option<usize>]) 
 
 /// Gate 4: within a wave the first writer of a file owns it; every later writer of
 /// it in that wave gets one error naming the owner.
-fn gate_write_contention(graph: &TaskGraph<'_>) -> Vec<Violation> {
-    // (wave, path) -> (owner, last task that listed it): the second part keeps a task
-    // that lists a file twice from being reported twice.
-    let mut writers: HashMap<(i64, &str), (usize, usize)> = HashMap::new();
-    let mut errors = Vec::new();
-    for (position, raw) in graph.tasks.iter().enumerate() {
+fn gate_write_contention(graph: &TaskGraph<'_>, paths: &PathIndex<'_>) -> Vec<Violation> {
+    // Scanning wave by wave lets one slot per path hold `(wave, owner, last task that
+    // listed it)` for the wave at hand; the last lister keeps a task that lists a file
+    // twice from being reported twice. Waves are >= 1, so wave 0 means "not yet".
+    let mut slots: Vec<(i64, usize, usize)> = vec![(0, 0, 0); paths.count()];
+    let mut found: Vec<(usize, Violation)> = Vec::new();
+    for &position in &graph.by_wave {
+        let raw = &graph.tasks[position];
         let Some(wave) = graph.wave(position) else {
             continue;
         };
-        if !graph.addressable[position] || !raw.usable.writes {
+        if !raw.usable.writes {
             continue;
         }
-        for path in raw.task.writes.iter().map(|path| normalize_path(path)) {
-            let (first, last_listed_by) = writers
-                .entry((wave, path))
-                .or_insert((position, usize::MAX));
-            if *last_listed_by == position {
+        for &path in paths.writes_of(position) {
+            let slot = &mut slots[path];
+            if slot.0 != wave {
+                *slot = (wave, position, position);
                 continue;
             }
-            *last_listed_by = position;
-            let first = *first;
-            if first == position {
+            if slot.2 == position {
                 continue;
             }
-            let (owner_id, writer_id) = (graph.id(first), graph.id(position));
+            slot.2 = position;
+            let (owner_id, writer_id) = (graph.id(slot.1), graph.id(position));
+            let path = paths.paths[path];
             let body = format!(
                 "wave {wave}: tasks {} and {} both write file {} — concurrent writes would \
                  race. Move one to a different parallel_group.",
@@ -350,54 +485,46 @@ fn gate_write_contention(graph: &TaskGraph<'_>) -> Vec<Violation> {
                 quote(writer_id),
                 quote(path)
             );
-            errors.push(
-                Violation::new(
-                    Code::WriteContention,
-                    body,
-                    vec![owner_id.to_owned(), writer_id.to_owned()],
-                )
-                .at_index(raw.index)
-                .on_field("writes")
-                .on_path(path)
-                .in_wave(wave),
-            );
+            let violation = Violation::new(
+                Code::WriteContention,
+                body,
+                vec![owner_id.to_owned(), writer_id.to_owned()],
+            )
+            .at_index(raw.index)
+            .on_field("writes")
+            .on_path(path)
+            .in_wave(wave);
+            found.push((position, violation));
         }
     }
-    errors
+    // Back to task order (stable: a task's own errors keep their file order).
+    found.sort_by_key(|(position, _)| *position);
+    found.into_iter().map(|(_, violation)| violation).collect()
 }
 
 /// Gate 5: a read must be an existing file or written in a strictly earlier wave.
-fn gate_unsatisfied_reads(graph: &TaskGraph<'_>, existing_files: &[String]) -> Vec<Violation> {
-    let existing: HashSet<&str> = existing_files
-        .iter()
-        .map(|path| normalize_path(path))
-        .collect();
-    // Earliest writer per path: (wave, position). Any task with usable writes and
-    // group counts, even one without a usable id: the file does get written.
-    let mut first_writer: HashMap<&str, (i64, usize)> = HashMap::new();
-    // Paths written by a task whose wave is unusable: their reads cannot be judged.
-    let mut written_in_unknown_wave: HashSet<&str> = HashSet::new();
+fn gate_unsatisfied_reads(graph: &TaskGraph<'_>, paths: &PathIndex<'_>) -> Vec<Violation> {
+    const NONE: (i64, usize) = (i64::MAX, usize::MAX);
+    // Earliest writer per path, `(wave, position)`, first in task order on a tie.
+    let mut first_writer = vec![NONE; paths.count()];
+    // Written by a task whose wave is unusable: such reads cannot be judged.
+    let mut written_in_unknown_wave = vec![false; paths.count()];
     for (position, raw) in graph.tasks.iter().enumerate() {
         if !raw.usable.writes {
             continue;
         }
-        for path in raw.task.writes.iter().map(|path| normalize_path(path)) {
-            match graph.wave(position) {
-                Some(wave) => {
-                    let earliest = first_writer.entry(path).or_insert((wave, position));
-                    if wave < earliest.0 {
-                        *earliest = (wave, position);
-                    }
-                }
-                None => {
-                    written_in_unknown_wave.insert(path);
-                }
+        let wave = graph.wave(position);
+        for &path in paths.writes_of(position) {
+            match wave {
+                Some(wave) if wave < first_writer[path].0 => first_writer[path] = (wave, position),
+                Some(_) => {}
+                None => written_in_unknown_wave[path] = true,
             }
         }
     }
 
     let mut errors = Vec::new();
-    let mut reported_for: HashMap<&str, usize> = HashMap::new();
+    let mut reported_for = vec![usize::MAX; paths.count()];
     for (position, raw) in graph.tasks.iter().enumerate() {
         let Some(wave) = graph.wave(position) else {
             continue;
@@ -405,23 +532,26 @@ fn gate_unsatisfied_reads(graph: &TaskGraph<'_>, existing_files: &[String]) -> V
         if !graph.addressable[position] || !raw.usable.reads {
             continue;
         }
-        for path in raw.task.reads.iter().map(|path| normalize_path(path)) {
-            let writer = first_writer.get(path).copied();
-            let satisfied = existing.contains(path)
-                || writer.is_some_and(|(writer_wave, _)| writer_wave < wave)
-                || written_in_unknown_wave.contains(path);
-            if satisfied || reported_for.insert(path, position) == Some(position) {
+        for &path in paths.reads_of(position) {
+            let writer = first_writer[path];
+            let satisfied =
+                path < paths.existing_count || writer.0 < wave || written_in_unknown_wave[path];
+            if satisfied || reported_for[path] == position {
                 continue;
             }
+            reported_for[path] = position;
             let id = graph.id(position);
-            let why = match writer {
-                Some((writer_wave, writer)) => format!(
-                    "; its earliest writer {} is in parallel_group {writer_wave}, not earlier \
-                     (a same-wave writer does not count)",
-                    graph.label(writer)
-                ),
-                None => " and no task writes it".to_owned(),
+            let why = if writer == NONE {
+                " and no task writes it".to_owned()
+            } else {
+                format!(
+                    "; its earliest writer {} is in parallel_group {}, not earlier (a same-wave \
+                     writer does not count)",
+                    graph.label(writer.1),
+                    writer.0
+                )
             };
+            let path = paths.paths[path];
             let body = format!(
                 "task {} (parallel_group {wave}) reads {}, which is not in existing_files{why}; \
                  move the task after a writer of the file, add a task that writes it in an \
@@ -521,15 +651,23 @@ fn gate_review_after(graph: &TaskGraph<'_>, review_pairs: &[(usize, usize)]) -> 
             continue;
         }
         let (id, reviewed_id) = (graph.id(reviewer), graph.id(reviewed));
+        let depends = graph
+            .dependencies(reviewer)
+            .iter()
+            .any(|&(_, dependency)| dependency == reviewed);
+        let and_depend = if depends {
+            String::new()
+        } else {
+            format!(" and make it depend_on {}", quote(reviewed_id))
+        };
         let body = format!(
             "reviewer-disjointness: review task {} (parallel_group {wave}) reviews {} \
              (parallel_group {reviewed_wave}) but does not run after it; move {} to \
-             parallel_group {} or later and make it depend_on {}",
+             parallel_group {} or later{and_depend}",
             quote(id),
             quote(reviewed_id),
             quote(id),
             reviewed_wave.saturating_add(1),
-            quote(reviewed_id)
         );
         errors.push(
             Violation::new(
@@ -583,16 +721,12 @@ fn reviews_without_dependency(
 
 /// Task ids by wave, ascending, task order within a wave.
 fn group_waves(graph: &TaskGraph<'_>) -> Vec<Vec<String>> {
-    let mut placed: Vec<(i64, usize)> = (0..graph.tasks.len())
-        .filter(|&position| graph.addressable[position])
-        .filter_map(|position| graph.wave(position).map(|wave| (wave, position)))
-        .collect();
-    placed.sort_by_key(|&(wave, _)| wave); // stable: task order within a wave
     let mut waves: Vec<Vec<String>> = Vec::new();
     let mut current_wave = None;
-    for (wave, position) in placed {
-        if current_wave != Some(wave) {
-            current_wave = Some(wave);
+    for &position in &graph.by_wave {
+        let wave = graph.wave(position);
+        if current_wave != wave {
+            current_wave = wave;
             waves.push(Vec::new());
         }
         if let Some(members) = waves.last_mut() {

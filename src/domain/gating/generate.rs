@@ -48,7 +48,7 @@ pub fn generate_task_list(n: usize, seed: u64) -> (Value, Vec<String>) {
     let wave_count = (n / TASKS_PER_WAVE).max(1);
     let wave_of = |position: usize| 1 + position * wave_count / n.max(1);
     let existing_files: Vec<String> = (0..n.clamp(8, 1000))
-        .map(|k| format!("lib/shared/module_{k:04}.rs"))
+        .map(|k| format!("lib/m{k:04}.rs"))
         .collect();
 
     let mut tasks = Vec::with_capacity(n);
@@ -100,7 +100,7 @@ pub fn generate_task_list(n: usize, seed: u64) -> (Value, Vec<String>) {
             "depends_on": depends_on.iter().map(|&d| task_id(d)).collect::<Vec<_>>(),
             "reads": reads,
             "writes": [written_file(slot, 0), written_file(slot, 1)],
-            "description": format!("Generated task {} of {n}: implement slot {slot} of wave {wave}.", position + 1),
+            "description": format!("Implement slot {slot} of wave {wave}."),
         });
         if let (true, Some(object), Some(&reviewed)) =
             (is_review, task.as_object_mut(), depends_on.first())
@@ -118,7 +118,7 @@ fn task_id(position: usize) -> String {
 
 /// Slot `slot` of any wave writes these two files; unique within a wave.
 fn written_file(slot: usize, which: usize) -> String {
-    format!("src/area_{:03}/module_{slot:05}_{which}.rs", slot / 64)
+    format!("src/a{:02}/m{slot:05}_{which}.rs", slot / 64)
 }
 
 /// The first position of `wave` under `wave_of(p) = 1 + p * waves / n`.

@@ -28,7 +28,7 @@ pub struct ParsedTaskList(List);
 enum List {
     Tasks(Vec<RawTask>),
     Empty,
-    NotAList(Found),
+    OtherValue(Found),
     NonObjectEntry { index: usize, found: Found },
 }
 
@@ -69,25 +69,23 @@ pub(crate) struct RawTask {
 }
 
 impl ParsedTaskList {
-    pub(crate) fn from_value(value: &Value) -> Result<Self, Violation> {
+    pub(crate) fn from_value(value: &Value) -> Result<Self, SynthesisError> {
         // Reading a `Value` cannot hit malformed JSON; the error arm is defensive.
         ParsedTaskList::deserialize(value).map_err(|error| not_json(&error.to_string()))
     }
 
-    pub(crate) fn into_tasks(self) -> Result<Vec<RawTask>, Violation> {
+    pub(crate) fn into_tasks(self) -> Result<Vec<RawTask>, SynthesisError> {
         match self.0 {
             List::Tasks(tasks) => Ok(tasks),
             List::Empty => Err(not_a_task_list("empty array")),
-            List::NotAList(found) => Err(not_a_task_list(found.json_type())),
-            List::NonObjectEntry { index, found } => Err(Violation::new(
-                Code::SynthesisFailure,
-                format!(
+            List::OtherValue(found) => Err(not_a_task_list(found.json_type())),
+            List::NonObjectEntry { index, found } => Err(SynthesisError {
+                message: format!(
                     "synthesis task list contains a non-object entry (index {index}: got {})",
                     found.described()
                 ),
-                Vec::new(),
-            )
-            .at_index(index)),
+                index: Some(index),
+            }),
         }
     }
 
@@ -104,28 +102,44 @@ impl ParsedTaskList {
     }
 }
 
-pub(crate) fn empty_output() -> Violation {
-    Violation::new(
-        Code::SynthesisFailure,
-        "synthesis produced empty output",
-        Vec::new(),
-    )
+/// A synthesis failure (§2): nothing usable came out. Kept small (not a whole
+/// `Violation`) because it travels in `Result`s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SynthesisError {
+    pub message: String,
+    /// The entry at fault, for a non-object entry.
+    pub index: Option<usize>,
 }
 
-pub(crate) fn not_json(detail: &str) -> Violation {
-    Violation::new(
-        Code::SynthesisFailure,
-        format!("synthesis output is not valid JSON: {detail}"),
-        Vec::new(),
-    )
+impl SynthesisError {
+    fn new(message: String) -> Self {
+        Self {
+            message,
+            index: None,
+        }
+    }
+
+    pub(crate) fn into_violation(self) -> Violation {
+        let violation = Violation::new(Code::SynthesisFailure, self.message, Vec::new());
+        match self.index {
+            Some(index) => violation.at_index(index),
+            None => violation,
+        }
+    }
 }
 
-fn not_a_task_list(json_type: &str) -> Violation {
-    Violation::new(
-        Code::SynthesisFailure,
-        format!("synthesis output is not a non-empty task list (got {json_type})"),
-        Vec::new(),
-    )
+pub(crate) fn empty_output() -> SynthesisError {
+    SynthesisError::new("synthesis produced empty output".to_owned())
+}
+
+pub(crate) fn not_json(detail: &str) -> SynthesisError {
+    SynthesisError::new(format!("synthesis output is not valid JSON: {detail}"))
+}
+
+fn not_a_task_list(json_type: &str) -> SynthesisError {
+    SynthesisError::new(format!(
+        "synthesis output is not a non-empty task list (got {json_type})"
+    ))
 }
 
 /// Parses JSON text that should hold the task array. `first_line` is the line of the
@@ -135,7 +149,7 @@ pub(crate) fn parse_json_text(
     text: &str,
     first_line: usize,
     context: Option<&str>,
-) -> Result<ParsedTaskList, Violation> {
+) -> Result<ParsedTaskList, SynthesisError> {
     if text.trim().is_empty() {
         return Err(empty_output());
     }
@@ -170,7 +184,7 @@ impl<'de> Deserialize<'de> for ParsedTaskList {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let list = match ValueSeed(Expect::TaskList).deserialize(deserializer)? {
             Parsed::TaskList(list) => list,
-            other => List::NotAList(other.into_found()),
+            other => List::OtherValue(other.into_found()),
         };
         Ok(ParsedTaskList(list))
     }
@@ -205,7 +219,7 @@ impl Parsed {
         match self {
             Parsed::Text(text) => Found::string(&text),
             Parsed::StringList(_) => Found::Array,
-            Parsed::TaskList(List::NotAList(found)) => found,
+            Parsed::TaskList(List::OtherValue(found)) => found,
             Parsed::TaskList(_) => Found::Array,
             Parsed::Task(_) => Found::Object,
             Parsed::Other(found) => found,
@@ -456,19 +470,34 @@ const DEPENDS_ON_EXPECTED: &str = "an array of task_id strings";
 const PATHS_EXPECTED: &str = "an array of file path strings";
 
 /// Builds gate-0 errors for one task; they name the task by index and, once known
-/// to be usable, by id.
-struct ShapeReport {
+/// to be usable, by id. Names are only formatted when there is an error.
+struct ShapeReport<'a> {
     index: usize,
-    label: String,
-    task_ids: Vec<String>,
+    id: Option<&'a str>,
     errors: Vec<Violation>,
 }
 
-impl ShapeReport {
+impl ShapeReport<'_> {
+    /// `'t-1' (index 0)`, or `at index 0` without a usable id.
+    fn label(&self) -> String {
+        match self.id {
+            Some(id) => format!("{} (index {})", quote(id), self.index),
+            None => format!("at index {}", self.index),
+        }
+    }
+
+    /// `'t-1'`, or `at index 0`: the `{id!r}` of the spec's parallel_group messages.
+    fn short_label(&self) -> String {
+        match self.id {
+            Some(id) => quote(id),
+            None => format!("at index {}", self.index),
+        }
+    }
+
     fn missing(&mut self, field: &str, expected: &str) {
         let body = format!(
             "task {} is missing required field '{field}'; add it as {expected}",
-            self.label
+            self.label()
         );
         self.push(Code::MissingField, body, field);
     }
@@ -476,25 +505,27 @@ impl ShapeReport {
     fn invalid(&mut self, field: &str, expected: &str, found: &str) {
         let body = format!(
             "task {} has an invalid '{field}': expected {expected}, got {found}",
-            self.label
+            self.label()
         );
         self.push(Code::InvalidField, body, field);
     }
 
     fn push(&mut self, code: Code, body: String, field: &str) {
-        let violation = Violation::new(code, body, self.task_ids.clone())
+        let task_ids = self.id.map(str::to_owned).into_iter().collect();
+        let violation = Violation::new(code, body, task_ids)
             .at_index(self.index)
             .on_field(field);
         self.errors.push(violation);
     }
 
-    /// A required non-empty string field (`assigned_persona`).
-    fn required_text(&mut self, value: Option<Parsed>, field: &str) -> Option<String> {
+    /// `assigned_persona`: a required non-empty string.
+    fn persona(&mut self, value: Option<Parsed>) -> Option<String> {
+        const FIELD: &str = "assigned_persona";
         match value {
-            None => self.missing(field, PERSONA_EXPECTED),
+            None => self.missing(FIELD, PERSONA_EXPECTED),
             Some(Parsed::Text(text)) if !text.is_empty() => return Some(text),
-            Some(Parsed::Text(_)) => self.invalid(field, PERSONA_EXPECTED, "an empty string"),
-            Some(other) => self.invalid(field, PERSONA_EXPECTED, &other.into_found().described()),
+            Some(Parsed::Text(_)) => self.invalid(FIELD, PERSONA_EXPECTED, "an empty string"),
+            Some(other) => self.invalid(FIELD, PERSONA_EXPECTED, &other.into_found().described()),
         }
         None
     }
@@ -530,46 +561,45 @@ impl ShapeReport {
 
 impl TaskFields {
     fn into_raw_task(self, index: usize) -> RawTask {
-        let mut report = ShapeReport {
+        let mut task_id_errors = ShapeReport {
             index,
-            label: format!("at index {index}"),
-            task_ids: Vec::new(),
+            id: None,
             errors: Vec::new(),
         };
-        let mut usable = UsableFields::default();
-
         let task_id = match self.task_id {
             None => {
-                report.missing("task_id", ID_EXPECTED);
+                task_id_errors.missing("task_id", ID_EXPECTED);
                 None
             }
             Some(Parsed::Text(id)) => match id_problem(&id) {
                 None => Some(id),
                 Some(problem) => {
-                    report.invalid("task_id", ID_EXPECTED, &describe_bad_id(&id, problem));
+                    let found = describe_bad_id(&id, problem);
+                    task_id_errors.invalid("task_id", ID_EXPECTED, &found);
                     None
                 }
             },
             Some(other) => {
-                report.invalid("task_id", ID_EXPECTED, &other.into_found().described());
+                let found = other.into_found().described();
+                task_id_errors.invalid("task_id", ID_EXPECTED, &found);
                 None
             }
         };
         // Messages about the other fields name the task by id when it has one.
-        let group_label = match &task_id {
-            Some(id) => {
-                report.label = format!("{} (index {index})", quote(id));
-                report.task_ids = vec![id.clone()];
-                usable.id = true;
-                quote(id)
-            }
-            None => format!("at index {index}"),
+        let mut report = ShapeReport {
+            index,
+            id: task_id.as_deref(),
+            errors: task_id_errors.errors,
+        };
+        let mut usable = UsableFields {
+            id: task_id.is_some(),
+            ..UsableFields::default()
         };
 
-        let assigned_persona = report.required_text(self.assigned_persona, "assigned_persona");
+        let assigned_persona = report.persona(self.assigned_persona);
         usable.persona = assigned_persona.is_some();
 
-        let parallel_group = read_parallel_group(self.parallel_group, &group_label, &mut report);
+        let parallel_group = read_parallel_group(self.parallel_group, &mut report);
         usable.group = parallel_group.is_some();
 
         let depends_on = report.string_list(self.depends_on, "depends_on", DEPENDS_ON_EXPECTED);
@@ -603,6 +633,7 @@ impl TaskFields {
             Some(other) => (None, Some(other.into_found().described())),
         };
 
+        let shape_errors = report.errors;
         RawTask {
             index,
             task: Task {
@@ -618,28 +649,36 @@ impl TaskFields {
             },
             usable,
             invalid_reviews,
-            shape_errors: report.errors,
+            shape_errors,
         }
     }
 }
 
 /// `parallel_group`: an integer >= 1 (never null, a bool, a float — `2.0` included —
 /// or a string). Errors use the spec's wording verbatim.
-fn read_parallel_group(
-    value: Option<Parsed>,
-    label: &str,
-    report: &mut ShapeReport,
-) -> Option<i64> {
+fn read_parallel_group(value: Option<Parsed>, report: &mut ShapeReport<'_>) -> Option<i64> {
     const RULE: &str = "every task must declare an integer wave (>= 1)";
     let body = match value {
         Some(Parsed::Other(Found::Integer(group))) if group >= 1 => match i64::try_from(group) {
             Ok(group) => return Some(group),
-            Err(_) => format!("task {label} parallel_group must be an int >= 1, got {group}"),
+            Err(_) => format!(
+                "task {} parallel_group must be an int >= 1, got {group}",
+                report.short_label()
+            ),
         },
-        None => format!("task {label} has no parallel_group; {RULE}"),
-        Some(Parsed::Other(Found::Null)) => format!("task {label} has null parallel_group; {RULE}"),
+        None => format!(
+            "task {} has no parallel_group; {RULE}",
+            report.short_label()
+        ),
+        Some(Parsed::Other(Found::Null)) => {
+            format!(
+                "task {} has null parallel_group; {RULE}",
+                report.short_label()
+            )
+        }
         Some(other) => format!(
-            "task {label} parallel_group must be an int >= 1, got {}",
+            "task {} parallel_group must be an int >= 1, got {}",
+            report.short_label(),
             other.into_found().value()
         ),
     };

@@ -1,8 +1,9 @@
 //! Task-list gating (spec `gating.md` §1–§3): parse a planner's task list, run every
 //! DAG gate, and report all violations with stable codes.
 //!
-//! Pure: no I/O. Runs in linear time (hash maps keyed by id, path and wave; one
-//! strongly-connected-components pass), so hostile input cannot make it quadratic.
+//! Pure: no I/O. Runs in linear time (keyed hash maps over ids and paths, one
+//! strongly-connected-components pass, one sort by wave), so hostile input cannot
+//! make it quadratic; std's randomly keyed hasher also resists crafted collisions.
 //!
 //! Decisions where the spec leaves room (each is tested):
 //! - Ids (`task_id`, `depends_on` entries, `reviews`) must be non-empty, at most 256
@@ -299,6 +300,6 @@ pub fn validate(source: TaskListSource<'_>, existing_files: &[String]) -> Valida
     };
     match parsed.and_then(ParsedTaskList::into_tasks) {
         Ok(tasks) => gates::run(tasks, existing_files),
-        Err(error) => Validation::synthesis_failure(error),
+        Err(error) => Validation::synthesis_failure(error.into_violation()),
     }
 }

@@ -355,6 +355,67 @@ fn assigned_persona_and_description_rules() {
 }
 
 #[test]
+fn every_wrong_json_type_in_every_field_is_reported_with_what_was_found() {
+    let wrong_values = [
+        (json!(null), "null"),
+        (json!(false), "boolean false"),
+        (json!(12), "number 12"),
+        (json!(-0.5), "number -0.5"),
+        (json!("s"), "string 's'"),
+        (json!(["s"]), "an array"),
+        (json!({"k": "v"}), "an object"),
+    ];
+    let string_fields = ["task_id", "assigned_persona", "description"];
+    let list_fields = ["depends_on", "reads", "writes"];
+    for field in string_fields.iter().chain(&list_fields) {
+        for (value, found) in &wrong_values {
+            let is_list = list_fields.contains(field);
+            let accepted = (is_list && value.is_array()) || (!is_list && value.is_string());
+            let validation = check(&[with(task("t", 1, &[]), field, value.clone())]);
+            if accepted {
+                // The list ["s"] has an orphan dependency or an unsatisfied read; the
+                // string "s" renames the task: either way no shape error.
+                assert!(
+                    validation
+                        .errors
+                        .iter()
+                        .all(|e| e.field.as_deref() != Some(*field)
+                            || !matches!(e.code, Code::InvalidField | Code::MissingField)),
+                    "{field} = {value}: {:#?}",
+                    validation.errors
+                );
+                continue;
+            }
+            let error = only_error(&validation);
+            assert_eq!(error.code, Code::InvalidField, "{field} = {value}");
+            assert_eq!(error.field.as_deref(), Some(*field));
+            assert!(
+                error.message.ends_with(&format!("got {found}")),
+                "{}",
+                error.message
+            );
+        }
+    }
+    // `reviews` has its own gate: every non-string (but null) is invalid_reviews.
+    for (value, found) in &wrong_values[1..] {
+        if value.is_string() {
+            continue;
+        }
+        let validation = check(&[
+            task("impl", 1, &[]),
+            with(task("t", 2, &["impl"]), "reviews", value.clone()),
+        ]);
+        let error = only_error(&validation);
+        assert_eq!(error.code, Code::InvalidReviews, "{value}");
+        assert!(
+            error.message.contains(&format!("(got {found})")),
+            "{}",
+            error.message
+        );
+    }
+}
+
+#[test]
 fn list_fields_must_be_arrays_of_strings() {
     for field in ["depends_on", "reads", "writes"] {
         for (value, found) in [
@@ -892,6 +953,24 @@ fn review_must_run_in_a_strictly_later_wave() {
          later and make it depend_on 'impl'"
     );
     assert_eq!(validation.warnings[0].code, Code::ReviewWithoutDependency);
+    // Already depending on it: the advice is only to move.
+    let validation = check(&[
+        task("impl", 2, &[]),
+        with(task("rv", 1, &["impl"]), "reviews", json!("impl")),
+    ]);
+    let advice = validation
+        .errors
+        .iter()
+        .find(|e| e.code == Code::ReviewNotAfter)
+        .map(|e| e.message.as_str());
+    assert_eq!(
+        advice,
+        Some(
+            "PlannerDagInvalid: reviewer-disjointness: review task 'rv' (parallel_group 1) reviews \
+             'impl' (parallel_group 2) but does not run after it; move 'rv' to parallel_group 3 or \
+             later"
+        )
+    );
 }
 
 // ---- warnings -----------------------------------------------------------------------

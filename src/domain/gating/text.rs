@@ -11,9 +11,9 @@ pub(crate) const MAX_SHOWN_BYTES: usize = 256;
 /// Longest accepted `task_id` (and id reference) in bytes.
 pub(crate) const MAX_ID_BYTES: usize = 256;
 
-/// Quotes like Python's `repr` of a str (`'t-3'`, `'a\x00b'`), so messages stay
-/// familiar to planners; strings longer than [`MAX_SHOWN_BYTES`] are cut and their
-/// full length is given.
+/// Quotes like Python's `repr` of a str (`'t-3'`, `'a\x00b'`, `"it's"`), so messages
+/// stay familiar to planners; strings longer than [`MAX_SHOWN_BYTES`] are cut and
+/// their full length is given.
 pub(crate) fn quote(text: &str) -> String {
     let mut shown_end = text.len();
     if text.len() > MAX_SHOWN_BYTES {
@@ -22,12 +22,22 @@ pub(crate) fn quote(text: &str) -> String {
             shown_end -= 1;
         }
     }
+    let shown = &text[..shown_end];
+    // Python switches to double quotes when that avoids escaping.
+    let delimiter = if shown.contains('\'') && !shown.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
     let mut quoted = String::with_capacity(shown_end + 2);
-    quoted.push('\'');
-    for character in text[..shown_end].chars() {
+    quoted.push(delimiter);
+    for character in shown.chars() {
         match character {
             '\\' => quoted.push_str("\\\\"),
-            '\'' => quoted.push_str("\\'"),
+            c if c == delimiter => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
             '\n' => quoted.push_str("\\n"),
             '\r' => quoted.push_str("\\r"),
             '\t' => quoted.push_str("\\t"),
@@ -44,9 +54,11 @@ pub(crate) fn quote(text: &str) -> String {
         }
     }
     if shown_end < text.len() {
-        quoted.push_str(&format!("…' ({} bytes)", text.len()));
+        quoted.push('…');
+        quoted.push(delimiter);
+        quoted.push_str(&format!(" ({} bytes)", text.len()));
     } else {
-        quoted.push('\'');
+        quoted.push(delimiter);
     }
     quoted
 }
@@ -148,7 +160,9 @@ mod tests {
     fn quote_escapes_like_python_repr() {
         assert_eq!(quote("t-3"), "'t-3'");
         assert_eq!(quote("a\0b"), "'a\\x00b'");
-        assert_eq!(quote("it's\n"), "'it\\'s\\n'");
+        assert_eq!(quote("it's\n"), "\"it's\\n\"");
+        assert_eq!(quote("it's \"x\""), "'it\\'s \"x\"'");
+        assert_eq!(quote("back\\slash"), "'back\\\\slash'");
         assert_eq!(quote("\u{85}\u{2028}"), "'\\x85\\u2028'");
         assert_eq!(quote("é"), "'é'");
     }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Gating figures (issue: task-list gating), each measured side by side in one run:
+#  1. `plangate validate` on a generated 100,000-task list vs python's json.load of
+#     the same file: wall time, ratio, peak RSS vs file size.
+#  2. wrk: POST /v1/task-lists/validate (50 tasks) vs GET /healthz, same server.
+#  3. Persisting 10,000 tasks on Postgres through POST /v1/task-lists: tasks/s.
+# Needs Postgres as for the tests; installs wrk with apt if it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-100000}
+PG_ADMIN="${PLANGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+cargo build --release --quiet --bin plangate --example gen_tasks
+BIN=target/release/plangate
+GEN=target/release/examples/gen_tasks
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+echo "== 1. plangate validate vs python json.load ($N tasks)"
+"$GEN" "$N" > "$out/tasks.json"
+size=$(stat -c %s "$out/tasks.json")
+echo "file: $size bytes"
+timed() { # label, command...: prints wall seconds and max RSS kB
+  local label=$1; shift
+  /usr/bin/time -f "%e %M" -o "$out/time" "$@" >/dev/null 2>&1 || true
+  read -r secs rss < "$out/time"
+  echo "$label: ${secs}s, max RSS ${rss} kB"
+  eval "${label}_secs=$secs ${label}_rss=$rss"
+}
+# Warm the page cache, then take the best of three of each.
+cat "$out/tasks.json" > /dev/null
+best_p=999; best_v=999
+for _ in 1 2 3; do
+  timed python python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$out/tasks.json"
+  best_p=$(python3 -c "print(min($best_p, $python_secs))")
+  timed plangate "$BIN" validate "$out/tasks.json" --format json
+  best_v=$(python3 -c "print(min($best_v, $plangate_secs))")
+done
+"$BIN" validate "$out/tasks.json" | tail -n 1
+python3 -c "print(f'validate/python wall-time ratio: {$best_v/$best_p:.2f} (best of 3: {$best_v}s vs {$best_p}s; < 1 means plangate is faster)')"
+python3 -c "print(f'validate peak RSS / file size: {$plangate_rss*1024/$size:.2f}x')"
+
+echo "== 2. wrk: validate (50 tasks) vs healthz"
+command -v wrk >/dev/null || { apt-get install -y -q wrk >/dev/null; }
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+DATABASE_URL="sqlite://$out/wrk.db" PLANGATE_BIND="127.0.0.1:$port" PLANGATE_LOG_FORMAT=json RUST_LOG=warn "$BIN" >/dev/null 2>&1 &
+srv=$!
+until curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do sleep 0.01; done
+"$GEN" 50 7 > "$out/body50.json"
+cat > "$out/post.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open("$out/body50.json", "r"); wrk.body = f:read("*a"); f:close()
+LUA
+curl -fs "http://127.0.0.1:$port/v1/task-lists/validate" -H 'content-type: application/json' --data-binary @"$out/body50.json" | python3 -c "import json,sys; r=json.load(sys.stdin); assert r['valid'], r; print('50-task body is valid')"
+health=$(wrk -t2 -c32 -d8s "http://127.0.0.1:$port/healthz" | awk '/Requests\/sec/ {print $2}')
+valid=$(wrk -t2 -c32 -d8s -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate" | awk '/Requests\/sec/ {print $2}')
+echo "healthz: $health req/s; validate(50 tasks): $valid req/s"
+python3 -c "print(f'validate/healthz throughput ratio: {$valid/$health:.2f}')"
+kill -TERM $srv; wait $srv || true
+
+echo "== 3. persisting 10,000 tasks on Postgres"
+db="plangate_bench_$$"
+psql "$PG_ADMIN" -qc "create database $db"
+DATABASE_URL="${PG_ADMIN%/*}/$db" PLANGATE_BIND="127.0.0.1:$port" PLANGATE_LOG_FORMAT=json RUST_LOG=warn "$BIN" >/dev/null 2>&1 &
+srv=$!
+until curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do sleep 0.01; done
+"$GEN" 10000 3 | python3 -c "import json,sys; b=json.load(sys.stdin); b.update(project_id='bench', created_by='bench'); json.dump(b, sys.stdout)" > "$out/body10k.json"
+for run in 1 2 3; do
+  t=$(curl -s -o "$out/created.json" -w '%{http_code} %{time_total}' "http://127.0.0.1:$port/v1/task-lists" -H 'content-type: application/json' --data-binary @"$out/body10k.json")
+  code=${t% *}; secs=${t#* }
+  [ "$code" = 201 ] || { echo "unexpected $code"; head -c 500 "$out/created.json"; exit 1; }
+  python3 -c "print(f'run $run: 10000 tasks stored in {$secs:.3f}s over HTTP (gate + insert + read back): {10000/$secs:.0f} tasks/s')"
+done
+psql "${PG_ADMIN%/*}/$db" -Atqc "select count(*) || ' tasks, ' || (select count(*) from task_dependencies) || ' edges stored' from tasks"
+kill -TERM $srv; wait $srv || true
+psql "$PG_ADMIN" -qc "drop database $db with (force)"
