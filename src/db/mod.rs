@@ -4,7 +4,20 @@
 //! the two pools; each method dispatches to the back-end module, which owns its SQL.
 //! The db layer speaks domain types and its own row types, never HTTP.
 
+/// Expand `$body` once per back-end with `$pool` bound to that back-end's pool, so
+/// SQL written once (with `$N` placeholders, which SQLite accepts too) is
+/// type-checked against each driver. Defined before the modules that use it.
+macro_rules! on_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db {
+            Database::Postgres($pool) => $body,
+            Database::Sqlite($pool) => $body,
+        }
+    };
+}
+
 pub mod task_lists;
+pub mod tracks;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -24,16 +24,6 @@ use crate::domain::gating::Task;
 const TASK_ROWS_PER_INSERT: usize = 1000;
 const EDGE_ROWS_PER_INSERT: usize = 5000;
 
-/// Expand `$body` once per back-end with `$pool` bound to that back-end's pool.
-macro_rules! on_pool {
-    ($db:expr, |$pool:ident| $body:expr) => {
-        match $db {
-            Database::Postgres($pool) => $body,
-            Database::Sqlite($pool) => $body,
-        }
-    };
-}
-
 /// Postgres keeps microseconds, SQLite whatever it is given: store what both keep.
 pub fn now() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(6)
