@@ -4,7 +4,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
@@ -13,7 +12,9 @@ use super::AppState;
 use super::extract::{Json, Path, Query};
 use crate::db::task_lists::{NewTaskList, StoredTask, StoredTaskList, ready_tasks};
 use crate::domain::dispatch::{GraphFormat, GraphNode, ReadyMode, render_graph};
-use crate::domain::gating::{self, Outcome, TaskListSource, Validation, ValidationReport};
+use crate::domain::gating::{
+    self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport,
+};
 use crate::domain::ids::Ident;
 use crate::domain::retry;
 use crate::error::{ApiError, Problem};
@@ -33,7 +34,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct ValidateRequest {
     /// The task list as a JSON array of task objects. Give this or `planner_output`.
     #[schema(value_type = Option<Vec<Object>>)]
-    pub tasks: Option<Value>,
+    pub tasks: Option<ParsedTaskList>,
     /// The planner's raw text; the last ```json (or untagged) fence wins.
     pub planner_output: Option<String>,
     /// Repository paths that pre-exist (satisfy reads).
@@ -50,7 +51,7 @@ pub struct CreateTaskListRequest {
     pub created_by: String,
     /// The task list as a JSON array of task objects. Give this or `planner_output`.
     #[schema(value_type = Option<Vec<Object>>)]
-    pub tasks: Option<Value>,
+    pub tasks: Option<ParsedTaskList>,
     /// The planner's raw text; the last ```json (or untagged) fence wins.
     pub planner_output: Option<String>,
     #[serde(default)]
@@ -73,12 +74,14 @@ pub struct GatingProblem {
     pub reprompt: String,
 }
 
-fn source<'a>(
-    tasks: &'a Option<Value>,
-    planner_output: &'a Option<String>,
-) -> Result<TaskListSource<'a>, ApiError> {
+/// Read straight into tasks while the body is parsed (no intermediate JSON tree):
+/// the gate's answer must cost little more than reading the request.
+fn source(
+    tasks: Option<ParsedTaskList>,
+    planner_output: &Option<String>,
+) -> Result<TaskListSource<'_>, ApiError> {
     match (tasks, planner_output) {
-        (Some(tasks), None) => Ok(TaskListSource::Tasks(tasks)),
+        (Some(tasks), None) => Ok(TaskListSource::Parsed(tasks)),
         (None, Some(text)) => Ok(TaskListSource::PlannerOutput(text)),
         (Some(_), Some(_)) => Err(ApiError::unprocessable(
             "invalid_body",
@@ -119,7 +122,7 @@ fn count_outcome(validation: &Validation, route: &'static str) {
 async fn validate_task_list(
     Json(request): Json<ValidateRequest>,
 ) -> Result<Json<ValidationReport>, ApiError> {
-    let source = source(&request.tasks, &request.planner_output)?;
+    let source = source(request.tasks, &request.planner_output)?;
     let validation = gating::validate(source, &request.existing_files);
     count_outcome(&validation, "validate");
     Ok(Json(validation.report()))
@@ -156,7 +159,7 @@ async fn create_task_list(
         .transpose()
         .map_err(invalid)?;
     let created_by = Ident::parse("created_by", &request.created_by).map_err(invalid)?;
-    let source = source(&request.tasks, &request.planner_output)?;
+    let source = source(request.tasks, &request.planner_output)?;
     let validation = gating::validate(source, &request.existing_files);
     count_outcome(&validation, "create");
 
