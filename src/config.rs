@@ -40,8 +40,28 @@ pub enum Command {
     Migrate(ServeArgs),
     /// Gate a task list (JSON array, `{tasks, existing_files}` or planner output text).
     Validate(ValidateArgs),
+    /// Build a loop plan (plan.md or JSON) from a JSON or YAML request file.
+    Plan(PlanArgs),
     /// Print the OpenAPI document the server serves at /openapi.json.
     Openapi,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// JSON or YAML file holding the body of `POST /v1/loop-plans/generate`.
+    pub file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = PlanOutput::Md)]
+    pub format: PlanOutput,
+    /// A tracks.md whose completed rows are checked for overlap.
+    #[arg(long, value_name = "FILE")]
+    pub completed_tracks: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PlanOutput {
+    Md,
+    Json,
 }
 
 #[derive(Debug, Args)]

@@ -202,11 +202,11 @@ async fn validate_refuses_malformed_requests(app: TestApp) {
         .unwrap();
     expect_problem(not_json, 415, "unsupported_media_type").await;
     // 100,000-deep nesting stops at the parser's recursion limit, without a crash.
-    let deep = format!(
-        "{{\"tasks\": {}{}}}",
-        "[".repeat(100_000),
-        "]".repeat(100_000)
-    );
+    // 100,000-deep nesting: the task list is read without recursing into what it
+    // skips, so this is a list whose entry is not an object — a synthesis failure
+    // (200 on the dry run, 422 on create), never a crash or a stack overflow.
+    let nesting = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep = format!("{{\"tasks\": {nesting}}}");
     let nested = app
         .client
         .post(app.url("/v1/task-lists/validate"))
@@ -215,8 +215,32 @@ async fn validate_refuses_malformed_requests(app: TestApp) {
         .send()
         .await
         .unwrap();
+    assert_eq!(nested.status(), 200);
+    let report: Value = nested.json().await.unwrap();
+    assert_eq!(report["errors"][0]["code"], "synthesis_failure", "{report}");
+    let deep_create =
+        format!("{{\"project_id\": \"p\", \"created_by\": \"pm\", \"tasks\": {nesting}}}");
+    let nested = app
+        .client
+        .post(app.url("/v1/task-lists"))
+        .header("content-type", "application/json")
+        .body(deep_create)
+        .send()
+        .await
+        .unwrap();
+    expect_problem(nested, 422, "synthesis_failure").await;
+    // Deep nesting elsewhere in the body stops at the parser's recursion limit.
+    let deep_field = format!("{{\"existing_files\": {nesting}, \"tasks\": []}}");
+    let nested = app
+        .client
+        .post(app.url("/v1/task-lists/validate"))
+        .header("content-type", "application/json")
+        .body(deep_field)
+        .send()
+        .await
+        .unwrap();
     assert!(nested.status().is_client_error(), "{}", nested.status());
-    expect_problem(nested, 400, "malformed_json").await;
+    assert_eq!(nested.headers()["content-type"], "application/problem+json");
     // Over the 16 MiB default limit: the answer comes from the headers alone, before
     // the body is sent (a client still writing would see the connection close).
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -1,12 +1,14 @@
-//! Command-line entry points: `serve` (the default), `migrate`, `validate`, `openapi`.
+//! Command-line entry points: `serve` (the default), `migrate`, `validate`, `plan`,
+//! `openapi`.
 //! Every failure at start is one line on stderr and a non-zero exit.
 
 use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
-use crate::config::{Cli, Command, ServeArgs, Settings, ValidateFormat};
+use crate::config::{Cli, Command, PlanOutput, ServeArgs, Settings, ValidateFormat};
 
+pub mod plan;
 pub mod validate;
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -24,6 +26,20 @@ pub fn run(cli: Cli) -> ExitCode {
                 args.existing_files.as_deref(),
                 args.repo.as_deref(),
                 format,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr().lock(),
+            );
+            ExitCode::from(u8::try_from(status).unwrap_or(2))
+        }
+        Some(Command::Plan(args)) => {
+            let format = match args.format {
+                PlanOutput::Md => plan::PlanFormat::Md,
+                PlanOutput::Json => plan::PlanFormat::Json,
+            };
+            let status = plan::run(
+                &args.file,
+                format,
+                args.completed_tracks.as_deref(),
                 &mut std::io::stdout().lock(),
                 &mut std::io::stderr().lock(),
             );

@@ -17,9 +17,14 @@ pub struct StoredTrack {
 /// What a conditional write found.
 #[derive(Debug)]
 pub enum WriteOutcome {
-    Written { revision: i64, created: bool },
+    Written {
+        revision: i64,
+        created: bool,
+    },
     /// The stored revision is not the one the writer expected.
-    Stale { current: Option<i64> },
+    Stale {
+        current: Option<i64>,
+    },
 }
 
 impl Database {
@@ -88,7 +93,11 @@ impl Database {
                         revision,
                         created: false,
                     })
-                    .ok_or_else(|| DbError::Conflict(format!("track {track_id:?} was deleted during the write")))
+                    .ok_or_else(|| {
+                        DbError::Conflict(format!(
+                            "track {track_id:?} was deleted during the write"
+                        ))
+                    })
             }
         }
     }

@@ -4,5 +4,7 @@ pub mod dispatch;
 pub mod gating;
 pub mod graph;
 pub mod ids;
+pub mod loop_plan;
 pub mod natural;
 pub mod retry;
+pub mod track_state;

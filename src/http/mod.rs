@@ -4,11 +4,13 @@
 
 pub mod auth;
 pub mod extract;
+pub mod loop_plans;
 pub mod middleware;
 pub mod ops;
 pub mod projects;
 pub mod task_lists;
 pub mod tasks;
+pub mod tracks;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +64,8 @@ impl AppState {
         (name = "operations", description = "Health, readiness, metrics, docs"),
         (name = "task-lists", description = "Gate, persist and dispatch planner task lists (gating.md)"),
         (name = "projects", description = "Per-cycle status and teams"),
+        (name = "loop-plans", description = "Task DAG levels, parallel groups and plan.md (loop-plan.md §1)"),
+        (name = "tracks", description = "Track loop state: metadata.json v2 and its steps (loop-plan.md §2)"),
     )
 )]
 struct ApiDoc;
@@ -88,6 +92,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(task_lists::router())
         .merge(tasks::router())
         .merge(projects::router())
+        .merge(loop_plans::router())
+        .merge(tracks::router())
 }
 
 /// The OpenAPI document the server serves (and `openapi/openapi.json` holds).

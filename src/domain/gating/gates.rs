@@ -247,7 +247,8 @@ fn resolve_ids<'a>(
     tasks: &[RawTask],
     ids: &'a IdArena,
 ) -> (HashMap<&'a str, usize>, Vec<bool>, Vec<Option<usize>>) {
-    let mut position_of: HashMap<&str, usize> = HashMap::with_capacity_and_hasher(tasks.len(), Default::default());
+    let mut position_of: HashMap<&str, usize> =
+        HashMap::with_capacity_and_hasher(tasks.len(), Default::default());
     let mut addressable = vec![false; tasks.len()];
     let mut duplicate_of = vec![None; tasks.len()];
     for (position, raw) in tasks.iter().enumerate() {

@@ -1,0 +1,329 @@
+//! Track loop state over HTTP on both databases: v1 import, the seed's transitions,
+//! bounds, illegal steps, and optimistic concurrency with ETag / If-Match.
+
+mod common;
+
+use common::{TestApp, expect_problem};
+use serde_json::{Value, json};
+
+const TRACK: &str = "auth-cache_20261130";
+
+fn v1() -> Value {
+    json!({"track_id": TRACK, "type": "feature", "status": "new",
+           "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z",
+           "description": "Per-tenant token cache"})
+}
+
+async fn put(app: &TestApp, id: &str, body: &Value) -> reqwest::Response {
+    app.client
+        .put(app.url(&format!("/v1/tracks/{id}")))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn step(
+    app: &TestApp,
+    action: &str,
+    step: &str,
+    body: Value,
+    if_match: Option<&str>,
+) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url(&format!("/v1/tracks/{TRACK}/steps/{step}/{action}")))
+        .json(&body);
+    if let Some(tag) = if_match {
+        request = request.header("if-match", tag);
+    }
+    request.send().await.unwrap()
+}
+
+/// Start and complete `name` with `outcome`; return the metadata after it.
+async fn run_step(app: &TestApp, name: &str, outcome: &str) -> Value {
+    let started = step(app, "start", name, json!({"agent": "agent-1"}), None).await;
+    assert_eq!(
+        started.status(),
+        200,
+        "start {name}: {}",
+        started.text().await.unwrap()
+    );
+    let done = step(app, "complete", name, json!({"outcome": outcome}), None).await;
+    assert_eq!(
+        done.status(),
+        200,
+        "complete {name}: {}",
+        done.text().await.unwrap()
+    );
+    done.json().await.unwrap()
+}
+
+async fn v1_import_upgrades_and_keeps_fields(app: TestApp) {
+    let created = put(&app, TRACK, &v1()).await;
+    assert_eq!(created.status(), 201);
+    assert_eq!(created.headers()["etag"], "\"1\"");
+    let meta: Value = created.json().await.unwrap();
+    assert_eq!(meta["version"], 2);
+    assert_eq!(meta["loop_state"]["current_step"], "PLAN");
+    assert_eq!(meta["loop_state"]["step_status"], "NOT_STARTED");
+    assert_eq!(meta["loop_state"]["max_fix_cycles"], 3);
+    assert_eq!(meta["loop_state"]["max_plan_revisions"], 3);
+    assert_eq!(
+        meta["description"], "Per-tenant token cache",
+        "unknown fields kept"
+    );
+    let fetched = app.get(&format!("/v1/tracks/{TRACK}")).await;
+    assert_eq!(fetched.headers()["etag"], "\"1\"");
+    assert_eq!(fetched.json::<Value>().await.unwrap(), meta);
+    let replaced = put(&app, TRACK, &meta).await;
+    assert_eq!(replaced.status(), 200);
+    assert_eq!(replaced.headers()["etag"], "\"2\"");
+    app.shutdown().await;
+}
+
+async fn plan_passed_moves_to_evaluate_plan(app: TestApp) {
+    put(&app, TRACK, &v1()).await;
+    let started: Value = step(&app, "start", "PLAN", json!({"agent": "planner"}), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(started["loop_state"]["step_status"], "IN_PROGRESS");
+    assert_eq!(
+        started["loop_state"]["checkpoints"]["PLAN"]["status"],
+        "IN_PROGRESS"
+    );
+    assert_eq!(
+        started["loop_state"]["checkpoints"]["PLAN"]["agent"],
+        "planner"
+    );
+    let done = step(
+        &app,
+        "complete",
+        "PLAN",
+        json!({"outcome": "PASSED", "commit_sha": "abc123"}),
+        None,
+    )
+    .await;
+    let meta: Value = done.json().await.unwrap();
+    let plan = &meta["loop_state"]["checkpoints"]["PLAN"];
+    assert_eq!(plan["status"], "PASSED");
+    assert_eq!(plan["plan_version"], 1);
+    assert_eq!(plan["commit_sha"], "abc123");
+    assert!(plan["completed_at"].is_string());
+    assert_eq!(meta["loop_state"]["current_step"], "EVALUATE_PLAN");
+    assert_eq!(meta["loop_state"]["step_status"], "NOT_STARTED");
+    app.shutdown().await;
+}
+
+async fn plan_revisions_are_bounded(app: TestApp) {
+    put(&app, TRACK, &v1()).await;
+    for revision in 1..=3 {
+        run_step(&app, "PLAN", "PASSED").await;
+        let meta = run_step(&app, "EVALUATE_PLAN", "FAILED").await;
+        assert_eq!(meta["loop_state"]["plan_revision_count"], revision);
+        if revision < 3 {
+            assert_eq!(meta["loop_state"]["current_step"], "PLAN");
+            assert_eq!(
+                meta["loop_state"]["checkpoints"]["PLAN"]["plan_version"],
+                revision
+            );
+        } else {
+            assert_eq!(meta["status"], "blocked", "{meta}");
+        }
+    }
+    let refused = step(&app, "start", "PLAN", json!({"agent": "a"}), None).await;
+    let problem = expect_problem(refused, 409, "track_closed").await;
+    assert_eq!(problem["legal"], json!([]));
+    // Re-importing re-opens the track.
+    let mut fresh = v1();
+    fresh["status"] = json!("new");
+    assert_eq!(put(&app, TRACK, &fresh).await.status(), 200);
+    assert_eq!(
+        step(&app, "start", "PLAN", json!({"agent": "a"}), None)
+            .await
+            .status(),
+        200
+    );
+    app.shutdown().await;
+}
+
+async fn execution_with_a_fix_cycle_reaches_complete(app: TestApp) {
+    put(&app, TRACK, &v1()).await;
+    run_step(&app, "PLAN", "PASSED").await;
+    let meta = run_step(&app, "EVALUATE_PLAN", "PASSED").await;
+    assert_eq!(meta["loop_state"]["current_step"], "EXECUTE");
+    step(&app, "start", "EXECUTE", json!({"agent": "dev"}), None).await;
+    let meta: Value = step(&app, "complete", "EXECUTE",
+        json!({"outcome": "PASSED", "tasks_completed": 4, "tasks_total": 4, "last_task": "2.2", "last_commit": "def"}), None)
+        .await.json().await.unwrap();
+    assert_eq!(
+        meta["loop_state"]["checkpoints"]["EXECUTE"]["tasks_total"],
+        4
+    );
+    assert_eq!(meta["loop_state"]["current_step"], "EVALUATE_EXECUTION");
+    let meta = run_step(&app, "EVALUATE_EXECUTION", "FAILED").await;
+    assert_eq!(meta["loop_state"]["current_step"], "FIX");
+    assert_eq!(meta["loop_state"]["fix_cycle_count"], 1);
+    let meta = run_step(&app, "FIX", "PASSED").await;
+    assert_eq!(meta["loop_state"]["current_step"], "EVALUATE_EXECUTION");
+    let meta = run_step(&app, "EVALUATE_EXECUTION", "PASSED").await;
+    assert_eq!(meta["loop_state"]["current_step"], "COMPLETE");
+    assert_eq!(meta["status"], "complete");
+    expect_problem(
+        step(&app, "start", "FIX", json!({"agent": "a"}), None).await,
+        409,
+        "track_closed",
+    )
+    .await;
+    app.shutdown().await;
+}
+
+async fn fix_cycles_are_bounded_and_blocked_blocks(app: TestApp) {
+    put(&app, TRACK, &v1()).await;
+    run_step(&app, "PLAN", "PASSED").await;
+    run_step(&app, "EVALUATE_PLAN", "PASSED").await;
+    run_step(&app, "EXECUTE", "PASSED").await;
+    for cycle in 1..=3 {
+        let meta = run_step(&app, "EVALUATE_EXECUTION", "FAILED").await;
+        assert_eq!(meta["loop_state"]["fix_cycle_count"], cycle);
+        if cycle < 3 {
+            run_step(&app, "FIX", "PASSED").await;
+        } else {
+            assert_eq!(meta["status"], "blocked");
+        }
+    }
+    // BLOCKED from any step blocks the track.
+    put(&app, TRACK, &v1()).await;
+    let meta = run_step(&app, "PLAN", "BLOCKED").await;
+    assert_eq!(meta["status"], "blocked");
+    assert_eq!(meta["loop_state"]["step_status"], "BLOCKED");
+    app.shutdown().await;
+}
+
+async fn illegal_steps_list_the_legal_ones(app: TestApp) {
+    put(&app, TRACK, &v1()).await;
+    let early = step(&app, "complete", "PLAN", json!({"outcome": "PASSED"}), None).await;
+    let problem = expect_problem(early, 409, "illegal_transition").await;
+    assert_eq!(problem["legal"], json!(["start PLAN"]));
+    let wrong = step(&app, "start", "EXECUTE", json!({"agent": "a"}), None).await;
+    let problem = expect_problem(wrong, 409, "illegal_transition").await;
+    assert_eq!(problem["current_step"], "PLAN");
+    let unknown = step(&app, "start", "DEPLOY", json!({"agent": "a"}), None).await;
+    let problem = expect_problem(unknown, 409, "unknown_step").await;
+    assert_eq!(problem["legal"], json!(["start PLAN"]));
+    let bad_outcome = step(&app, "complete", "PLAN", json!({"outcome": "MAYBE"}), None).await;
+    expect_problem(bad_outcome, 422, "invalid_body").await;
+    let missing = app
+        .client
+        .post(app.url("/v1/tracks/nope/steps/PLAN/start"))
+        .json(&json!({"agent": "a"}))
+        .send()
+        .await
+        .unwrap();
+    expect_problem(missing, 404, "not_found").await;
+    app.shutdown().await;
+}
+
+async fn bad_track_ids_and_documents_store_nothing(app: TestApp) {
+    for id in ["..", "a%2Fb", "a%5Cb", "a%00b", ".hidden", "a%20b"] {
+        let response = put(&app, id, &v1()).await;
+        assert!(
+            response.status().is_client_error(),
+            "{id}: {}",
+            response.status()
+        );
+        let problem: Value = response.json().await.unwrap();
+        assert!(
+            problem["code"] == "invalid_track_id" || problem["code"] == "route_not_found",
+            "{id}: {problem}"
+        );
+    }
+    let long = "x".repeat(300);
+    expect_problem(put(&app, &long, &v1()).await, 400, "invalid_track_id").await;
+    expect_problem(
+        put(&app, TRACK, &json!([1, 2])).await,
+        422,
+        "invalid_metadata",
+    )
+    .await;
+    let mut other = v1();
+    other["track_id"] = json!("someone-else");
+    expect_problem(put(&app, TRACK, &other).await, 422, "track_id_mismatch").await;
+    expect_problem(
+        app.get(&format!("/v1/tracks/{TRACK}")).await,
+        404,
+        "not_found",
+    )
+    .await;
+    app.shutdown().await;
+}
+
+async fn stale_if_match_is_412_and_no_write_is_lost(app: TestApp) {
+    put(&app, TRACK, &v1()).await;
+    let stale = step(&app, "start", "PLAN", json!({"agent": "a"}), Some("\"7\"")).await;
+    expect_problem(stale, 412, "stale_etag").await;
+    // Two agents read version 1 and both try to start PLAN with it: one wins.
+    let (a, b) = tokio::join!(
+        step(
+            &app,
+            "start",
+            "PLAN",
+            json!({"agent": "agent-a"}),
+            Some("\"1\"")
+        ),
+        step(
+            &app,
+            "start",
+            "PLAN",
+            json!({"agent": "agent-b"}),
+            Some("\"1\"")
+        ),
+    );
+    let mut statuses = [a.status().as_u16(), b.status().as_u16()];
+    statuses.sort();
+    assert_eq!(statuses, [200, 412]);
+    let meta = app.get(&format!("/v1/tracks/{TRACK}")).await;
+    assert_eq!(meta.headers()["etag"], "\"2\"");
+    // Without If-Match, racing writers are re-checked against the newest version:
+    // exactly one completion applies, the others see the step is no longer running.
+    let results = futures::future::join_all(
+        (0..6).map(|_| step(&app, "complete", "PLAN", json!({"outcome": "PASSED"}), None)),
+    )
+    .await;
+    let ok = results.iter().filter(|r| r.status() == 200).count();
+    let conflicts = results.iter().filter(|r| r.status() == 409).count();
+    assert_eq!((ok, conflicts), (1, 5));
+    let meta: Value = app
+        .get(&format!("/v1/tracks/{TRACK}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        meta["loop_state"]["checkpoints"]["PLAN"]["plan_version"], 1,
+        "applied once"
+    );
+    let put_stale = app
+        .client
+        .put(app.url(&format!("/v1/tracks/{TRACK}")))
+        .header("if-match", "\"1\"")
+        .json(&v1())
+        .send()
+        .await
+        .unwrap();
+    expect_problem(put_stale, 412, "stale_etag").await;
+    app.shutdown().await;
+}
+
+both_backends!(
+    v1_import_upgrades_and_keeps_fields,
+    plan_passed_moves_to_evaluate_plan,
+    plan_revisions_are_bounded,
+    execution_with_a_fix_cycle_reaches_complete,
+    fix_cycles_are_bounded_and_blocked_blocks,
+    illegal_steps_list_the_legal_ones,
+    bad_track_ids_and_documents_store_nothing,
+    stale_if_match_is_412_and_no_write_is_lost,
+);
