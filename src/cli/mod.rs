@@ -113,3 +113,28 @@ fn migrate(args: &ServeArgs) -> ExitCode {
         }
     })
 }
+
+/// A temporary directory with files, for the command tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::PathBuf;
+
+    pub struct Scratch(tempfile::TempDir);
+
+    impl Scratch {
+        pub fn new(_name: &str) -> Self {
+            Scratch(tempfile::tempdir().expect("temporary directory"))
+        }
+
+        /// Where `name` would be in the directory (the file need not exist).
+        pub fn path(&self, name: &str) -> PathBuf {
+            self.0.path().join(name)
+        }
+
+        pub fn file(&self, name: &str, contents: &str) -> PathBuf {
+            let path = self.0.path().join(name);
+            std::fs::write(&path, contents).expect("write a scratch file");
+            path
+        }
+    }
+}

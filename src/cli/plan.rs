@@ -117,30 +117,8 @@ fn read_request(file: &Path, completed_tracks: Option<&Path>) -> Result<LoopPlan
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Self {
-            let dir =
-                std::env::temp_dir().join(format!("plangate-plan-{name}-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
-        }
-
-        fn file(&self, name: &str, contents: &str) -> PathBuf {
-            let path = self.0.join(name);
-            std::fs::write(&path, contents).unwrap();
-            path
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::cli::test_support::Scratch;
 
     fn run_cli(file: &Path, format: PlanFormat, tracks: Option<&Path>) -> (i32, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -244,7 +222,7 @@ mod tests {
     #[test]
     fn usage_and_io_errors_exit_two() {
         let scratch = Scratch::new("usage");
-        let missing = scratch.0.join("missing.json");
+        let missing = scratch.path("missing.json");
         let (status, out, err) = run_cli(&missing, PlanFormat::Md, None);
         assert_eq!((status, out.as_str()), (2, ""));
         assert!(
@@ -257,12 +235,12 @@ mod tests {
         assert_eq!(status, 2);
         assert!(err.contains("line 1"), "{err}");
 
-        let binary = scratch.0.join("binary.yaml");
+        let binary = scratch.path("binary.yaml");
         std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
         assert_eq!(run_cli(&binary, PlanFormat::Md, None).0, 2);
 
         let file = scratch.file("request.json", REQUEST);
-        let missing_tracks = scratch.0.join("tracks.md");
+        let missing_tracks = scratch.path("tracks.md");
         assert_eq!(run_cli(&file, PlanFormat::Md, Some(&missing_tracks)).0, 2);
     }
 

@@ -259,30 +259,8 @@ fn plural(count: usize, noun: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir()
-                .join(format!("plangate-validate-{name}-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
-        }
-
-        fn file(&self, name: &str, contents: &str) -> PathBuf {
-            let path = self.0.join(name);
-            std::fs::write(&path, contents).unwrap();
-            path
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::cli::test_support::Scratch;
 
     fn run_cli(
         file: &Path,
@@ -415,7 +393,7 @@ mod tests {
     fn usage_and_io_errors_exit_two() {
         let scratch = Scratch::new("usage");
         let list = scratch.file("list.json", VALID_LIST);
-        let missing = scratch.0.join("missing.json");
+        let missing = scratch.path("missing.json");
         let (status, out, err) = run_cli(&missing, None, None, OutputFormat::Text);
         assert_eq!((status, out.as_str()), (2, ""));
         assert!(
@@ -429,7 +407,7 @@ mod tests {
             2
         );
 
-        let not_utf8 = scratch.0.join("binary.json");
+        let not_utf8 = scratch.path("binary.json");
         std::fs::write(&not_utf8, [0xff, 0xfe, 0x00]).unwrap();
         assert_eq!(run_cli(&not_utf8, None, None, OutputFormat::Text).0, 2);
 
@@ -440,7 +418,7 @@ mod tests {
         assert_eq!(run_cli(&bad_body, None, None, OutputFormat::Text).0, 2);
 
         let not_a_repo = Scratch::new("not-a-repo");
-        let (status, _, err) = run_cli(&list, None, Some(&not_a_repo.0), OutputFormat::Text);
+        let (status, _, err) = run_cli(&list, None, Some(&not_a_repo.path("")), OutputFormat::Text);
         assert_eq!(status, 2, "{err}");
         assert!(err.contains("git"), "{err}");
     }
@@ -448,7 +426,7 @@ mod tests {
     #[test]
     fn repo_files_come_from_git_ls_files() {
         let scratch = Scratch::new("repo");
-        let repo = scratch.0.join("checkout");
+        let repo = scratch.path("checkout");
         std::fs::create_dir_all(repo.join("src/http")).unwrap();
         std::fs::write(repo.join("src/http/client.py"), "").unwrap();
         let git = |args: &[&str]| {

@@ -7,4 +7,6 @@ pub mod ids;
 pub mod loop_plan;
 pub mod natural;
 pub mod retry;
+pub mod text;
 pub mod track_state;
+pub mod xorshift;

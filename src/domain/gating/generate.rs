@@ -3,34 +3,7 @@
 
 use serde_json::{Value, json};
 
-/// xorshift64: tiny, deterministic across platforms, good enough to scatter edges.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        // The all-zero state is a fixed point, so mix the seed away from it.
-        let state = seed ^ 0x9E37_79B9_7F4A_7C15;
-        Self(if state == 0 {
-            0x9E37_79B9_7F4A_7C15
-        } else {
-            state
-        })
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// Uniform enough in `0..bound` for `bound > 0` (modulo bias is irrelevant here).
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound.max(1) as u64) as usize
-    }
-}
+use crate::domain::xorshift::XorShift;
 
 /// Tasks per wave, roughly: the list spans `max(1, n / TASKS_PER_WAVE)` waves.
 const TASKS_PER_WAVE: usize = 500;

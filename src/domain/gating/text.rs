@@ -5,63 +5,8 @@
 
 use serde_json::Number;
 
-/// Longest string shown in full; valid task ids (at most [`MAX_ID_BYTES`]) always fit.
-pub(crate) const MAX_SHOWN_BYTES: usize = 256;
-
-/// Longest accepted `task_id` (and id reference) in bytes.
-pub(crate) const MAX_ID_BYTES: usize = 256;
-
-/// Quotes like Python's `repr` of a str (`'t-3'`, `'a\x00b'`, `"it's"`), so messages
-/// stay familiar to planners; strings longer than [`MAX_SHOWN_BYTES`] are cut and
-/// their full length is given.
-pub(crate) fn quote(text: &str) -> String {
-    let mut shown_end = text.len();
-    if text.len() > MAX_SHOWN_BYTES {
-        shown_end = MAX_SHOWN_BYTES;
-        while !text.is_char_boundary(shown_end) {
-            shown_end -= 1;
-        }
-    }
-    let shown = &text[..shown_end];
-    // Python switches to double quotes when that avoids escaping.
-    let delimiter = if shown.contains('\'') && !shown.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut quoted = String::with_capacity(shown_end + 2);
-    quoted.push(delimiter);
-    for character in shown.chars() {
-        match character {
-            '\\' => quoted.push_str("\\\\"),
-            c if c == delimiter => {
-                quoted.push('\\');
-                quoted.push(c);
-            }
-            '\n' => quoted.push_str("\\n"),
-            '\r' => quoted.push_str("\\r"),
-            '\t' => quoted.push_str("\\t"),
-            // U+2028/U+2029 are line breaks to many readers.
-            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
-                let code = u32::from(c);
-                if code <= 0xFF {
-                    quoted.push_str(&format!("\\x{code:02x}"));
-                } else {
-                    quoted.push_str(&format!("\\u{code:04x}"));
-                }
-            }
-            c => quoted.push(c),
-        }
-    }
-    if shown_end < text.len() {
-        quoted.push('…');
-        quoted.push(delimiter);
-        quoted.push_str(&format!(" ({} bytes)", text.len()));
-    } else {
-        quoted.push(delimiter);
-    }
-    quoted
-}
+pub(crate) use crate::domain::ids::MAX_ID_BYTES;
+pub(crate) use crate::domain::text::quote;
 
 /// Why a string is not a usable task id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +100,7 @@ impl Found {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::text::MAX_SHOWN_BYTES;
 
     #[test]
     fn quote_escapes_like_python_repr() {

@@ -3,34 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{CompletedTrack, LoopPlanRequest, PhaseInfo, TrackInfo};
-
-/// xorshift64: tiny and identical on every platform.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        // Zero is a fixed point of xorshift; mix the seed away from it.
-        let state = seed ^ 0x9E37_79B9_7F4A_7C15;
-        Self(if state == 0 {
-            0x9E37_79B9_7F4A_7C15
-        } else {
-            state
-        })
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound.max(1) as u64) as usize
-    }
-}
+use crate::domain::xorshift::XorShift;
 
 /// Tasks per phase.
 pub const TASKS_PER_PHASE: usize = 250;

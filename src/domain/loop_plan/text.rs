@@ -1,65 +1,13 @@
 //! How values are shown in messages and in the markdown parts of `plan.md`.
 //!
 //! Messages are printed one a line (CLI, re-prompts), so nothing shown may contain a
-//! line break, and a hostile 10 MB value must not be echoed back in full. `quote`
-//! mirrors gating's (Python `repr` style) so both engines read alike.
+//! line break, and a hostile 10 MB value must not be echoed back in full. `quote` is
+//! the shared one (Python `repr` style), so both engines read alike.
 
 use serde_json::Value;
 
-/// Longest string shown in full in a message.
-pub(crate) const MAX_SHOWN_BYTES: usize = 256;
-
-/// Longest accepted task id in bytes (gating's rule).
-pub(crate) const MAX_ID_BYTES: usize = 256;
-
-/// Quotes like Python's `repr` (`'1.1'`, `'a\x00b'`), cutting long text.
-pub(crate) fn quote(text: &str) -> String {
-    let shown_end = floor_char_boundary(text, MAX_SHOWN_BYTES);
-    let shown = &text[..shown_end];
-    let delimiter = if shown.contains('\'') && !shown.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut quoted = String::with_capacity(shown_end + 2);
-    quoted.push(delimiter);
-    for character in shown.chars() {
-        match character {
-            '\\' => quoted.push_str("\\\\"),
-            c if c == delimiter => {
-                quoted.push('\\');
-                quoted.push(c);
-            }
-            '\n' => quoted.push_str("\\n"),
-            '\r' => quoted.push_str("\\r"),
-            '\t' => quoted.push_str("\\t"),
-            c if is_line_breaking(c) => {
-                let code = u32::from(c);
-                if code <= 0xFF {
-                    quoted.push_str(&format!("\\x{code:02x}"));
-                } else {
-                    quoted.push_str(&format!("\\u{code:04x}"));
-                }
-            }
-            c => quoted.push(c),
-        }
-    }
-    quoted.push(delimiter);
-    if shown_end < text.len() {
-        // Put the ellipsis inside the quotes, like gating.
-        quoted.pop();
-        quoted.push('…');
-        quoted.push(delimiter);
-        quoted.push_str(&format!(" ({} bytes)", text.len()));
-    }
-    quoted
-}
-
-/// Control characters and the Unicode line/paragraph separators: anything a reader
-/// may treat as a line break or that a terminal interprets.
-pub(crate) fn is_line_breaking(c: char) -> bool {
-    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
-}
+pub(crate) use crate::domain::ids::MAX_ID_BYTES;
+pub(crate) use crate::domain::text::{is_line_breaking, quote};
 
 /// `text` with every control character or line separator replaced by a space, for
 /// one-line markdown and messages (the YAML block keeps the exact text).
@@ -70,17 +18,6 @@ pub(crate) fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| if is_line_breaking(c) { ' ' } else { c })
         .collect()
-}
-
-fn floor_char_boundary(text: &str, max: usize) -> usize {
-    if text.len() <= max {
-        return text.len();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    end
 }
 
 /// Why a string is not a usable task id, if it is not.

@@ -1,0 +1,66 @@
+//! How client-sent values are shown inside messages, shared by gating and loop plans
+//! so both engines read alike.
+//!
+//! Messages are re-prompted to a planner one per line, so nothing shown may contain a
+//! line break, and a hostile 10 MB value must not be echoed back in full.
+
+/// Longest string shown in full; valid ids (at most
+/// [`MAX_ID_BYTES`](crate::domain::ids::MAX_ID_BYTES)) always fit.
+pub const MAX_SHOWN_BYTES: usize = 256;
+
+/// Quotes like Python's `repr` of a str (`'t-3'`, `'a\x00b'`, `"it's"`), so messages
+/// stay familiar to planners; strings longer than [`MAX_SHOWN_BYTES`] are cut and
+/// their full length is given.
+pub fn quote(text: &str) -> String {
+    let mut shown_end = text.len();
+    if text.len() > MAX_SHOWN_BYTES {
+        shown_end = MAX_SHOWN_BYTES;
+        while !text.is_char_boundary(shown_end) {
+            shown_end -= 1;
+        }
+    }
+    let shown = &text[..shown_end];
+    // Python switches to double quotes when that avoids escaping.
+    let delimiter = if shown.contains('\'') && !shown.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut quoted = String::with_capacity(shown_end + 2);
+    quoted.push(delimiter);
+    for character in shown.chars() {
+        match character {
+            '\\' => quoted.push_str("\\\\"),
+            c if c == delimiter => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            c if is_line_breaking(c) => {
+                let code = u32::from(c);
+                if code <= 0xFF {
+                    quoted.push_str(&format!("\\x{code:02x}"));
+                } else {
+                    quoted.push_str(&format!("\\u{code:04x}"));
+                }
+            }
+            c => quoted.push(c),
+        }
+    }
+    if shown_end < text.len() {
+        quoted.push('…');
+        quoted.push(delimiter);
+        quoted.push_str(&format!(" ({} bytes)", text.len()));
+    } else {
+        quoted.push(delimiter);
+    }
+    quoted
+}
+
+/// Control characters and the Unicode line/paragraph separators: anything a reader
+/// may treat as a line break or that a terminal interprets.
+pub fn is_line_breaking(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
+}
