@@ -15,7 +15,7 @@ impl XorShift {
         })
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -26,6 +26,6 @@ impl XorShift {
 
     /// Uniform enough in `0..bound` for `bound > 0` (modulo bias is irrelevant here).
     pub fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound.max(1) as u64) as usize
+        (self.next_u64() % bound.max(1) as u64) as usize
     }
 }
