@@ -6,6 +6,7 @@ pub mod graph;
 pub mod ids;
 pub mod loop_plan;
 pub mod natural;
+pub mod refine;
 pub mod retry;
 pub mod text;
 pub mod track_state;
