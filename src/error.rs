@@ -128,3 +128,33 @@ pub struct Problem {
     /// What went wrong, for a program: switch on this.
     pub code: String,
 }
+
+/// The answers a JSON-body route can give before its handler runs (malformed JSON,
+/// a body over the limit, a body that is not JSON), documented once for all of them.
+pub struct JsonBodyRejections;
+
+impl utoipa::IntoResponses for JsonBodyRejections {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        [
+            ("400", "Malformed JSON"),
+            ("413", "Body over the limit"),
+            ("415", "Body is not application/json"),
+        ]
+        .into_iter()
+        .map(|(status, description)| {
+            let content = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build();
+            let response = ResponseBuilder::new()
+                .description(description)
+                .content(PROBLEM_JSON, content)
+                .build();
+            (status.to_owned(), response.into())
+        })
+        .collect()
+    }
+}

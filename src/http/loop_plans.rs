@@ -12,7 +12,7 @@ use super::extract::Json;
 use crate::domain::loop_plan::{
     self, Dag, LoopPlan, LoopPlanRequest, PlanError, PlanErrorKind, Progress,
 };
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, JsonBodyRejections, Problem};
 
 const MARKDOWN: &str = "text/markdown; charset=utf-8";
 
@@ -49,9 +49,9 @@ fn wants_markdown(headers: &HeaderMap) -> bool {
 #[utoipa::path(post, path = "/v1/loop-plans/generate", tag = "loop-plans",
     request_body = LoopPlanRequest,
     responses(
+        JsonBodyRejections,
         (status = 200, description = "The plan (JSON, or plan.md with Accept: text/markdown)",
          content((LoopPlan = "application/json"), (String = "text/markdown"))),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid DAG or unreadable tracks_md (`dag_invalid`, with `errors`)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn generate(

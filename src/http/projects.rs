@@ -12,7 +12,7 @@ use crate::db::DbError;
 use crate::db::task_lists::{StatusScope, Team};
 use crate::domain::dispatch::{WaveCounts, snapshot};
 use crate::domain::ids::{IdError, Ident};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, JsonBodyRejections, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -95,6 +95,7 @@ pub struct NewTeam {
     params(("project_id" = String, Path, description = "The project")),
     request_body = NewTeam,
     responses(
+        JsonBodyRejections,
         (status = 201, description = "Registered", body = Team),
         (status = 409, description = "This team_pk is already registered for the project", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),

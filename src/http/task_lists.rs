@@ -17,7 +17,7 @@ use crate::domain::gating::{
 };
 use crate::domain::ids::Ident;
 use crate::domain::retry;
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, JsonBodyRejections, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -58,20 +58,32 @@ pub struct CreateTaskListRequest {
     pub existing_files: Vec<String>,
 }
 
-/// The 422 answer of `POST /v1/task-lists` (problem+json).
+/// The 422 answer of `POST /v1/task-lists` (problem+json). A gate rejection
+/// (`dag_invalid`, `synthesis_failure`) carries every member; a malformed request
+/// (`invalid_field`, `invalid_body`) only the problem members, so the gating members
+/// are documented as optional.
 #[derive(Serialize, ToSchema)]
 pub struct GatingProblem {
     #[serde(flatten)]
     pub problem: Problem,
+    #[schema(required = false)]
     pub errors: Vec<gating::Violation>,
+    #[schema(required = false)]
     pub warnings: Vec<gating::Violation>,
     /// 1 for the first rejection since the last accepted list of this cycle, 2 after.
+    #[schema(required = false)]
     pub attempt: u32,
     /// True when the planner gets no further retry.
+    #[schema(required = false)]
     pub escalate: bool,
+    #[schema(required = false)]
     pub escalation: Option<retry::Escalation>,
     /// The exact text to re-prompt the planner with: every violation, one a line.
+    #[schema(required = false)]
     pub reprompt: String,
+    /// For `invalid_field`: which field.
+    #[schema(required = false)]
+    pub field: Option<String>,
 }
 
 /// Read straight into tasks while the body is parsed (no intermediate JSON tree):
@@ -113,10 +125,8 @@ fn count_outcome(validation: &Validation, route: &'static str) {
 #[utoipa::path(post, path = "/v1/task-lists/validate", tag = "task-lists",
     request_body = ValidateRequest,
     responses(
+        JsonBodyRejections,
         (status = 200, description = "The gate's verdict", body = ValidationReport),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Neither or both of tasks/planner_output, or a field of the wrong type", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn validate_task_list(
@@ -136,11 +146,9 @@ async fn validate_task_list(
 #[utoipa::path(post, path = "/v1/task-lists", tag = "task-lists",
     request_body = CreateTaskListRequest,
     responses(
+        JsonBodyRejections,
         (status = 201, description = "Stored; `Location` names the list", body = StoredTaskList,
          headers(("Location" = String, description = "/v1/task-lists/{id}"))),
-        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Rejected by the gate (`dag_invalid`, `synthesis_failure`) or a malformed request", body = GatingProblem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]

@@ -10,7 +10,7 @@ use super::AppState;
 use super::extract::{Json, Path};
 use crate::db::task_lists::{StoredTask, TaskChange, TransitionOutcome};
 use crate::domain::dispatch::{AbandonCategory, TaskStatus};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, JsonBodyRejections, Problem};
 
 /// Notes are free text for people; the bound keeps rows small.
 const MAX_NOTES_BYTES: usize = 64 * 1024;
@@ -46,6 +46,7 @@ pub struct TaskUpdated {
     params(("id" = Uuid, Path, description = "Server id of the task")),
     request_body = TaskUpdate,
     responses(
+        JsonBodyRejections,
         (status = 200, description = "The task after the change", body = TaskUpdated),
         (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),

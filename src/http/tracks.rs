@@ -19,7 +19,7 @@ use crate::domain::track_state::{
     self, Completion, Metadata, Step, StepStart, TrackError, TrackErrorCode, TrackId,
     TransitionCode, TransitionError,
 };
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, JsonBodyRejections, Problem};
 
 /// Compare-and-set retries for writers that sent no `If-Match`.
 const MAX_WRITE_RETRIES: usize = 8;
@@ -116,6 +116,7 @@ fn encode(metadata: &Metadata) -> Result<Value, ApiError> {
     ),
     request_body(content = Object, description = "metadata.json v1 or v2"),
     responses(
+        JsonBodyRejections,
         (status = 200, description = "Replaced", body = Metadata, headers(("ETag" = String))),
         (status = 201, description = "Created", body = Metadata, headers(("ETag" = String))),
         (status = 400, description = "Invalid track id or malformed JSON", body = Problem, content_type = "application/problem+json"),
@@ -226,6 +227,7 @@ async fn apply_step(
     ),
     request_body = StepStart,
     responses(
+        JsonBodyRejections,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
         (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),
@@ -254,6 +256,7 @@ async fn start_step(
     ),
     request_body = Completion,
     responses(
+        JsonBodyRejections,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
         (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),
