@@ -89,6 +89,35 @@ async fn generate_groups_every_level_in_natural_order(app: TestApp) {
     app.shutdown().await;
 }
 
+async fn yaml_requests_plan_like_json(app: TestApp) {
+    let from_json: Value = app
+        .post_json("/v1/loop-plans/generate", &example())
+        .await
+        .json()
+        .await
+        .unwrap();
+    // The same request as YAML (ids quoted: an unquoted 1.10 is the number 1.1).
+    let mut yaml = String::new();
+    yaml.push_str("track: {id: auth-cache_20261130, name: Per-tenant token cache, spec: Cache tokens per tenant and retry idempotent calls, dependencies: [tenancy_20261120]}\n");
+    yaml.push_str("phases: [{number: 1, name: Core}, {number: 2, name: Polish}]\ntasks:\n");
+    for task in example()["tasks"].as_array().unwrap() {
+        yaml.push_str(&format!("  - {}\n", serde_json::to_string(task).unwrap()));
+    }
+    yaml.push_str("completed_tracks: [{id: tenancy_20261120, name: Tenancy, deliverables: [src/tenancy/model.py]}]\n");
+    let response = app
+        .client
+        .post(app.url("/v1/loop-plans/generate"))
+        .header("content-type", "application/yaml")
+        .body(yaml)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let from_yaml: Value = response.json().await.unwrap();
+    assert_eq!(from_yaml["dag"], from_json["dag"]);
+    app.shutdown().await;
+}
+
 async fn markdown_round_trips_through_parse(app: TestApp) {
     let json_plan: Value = app
         .post_json("/v1/loop-plans/generate", &example())
@@ -221,6 +250,7 @@ async fn invalid_dags_and_documents_are_4xx(app: TestApp) {
 
 both_backends!(
     generate_groups_every_level_in_natural_order,
+    yaml_requests_plan_like_json,
     markdown_round_trips_through_parse,
     invalid_dags_and_documents_are_4xx,
 );

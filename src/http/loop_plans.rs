@@ -42,22 +42,56 @@ fn wants_markdown(headers: &HeaderMap) -> bool {
         .is_some_and(|accept| accept.contains("text/markdown"))
 }
 
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// The request as JSON (the default) or YAML (`application/yaml`, `text/yaml`), the
+/// two forms `plangate plan` reads too.
+fn read_request(headers: &HeaderMap, body: &Bytes) -> Result<LoopPlanRequest, ApiError> {
+    let kind = content_type(headers);
+    if ["application/yaml", "application/x-yaml", "text/yaml"]
+        .iter()
+        .any(|yaml| kind.starts_with(yaml))
+    {
+        let text = std::str::from_utf8(body).map_err(|e| {
+            ApiError::bad_request("invalid_utf8", format!("the body is not UTF-8: {e}"))
+        })?;
+        return loop_plan::parse_request_yaml(text).map_err(plan_error);
+    }
+    if !kind.starts_with("application/json") {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the request as application/json or application/yaml",
+        ));
+    }
+    // The same parser and rejections as every other JSON route.
+    axum::Json::<LoopPlanRequest>::from_bytes(body)
+        .map(|axum::Json(request)| request)
+        .map_err(ApiError::from)
+}
+
 /// Build the task DAG: topological levels, one parallel group per level with file
 /// conflicts, types, durations, overlap with completed tracks.
 ///
 /// With `Accept: text/markdown` the answer is the plan.md text.
 #[utoipa::path(post, path = "/v1/loop-plans/generate", tag = "loop-plans",
-    request_body = LoopPlanRequest,
+    request_body(content(
+        (LoopPlanRequest = "application/json"),
+        (LoopPlanRequest = "application/yaml"),
+    )),
     responses(
         JsonBodyRejections,
         (status = 200, description = "The plan (JSON, or plan.md with Accept: text/markdown)",
          content((LoopPlan = "application/json"), (String = "text/markdown"))),
         (status = 422, description = "Invalid DAG or unreadable tracks_md (`dag_invalid`, with `errors`)", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn generate(
-    headers: HeaderMap,
-    Json(request): Json<LoopPlanRequest>,
-) -> Result<Response, ApiError> {
+async fn generate(headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let request = read_request(&headers, &body)?;
     let plan = loop_plan::plan(&request);
     if !plan.is_valid() {
         let first = plan
@@ -98,11 +132,8 @@ pub struct ParsedPlanResponse {
         (status = 422, description = "Not a readable plan.md (`line` says where)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn parse(headers: HeaderMap, body: Bytes) -> Result<Json<ParsedPlanResponse>, ApiError> {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !(content_type.starts_with("text/markdown") || content_type.starts_with("text/plain")) {
+    let kind = content_type(&headers);
+    if !(kind.starts_with("text/markdown") || kind.starts_with("text/plain")) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
