@@ -325,9 +325,55 @@ impl Database {
             tx.commit().await?;
             Ok::<(), DbError>(())
         })?;
-        self.task_list(list_id)
-            .await?
-            .ok_or_else(|| DbError::Corrupt(format!("task list {list_id} vanished after insert")))
+        // Everything stored is known here; answering from it saves reading the
+        // whole list back (10,000 rows for a big plan).
+        let local_of: HashMap<Uuid, &str> = new
+            .tasks
+            .iter()
+            .zip(&ids)
+            .map(|(t, id)| (*id, t.task_id.as_str()))
+            .collect();
+        let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
+        for (task, dep, _) in &edges {
+            if let Some(local) = local_of.get(dep) {
+                depends.entry(*task).or_default().push((*local).to_owned());
+            }
+        }
+        let tasks = new
+            .tasks
+            .iter()
+            .zip(ids)
+            .map(|(task, id)| StoredTask {
+                id,
+                task_list_id: list_id,
+                task_id: task.task_id.clone(),
+                assigned_persona: task.assigned_persona.clone(),
+                parallel_group: task.parallel_group,
+                status: TaskStatus::Pending,
+                depends_on: depends.remove(&id).unwrap_or_default(),
+                reads: task.reads.clone(),
+                writes: task.writes.clone(),
+                reviews: task.reviews.clone(),
+                description: task.description.clone(),
+                extra: task.extra.clone(),
+                abandon_category: None,
+                upstream_task_id: None,
+                notes: None,
+                attempts: 0,
+                started_at: None,
+                finished_at: None,
+                created_at,
+                updated_at: created_at,
+            })
+            .collect();
+        Ok(StoredTaskList {
+            id: list_id,
+            project_id: new.project_id.to_owned(),
+            team_pk: new.team_pk.map(str::to_owned),
+            created_by: new.created_by.to_owned(),
+            created_at,
+            tasks,
+        })
     }
 
     /// Count one more rejected submission of `(project_id, team_pk)`; returns the
