@@ -117,7 +117,20 @@ fn migrate(args: &ServeArgs) -> ExitCode {
 /// A temporary directory with files, for the command tests.
 #[cfg(test)]
 pub(crate) mod test_support {
+    use std::io::Write;
     use std::path::PathBuf;
+
+    /// Output that always fails, like stdout into a closed pipe.
+    pub struct Broken;
+
+    impl Write for Broken {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("closed"))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::other("closed"))
+        }
+    }
 
     pub struct Scratch(tempfile::TempDir);
 

@@ -118,7 +118,7 @@ fn read_request(file: &Path, completed_tracks: Option<&Path>) -> Result<LoopPlan
 mod tests {
     use super::*;
 
-    use crate::cli::test_support::Scratch;
+    use crate::cli::test_support::{Broken, Scratch};
 
     fn run_cli(file: &Path, format: PlanFormat, tracks: Option<&Path>) -> (i32, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -246,15 +246,6 @@ mod tests {
 
     #[test]
     fn broken_output_is_an_io_error() {
-        struct Broken;
-        impl Write for Broken {
-            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-                Err(std::io::Error::other("closed"))
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Err(std::io::Error::other("closed"))
-            }
-        }
         let scratch = Scratch::new("broken");
         let file = scratch.file("request.json", REQUEST);
         let mut err = Vec::new();

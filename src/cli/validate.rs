@@ -260,7 +260,7 @@ fn plural(count: usize, noun: &str) -> String {
 mod tests {
     use super::*;
 
-    use crate::cli::test_support::Scratch;
+    use crate::cli::test_support::{Broken, Scratch};
 
     fn run_cli(
         file: &Path,
@@ -450,15 +450,6 @@ mod tests {
 
     #[test]
     fn broken_output_is_an_io_error() {
-        struct Broken;
-        impl Write for Broken {
-            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
-                Err(std::io::Error::other("closed"))
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Err(std::io::Error::other("closed"))
-            }
-        }
         let scratch = Scratch::new("broken");
         let list = scratch.file("list.json", VALID_LIST);
         let mut err = Vec::new();
