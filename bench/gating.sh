@@ -69,7 +69,7 @@ for run in 1 2 3; do
   t=$(curl -s -o "$out/created.json" -w '%{http_code} %{time_total}' "http://127.0.0.1:$port/v1/task-lists" -H 'content-type: application/json' --data-binary @"$out/body10k.json")
   code=${t% *}; secs=${t#* }
   [ "$code" = 201 ] || { echo "unexpected $code"; head -c 500 "$out/created.json"; exit 1; }
-  python3 -c "print(f'run $run: 10000 tasks stored in {$secs:.3f}s over HTTP (gate + insert + read back): {10000/$secs:.0f} tasks/s')"
+  python3 -c "print(f'run $run: 10000 tasks stored in {$secs:.3f}s over HTTP (parse + gate + batched insert + answer): {10000/$secs:.0f} tasks/s')"
 done
 psql "${PG_ADMIN%/*}/$db" -Atqc "select count(*) || ' tasks, ' || (select count(*) from task_dependencies) || ' edges stored' from tasks"
 kill -TERM $srv; wait $srv || true
