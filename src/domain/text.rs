@@ -64,3 +64,31 @@ pub fn quote(text: &str) -> String {
 pub fn is_line_breaking(c: char) -> bool {
     c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
+
+/// The `cycle` message both engines give (gating.md §3): the path closing on its
+/// first id, and how to fix it. `path` reads along `depends_on`; `member_count` is
+/// the size of its strongly connected component, which may hold more cycles.
+pub fn cycle_message(path: &[String], member_count: usize) -> String {
+    let Some(first) = path.first() else {
+        return "dependency graph contains a cycle".to_owned();
+    };
+    let shown = format!("{} -> {first}", path.join(" -> "));
+    if path.len() == 1 {
+        format!(
+            "dependency graph contains a cycle: {shown} (task {} depends_on itself); \
+             remove it from its own depends_on",
+            quote(first)
+        )
+    } else {
+        let others = member_count.saturating_sub(path.len());
+        let tangled = if others > 0 {
+            format!("; {others} more task(s) in task_ids are on other cycles through these")
+        } else {
+            String::new()
+        };
+        format!(
+            "dependency graph contains a cycle: {shown} (each task depends_on the \
+             next{tangled}); remove depends_on entries until no task depends on itself"
+        )
+    }
+}

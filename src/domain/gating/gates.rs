@@ -18,6 +18,7 @@ use super::text::quote;
 use super::{Code, Outcome, Validation, Violation};
 use crate::domain::graph::DiGraph;
 use crate::domain::natural::natural_cmp;
+use crate::domain::text::cycle_message;
 
 /// Paths are compared after removing a leading `./` (spec §1).
 fn normalize_path(path: &str) -> &str {
@@ -386,26 +387,10 @@ fn gate_cycles(graph: &TaskGraph<'_>) -> (Vec<Violation>, Vec<Option<usize>>) {
             in_cycle_component[member] = Some(components.component_of[member]);
         }
         let path: Vec<String> = cycle.path.iter().map(|&p| graph.id(p).to_owned()).collect();
-        let Some(first) = path.first() else { continue };
-        let shown = format!("{} -> {first}", path.join(" -> "));
-        let body = if path.len() == 1 {
-            format!(
-                "dependency graph contains a cycle: {shown} (task {} depends_on itself); \
-                 remove it from its own depends_on",
-                quote(first)
-            )
-        } else {
-            let others = cycle.members.len().saturating_sub(path.len());
-            let tangled = if others > 0 {
-                format!("; {others} more task(s) in task_ids are on other cycles through these")
-            } else {
-                String::new()
-            };
-            format!(
-                "dependency graph contains a cycle: {shown} (each task depends_on the \
-                 next{tangled}); remove depends_on entries until no task depends on itself"
-            )
-        };
+        if path.is_empty() {
+            continue;
+        }
+        let body = cycle_message(&path, cycle.members.len());
         let task_ids = cycle
             .members
             .iter()

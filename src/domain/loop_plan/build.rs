@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::domain::graph::DiGraph;
 use crate::domain::natural::natural_cmp;
+use crate::domain::text::cycle_message;
 
 use super::overlap::{DeliverableIndex, parse_tracks_md, skip_reason};
 use super::request::{TaskInput, read_task};
@@ -278,26 +279,7 @@ fn cycle_violation<'a>(
         ids.push(node_id(first).to_owned());
         ids.extend(rest.iter().rev().map(|&node| node_id(node).to_owned()));
     }
-    let first = ids.first().cloned().unwrap_or_default();
-    let shown = format!("{} -> {first}", ids.join(" -> "));
-    let body = if ids.len() == 1 {
-        format!(
-            "dependency graph contains a cycle: {shown} (task {} depends_on itself); remove \
-             it from its own depends_on",
-            quote(&first)
-        )
-    } else {
-        let others = members.len().saturating_sub(path.len());
-        let tangled = if others > 0 {
-            format!("; {others} more task(s) in task_ids are on other cycles through these")
-        } else {
-            String::new()
-        };
-        format!(
-            "dependency graph contains a cycle: {shown} (each task depends_on the \
-             next{tangled}); remove depends_on entries until no task depends on itself"
-        )
-    };
+    let body = cycle_message(&ids, members.len());
     let task_ids = members.iter().map(|&m| node_id(m).to_owned()).collect();
     let mut violation = PlanViolation::new(PlanCode::Cycle, body, task_ids);
     violation.cycle = Some(ids);
