@@ -91,6 +91,13 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A client-sent identifier that does not parse: 422 naming the field.
+impl From<crate::domain::ids::IdError> for ApiError {
+    fn from(err: crate::domain::ids::IdError) -> Self {
+        ApiError::unprocessable("invalid_field", err.to_string()).with("field", err.field)
+    }
+}
+
 impl From<DbError> for ApiError {
     fn from(err: DbError) -> Self {
         match err {

@@ -41,6 +41,14 @@ impl Ident {
         Ok(Ident(value.to_owned()))
     }
 
+    /// [`Ident::parse`] for an optional field: absent stays absent.
+    pub fn parse_optional(
+        field: &'static str,
+        value: Option<&str>,
+    ) -> Result<Option<Self>, IdError> {
+        value.map(|v| Self::parse(field, v)).transpose()
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -11,17 +11,13 @@ use super::extract::{Json, Path, Query};
 use crate::db::DbError;
 use crate::db::task_lists::{StatusScope, Team};
 use crate::domain::dispatch::{WaveCounts, snapshot};
-use crate::domain::ids::{IdError, Ident};
+use crate::domain::ids::Ident;
 use crate::error::{ApiError, JsonBodyRejections, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(project_status))
         .routes(routes!(create_team, list_teams))
-}
-
-fn invalid(err: IdError) -> ApiError {
-    ApiError::unprocessable("invalid_field", err.to_string()).with("field", err.field)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -60,13 +56,8 @@ async fn project_status(
     Path(project_id): Path<String>,
     Query(query): Query<StatusQuery>,
 ) -> Result<Json<ProjectStatus>, ApiError> {
-    let project = Ident::parse("project_id", &project_id).map_err(invalid)?;
-    let team = query
-        .team_pk
-        .as_deref()
-        .map(|t| Ident::parse("team_pk", t))
-        .transpose()
-        .map_err(invalid)?;
+    let project = Ident::parse("project_id", &project_id)?;
+    let team = Ident::parse_optional("team_pk", query.team_pk.as_deref())?;
     let (scope, rows) = state
         .db
         .status_rows(project.as_str(), team.as_ref().map(Ident::as_str))
@@ -105,14 +96,9 @@ async fn create_team(
     Path(project_id): Path<String>,
     Json(team): Json<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
-    let project = Ident::parse("project_id", &project_id).map_err(invalid)?;
-    let team_pk = Ident::parse("team_pk", &team.team_pk).map_err(invalid)?;
-    let lead_role = team
-        .lead_role
-        .as_deref()
-        .map(|r| Ident::parse("lead_role", r))
-        .transpose()
-        .map_err(invalid)?;
+    let project = Ident::parse("project_id", &project_id)?;
+    let team_pk = Ident::parse("team_pk", &team.team_pk)?;
+    let lead_role = Ident::parse_optional("lead_role", team.lead_role.as_deref())?;
     match state
         .db
         .create_team(
@@ -139,6 +125,6 @@ async fn list_teams(
     State(state): State<AppState>,
     Path(project_id): Path<String>,
 ) -> Result<Json<Vec<Team>>, ApiError> {
-    let project = Ident::parse("project_id", &project_id).map_err(invalid)?;
+    let project = Ident::parse("project_id", &project_id)?;
     Ok(Json(state.db.teams(project.as_str()).await?))
 }

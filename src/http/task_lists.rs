@@ -156,17 +156,9 @@ async fn create_task_list(
     State(state): State<AppState>,
     Json(request): Json<CreateTaskListRequest>,
 ) -> Result<Response, ApiError> {
-    let invalid = |e: crate::domain::ids::IdError| {
-        ApiError::unprocessable("invalid_field", e.to_string()).with("field", e.field)
-    };
-    let project_id = Ident::parse("project_id", &request.project_id).map_err(invalid)?;
-    let team_pk = request
-        .team_pk
-        .as_deref()
-        .map(|t| Ident::parse("team_pk", t))
-        .transpose()
-        .map_err(invalid)?;
-    let created_by = Ident::parse("created_by", &request.created_by).map_err(invalid)?;
+    let project_id = Ident::parse("project_id", &request.project_id)?;
+    let team_pk = Ident::parse_optional("team_pk", request.team_pk.as_deref())?;
+    let created_by = Ident::parse("created_by", &request.created_by)?;
     let source = source(request.tasks, &request.planner_output)?;
     let validation = gating::validate(source, &request.existing_files);
     count_outcome(&validation, "create");
