@@ -131,9 +131,16 @@ async fn put_track(
 ) -> Result<Response, ApiError> {
     let id = track_id(&raw_id)?;
     let metadata = track_state::import_for_track(&id, document, now()).map_err(track_error)?;
-    let expected = headers
-        .contains_key(header::IF_MATCH)
-        .then(|| if_match(&headers));
+    let expected = match (headers.contains_key(header::IF_MATCH), if_match(&headers)) {
+        (false, _) => None,
+        (true, Some(revision)) => Some(Some(revision)),
+        // `If-Match: *` (RFC 9110): replace only a track that exists, whatever its
+        // version — so pin the one stored now.
+        (true, None) => match state.db.track(id.as_str()).await? {
+            Some(track) => Some(Some(track.revision)),
+            None => return Err(precondition_failed(None)),
+        },
+    };
     match state
         .db
         .put_track(id.as_str(), &encode(&metadata)?, expected)
