@@ -13,6 +13,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
+use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
+
 /// Default request body limit: 16 MiB (operations.md).
 pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
@@ -149,6 +151,12 @@ pub struct ServeArgs {
     /// Request body limit in bytes [default: 16777216]
     #[arg(long, env = "PLANGATE_BODY_LIMIT_BYTES")]
     pub body_limit_bytes: Option<usize>,
+    /// Concurrent L0s per refine job, 1 to 6 [default: 6]
+    #[arg(long, env = "PLANGATE_L0_CONCURRENCY")]
+    pub l0_concurrency: Option<usize>,
+    /// L0 prompt template file replacing the shipped one [default: templates/l0_prompt.md, built in]
+    #[arg(long, env = "PLANGATE_PROMPT_TEMPLATE", value_name = "FILE")]
+    pub prompt_template: Option<PathBuf>,
 }
 
 /// The config file. Unknown keys are refused so that a typo fails at start instead
@@ -171,6 +179,8 @@ pub struct FileConfig {
     pub retention_days: Option<u64>,
     pub request_timeout_secs: Option<u64>,
     pub body_limit_bytes: Option<usize>,
+    pub l0_concurrency: Option<usize>,
+    pub prompt_template: Option<PathBuf>,
     pub default_executor: Option<String>,
     #[serde(default)]
     pub executors: BTreeMap<String, ExecutorProfile>,
@@ -226,6 +236,10 @@ pub struct Settings {
     pub retention: Duration,
     pub request_timeout: Duration,
     pub body_limit: usize,
+    /// Concurrent L0s per job, `1..=MAX_PARALLEL`.
+    pub l0_concurrency: usize,
+    /// The L0 prompt template text (the shipped one unless configured).
+    pub prompt_template: String,
     pub default_executor: String,
     pub executors: BTreeMap<String, ExecutorProfile>,
 }
@@ -391,6 +405,26 @@ impl Settings {
             ));
         }
 
+        let l0_concurrency = args
+            .l0_concurrency
+            .or(file.l0_concurrency)
+            .unwrap_or(MAX_PARALLEL);
+        if !(1..=MAX_PARALLEL).contains(&l0_concurrency) {
+            return Err(invalid(
+                "PLANGATE_L0_CONCURRENCY",
+                format!("must be between 1 and {MAX_PARALLEL} (got {l0_concurrency})"),
+            ));
+        }
+        let prompt_template = match args.prompt_template.clone().or(file.prompt_template) {
+            None => DEFAULT_PROMPT_TEMPLATE.to_owned(),
+            Some(path) => std::fs::read_to_string(&path).map_err(|e| {
+                invalid(
+                    "PLANGATE_PROMPT_TEMPLATE",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?,
+        };
+
         let default_executor = file
             .default_executor
             .unwrap_or_else(|| "builtin".to_owned());
@@ -426,6 +460,8 @@ impl Settings {
             retention: Duration::from_secs(retention_days.saturating_mul(86_400)),
             request_timeout: Duration::from_secs(request_timeout),
             body_limit,
+            l0_concurrency,
+            prompt_template,
             default_executor,
             executors: file.executors,
         })
