@@ -29,6 +29,8 @@ pub enum StartError {
     Database(#[from] DbError),
     #[error("cannot serve: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// Connect to the configured database and apply its migrations.
@@ -38,9 +40,11 @@ pub async fn open_database(settings: &Settings) -> Result<Database, DbError> {
     Ok(db)
 }
 
-/// Serve on `listener` until `shutdown` resolves, then drain: `/readyz` turns 503,
-/// no new connections are accepted, in-flight requests get `shutdown_grace` to
-/// finish, and the pool closes. Tests call this with a `127.0.0.1:0` listener.
+/// Serve on `listener` and run the job workers until `shutdown` resolves, then
+/// drain: `/readyz` turns 503, no new connections are accepted, workers stop
+/// claiming, in-flight requests and running L0s get `shutdown_grace` to finish
+/// (then L0s are killed and their jobs handed back), and the pool closes. Tests
+/// call this with a `127.0.0.1:0` listener.
 pub async fn serve(
     listener: TcpListener,
     settings: Settings,
@@ -54,17 +58,28 @@ pub async fn serve(
     }
     // Install the recorder before the first request so no request goes uncounted.
     http::ops::metrics_handle();
-    let state = AppState::new(db.clone(), settings.clone());
+    let executors = agents::Executors::from_settings(&settings)?;
+    let state = AppState::new(db.clone(), settings.clone(), executors.clone());
     let app = http::app(state.clone());
+    let stop_workers = tokio_util::sync::CancellationToken::new();
+    let workers = jobs::start(
+        db.clone(),
+        settings.clone(),
+        executors,
+        state.hub.clone(),
+        stop_workers.clone(),
+    );
 
     let drain = Arc::new(tokio::sync::Notify::new());
     let on_signal = {
         let state = state.clone();
         let drain = drain.clone();
+        let stop_workers = stop_workers.clone();
         async move {
             shutdown.await;
             tracing::info!("shutdown requested: draining");
             state.begin_shutdown();
+            stop_workers.cancel();
             drain.notify_one();
         }
     };
@@ -81,6 +96,11 @@ pub async fn serve(
         _ = async { drain.notified().await; tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_secs = grace.as_secs(), "in-flight requests outlived the shutdown grace; closing");
         }
+    }
+    // The server can also end on its own (an I/O error): stop the workers then too.
+    stop_workers.cancel();
+    if workers.await.is_err() {
+        tracing::error!("the job workers panicked");
     }
     db.close().await;
     tracing::info!("plangate stopped");

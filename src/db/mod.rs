@@ -16,6 +16,8 @@ macro_rules! on_pool {
     };
 }
 
+pub mod refine_jobs;
+pub mod refine_runs;
 pub mod task_lists;
 pub mod tracks;
 
@@ -152,6 +154,31 @@ impl Database {
             return Err(DbError::Conflict(format!(
                 "{applied} of {expected} migrations applied"
             )));
+        }
+        Ok(())
+    }
+
+    /// Tells the other replicas' workers a job was queued (Postgres NOTIFY; a
+    /// no-op on SQLite, which is single-node).
+    pub async fn notify_job_queued(&self) -> DbResult<()> {
+        if let Database::Postgres(pool) = self {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(crate::jobs::listen::QUEUED_CHANNEL)
+                .execute(pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Tells the replica running `job_id` to kill its L0s now (its heartbeat would
+    /// see the cancel later anyway).
+    pub async fn notify_job_cancel(&self, job_id: uuid::Uuid) -> DbResult<()> {
+        if let Database::Postgres(pool) = self {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(crate::jobs::listen::CANCEL_CHANNEL)
+                .bind(job_id.to_string())
+                .execute(pool)
+                .await?;
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ pub mod loop_plans;
 pub mod middleware;
 pub mod ops;
 pub mod projects;
+pub mod refine_jobs;
 pub mod task_lists;
 pub mod tasks;
 pub mod tracks;
@@ -19,23 +20,39 @@ use axum::Router;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
+use crate::agents::Executors;
 use crate::config::Settings;
 use crate::db::Database;
+use crate::jobs::JobsHub;
 
 /// Shared by every handler. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     pub db: Database,
     pub settings: Arc<Settings>,
+    pub executors: Executors,
+    /// Wake-ups and kill switches shared with this process's job workers.
+    pub hub: Arc<JobsHub>,
     shutting_down: Arc<AtomicBool>,
 }
 
 impl AppState {
-    pub fn new(db: Database, settings: Arc<Settings>) -> Self {
+    pub fn new(db: Database, settings: Arc<Settings>, executors: Executors) -> Self {
         AppState {
             db,
             settings,
+            executors,
+            hub: Arc::new(JobsHub::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// A job was queued: wake this process's workers now and the other
+    /// replicas' through NOTIFY (a hint; they poll anyway).
+    pub async fn wake_workers(&self) {
+        self.hub.queued.notify_waiters();
+        if let Err(e) = self.db.notify_job_queued().await {
+            tracing::debug!(error = %e, "queue notification failed; workers will poll");
         }
     }
 
@@ -71,6 +88,7 @@ impl AppState {
         (name = "projects", description = "Per-cycle status and teams"),
         (name = "loop-plans", description = "Task DAG levels, parallel groups and plan.md (loop-plan.md §1)"),
         (name = "tracks", description = "Track loop state: metadata.json v2 and its steps (loop-plan.md §2)"),
+        (name = "refine-jobs", description = "Durable per-phase refine jobs: L0 fan-out, validation, WP ownership (refine.md §1–6, jobs.md)"),
     )
 )]
 struct ApiDoc;
@@ -99,6 +117,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(projects::router())
         .merge(loop_plans::router())
         .merge(tracks::router())
+        .merge(refine_jobs::router())
 }
 
 /// The OpenAPI document the server serves (and `openapi/openapi.json` holds).

@@ -119,7 +119,8 @@ mod tests {
         };
         let settings = Settings::merge(&args, FileConfig::default()).unwrap();
         let db = crate::open_database(&settings).await.unwrap();
-        let state = AppState::new(db, Arc::new(settings));
+        let executors = crate::agents::Executors::from_settings(&settings).unwrap();
+        let state = AppState::new(db, Arc::new(settings), executors);
         let router = app(state.clone());
         let ready = |router: axum::Router| async move {
             let request = Request::get("/readyz").body(Body::empty()).unwrap();

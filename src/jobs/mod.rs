@@ -1,3 +1,12 @@
-//! Durable background jobs (jobs.md): claim, lease, fencing, heartbeat, reaper and
-//! resume. The refine engine lands here with the refine-jobs issue; nothing in the
-//! server depends on it yet.
+//! Durable background jobs (jobs.md): the refine engine ([`engine`]), the worker
+//! pool with its claim loop, heartbeat, reaper and retention ([`worker`]), the
+//! Postgres wake-ups ([`listen`]), stored requests and confined paths
+//! ([`request`]) and result files ([`output`]).
+
+pub mod engine;
+pub mod listen;
+pub mod output;
+pub mod request;
+pub mod worker;
+
+pub use worker::{JobsHub, start};

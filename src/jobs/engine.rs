@@ -1,0 +1,271 @@
+//! The refine engine: runs one phase's L0s in batches through an executor and
+//! reports each step to a [`JobSink`] — the database for a server job (fenced
+//! writes), the terminal for `plangate refine`. The decisions (classification, log
+//! lines, conflicts, applying) are the pure `domain::refine`; this module only adds
+//! processes, concurrency and cancellation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::agents::{Executor, L0Request, L0Run};
+use crate::domain::refine::{
+    Assignment, Classified, L0Outcome, NEXT_BATCH, PhaseContext, PlanDocument, RefineOutput,
+    batches, build_packets, classify, refine_phase, render_prompt,
+};
+
+/// Why the engine stopped before producing a result.
+#[derive(Debug, thiserror::Error)]
+pub enum Stop {
+    /// The kill switch fired (job cancel, lost lease, end of the shutdown grace):
+    /// running L0s were killed and nothing of them stored.
+    #[error("stopped: running L0s were killed")]
+    Killed,
+    /// Draining for shutdown: the next batch was not started.
+    #[error("stopped before the next batch (shutting down)")]
+    Drained,
+    /// The sink refused a write (lost lease, database down for too long).
+    #[error("{0}")]
+    Sink(String),
+}
+
+/// Where the engine reports. Errors stop the job ([`Stop::Sink`]).
+pub trait JobSink {
+    /// An L0 is about to start.
+    fn l0_started(
+        &mut self,
+        assignment_id: &str,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+    /// An L0 ended; `log` is the whole log so far, `new_lines` what it added.
+    fn l0_finished(
+        &mut self,
+        finished: &FinishedL0Run<'_>,
+        log: &[String],
+        new_lines: &[String],
+    ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Lines not tied to one L0 (`--- next batch ---`).
+    fn log(
+        &mut self,
+        log: &[String],
+        new_lines: &[String],
+    ) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// An L0 that ended, with its judgement.
+pub struct FinishedL0Run<'a> {
+    pub assignment_id: &'a str,
+    pub run: &'a L0Run,
+    pub classified: &'a Classified,
+    pub elapsed: Duration,
+}
+
+/// The inputs of one refine job, parsed.
+#[derive(Debug, Clone)]
+pub struct RefineJob {
+    pub job_id: Uuid,
+    pub context: PhaseContext,
+    pub plan: Option<PlanDocument>,
+    /// The task file every L0 is pointed at (absolute; server-side copy for inline text).
+    pub task_file: Option<String>,
+}
+
+/// How the engine runs: prompt template and L0 concurrency (clamped to 1..=6).
+pub struct EngineConfig<'a> {
+    pub template: &'a str,
+    pub max_parallel: usize,
+}
+
+/// Kill switch and drain switch of one run.
+#[derive(Clone, Default)]
+pub struct Switches {
+    /// Kill running L0s and stop.
+    pub kill: CancellationToken,
+    /// Start no further batch.
+    pub drain: CancellationToken,
+}
+
+/// Runs the L0s that have no stored outcome (`prior`), then the L1 step. `log` is
+/// the log so far (a resumed job continues it). The returned output's `log` is the
+/// final log in the seed's order; lines it holds beyond `log` are returned too.
+pub async fn run_refine(
+    job: &RefineJob,
+    executor: Arc<Executor>,
+    config: &EngineConfig<'_>,
+    prior: HashMap<String, L0Outcome>,
+    mut log: Vec<String>,
+    sink: &mut impl JobSink,
+    switches: &Switches,
+) -> Result<(RefineOutput, Vec<String>), Stop> {
+    let packets = build_packets(&job.context, job.plan.as_ref());
+    let phase_assignments: Arc<[Assignment]> = job.context.assignments.clone().into();
+    let ids: Vec<String> = packets
+        .iter()
+        .map(|p| p.target_assignment_id.clone())
+        .collect();
+    let mut packets: HashMap<String, _> = packets
+        .into_iter()
+        .map(|p| (p.target_assignment_id.clone(), Arc::new(p)))
+        .collect();
+    let mut outcomes: Vec<(String, L0Outcome)> = prior.into_iter().collect();
+
+    for (i, batch) in batches(&ids, config.max_parallel).into_iter().enumerate() {
+        if i > 0 && log.iter().filter(|l| *l == NEXT_BATCH).count() < i {
+            log.push(NEXT_BATCH.to_owned());
+            let new = [NEXT_BATCH.to_owned()];
+            sink.log(&log, &new).await.map_err(Stop::Sink)?;
+        }
+        let todo: Vec<String> = batch
+            .into_iter()
+            .filter(|id| !outcomes.iter().any(|(o, _)| o == id))
+            .collect();
+        if todo.is_empty() {
+            continue;
+        }
+        if switches.drain.is_cancelled() {
+            return Err(Stop::Drained);
+        }
+        if switches.kill.is_cancelled() {
+            return Err(Stop::Killed);
+        }
+        let mut running = JoinSet::new();
+        for id in todo {
+            if let Err(e) = sink.l0_started(&id).await {
+                return Err(stop_running(running, switches, Stop::Sink(e)).await);
+            }
+            let Some(packet) = packets.remove(&id) else {
+                continue;
+            };
+            let request = L0Request {
+                job_id: job.job_id,
+                phase_id: job.context.phase_id.clone(),
+                assignment_id: id.clone(),
+                task_file: job.task_file.clone(),
+                prompt: render_prompt(config.template, &packet),
+                packet,
+                phase_assignments: phase_assignments.clone(),
+            };
+            let executor = executor.clone();
+            let kill = switches.kill.clone();
+            running.spawn(async move {
+                let started = Instant::now();
+                let run = executor.run(&request, &kill).await;
+                (request.assignment_id, run, started.elapsed())
+            });
+        }
+        while let Some(joined) = running.join_next().await {
+            let (id, run, elapsed) = match joined {
+                Ok(done) => done,
+                // An executor panicked: a bug, but it costs only this L0.
+                Err(e) => {
+                    tracing::error!(error = %e, "an L0 task panicked");
+                    continue;
+                }
+            };
+            let Ok(run) = run else {
+                // Killed: the others are being killed too; collect them and stop.
+                return Err(stop_running(running, switches, Stop::Killed).await);
+            };
+            let classified = classify(&id, &run.outcome);
+            let new_lines: Vec<String> = classified.log_line(&id).into_iter().collect();
+            log.extend(new_lines.iter().cloned());
+            let finished = FinishedL0Run {
+                assignment_id: &id,
+                run: &run,
+                classified: &classified,
+                elapsed,
+            };
+            if let Err(e) = sink.l0_finished(&finished, &log, &new_lines).await {
+                return Err(stop_running(running, switches, Stop::Sink(e)).await);
+            }
+            outcomes.push((id, run.outcome));
+        }
+    }
+
+    let output = refine_phase(&job.context, &outcomes, config.max_parallel);
+    let extra = lines_beyond(&output.log, &log);
+    Ok((output, extra))
+}
+
+/// Kills what still runs, waits for it to be reaped, and returns `stop`.
+async fn stop_running(
+    mut running: JoinSet<(String, Result<L0Run, crate::agents::Cancelled>, Duration)>,
+    switches: &Switches,
+    stop: Stop,
+) -> Stop {
+    switches.kill.cancel();
+    while running.join_next().await.is_some() {}
+    stop
+}
+
+/// The lines of `fin` that `live` does not hold (as a multiset): what the final
+/// log adds to what was streamed while the L0s ran.
+pub fn lines_beyond(fin: &[String], live: &[String]) -> Vec<String> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for l in live {
+        *seen.entry(l.as_str()).or_default() += 1;
+    }
+    fin.iter()
+        .filter(|l| match seen.get_mut(l.as_str()) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
+        .cloned()
+        .collect()
+}
+
+/// The first `max` bytes of `text` (on a char boundary), for record excerpts.
+pub fn excerpt(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The outcome as stored for resuming (`{"answer": text}` / `{"failed": reason}`).
+pub fn outcome_value(outcome: &L0Outcome) -> Value {
+    serde_json::to_value(outcome).unwrap_or(Value::Null)
+}
+
+pub fn outcome_from_value(value: &Value) -> Option<L0Outcome> {
+    serde_json::from_value(value.clone()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_beyond_is_a_multiset_difference() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            lines_beyond(&s(&["a", "b", "a", "c"]), &s(&["a", "b"])),
+            s(&["a", "c"])
+        );
+        assert!(lines_beyond(&s(&["a"]), &s(&["a", "a"])).is_empty());
+    }
+
+    #[test]
+    fn excerpt_cuts_on_char_boundaries() {
+        assert_eq!(excerpt("héllo", 2), "h");
+        assert_eq!(excerpt("abc", 10), "abc");
+    }
+
+    #[test]
+    fn outcomes_round_trip_through_json() {
+        for o in [L0Outcome::Answer("x".into()), L0Outcome::Failed("y".into())] {
+            assert_eq!(outcome_from_value(&outcome_value(&o)), Some(o));
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! The worker pool of one process: claim loop, heartbeat, reaper, retention and
+//! graceful shutdown (jobs.md). Every replica runs the same loops; Postgres row
+//! locks and lease tokens keep them from stepping on each other.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::engine::{
+    EngineConfig, FinishedL0Run, JobSink, Stop, Switches, excerpt, outcome_from_value,
+    outcome_value, run_refine,
+};
+use super::request::StoredRequest;
+use crate::agents::Executors;
+use crate::config::Settings;
+use crate::db::refine_jobs::{ClaimedJob, Finish, L0Done, Lease, LeaseLost};
+use crate::db::{Database, DbError};
+use crate::domain::job::{JobStatus, requeue_backoff};
+use crate::domain::refine::Classified;
+
+/// Longest answer excerpt kept in an L0 record.
+const EXCERPT_BYTES: usize = 2048;
+/// Workers poll at least this often, so a lost notification never stalls a job.
+const POLL: Duration = Duration::from_secs(1);
+
+/// What the HTTP layer shares with the workers of its process.
+#[derive(Default)]
+pub struct JobsHub {
+    /// Woken when a job is queued (locally or, through LISTEN, elsewhere).
+    pub queued: Notify,
+    /// Woken after every local job write (`?wait=` and SSE wake early).
+    pub changed: Notify,
+    /// Kill switches of the jobs running in this process.
+    running: Mutex<HashMap<Uuid, CancellationToken>>,
+}
+
+impl JobsHub {
+    /// Cancels a job running in this process (a cancel request or a NOTIFY).
+    pub fn cancel_local(&self, job_id: Uuid) {
+        if let Ok(running) = self.running.lock()
+            && let Some(token) = running.get(&job_id)
+        {
+            token.cancel();
+        }
+    }
+
+    fn register(&self, job_id: Uuid, token: CancellationToken) {
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(job_id, token);
+        }
+    }
+
+    fn unregister(&self, job_id: Uuid) {
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(&job_id);
+        }
+    }
+}
+
+/// Everything a worker needs, shared by the pool.
+struct Pool {
+    db: Database,
+    settings: Arc<Settings>,
+    executors: Executors,
+    hub: Arc<JobsHub>,
+    worker_id: Uuid,
+    /// Stop claiming; start no new batch.
+    drain: CancellationToken,
+    /// The shutdown grace is over: kill what still runs.
+    kill: CancellationToken,
+}
+
+/// Starts `settings.workers` workers, the reaper and (on Postgres) the listener.
+/// `shutdown` starts the drain; the returned task ends when every job this process
+/// held is finished or handed back.
+pub fn start(
+    db: Database,
+    settings: Arc<Settings>,
+    executors: Executors,
+    hub: Arc<JobsHub>,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let pool = Arc::new(Pool {
+        db,
+        settings: settings.clone(),
+        executors,
+        hub,
+        // Fresh per process start: a restarted pod reusing its hostname is still a
+        // different worker, so its predecessor's leases are never mistaken for its own.
+        worker_id: Uuid::new_v4(),
+        drain: shutdown.clone(),
+        kill: CancellationToken::new(),
+    });
+    tracing::info!(worker_id = %pool.worker_id, workers = settings.workers, "job workers starting");
+    let background = CancellationToken::new();
+    let mut background_tasks = JoinSet::new();
+    background_tasks.spawn(reaper(pool.clone(), background.clone()));
+    if let Database::Postgres(pg) = &pool.db {
+        background_tasks.spawn(super::listen::listen(
+            pg.clone(),
+            pool.hub.clone(),
+            background.clone(),
+        ));
+    }
+    tokio::spawn(async move {
+        let mut workers = JoinSet::new();
+        for slot in 0..settings.workers {
+            workers.spawn(worker(pool.clone(), slot));
+        }
+        // The grace starts with the drain: after it, running L0s are killed.
+        let kill_after_grace = {
+            let pool = pool.clone();
+            async move {
+                pool.drain.cancelled().await;
+                tokio::time::sleep(pool.settings.shutdown_grace).await;
+                pool.kill.cancel();
+            }
+        };
+        tokio::select! {
+            _ = async { while workers.join_next().await.is_some() {} } => {}
+            _ = kill_after_grace => {
+                while workers.join_next().await.is_some() {}
+            }
+        }
+        background.cancel();
+        while background_tasks.join_next().await.is_some() {}
+        tracing::info!(worker_id = %pool.worker_id, "job workers stopped");
+    })
+}
+
+async fn worker(pool: Arc<Pool>, slot: u32) {
+    loop {
+        if pool.drain.is_cancelled() {
+            return;
+        }
+        let lease_until = Utc::now() + chrono_duration(pool.settings.lease);
+        match pool.db.claim_refine_job(pool.worker_id, lease_until).await {
+            Ok(Some(job)) => {
+                metrics::counter!("refine_jobs_claimed_total").increment(1);
+                let span = tracing::info_span!(
+                    "refine_job",
+                    job_id = %job.lease.job_id,
+                    attempt = job.attempt
+                );
+                run_claimed(&pool, job).instrument(span).await;
+            }
+            Ok(None) => {
+                tokio::select! {
+                    _ = pool.hub.queued.notified() => {}
+                    _ = tokio::time::sleep(POLL) => {}
+                    _ = pool.drain.cancelled() => return,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(slot, error = %e, "claiming a job failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(POLL) => {}
+                    _ = pool.drain.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
+    let lease = job.lease;
+
+    if job.cancel_requested {
+        finish(pool, lease, &Finish::Cancelled, &job.log, &[]).await;
+        return;
+    }
+    let prepared = StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id));
+    let (refine_job, files) = match prepared {
+        Ok(p) => p,
+        Err(message) => {
+            let failed = Finish::Failed {
+                code: "invalid_request",
+                message: &message,
+            };
+            finish(pool, lease, &failed, &job.log, &[]).await;
+            return;
+        }
+    };
+    let Some(executor) = pool.executors.resolve(Some(&job.executor)) else {
+        let message = format!(
+            "executor {:?} is not configured on this server (configured: {})",
+            job.executor,
+            pool.executors.names().collect::<Vec<_>>().join(", ")
+        );
+        let failed = Finish::Failed {
+            code: "unknown_executor",
+            message: &message,
+        };
+        finish(pool, lease, &failed, &job.log, &[]).await;
+        return;
+    };
+
+    let kill = pool.kill.child_token();
+    pool.hub.register(lease.job_id, kill.clone());
+    let lost = Arc::new(AtomicBool::new(false));
+    let heartbeat = tokio::spawn(heartbeat(pool.clone(), lease, kill.clone(), lost.clone()));
+
+    let prior = job
+        .finished
+        .iter()
+        .filter_map(|f| Some((f.assignment_id.clone(), outcome_from_value(&f.outcome)?)))
+        .collect();
+    let mut sink = DbSink {
+        pool: pool.clone(),
+        lease,
+        attempt: job.attempt,
+        executor: executor.kind(),
+    };
+    let switches = Switches {
+        kill: kill.clone(),
+        drain: pool.drain.clone(),
+    };
+    let config = EngineConfig {
+        template: &pool.settings.prompt_template,
+        max_parallel: pool.settings.l0_concurrency,
+    };
+    let outcome = run_refine(
+        &refine_job,
+        executor,
+        &config,
+        prior,
+        job.log.clone(),
+        &mut sink,
+        &switches,
+    )
+    .await;
+    heartbeat.abort();
+    pool.hub.unregister(lease.job_id);
+
+    let stop = match outcome {
+        Ok((output, new_lines)) => {
+            let path = match &files.output_dir {
+                None => None,
+                Some(dir) => {
+                    match super::output::write_result(
+                        dir,
+                        &refine_job.context.phase_id,
+                        &output.result,
+                    ) {
+                        Ok(path) => Some(path.display().to_string()),
+                        Err(e) => {
+                            let message = format!("cannot write the result file: {e}");
+                            let failed = Finish::Failed {
+                                code: "output_write_failed",
+                                message: &message,
+                            };
+                            finish(pool, lease, &failed, &output.log, &new_lines).await;
+                            return;
+                        }
+                    }
+                }
+            };
+            let done = Finish::Succeeded {
+                result: &output.result,
+                phase_refined_path: path.as_deref(),
+            };
+            finish(pool, lease, &done, &output.log, &new_lines).await;
+            return;
+        }
+        Err(stop) => stop,
+    };
+    if lost.load(Ordering::SeqCst) {
+        tracing::warn!(reason = %stop, "lease lost: stopped without writing");
+        metrics::counter!("refine_lease_lost_total").increment(1);
+        return;
+    }
+    // The database says why the kill switch fired: a cancel leaves `cancelling`.
+    let status = pool
+        .db
+        .refine_job_version(lease.job_id)
+        .await
+        .ok()
+        .flatten();
+    if matches!(status, Some((_, JobStatus::Cancelling))) {
+        let log = pool
+            .db
+            .refine_job(lease.job_id)
+            .await
+            .ok()
+            .flatten()
+            .map(|j| j.log)
+            .unwrap_or_default();
+        finish(pool, lease, &Finish::Cancelled, &log, &[]).await;
+        return;
+    }
+    match stop {
+        Stop::Drained | Stop::Killed => {
+            // Shutdown: hand the lease back uncharged so another replica resumes now.
+            match pool.db.release_refine_job(lease).await {
+                Ok(Ok(status)) => {
+                    tracing::info!(status = status.as_str(), "job handed back at shutdown");
+                }
+                Ok(Err(LeaseLost)) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "handing the job back failed; its lease will expire");
+                }
+            }
+            pool.hub.changed.notify_waiters();
+        }
+        Stop::Sink(reason) => {
+            tracing::warn!(%reason, "job stopped; its lease will expire and another attempt resumes it");
+        }
+    }
+}
+
+/// Renews the lease every heartbeat; fires the kill switch when the lease is lost
+/// or a cancel was requested on another replica (the renewal reports it; a local
+/// cancel or a NOTIFY fires the switch at once through the hub).
+async fn heartbeat(pool: Arc<Pool>, lease: Lease, kill: CancellationToken, lost: Arc<AtomicBool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(pool.settings.heartbeat) => {}
+            _ = kill.cancelled() => return,
+        }
+        let until = Utc::now() + chrono_duration(pool.settings.lease);
+        match pool.db.heartbeat_refine_job(lease, until).await {
+            Ok(Ok(cancel_requested)) => {
+                if cancel_requested {
+                    kill.cancel();
+                    return;
+                }
+            }
+            Ok(Err(LeaseLost)) => {
+                lost.store(true, Ordering::SeqCst);
+                kill.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+        }
+    }
+}
+
+/// Ends a job, retrying transient database errors while the lease is still ours.
+async fn finish(pool: &Pool, lease: Lease, how: &Finish<'_>, log: &[String], new_lines: &[String]) {
+    let result = retry_db(pool, || {
+        pool.db.finish_refine_job(lease, how, log, new_lines)
+    })
+    .await;
+    match result {
+        Ok(Ok(status)) => {
+            metrics::counter!("refine_jobs_finished_total", "status" => status.as_str())
+                .increment(1);
+        }
+        Ok(Err(LeaseLost)) => tracing::warn!("lease lost before the job could be finished"),
+        Err(e) => tracing::error!(error = %e, "finishing the job failed; its lease will expire"),
+    }
+    pool.hub.changed.notify_waiters();
+}
+
+/// Retries a write while the database is unavailable, for at most half a lease
+/// (after that the reaper takes over anyway).
+async fn retry_db<T, F, Fut>(pool: &Pool, mut write: F) -> Result<T, DbError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, DbError>>,
+{
+    let deadline = Instant::now() + pool.settings.lease / 2;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match write().await {
+            Err(DbError::Unavailable(e)) if Instant::now() + delay < deadline => {
+                tracing::warn!(error = %e, "database unavailable; retrying the write");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The server-side sink: fenced writes, metrics, wake-ups.
+struct DbSink {
+    pool: Arc<Pool>,
+    lease: Lease,
+    attempt: i32,
+    executor: &'static str,
+}
+
+fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String> {
+    match result {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(LeaseLost)) => Err("the lease was lost".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl JobSink for DbSink {
+    async fn l0_started(&mut self, assignment_id: &str) -> Result<(), String> {
+        let pool = &self.pool;
+        let r = retry_db(pool, || {
+            pool.db.l0_started(self.lease, assignment_id, self.attempt)
+        })
+        .await;
+        pool.hub.changed.notify_waiters();
+        fenced(r)
+    }
+
+    async fn l0_finished(
+        &mut self,
+        finished: &FinishedL0Run<'_>,
+        log: &[String],
+        new_lines: &[String],
+    ) -> Result<(), String> {
+        let run = finished.run;
+        let classified = finished.classified;
+        let status = classified.status();
+        let status_text = match status {
+            crate::domain::refine::L0Status::Valid => "valid",
+            crate::domain::refine::L0Status::Invalid => "invalid",
+            crate::domain::refine::L0Status::Mismatch => "mismatch",
+            crate::domain::refine::L0Status::Failed => "failed",
+        };
+        metrics::counter!("l0_runs_total", "executor" => self.executor, "outcome" => status_text)
+            .increment(1);
+        metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
+            .record(finished.elapsed.as_secs_f64());
+        let error = classified.record(finished.assignment_id).reason;
+        let output = match &run.outcome {
+            crate::domain::refine::L0Outcome::Answer(text) => Some(text.as_str()),
+            crate::domain::refine::L0Outcome::Failed(_) => run.stderr.as_deref(),
+        };
+        let outcome = outcome_value(&run.outcome);
+        let done = L0Done {
+            assignment_id: finished.assignment_id,
+            status: status_text,
+            tries: i32::try_from(run.tries).unwrap_or(i32::MAX),
+            exit_code: run.exit_code,
+            error: error.as_deref(),
+            output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES)),
+            outcome: Some(&outcome),
+        };
+        if matches!(classified, Classified::Failed(_)) {
+            tracing::warn!(assignment_id = finished.assignment_id, reason = ?error, "L0 failed");
+        }
+        let pool = &self.pool;
+        let r = retry_db(pool, || {
+            pool.db.l0_finished(self.lease, &done, log, new_lines)
+        })
+        .await;
+        pool.hub.changed.notify_waiters();
+        fenced(r)
+    }
+
+    async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
+        let pool = &self.pool;
+        let r = retry_db(pool, || pool.db.append_job_log(self.lease, log, new_lines)).await;
+        pool.hub.changed.notify_waiters();
+        fenced(r)
+    }
+}
+
+/// Re-queues expired leases, sweeps old jobs and refreshes the job gauges, in
+/// every replica (a loop, not a queued job: it must run when the queue is stuck).
+async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
+    let mut last_sweep: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(pool.settings.reaper_interval) => {}
+            _ = stop.cancelled() => return,
+        }
+        let jitter = || f64::from(Uuid::new_v4().as_u128() as u16) / f64::from(u16::MAX);
+        match pool
+            .db
+            .reap_expired_refine_jobs(|attempts| requeue_backoff(attempts, jitter()))
+            .await
+        {
+            Ok(reaped) => {
+                let expired = reaped.requeued + reaped.failed + reaped.cancelled;
+                if expired > 0 {
+                    metrics::counter!("refine_lease_expiries_total").increment(expired);
+                    tracing::warn!(
+                        requeued = reaped.requeued,
+                        failed = reaped.failed,
+                        cancelled = reaped.cancelled,
+                        "expired leases reaped"
+                    );
+                    pool.hub.queued.notify_waiters();
+                    pool.hub.changed.notify_waiters();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
+        }
+        if last_sweep.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+            let cutoff = Utc::now() - chrono_duration(pool.settings.retention);
+            match pool.db.delete_refine_jobs_finished_before(cutoff).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "retention sweep"),
+                Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
+            }
+            last_sweep = Some(Instant::now());
+        }
+        if let Ok(counts) = pool.db.refine_job_counts().await {
+            for status in JobStatus::ALL {
+                let n = counts
+                    .iter()
+                    .find(|(s, _)| s == status.as_str())
+                    .map_or(0, |(_, n)| *n);
+                metrics::gauge!("refine_jobs", "status" => status.as_str()).set(n as f64);
+            }
+        }
+    }
+}
+
+fn chrono_duration(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
