@@ -46,6 +46,43 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the OpenAPI document the server serves at /openapi.json.
     Openapi,
+    /// Refine one phase in-process (the L1 step): L0 fan-out, validation, WP
+    /// ownership; writes RUN_DIR/refine_contexts/{phase_id}_result.json.
+    Refine(RefineArgs),
+    /// Refine a whole plan in-process: split into phase contexts, run the phases
+    /// in parallel, merge into RUN_DIR/refined_assignments.json.
+    RefineRun(RefineRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RefineArgs {
+    /// The phase context (context_{phase_id}.json).
+    pub context_file: PathBuf,
+    /// The refined plan (refined_plan.json).
+    pub refined_plan_file: PathBuf,
+    /// Where refine_contexts/{phase_id}_result.json is written.
+    pub run_dir: PathBuf,
+    /// Executor profile [default: the config's default_executor, else builtin]
+    #[arg(long, value_name = "NAME")]
+    pub executor: Option<String>,
+    /// TOML config file (executor profiles, prompt template, L0 concurrency).
+    #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RefineRunArgs {
+    /// The plan: `{task?, source_dir?, phases, assignments}` (or a whole
+    /// `POST /v1/refine-runs` body with it under `plan`).
+    pub plan_file: PathBuf,
+    /// Where refine_contexts/ and refined_assignments.json are written.
+    pub run_dir: PathBuf,
+    /// Executor profile [default: the config's default_executor, else builtin]
+    #[arg(long, value_name = "NAME")]
+    pub executor: Option<String>,
+    /// TOML config file (executor profiles, prompt template, concurrency).
+    #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

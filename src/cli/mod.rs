@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use crate::config::{Cli, Command, PlanOutput, ServeArgs, Settings, ValidateFormat};
 
 pub mod plan;
+pub mod refine;
 pub mod validate;
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -45,6 +46,31 @@ pub fn run(cli: Cli) -> ExitCode {
             );
             ExitCode::from(u8::try_from(status).unwrap_or(2))
         }
+        Some(Command::Refine(args)) => {
+            let Some(settings) = cli_settings(args.config.clone()) else {
+                return ExitCode::from(2);
+            };
+            let status = refine::refine(
+                &settings,
+                &args.context_file,
+                &args.refined_plan_file,
+                &args.run_dir,
+                args.executor.as_deref(),
+            );
+            ExitCode::from(u8::try_from(status).unwrap_or(2))
+        }
+        Some(Command::RefineRun(args)) => {
+            let Some(settings) = cli_settings(args.config.clone()) else {
+                return ExitCode::from(2);
+            };
+            let status = refine::refine_run(
+                &settings,
+                &args.plan_file,
+                &args.run_dir,
+                args.executor.as_deref(),
+            );
+            ExitCode::from(u8::try_from(status).unwrap_or(2))
+        }
         Some(Command::Openapi) => match crate::http::openapi().to_pretty_json() {
             Ok(text) => {
                 println!("{text}");
@@ -52,6 +78,21 @@ pub fn run(cli: Cli) -> ExitCode {
             }
             Err(e) => fail(format!("cannot render the OpenAPI document: {e}")),
         },
+    }
+}
+
+/// Settings for the in-process commands: the config file and defaults.
+fn cli_settings(config: Option<std::path::PathBuf>) -> Option<Settings> {
+    let args = ServeArgs {
+        config,
+        ..Default::default()
+    };
+    match Settings::resolve(&args) {
+        Ok(settings) => Some(settings),
+        Err(e) => {
+            eprintln!("plangate: {e}");
+            None
+        }
     }
 }
 

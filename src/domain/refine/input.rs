@@ -504,6 +504,16 @@ pub fn parse_assignments(input: &str, text: &str) -> Result<Vec<Assignment>, Ref
     }
 }
 
+/// The `assignments` list of an already-parsed refine-run body (`path` names it in
+/// errors). Ids must be present and valid; duplicates are left to the merge.
+pub fn assignments_from_value(
+    input: &str,
+    path: &str,
+    value: &Value,
+) -> Result<Vec<Assignment>, RefineInputError> {
+    read_assignments(&Reader { input }, path, value)
+}
+
 /// Reads a refined plan (PlanDocument). Phases need unique valid ids.
 pub fn parse_plan(input: &str, text: &str) -> Result<PlanDocument, RefineInputError> {
     let value = Reader { input }.json(text)?;

@@ -45,8 +45,8 @@ pub use answer::{
 pub use builtin::{builtin_answer, builtin_review};
 pub use input::{
     Assignment, EDITABLE_FIELDS, PeerSummary, PhaseContext, PhaseElaborated, PlanDocument,
-    RefineInputError, WorkPackage, WpKey, context_from_value, is_valid_id, parse_assignments,
-    parse_context, parse_plan, plan_from_value,
+    RefineInputError, WorkPackage, WpKey, assignments_from_value, context_from_value, is_valid_id,
+    parse_assignments, parse_context, parse_plan, plan_from_value,
 };
 pub use packet::{
     DEFAULT_PROMPT_TEMPLATE, L0_INSTRUCTIONS, L0Packet, build_packets, render_prompt,
