@@ -15,6 +15,7 @@ CREATE TABLE refine_runs (
     idempotency_key   text UNIQUE,
     request_hash      text,
     result            jsonb,
+    merge_count       integer NOT NULL DEFAULT 0,
     version           bigint NOT NULL DEFAULT 0,
     created_at        timestamptz NOT NULL,
     finished_at       timestamptz,

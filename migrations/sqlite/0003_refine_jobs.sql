@@ -16,6 +16,7 @@ CREATE TABLE refine_runs (
     idempotency_key   TEXT UNIQUE,
     request_hash      TEXT,
     result            TEXT,
+    merge_count       INTEGER NOT NULL DEFAULT 0,
     version           INTEGER NOT NULL DEFAULT 0,
     created_at        TEXT NOT NULL,
     finished_at       TEXT,

@@ -326,7 +326,7 @@ macro_rules! bump {
 /// Inserts events `$seq - n + 1 ..= $seq` for the `(event, data)` pairs given.
 macro_rules! push_events {
     ($tx:expr, $job_id:expr, $last_seq:expr, $at:expr, $events:expr) => {{
-        let events: &[(&str, Value)] = $events;
+        let events: &[(&str, serde_json::Value)] = $events;
         let first = $last_seq - events.len() as i64 + 1;
         for (i, (event, data)) in events.iter().enumerate() {
             sqlx::query(
@@ -336,13 +336,15 @@ macro_rules! push_events {
             .bind($job_id)
             .bind(first + i as i64)
             .bind(*event)
-            .bind(Json(data))
+            .bind(sqlx::types::Json(data))
             .bind($at)
             .execute(&mut *$tx)
             .await?;
         }
     }};
 }
+
+pub(crate) use push_events;
 
 /// Reserves `n` more sequence numbers (one `bump` already reserved one).
 macro_rules! reserve_seq {
@@ -385,7 +387,7 @@ fn add_count(p: &mut JobProgress, status: &str, n: i64) {
     }
 }
 
-fn state_event(status: JobStatus, attempt: i32, extra: Value) -> (&'static str, Value) {
+pub(crate) fn state_event(status: JobStatus, attempt: i32, extra: Value) -> (&'static str, Value) {
     let mut data = json!({"status": status.as_str(), "attempt": attempt});
     if let (Some(obj), Value::Object(more)) = (data.as_object_mut(), extra) {
         obj.extend(more);
@@ -427,7 +429,7 @@ macro_rules! reset_running_l0s {
 /// (`false`: the idempotency key exists).
 macro_rules! insert_job {
     ($tx:expr, $new:expr, $at:expr) => {{
-        let new: &NewRefineJob<'_> = $new;
+        let new: &$crate::db::refine_jobs::NewRefineJob<'_> = $new;
         let inserted = sqlx::query(
             "INSERT INTO refine_jobs (id, status, phase_id, run_id, project_id, team_pk, \
              executor, executor_kind, request, idempotency_key, request_hash, max_attempts, \
@@ -442,7 +444,7 @@ macro_rules! insert_job {
         .bind(new.team_pk)
         .bind(new.executor)
         .bind(new.executor_kind)
-        .bind(Json(new.request))
+        .bind(sqlx::types::Json(new.request))
         .bind(new.idempotency_key)
         .bind(new.request_hash)
         .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
@@ -455,7 +457,7 @@ macro_rules! insert_job {
         if inserted {
             let rows: Vec<(usize, &(String, i32))> = new.l0s.iter().enumerate().collect();
             for chunk in rows.chunks(500) {
-                let mut q = QueryBuilder::new(
+                let mut q = sqlx::QueryBuilder::new(
                     "INSERT INTO refine_l0_runs (job_id, assignment_id, position, batch, status, \
                      project_id, team_pk) ",
                 );
@@ -470,12 +472,17 @@ macro_rules! insert_job {
                 });
                 q.build().execute(&mut *$tx).await?;
             }
-            let event = state_event(JobStatus::Queued, 0, json!({}));
-            push_events!($tx, new.id, 1, $at, &[event]);
+            let event = $crate::db::refine_jobs::state_event(
+                $crate::domain::job::JobStatus::Queued,
+                0,
+                serde_json::json!({}),
+            );
+            $crate::db::refine_jobs::push_events!($tx, new.id, 1, $at, &[event]);
         }
         inserted
     }};
 }
+pub(crate) use insert_job;
 
 impl Database {
     /// Inserts a job and its pending L0 rows in one transaction. With an

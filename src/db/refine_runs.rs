@@ -1,10 +1,204 @@
-//! Storage of refine runs (refine.md §7): a run row and its phase jobs.
+//! Storage of refine runs (refine.md §7): a run row and its phase jobs, which are
+//! ordinary refine jobs with `run_id` set.
+//!
+//! The merge happens exactly once: [`Database::try_merge_refine_run`] locks the run
+//! row, checks that it is not merged yet and that every phase job is terminal, and
+//! writes the merged result in the same transaction. Whoever sees the last phase
+//! job end calls it — a worker on any replica, a cancel, the reaper after a crash —
+//! and all but one find nothing to do.
 
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sqlx::types::Json;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Database, DbResult};
+use super::refine_jobs::{Created, NewRefineJob, StoredJob};
+use super::task_lists::now;
+use super::{Database, DbError, DbResult};
+use crate::domain::job::JobStatus;
+
+pub struct NewRefineRun<'a> {
+    pub id: Uuid,
+    pub request: &'a Value,
+    pub executor: &'a str,
+    pub project_id: Option<&'a str>,
+    pub team_pk: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+    pub request_hash: &'a str,
+    /// One per phase, natural phase order; their `run_id` must be `id`.
+    pub jobs: Vec<NewRefineJob<'a>>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PhaseJob {
+    pub job_id: Uuid,
+    pub status: JobStatus,
+}
+
+/// A refine run as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredRun {
+    pub id: Uuid,
+    /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
+    pub status: JobStatus,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    /// Phase id → its job, natural phase order.
+    #[schema(value_type = Object)]
+    pub phases: serde_json::Map<String, Value>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Present once merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// Changes when the run or any of its phase jobs changes.
+    pub version: i64,
+}
+
+/// A phase job as the merge sees it.
+#[derive(Debug, Clone)]
+pub struct PhaseOutcome {
+    pub phase_id: String,
+    pub job_id: Uuid,
+    pub status: JobStatus,
+    pub result: Option<Value>,
+}
+
+/// What a merge computes from the phase outcomes: the run's final status and result.
+pub type MergeFn<'a> = dyn FnOnce(&Value, &[PhaseOutcome], bool) -> (JobStatus, Value) + Send + 'a;
 
 impl Database {
+    /// Inserts a run and its phase jobs in one transaction (all or nothing).
+    pub async fn create_refine_run(&self, new: &NewRefineRun<'_>) -> DbResult<Created<Uuid>> {
+        let at = now();
+        let inserted = on_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let inserted = sqlx::query(
+                "INSERT INTO refine_runs (id, status, request, executor, project_id, team_pk, \
+                 idempotency_key, request_hash, version, created_at, updated_at) \
+                 VALUES ($1, 'running', $2, $3, $4, $5, $6, $7, 1, $8, $8) \
+                 ON CONFLICT (idempotency_key) DO NOTHING",
+            )
+            .bind(new.id)
+            .bind(Json(new.request))
+            .bind(new.executor)
+            .bind(new.project_id)
+            .bind(new.team_pk)
+            .bind(new.idempotency_key)
+            .bind(new.request_hash)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if inserted {
+                for job in &new.jobs {
+                    if !super::refine_jobs::insert_job!(tx, job, at) {
+                        return Err(DbError::Conflict("a phase job's id collided".into()));
+                    }
+                }
+                tx.commit().await?;
+            }
+            inserted
+        });
+        if inserted {
+            return Ok(Created::New(new.id));
+        }
+        let key = new.idempotency_key.unwrap_or_default();
+        let found: Option<(Uuid, Option<String>)> = on_pool!(self, |pool| {
+            sqlx::query_as("SELECT id, request_hash FROM refine_runs WHERE idempotency_key = $1")
+                .bind(key)
+                .fetch_optional(pool)
+                .await?
+        });
+        match found {
+            Some((id, hash)) if hash.as_deref() == Some(new.request_hash) => {
+                Ok(Created::Existing(id))
+            }
+            Some(_) => Ok(Created::KeyReused),
+            None => Err(DbError::Conflict(
+                "the idempotency key's run was just deleted; retry".into(),
+            )),
+        }
+    }
+
+    pub async fn refine_run(&self, id: Uuid) -> DbResult<Option<StoredRun>> {
+        type Row = (
+            String,
+            Option<String>,
+            Option<String>,
+            String,
+            DateTime<Utc>,
+            Option<DateTime<Utc>>,
+            Option<Json<Value>>,
+        );
+        let row: Option<Row> = on_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT status, project_id, team_pk, executor, created_at, finished_at, result \
+                 FROM refine_runs WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
+        let Some((status, project_id, team_pk, executor, created_at, finished_at, result)) = row
+        else {
+            return Ok(None);
+        };
+        let status = JobStatus::parse(&status)
+            .ok_or_else(|| DbError::Corrupt(format!("run {id} has status {status:?}")))?;
+        let jobs: Vec<(String, Uuid, String)> = on_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT phase_id, id, status FROM refine_jobs WHERE run_id = $1 ORDER BY created_at, id",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+        });
+        let mut jobs = jobs;
+        jobs.sort_by(|a, b| crate::domain::natural::natural_cmp(&a.0, &b.0));
+        let phases = jobs
+            .into_iter()
+            .map(|(phase, job_id, status)| (phase, json!({"job_id": job_id, "status": status})))
+            .collect();
+        let version = self.refine_run_version(id).await?.map_or(0, |(v, _)| v);
+        Ok(Some(StoredRun {
+            id,
+            status,
+            project_id,
+            team_pk,
+            executor,
+            phases,
+            created_at,
+            finished_at,
+            result: result.map(|r| r.0),
+            version,
+        }))
+    }
+
+    /// `(version, status)` where the version moves with the run and every phase job.
+    pub async fn refine_run_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
+        let row: Option<(i64, String)> = on_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT r.version + COALESCE((SELECT SUM(j.version) FROM refine_jobs j \
+                 WHERE j.run_id = r.id), 0), r.status FROM refine_runs r WHERE r.id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
+        row.map(|(v, s)| {
+            JobStatus::parse(&s)
+                .map(|s| (v, s))
+                .ok_or_else(|| DbError::Corrupt(format!("run {id} has status {s:?}")))
+        })
+        .transpose()
+    }
+
     pub async fn refine_run_exists(&self, id: Uuid) -> DbResult<bool> {
         let n: i64 = on_pool!(self, |pool| {
             sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE id = $1")
@@ -13,5 +207,128 @@ impl Database {
                 .await?
         });
         Ok(n > 0)
+    }
+
+    /// Marks a running run `cancelling` and returns its non-terminal phase jobs
+    /// (the caller cancels each). `None` for an unknown run.
+    pub async fn cancel_refine_run(&self, id: Uuid) -> DbResult<Option<Vec<Uuid>>> {
+        let at = now();
+        let found = on_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE refine_runs SET status = 'cancelling', version = version + 1, updated_at = $2 \
+                 WHERE id = $1 AND status = 'running'",
+            )
+            .bind(id)
+            .bind(at)
+            .execute(pool)
+            .await?;
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM refine_runs WHERE id = $1")
+                .bind(id)
+                .fetch_one(pool)
+                .await?
+        });
+        if found == 0 {
+            return Ok(None);
+        }
+        let jobs: Vec<Uuid> = on_pool!(self, |pool| {
+            sqlx::query_scalar(
+                "SELECT id FROM refine_jobs WHERE run_id = $1 \
+                 AND status NOT IN ('succeeded', 'failed', 'cancelled')",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(Some(jobs))
+    }
+
+    /// Runs not merged yet whose phase jobs are all terminal (missed merges: a
+    /// crash between the last job's end and its merge).
+    pub async fn refine_runs_due_for_merge(&self) -> DbResult<Vec<Uuid>> {
+        Ok(on_pool!(self, |pool| {
+            sqlx::query_scalar(
+                "SELECT r.id FROM refine_runs r WHERE r.status IN ('running', 'cancelling') \
+                 AND NOT EXISTS (SELECT 1 FROM refine_jobs j WHERE j.run_id = r.id \
+                   AND j.status NOT IN ('succeeded', 'failed', 'cancelled')) LIMIT 100",
+            )
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    /// Merges the run if it is due, exactly once (see the module comment). Returns
+    /// the status written, or `None` when there was nothing to do.
+    pub async fn try_merge_refine_run(
+        &self,
+        run_id: Uuid,
+        merge: Box<MergeFn<'_>>,
+    ) -> DbResult<Option<JobStatus>> {
+        let at = now();
+        let lock = match self {
+            Database::Postgres(_) => " FOR UPDATE",
+            Database::Sqlite(_) => "",
+        };
+        on_pool!(self, |pool| {
+            let mut tx = match self {
+                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
+                Database::Postgres(_) => pool.begin().await?,
+            };
+            let run: Option<(String, Json<Value>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT status, request FROM refine_runs WHERE id = $1{lock}"
+            )))
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some((status, request)) = run else {
+                return Ok(None);
+            };
+            if status != "running" && status != "cancelling" {
+                return Ok(None);
+            }
+            let jobs: Vec<(String, Uuid, String, Option<Json<Value>>)> = sqlx::query_as(
+                "SELECT phase_id, id, status, result FROM refine_jobs WHERE run_id = $1",
+            )
+            .bind(run_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut outcomes = Vec::with_capacity(jobs.len());
+            for (phase_id, job_id, status, result) in jobs {
+                let status = JobStatus::parse(&status).ok_or_else(|| {
+                    DbError::Corrupt(format!("job {job_id} has status {status:?}"))
+                })?;
+                if !status.is_terminal() {
+                    return Ok(None);
+                }
+                outcomes.push(PhaseOutcome {
+                    phase_id,
+                    job_id,
+                    status,
+                    result: result.map(|r| r.0),
+                });
+            }
+            let (final_status, result) = merge(&request.0, &outcomes, status == "cancelling");
+            sqlx::query(
+                "UPDATE refine_runs SET status = $2, result = $3, finished_at = $4, updated_at = $4, \
+                 version = version + 1, merge_count = merge_count + 1 WHERE id = $1",
+            )
+            .bind(run_id)
+            .bind(final_status.as_str())
+            .bind(Json(&result))
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(Some(final_status))
+        })
+    }
+
+    /// The phase jobs of a run (for `GET /v1/refine-jobs?run_id=` the list is used;
+    /// this is the merge-side view).
+    pub async fn refine_run_jobs(&self, run_id: Uuid) -> DbResult<Vec<StoredJob>> {
+        let filter = super::refine_jobs::JobFilter {
+            run_id: Some(run_id),
+            ..Default::default()
+        };
+        self.refine_jobs(&filter, 10_000, None).await
     }
 }

@@ -9,6 +9,7 @@ pub mod middleware;
 pub mod ops;
 pub mod projects;
 pub mod refine_jobs;
+pub mod refine_runs;
 pub mod task_lists;
 pub mod tasks;
 pub mod tracks;
@@ -88,6 +89,7 @@ impl AppState {
         (name = "projects", description = "Per-cycle status and teams"),
         (name = "loop-plans", description = "Task DAG levels, parallel groups and plan.md (loop-plan.md §1)"),
         (name = "tracks", description = "Track loop state: metadata.json v2 and its steps (loop-plan.md §2)"),
+        (name = "refine-runs", description = "Whole-plan refine runs: split by phase, run in parallel, merge once (refine.md §7)"),
         (name = "refine-jobs", description = "Durable per-phase refine jobs: L0 fan-out, validation, WP ownership (refine.md §1–6, jobs.md)"),
     )
 )]
@@ -118,6 +120,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(loop_plans::router())
         .merge(tracks::router())
         .merge(refine_jobs::router())
+        .merge(refine_runs::router())
 }
 
 /// The OpenAPI document the server serves (and `openapi/openapi.json` holds).

@@ -89,7 +89,7 @@ const CREATE_FIELDS: [&str; 9] = [
 ];
 
 /// `FATAL: failed to parse request body: {detail}` as a 422 `invalid_context`.
-fn fatal(detail: impl std::fmt::Display) -> ApiError {
+pub(crate) fn fatal(detail: impl std::fmt::Display) -> ApiError {
     ApiError::unprocessable(
         "invalid_context",
         format!("FATAL: failed to parse request body: {detail}"),
@@ -110,7 +110,10 @@ fn input_error(e: RefineInputError, prefix: &str) -> ApiError {
 }
 
 /// An optional string member; anything else is a FATAL naming the field.
-fn opt_str<'a>(body: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ApiError> {
+pub(crate) fn opt_str<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'a str>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -454,14 +457,18 @@ async fn load_job(state: &AppState, id: Uuid) -> Result<StoredJob, ApiError> {
         .ok_or_else(|| ApiError::not_found("refine job", &id.to_string()))
 }
 
-/// Waits until the job's version differs from `seen` (or it is terminal), for at
-/// most `wait` (capped, and kept inside the request timeout).
-async fn wait_for_change(
+/// Long-poll: returns once `changed()` says so, or after `wait` (capped at 30 s and
+/// kept inside the request timeout). Local writes wake it at once; changes made
+/// by another replica are seen by polling.
+pub(crate) async fn wait_until_changed<F, Fut>(
     state: &AppState,
-    id: Uuid,
-    seen: i64,
     wait: Duration,
-) -> Result<(), ApiError> {
+    mut changed: F,
+) -> Result<(), ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, ApiError>>,
+{
     let cap = Duration::from_secs(MAX_WAIT_SECS).min(
         state
             .settings
@@ -470,11 +477,7 @@ async fn wait_for_change(
     );
     let deadline = tokio::time::Instant::now() + wait.min(cap);
     loop {
-        match state.db.refine_job_version(id).await? {
-            Some((version, status)) if version == seen && !status.is_terminal() => {}
-            _ => return Ok(()),
-        }
-        if state.is_shutting_down() {
+        if changed().await? || state.is_shutting_down() {
             return Ok(());
         }
         tokio::select! {
@@ -509,7 +512,14 @@ async fn get_refine_job(
     if wait == 0 || job.status.is_terminal() {
         return Ok(Json(job));
     }
-    wait_for_change(&state, id, job.version, Duration::from_secs(wait)).await?;
+    wait_until_changed(&state, Duration::from_secs(wait), || async {
+        Ok(state
+            .db
+            .refine_job_version(id)
+            .await?
+            .is_none_or(|(v, s)| v != job.version || s.is_terminal()))
+    })
+    .await?;
     Ok(Json(load_job(&state, id).await?))
 }
 
@@ -734,17 +744,30 @@ async fn cancel_refine_job(
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredJob>, ApiError> {
     let id = parse_job_id(&raw_id)?;
-    let status = state
-        .db
-        .cancel_refine_job(id)
+    cancel_job(&state, id)
         .await?
         .ok_or_else(|| ApiError::not_found("refine job", &id.to_string()))?;
+    Ok(Json(load_job(&state, id).await?))
+}
+
+/// Cancels one job: wakes its worker (here, or on another replica through
+/// NOTIFY), and merges its run when that was the run's last job. `None` for an
+/// unknown job.
+pub(crate) async fn cancel_job(state: &AppState, id: Uuid) -> Result<Option<JobStatus>, ApiError> {
+    let Some(status) = state.db.cancel_refine_job(id).await? else {
+        return Ok(None);
+    };
     if status == JobStatus::Cancelling {
         state.hub.cancel_local(id);
         if let Err(e) = state.db.notify_job_cancel(id).await {
             tracing::warn!(error = %e, "cancel notification failed; the worker's heartbeat will see it");
         }
     }
+    if status == JobStatus::Cancelled
+        && let Some(run_id) = state.db.refine_job(id).await?.and_then(|j| j.run_id)
+    {
+        crate::jobs::runs::merge_if_due(&state.db, run_id).await?;
+    }
     state.hub.changed.notify_waiters();
-    Ok(Json(load_job(&state, id).await?))
+    Ok(Some(status))
 }

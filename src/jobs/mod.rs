@@ -7,6 +7,7 @@ pub mod engine;
 pub mod listen;
 pub mod output;
 pub mod request;
+pub mod runs;
 pub mod worker;
 
 pub use worker::{JobsHub, start};

@@ -174,7 +174,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
     let lease = job.lease;
 
     if job.cancel_requested {
-        finish(pool, lease, &Finish::Cancelled, &job.log, &[]).await;
+        finish(pool, &job, &Finish::Cancelled, &job.log, &[]).await;
         return;
     }
     let prepared = StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id));
@@ -185,7 +185,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
                 code: "invalid_request",
                 message: &message,
             };
-            finish(pool, lease, &failed, &job.log, &[]).await;
+            finish(pool, &job, &failed, &job.log, &[]).await;
             return;
         }
     };
@@ -199,7 +199,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
             code: "unknown_executor",
             message: &message,
         };
-        finish(pool, lease, &failed, &job.log, &[]).await;
+        finish(pool, &job, &failed, &job.log, &[]).await;
         return;
     };
 
@@ -257,7 +257,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
                                 code: "output_write_failed",
                                 message: &message,
                             };
-                            finish(pool, lease, &failed, &output.log, &new_lines).await;
+                            finish(pool, &job, &failed, &output.log, &new_lines).await;
                             return;
                         }
                     }
@@ -267,7 +267,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
                 result: &output.result,
                 phase_refined_path: path.as_deref(),
             };
-            finish(pool, lease, &done, &output.log, &new_lines).await;
+            finish(pool, &job, &done, &output.log, &new_lines).await;
             return;
         }
         Err(stop) => stop,
@@ -293,7 +293,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
             .flatten()
             .map(|j| j.log)
             .unwrap_or_default();
-        finish(pool, lease, &Finish::Cancelled, &log, &[]).await;
+        finish(pool, &job, &Finish::Cancelled, &log, &[]).await;
         return;
     }
     match stop {
@@ -344,7 +344,14 @@ async fn heartbeat(pool: Arc<Pool>, lease: Lease, kill: CancellationToken, lost:
 }
 
 /// Ends a job, retrying transient database errors while the lease is still ours.
-async fn finish(pool: &Pool, lease: Lease, how: &Finish<'_>, log: &[String], new_lines: &[String]) {
+async fn finish(
+    pool: &Pool,
+    job: &ClaimedJob,
+    how: &Finish<'_>,
+    log: &[String],
+    new_lines: &[String],
+) {
+    let lease = job.lease;
     let result = retry_db(pool, || {
         pool.db.finish_refine_job(lease, how, log, new_lines)
     })
@@ -353,6 +360,13 @@ async fn finish(pool: &Pool, lease: Lease, how: &Finish<'_>, log: &[String], new
         Ok(Ok(status)) => {
             metrics::counter!("refine_jobs_finished_total", "status" => status.as_str())
                 .increment(1);
+            if let Some(run_id) = job.run_id {
+                // The last phase job to end merges its run (exactly once, in the db).
+                let merged = retry_db(pool, || super::runs::merge_if_due(&pool.db, run_id)).await;
+                if let Err(e) = merged {
+                    tracing::warn!(%run_id, error = %e, "merging the run failed; the reaper retries");
+                }
+            }
         }
         Ok(Err(LeaseLost)) => tracing::warn!("lease lost before the job could be finished"),
         Err(e) => tracing::error!(error = %e, "finishing the job failed; its lease will expire"),
@@ -501,6 +515,16 @@ async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
                 Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
             }
             last_sweep = Some(Instant::now());
+        }
+        match pool.db.refine_runs_due_for_merge().await {
+            Ok(runs) => {
+                for run_id in runs {
+                    if let Err(e) = super::runs::merge_if_due(&pool.db, run_id).await {
+                        tracing::warn!(%run_id, error = %e, "merging a due run failed");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "looking for runs to merge failed"),
         }
         if let Ok(counts) = pool.db.refine_job_counts().await {
             for status in JobStatus::ALL {

@@ -1,0 +1,368 @@
+//! `/v1/refine-runs`: split a whole plan into one refine job per phase, run them in
+//! parallel on the worker pool (any replica), merge once when the last one ends.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
+
+use super::AppState;
+use super::extract::{Json, Path, Query};
+use super::refine_jobs::{
+    WaitQuery, canonical_hash, fatal, idempotency_key, l0_rows, opt_str, require_json,
+};
+use crate::db::refine_jobs::{Created, NewRefineJob};
+use crate::db::refine_runs::{NewRefineRun, StoredRun};
+use crate::domain::ids::Ident;
+use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
+use crate::error::{ApiError, Problem};
+use crate::jobs::request::{StoredRequest, confine};
+use crate::jobs::runs::StoredRun as RunRequest;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_refine_run))
+        .routes(routes!(get_refine_run))
+        .routes(routes!(refine_run_result))
+        .routes(routes!(cancel_refine_run))
+}
+
+/// The submission (documentation schema; the handler reads the body itself).
+#[allow(dead_code)]
+#[derive(ToSchema)]
+pub struct CreateRefineRunRequest {
+    /// `{task?, source_dir?, phases: [PhaseElaborated], assignments: [AssignmentElaborated]}`.
+    #[schema(value_type = Object)]
+    plan: Value,
+    /// The task inline (else the plan's `task` when it is a string).
+    task_text: Option<String>,
+    executor: Option<String>,
+    /// Each phase's result is also written under it (inside `PLANGATE_OUTPUT_ROOT`).
+    output_dir: Option<String>,
+    project_id: Option<String>,
+    team_pk: Option<String>,
+    /// Same as the `Idempotency-Key` header.
+    idempotency_key: Option<String>,
+}
+
+const CREATE_FIELDS: [&str; 7] = [
+    "plan",
+    "task_text",
+    "executor",
+    "output_dir",
+    "project_id",
+    "team_pk",
+    "idempotency_key",
+];
+
+fn parse_run_id(raw: &str) -> Result<Uuid, ApiError> {
+    raw.parse().map_err(|_| {
+        ApiError::bad_request("invalid_path", format!("{raw:?} is not a run id (UUID)"))
+    })
+}
+
+async fn load_run(state: &AppState, id: Uuid) -> Result<StoredRun, ApiError> {
+    state
+        .db
+        .refine_run(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("refine run", &id.to_string()))
+}
+
+fn accepted(run: &StoredRun, replayed: bool) -> Response {
+    let mut response = (StatusCode::ACCEPTED, Json(run)).into_response();
+    let headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-runs/{}", run.id)) {
+        headers.insert(header::LOCATION, location);
+    }
+    if replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// Submit a whole plan: one refine job per phase (natural order, each with
+/// `peer_summaries` of every other phase's assignments), run in parallel; the
+/// merge resolves cross-phase file ownership over `estimated_files ∪
+/// files_touched`, naturally-earliest assignment first.
+#[utoipa::path(post, path = "/v1/refine-runs", tag = "refine-runs",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes the create safe to retry")),
+    request_body(content = CreateRefineRunRequest, content_type = "application/json"),
+    responses(
+        (status = 202, description = "Queued (or the original run of this Idempotency-Key)", body = StoredRun,
+            headers(("Location" = String, description = "The run's URL"))),
+        (status = 400, description = "Unreadable Idempotency-Key header", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over the size limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_plan` (FATAL: failed to parse request body: …), `unknown_executor`, \
+            `output_not_allowed`, `invalid_field`, `invalid_idempotency_key`, `idempotency_key_reused`",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn create_refine_run(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    require_json(&headers)?;
+    let invalid_plan = |e: ApiError| ApiError {
+        code: "invalid_plan",
+        ..e
+    };
+    let value: Value = serde_json::from_slice(&body).map_err(|e| invalid_plan(fatal(e)))?;
+    let Value::Object(body) = value else {
+        return Err(invalid_plan(fatal("the body must be a JSON object")));
+    };
+    if let Some(unknown) = body.keys().find(|k| !CREATE_FIELDS.contains(&k.as_str())) {
+        return Err(invalid_plan(fatal(format!(
+            "unknown field {unknown:?} (expected one of {})",
+            CREATE_FIELDS.join(", ")
+        ))));
+    }
+    let plan_value = body.get("plan").filter(|v| v.is_object()).ok_or_else(|| {
+        invalid_plan(fatal("plan: missing or not an object")).with("field", "plan")
+    })?;
+    let fail = |e: crate::domain::refine::RefineInputError| {
+        let path = e
+            .path
+            .clone()
+            .map_or_else(|| "plan".to_owned(), |p| format!("plan.{p}"));
+        invalid_plan(fatal(format!("{path}: {}", e.reason))).with("field", path)
+    };
+    let plan = plan_from_value("request body", plan_value).map_err(fail)?;
+    if plan.phases.is_empty() {
+        return Err(invalid_plan(fatal(
+            "plan.phases: empty list; at least one phase is required",
+        ))
+        .with("field", "plan.phases"));
+    }
+    let assignments_value = plan_value.get("assignments").ok_or_else(|| {
+        invalid_plan(fatal("plan.assignments: missing")).with("field", "plan.assignments")
+    })?;
+    let assignments =
+        assignments_from_value("request body", "assignments", assignments_value).map_err(fail)?;
+    // An assignment naming a phase the plan lacks is an error (nothing is created);
+    // one without a phase is reported in the result's `skipped`.
+    if let Some((i, a)) = assignments.iter().enumerate().find(|(_, a)| {
+        a.phase_id
+            .as_deref()
+            .is_some_and(|p| plan.phase(p).is_none())
+    }) {
+        let field = format!("plan.assignments[{i}].phase_id");
+        return Err(invalid_plan(fatal(format!(
+            "{field}: assignment {} names phase {:?}, which the plan does not have",
+            a.id,
+            a.phase_id.as_deref().unwrap_or_default()
+        )))
+        .with("field", field));
+    }
+    let split = split_plan(&plan, &assignments);
+    if split.contexts.is_empty() {
+        return Err(invalid_plan(fatal(
+            "plan.assignments: no assignment belongs to a phase of the plan",
+        ))
+        .with("field", "plan.assignments"));
+    }
+
+    let executor_name = opt_str(&body, "executor")?;
+    let executor = state.executors.resolve(executor_name).ok_or_else(|| {
+        ApiError::unprocessable(
+            "unknown_executor",
+            format!(
+                "executor {:?} is not configured (configured: {})",
+                executor_name.unwrap_or_default(),
+                state.executors.names().collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .with("field", "executor")
+    })?;
+    let task_text = opt_str(&body, "task_text")?.map(str::to_owned).or_else(|| {
+        plan.extra
+            .get("task")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    let output_dir = match opt_str(&body, "output_dir")? {
+        None => None,
+        Some(dir) => {
+            let root = state.settings.output_root.as_deref().ok_or_else(|| {
+                ApiError::unprocessable(
+                    "output_not_allowed",
+                    "output_dir is set but the server has no PLANGATE_OUTPUT_ROOT",
+                )
+                .with("field", "output_dir")
+            })?;
+            let resolved = confine(root, dir, false).map_err(|reason| {
+                ApiError::unprocessable("output_not_allowed", format!("output_dir: {reason}"))
+                    .with("field", "output_dir")
+            })?;
+            Some(resolved.display().to_string())
+        }
+    };
+    let project_id = Ident::parse_optional("project_id", opt_str(&body, "project_id")?)?;
+    let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
+    let key = idempotency_key(&headers, opt_str(&body, "idempotency_key")?)?;
+    let mut hashed = body.clone();
+    hashed.remove("idempotency_key");
+    let request_hash = canonical_hash(&Value::Object(hashed));
+
+    let run_id = Uuid::now_v7();
+    let run_request =
+        serde_json::to_value(RunRequest::new(plan_value.clone(), &split)).unwrap_or(Value::Null);
+    // The plan without `assignments`: each L0 gets its phase from it, not the whole plan.
+    let mut plan_for_jobs = plan_value.clone();
+    if let Some(o) = plan_for_jobs.as_object_mut() {
+        o.remove("assignments");
+    }
+    let job_requests: Vec<(String, Value, Vec<(String, i32)>)> = split
+        .contexts
+        .iter()
+        .map(|context| {
+            let request = StoredRequest {
+                context: context.to_value(),
+                refined_plan: Some(plan_for_jobs.clone()),
+                task_file_path: None,
+                task_text: task_text.clone(),
+                output_dir: output_dir.clone(),
+            };
+            (
+                context.phase_id.clone(),
+                request.to_value(),
+                l0_rows(context, state.settings.l0_concurrency),
+            )
+        })
+        .collect();
+    let jobs = job_requests
+        .iter()
+        .map(|(phase_id, request, l0s)| NewRefineJob {
+            id: Uuid::now_v7(),
+            phase_id,
+            run_id: Some(run_id),
+            project_id: project_id.as_ref().map(Ident::as_str),
+            team_pk: team_pk.as_ref().map(Ident::as_str),
+            executor: executor.name(),
+            executor_kind: executor.kind(),
+            request,
+            idempotency_key: None,
+            request_hash: None,
+            max_attempts: state.settings.max_attempts,
+            l0s: l0s.clone(),
+        })
+        .collect();
+    let new = NewRefineRun {
+        id: run_id,
+        request: &run_request,
+        executor: executor.name(),
+        project_id: project_id.as_ref().map(Ident::as_str),
+        team_pk: team_pk.as_ref().map(Ident::as_str),
+        idempotency_key: key.as_deref(),
+        request_hash: &request_hash,
+        jobs,
+    };
+    match state.db.create_refine_run(&new).await? {
+        Created::New(id) => {
+            metrics::counter!("refine_runs_created_total").increment(1);
+            state.wake_workers().await;
+            Ok(accepted(&load_run(&state, id).await?, false))
+        }
+        Created::Existing(id) => Ok(accepted(&load_run(&state, id).await?, true)),
+        Created::KeyReused => Err(ApiError::unprocessable(
+            "idempotency_key_reused",
+            "this Idempotency-Key was used with a different body",
+        )),
+    }
+}
+
+/// A refine run: its phase jobs and, once merged, its result. With `?wait=N`
+/// the answer comes as soon as the run or one of its jobs changes.
+#[utoipa::path(get, path = "/v1/refine-runs/{id}", tag = "refine-runs",
+    params(("id" = String, Path, description = "Run id"), WaitQuery),
+    responses(
+        (status = 200, description = "The run", body = StoredRun),
+        (status = 400, description = "Not a run id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn get_refine_run(
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+    Query(query): Query<WaitQuery>,
+) -> Result<Json<StoredRun>, ApiError> {
+    let id = parse_run_id(&raw_id)?;
+    let run = load_run(&state, id).await?;
+    let wait = query.wait.unwrap_or(0);
+    if wait == 0 || run.status.is_terminal() {
+        return Ok(Json(run));
+    }
+    super::refine_jobs::wait_until_changed(&state, Duration::from_secs(wait), || async {
+        Ok(state
+            .db
+            .refine_run_version(id)
+            .await?
+            .is_none_or(|(v, s)| v != run.version || s.is_terminal()))
+    })
+    .await?;
+    Ok(Json(load_run(&state, id).await?))
+}
+
+/// The merged result `{schema_version: 1, assignments, conflict_count, skipped,
+/// phases, conflicts, emptied_work_packages}`.
+#[utoipa::path(get, path = "/v1/refine-runs/{id}/result", tag = "refine-runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, description = "The merged assignments", body = Object),
+        (status = 400, description = "Not a run id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`run_not_finished`: not merged yet; the problem carries its `status`", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn refine_run_result(
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = load_run(&state, parse_run_id(&raw_id)?).await?;
+    match run.result {
+        Some(result) => Ok(Json(result)),
+        None => Err(ApiError::conflict(
+            "run_not_finished",
+            format!(
+                "the run is {}; its result exists once every phase job has ended",
+                run.status.as_str()
+            ),
+        )
+        .with("status", run.status.as_str())),
+    }
+}
+
+/// Cancel a run: every phase job not yet ended is cancelled; the run ends
+/// `cancelled` (with what finished merged) once they have. Idempotent.
+#[utoipa::path(post, path = "/v1/refine-runs/{id}/cancel", tag = "refine-runs",
+    params(("id" = String, Path, description = "Run id")),
+    responses(
+        (status = 200, description = "The run after the request", body = StoredRun),
+        (status = 400, description = "Not a run id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn cancel_refine_run(
+    State(state): State<AppState>,
+    Path(raw_id): Path<String>,
+) -> Result<Json<StoredRun>, ApiError> {
+    let id = parse_run_id(&raw_id)?;
+    let jobs = state
+        .db
+        .cancel_refine_run(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("refine run", &id.to_string()))?;
+    for job_id in jobs {
+        super::refine_jobs::cancel_job(&state, job_id).await?;
+    }
+    crate::jobs::runs::merge_if_due(&state.db, id).await?;
+    Ok(Json(load_run(&state, id).await?))
+}
