@@ -61,6 +61,9 @@ const CREATE_FIELDS: [&str; 7] = [
     "idempotency_key",
 ];
 
+/// Per phase: its id, the job's stored request and its `(assignment, batch)` rows.
+type PhaseJobRequest = (String, Value, Vec<(String, i32)>);
+
 fn parse_run_id(raw: &str) -> Result<Uuid, ApiError> {
     raw.parse().map_err(|_| {
         ApiError::bad_request("invalid_path", format!("{raw:?} is not a run id (UUID)"))
@@ -220,7 +223,7 @@ async fn create_refine_run(
     if let Some(o) = plan_for_jobs.as_object_mut() {
         o.remove("assignments");
     }
-    let job_requests: Vec<(String, Value, Vec<(String, i32)>)> = split
+    let job_requests: Vec<PhaseJobRequest> = split
         .contexts
         .iter()
         .map(|context| {

@@ -103,7 +103,7 @@ pub async fn merge_if_due(db: &Database, run_id: Uuid) -> DbResult<Option<JobSta
     let merged = db
         .try_merge_refine_run(
             run_id,
-            Box::new(|request, outcomes, cancelling| merge_run(request, outcomes, cancelling)),
+            Box::new(merge_run),
         )
         .await?;
     if let Some(status) = merged {
