@@ -1,15 +1,37 @@
 //! L0 executors (refine.md §2): `command`, `openai`, `anthropic` and `builtin` turn
 //! one L0 prompt into an answer. They never touch the database; the job engine
 //! (`jobs/`) decides what to do with what they return.
+//!
+//! Contract for the engine:
+//! - [`Executor::run`] returns `Ok(L0Run)` whatever happened to the L0 — an answer
+//!   (`L0Outcome::Answer`, judged later by `classify`) or a failure with a one-line
+//!   reason (`L0Outcome::Failed`: spawn error, timeout, silent non-zero exit, API
+//!   error after retries) — and `Err(Cancelled)` only when the token fired.
+//! - Every executor enforces its own per-L0 timeout ([`Executor::timeout`]); the
+//!   engine needs no timer of its own. Dropping the `run` future is safe: a
+//!   command's process group is killed all the same.
+//! - `command` details (environment, process group, caps): see `agents/command.rs`;
+//!   `openai`/`anthropic` details (endpoints, retries): `agents/http_api.rs`.
+
+mod command;
+mod http_api;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::{ConfigError, ExecutorKind, ExecutorProfile, Settings};
 use crate::domain::refine::{Assignment, L0Outcome, L0Packet, builtin_review};
+use command::CommandConfig;
+use http_api::{Api, HttpConfig};
+
+pub use command::STDERR_CAP;
+pub use http_api::{
+    ANTHROPIC_MAX_TOKENS, ANTHROPIC_VERSION, BACKOFF_BASE, MAX_RETRY_DELAY, MAX_TRIES,
+};
 
 /// Everything an executor needs for one L0.
 #[derive(Debug, Clone)]
@@ -44,26 +66,126 @@ pub struct L0Run {
 #[error("L0 run cancelled")]
 pub struct Cancelled;
 
+/// The per-L0 timeout when a profile sets none (10 min).
+pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+/// The output cap when a profile sets none (1 MiB): a command's stdout, an API's
+/// response body.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
 /// One configured executor.
 #[derive(Debug)]
 pub struct Executor {
     name: String,
-    kind: ExecutorKind,
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Builtin,
+    Command(CommandConfig),
+    Http(HttpConfig),
+}
+
+fn profile_error(name: &str, message: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        name: "executors",
+        message: format!("[executors.{name}] {message}"),
+    }
 }
 
 impl Executor {
     pub fn builtin() -> Self {
         Executor {
             name: "builtin".into(),
-            kind: ExecutorKind::Builtin,
+            kind: Kind::Builtin,
         }
     }
 
-    /// Checks a profile and builds its executor (a bad profile fails at start).
+    /// Checks a profile and builds its executor (a bad profile fails at start):
+    /// `timeout_secs` and `max_output_bytes` must be positive; `command` needs an
+    /// argv; `openai` and `anthropic` need a `model`, a usable `base_url`, and —
+    /// when `api_key_env` is set — that variable set and non-empty in the server's
+    /// environment (it is read here, once).
     pub fn from_profile(name: &str, profile: &ExecutorProfile) -> Result<Self, ConfigError> {
+        let timeout = match profile.timeout_secs {
+            Some(0) => return Err(profile_error(name, "timeout_secs must be at least 1")),
+            secs => Duration::from_secs(secs.unwrap_or(DEFAULT_TIMEOUT_SECS)),
+        };
+        let max_output_bytes = match profile.max_output_bytes {
+            Some(0) => return Err(profile_error(name, "max_output_bytes must be at least 1")),
+            bytes => bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+        };
+        let kind = match profile.kind {
+            ExecutorKind::Builtin => Kind::Builtin,
+            ExecutorKind::Command => {
+                if profile.argv.first().is_none_or(|p| p.is_empty()) {
+                    return Err(profile_error(
+                        name,
+                        "of kind \"command\" needs a non-empty argv",
+                    ));
+                }
+                if profile.argv.iter().any(|a| a.contains('\0')) {
+                    return Err(profile_error(name, "argv must not contain NUL bytes"));
+                }
+                if let Some(bad) = profile
+                    .env_allow
+                    .iter()
+                    .find(|v| v.is_empty() || v.contains(['=', '\0']))
+                {
+                    return Err(profile_error(
+                        name,
+                        format!("env_allow has an invalid variable name {bad:?}"),
+                    ));
+                }
+                Kind::Command(CommandConfig {
+                    argv: profile.argv.clone(),
+                    env_allow: profile.env_allow.clone(),
+                    timeout,
+                    max_output_bytes,
+                })
+            }
+            ExecutorKind::Openai | ExecutorKind::Anthropic => {
+                let (api, kind) = if profile.kind == ExecutorKind::Openai {
+                    (Api::Openai, "openai")
+                } else {
+                    (Api::Anthropic, "anthropic")
+                };
+                let model = profile
+                    .model
+                    .clone()
+                    .filter(|m| !m.trim().is_empty())
+                    .ok_or_else(|| {
+                        profile_error(name, format!("of kind \"{kind}\" needs a model"))
+                    })?;
+                let key = match &profile.api_key_env {
+                    None => None,
+                    Some(var) => match std::env::var(var) {
+                        Ok(key) if !key.is_empty() => Some(key),
+                        _ => {
+                            return Err(profile_error(
+                                name,
+                                format!(
+                                    "api_key_env names {var}, which is unset or empty in the environment"
+                                ),
+                            ));
+                        }
+                    },
+                };
+                let http = HttpConfig::new(
+                    api,
+                    profile.base_url.as_deref(),
+                    model,
+                    key,
+                    timeout,
+                    max_output_bytes,
+                )
+                .map_err(|e| profile_error(name, e))?;
+                Kind::Http(http)
+            }
+        };
         Ok(Executor {
             name: name.to_owned(),
-            kind: profile.kind,
+            kind,
         })
     }
 
@@ -73,15 +195,51 @@ impl Executor {
 
     /// `command`, `openai`, `anthropic` or `builtin` (metric label, job record).
     pub fn kind(&self) -> &'static str {
-        match self.kind {
-            ExecutorKind::Command => "command",
-            ExecutorKind::Openai => "openai",
-            ExecutorKind::Anthropic => "anthropic",
-            ExecutorKind::Builtin => "builtin",
+        match &self.kind {
+            Kind::Builtin => "builtin",
+            Kind::Command(_) => "command",
+            Kind::Http(http) => match http.api {
+                Api::Openai => "openai",
+                Api::Anthropic => "anthropic",
+            },
         }
     }
 
-    /// Runs one L0. Returns `Err(Cancelled)` as soon as `cancel` fires.
+    /// The per-L0 time limit (`None` for `builtin`, which needs none).
+    pub fn timeout(&self) -> Option<Duration> {
+        match &self.kind {
+            Kind::Builtin => None,
+            Kind::Command(c) => Some(c.timeout),
+            Kind::Http(h) => Some(h.timeout),
+        }
+    }
+
+    /// Overrides the per-L0 timeout (tests: below the config's 1 s granularity).
+    #[doc(hidden)]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        match &mut self.kind {
+            Kind::Builtin => {}
+            Kind::Command(c) => c.timeout = timeout,
+            Kind::Http(h) => h.timeout = timeout,
+        }
+        self
+    }
+
+    /// Overrides the API retry waits (tests: the 250 ms base and 10 s cap would make
+    /// them slow). `base` is the first retry's backoff; `max_delay` caps every wait,
+    /// `Retry-After` included. No effect on other kinds.
+    #[doc(hidden)]
+    pub fn with_backoff(mut self, base: Duration, max_delay: Duration) -> Self {
+        if let Kind::Http(h) = &mut self.kind {
+            h.backoff.base = base;
+            h.backoff.max_delay = max_delay;
+        }
+        self
+    }
+
+    /// Runs one L0. Returns `Err(Cancelled)` as soon as `cancel` fires (a command's
+    /// process group is killed and reaped first). Dropping the future also kills
+    /// the group.
     pub async fn run(
         &self,
         req: &L0Request,
@@ -90,18 +248,16 @@ impl Executor {
         if cancel.is_cancelled() {
             return Err(Cancelled);
         }
-        let outcome = match self.kind {
-            ExecutorKind::Builtin => {
-                L0Outcome::Answer(builtin_review(&req.packet, &req.phase_assignments))
-            }
-            _ => L0Outcome::Failed(format!("executor kind {} is not built yet", self.kind())),
-        };
-        Ok(L0Run {
-            outcome,
-            exit_code: None,
-            stderr: None,
-            tries: 1,
-        })
+        match &self.kind {
+            Kind::Builtin => Ok(L0Run {
+                outcome: L0Outcome::Answer(builtin_review(&req.packet, &req.phase_assignments)),
+                exit_code: None,
+                stderr: None,
+                tries: 1,
+            }),
+            Kind::Command(c) => command::run(c, &self.name, req, cancel).await,
+            Kind::Http(h) => h.run(&self.name, req, cancel).await,
+        }
     }
 }
 

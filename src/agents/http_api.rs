@@ -1,0 +1,566 @@
+//! The `openai` (Chat Completions) and `anthropic` (Messages) executors, and the
+//! retry policy they share.
+//!
+//! One POST per try. Transient errors — connect errors (refused, reset, connect
+//! timeout), a connection lost before the response, HTTP 429 and 5xx — are retried
+//! up to [`MAX_TRIES`] tries in all, after an exponential backoff with jitter
+//! (250 ms base, doubled per retry, capped at 10 s) or the server's `Retry-After`
+//! seconds (capped at 10 s). Anything else fails at once: another 4xx (status and a
+//! short body excerpt), malformed JSON, an answer without content, a body over
+//! `max_output_bytes`. `timeout_secs` bounds the whole call, retries and waits
+//! included. The API key is read once when the executor is built, sent in a header
+//! marked sensitive, and never logged nor put in an error text.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::{StatusCode, Url};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Cancelled, L0Request, L0Run};
+use crate::domain::refine::L0Outcome;
+
+/// Tries per L0 call, the first included.
+pub const MAX_TRIES: u32 = 4;
+/// The first retry's backoff; each further retry doubles it.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(250);
+/// The longest wait between tries (backoff or `Retry-After`).
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(10);
+/// The Messages API version plangate speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+/// `max_tokens` sent to the Messages API (it requires one).
+pub const ANTHROPIC_MAX_TOKENS: u32 = 4096;
+/// Connect timeout of the shared client (never above the call's timeout).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How much of an error body a failure reason quotes.
+const EXCERPT_CHARS: usize = 300;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Api {
+    Openai,
+    Anthropic,
+}
+
+/// An API key: never shown by `Debug`.
+#[derive(Clone)]
+pub(crate) struct ApiKey(String);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// How retries wait. Tests shorten it (`Executor::with_backoff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    pub base: Duration,
+    pub max_delay: Duration,
+    pub max_tries: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: BACKOFF_BASE,
+            max_delay: MAX_RETRY_DELAY,
+            max_tries: MAX_TRIES,
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait before try `next_try` (2, 3, …): `Retry-After` when the server sent
+    /// one, else `base · 2^(retry-1)` with ±25 % jitter; capped at `max_delay`.
+    pub(crate) fn delay(&self, next_try: u32, retry_after: Option<Duration>) -> Duration {
+        let delay = match retry_after {
+            Some(d) => d,
+            None => {
+                let exp = next_try.saturating_sub(2).min(16);
+                let nominal = self.base.saturating_mul(1 << exp);
+                // Uniform in [0.75, 1.25) of the nominal delay.
+                let unit = (random_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                nominal.mul_f64(0.75 + unit * 0.5)
+            }
+        };
+        delay.min(self.max_delay)
+    }
+}
+
+/// A random number from the std hasher's per-instance random keys (jitter only).
+fn random_u64() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is ignored: the backoff applies).
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    value.parse::<u64>().ok().map(Duration::from_secs)
+}
+
+#[derive(Debug)]
+pub(crate) struct HttpConfig {
+    pub api: Api,
+    /// The full endpoint URL.
+    pub url: Url,
+    pub model: String,
+    pub key: Option<ApiKey>,
+    pub timeout: Duration,
+    pub max_output_bytes: usize,
+    pub backoff: Backoff,
+    /// One client per executor: its connection pool is shared by every L0.
+    pub client: reqwest::Client,
+}
+
+impl HttpConfig {
+    /// Builds the endpoint and the client. `base_url` defaults per API; a trailing
+    /// slash is tolerated. Errors are one-line messages for `ConfigError`.
+    pub(crate) fn new(
+        api: Api,
+        base_url: Option<&str>,
+        model: String,
+        key: Option<String>,
+        timeout: Duration,
+        max_output_bytes: usize,
+    ) -> Result<Self, String> {
+        let (default_base, path) = match api {
+            Api::Openai => ("https://api.openai.com/v1", "/chat/completions"),
+            Api::Anthropic => ("https://api.anthropic.com", "/v1/messages"),
+        };
+        let base = base_url.unwrap_or(default_base).trim_end_matches('/');
+        let url = Url::parse(&format!("{base}{path}"))
+            .map_err(|e| format!("base_url {base:?} is not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("base_url {base:?} must be http or https"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(format!("base_url {base:?} must have no query or fragment"));
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT.min(timeout))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(HttpConfig {
+            api,
+            url,
+            model,
+            key: key.map(ApiKey),
+            timeout,
+            max_output_bytes,
+            backoff: Backoff::default(),
+            client,
+        })
+    }
+
+    fn request(&self, prompt: &str) -> reqwest::RequestBuilder {
+        let messages = json!([{"role": "user", "content": prompt}]);
+        let mut builder = self.client.post(self.url.clone());
+        match self.api {
+            Api::Openai => {
+                builder = builder.json(&json!({"model": self.model, "messages": messages}));
+                if let Some(key) = &self.key {
+                    builder = builder.header(
+                        reqwest::header::AUTHORIZATION,
+                        sensitive(&format!("Bearer {}", key.0)),
+                    );
+                }
+            }
+            Api::Anthropic => {
+                builder = builder
+                    .json(&json!({
+                        "model": self.model,
+                        "max_tokens": ANTHROPIC_MAX_TOKENS,
+                        "messages": messages,
+                    }))
+                    .header("anthropic-version", ANTHROPIC_VERSION);
+                if let Some(key) = &self.key {
+                    builder = builder.header("x-api-key", sensitive(&key.0));
+                }
+            }
+        }
+        builder
+    }
+
+    /// One try: send, read the capped body, extract the answer.
+    async fn attempt(&self, prompt: &str) -> Result<String, TryError> {
+        let mut response = self.request(prompt).send().await.map_err(send_error)?;
+        let status = response.status();
+        let wait = retry_after(response.headers());
+        let cap = if status.is_success() {
+            self.max_output_bytes
+        } else {
+            self.max_output_bytes.min(64 * 1024)
+        };
+        let mut body = Vec::new();
+        let mut over = false;
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > cap {
+                        let room = cap - body.len();
+                        body.extend_from_slice(&chunk[..room]);
+                        over = true;
+                        break;
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(TryError::Transient {
+                        message: format!(
+                            "HTTP {status}: reading the response failed: {}",
+                            describe(&e)
+                        ),
+                        retry_after: wait,
+                    });
+                }
+            }
+        }
+        drop(response);
+
+        if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+            return Err(TryError::Transient {
+                message: format!("HTTP {status}: {}", excerpt(&body)),
+                retry_after: wait,
+            });
+        }
+        if !status.is_success() {
+            return Err(TryError::Fatal(format!(
+                "HTTP {status}: {}",
+                excerpt(&body)
+            )));
+        }
+        if over {
+            return Err(TryError::Fatal(format!(
+                "response body exceeds max_output_bytes ({} bytes)",
+                self.max_output_bytes
+            )));
+        }
+        let value: Value = serde_json::from_slice(&body).map_err(|e| {
+            TryError::Fatal(format!("malformed JSON response ({e}): {}", excerpt(&body)))
+        })?;
+        match self.api {
+            Api::Openai => openai_answer(&value),
+            Api::Anthropic => anthropic_answer(&value),
+        }
+        .map_err(TryError::Fatal)
+    }
+
+    pub(crate) async fn run(
+        &self,
+        executor: &str,
+        req: &L0Request,
+        cancel: &CancellationToken,
+    ) -> Result<L0Run, Cancelled> {
+        if cancel.is_cancelled() {
+            return Err(Cancelled);
+        }
+        let deadline = Instant::now() + self.timeout;
+        let timed_out = || format!("timed out after {} s", self.timeout.as_secs_f64());
+        let mut last_transient: Option<String> = None;
+        let mut tries = 0;
+        let outcome = loop {
+            tries += 1;
+            let result = tokio::select! {
+                _ = cancel.cancelled() => return Err(Cancelled),
+                _ = tokio::time::sleep_until(deadline) => break L0Outcome::Failed(timed_out()),
+                r = self.attempt(&req.prompt) => r,
+            };
+            let (message, wait) = match result {
+                Ok(answer) => break L0Outcome::Answer(answer),
+                Err(TryError::Fatal(message)) => break L0Outcome::Failed(message),
+                Err(TryError::Transient {
+                    message,
+                    retry_after,
+                }) => (message, retry_after),
+            };
+            tracing::debug!(
+                executor,
+                assignment_id = %req.assignment_id,
+                tries,
+                error = %message,
+                "L0 API call failed transiently"
+            );
+            if tries >= self.backoff.max_tries {
+                let reason = format!("{message} (gave up after {tries} tries)");
+                last_transient = Some(message);
+                break L0Outcome::Failed(reason);
+            }
+            let delay = self.backoff.delay(tries + 1, wait);
+            if Instant::now() + delay >= deadline {
+                let reason = format!(
+                    "{message} (gave up after {tries} tries: the {} s timeout leaves no time to retry)",
+                    self.timeout.as_secs_f64()
+                );
+                last_transient = Some(message);
+                break L0Outcome::Failed(reason);
+            }
+            last_transient = Some(message);
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(Cancelled),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        };
+        Ok(L0Run {
+            outcome,
+            exit_code: None,
+            stderr: last_transient,
+            tries,
+        })
+    }
+}
+
+#[derive(Debug)]
+enum TryError {
+    Transient {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    Fatal(String),
+}
+
+fn sensitive(value: &str) -> HeaderValue {
+    // A key with bytes a header cannot carry is sent empty (the server refuses it)
+    // rather than echoed into an error message.
+    let mut v = HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static(""));
+    v.set_sensitive(true);
+    v
+}
+
+/// A reqwest error and its causes, without the URL.
+fn describe(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    let mut text = String::new();
+    let mut current: Option<&dyn std::error::Error> = e.source();
+    while let Some(cause) = current {
+        let s = cause.to_string();
+        if !text.contains(&s) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&s);
+        }
+        current = cause.source();
+    }
+    if text.is_empty() {
+        "request failed".to_owned()
+    } else {
+        text
+    }
+}
+
+/// Whether `e` is an I/O error kind of a lost connection, somewhere in its causes.
+fn connection_lost(e: &reqwest::Error) -> bool {
+    use std::error::Error as _;
+    use std::io::ErrorKind::*;
+    let mut current: Option<&dyn std::error::Error> = e.source();
+    while let Some(cause) = current {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | BrokenPipe
+                    | UnexpectedEof
+            )
+        {
+            return true;
+        }
+        // hyper's "connection closed before message completed".
+        if cause.to_string().contains("connection closed") {
+            return true;
+        }
+        current = cause.source();
+    }
+    false
+}
+
+fn send_error(e: reqwest::Error) -> TryError {
+    let e = e.without_url();
+    let what = if e.is_connect() {
+        "cannot connect"
+    } else if e.is_timeout() {
+        "timed out"
+    } else {
+        "request failed"
+    };
+    let message = format!("{what}: {}", describe(&e));
+    if e.is_connect() || e.is_timeout() || connection_lost(&e) {
+        TryError::Transient {
+            message,
+            retry_after: None,
+        }
+    } else {
+        TryError::Fatal(message)
+    }
+}
+
+/// The start of a body, on one line, for an error message.
+pub(crate) fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.is_empty() {
+        return "(empty body)".to_owned();
+    }
+    if one_line.chars().count() > EXCERPT_CHARS {
+        let mut s: String = one_line.chars().take(EXCERPT_CHARS).collect();
+        s.push('…');
+        s
+    } else {
+        one_line
+    }
+}
+
+/// `choices[0].message.content`: a string, or (some compatible servers) an array of
+/// `{"type": "text", "text": …}` parts.
+pub(crate) fn openai_answer(value: &Value) -> Result<String, String> {
+    let content = value
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("message"))
+        .and_then(|m| m.get("content"));
+    match content {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => text_parts(parts)
+            .ok_or_else(|| "response choices[0].message.content has no text part".to_owned()),
+        _ => Err("response has no choices[0].message.content string".to_owned()),
+    }
+}
+
+/// The concatenated `text` of the `content` blocks of type `text`.
+pub(crate) fn anthropic_answer(value: &Value) -> Result<String, String> {
+    match value.get("content") {
+        Some(Value::Array(blocks)) => {
+            text_parts(blocks).ok_or_else(|| "response content has no text block".to_owned())
+        }
+        _ => Err("response has no content array".to_owned()),
+    }
+}
+
+fn text_parts(parts: &[Value]) -> Option<String> {
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect();
+    (!texts.is_empty()).then(|| texts.concat())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_per_api_with_defaults_and_trailing_slashes() {
+        let t = Duration::from_secs(5);
+        let url = |api, base: Option<&str>| {
+            HttpConfig::new(api, base, "m".into(), None, t, 10).map(|c| c.url.to_string())
+        };
+        assert_eq!(
+            url(Api::Openai, None).unwrap(),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            url(Api::Openai, Some("http://127.0.0.1:8000/v1/")).unwrap(),
+            "http://127.0.0.1:8000/v1/chat/completions"
+        );
+        assert_eq!(
+            url(Api::Anthropic, None).unwrap(),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(
+            url(Api::Anthropic, Some("http://h:1//")).unwrap(),
+            "http://h:1/v1/messages"
+        );
+        assert!(
+            url(Api::Openai, Some("ftp://h"))
+                .unwrap_err()
+                .contains("http")
+        );
+        assert!(url(Api::Openai, Some("not a url")).is_err());
+        assert!(url(Api::Openai, Some("http://h/v1?x=1")).is_err());
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let c = HttpConfig::new(
+            Api::Openai,
+            None,
+            "m".into(),
+            Some("sk-secret-123".into()),
+            Duration::from_secs(1),
+            10,
+        )
+        .unwrap();
+        assert!(!format!("{c:?}").contains("sk-secret-123"));
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_honours_retry_after() {
+        let b = Backoff::default();
+        for _ in 0..50 {
+            let d2 = b.delay(2, None);
+            assert!(d2 >= Duration::from_millis(187) && d2 <= Duration::from_millis(313));
+            let d4 = b.delay(4, None);
+            assert!(d4 >= Duration::from_millis(750) && d4 <= Duration::from_millis(1250));
+        }
+        assert_eq!(
+            b.delay(2, Some(Duration::from_secs(3))),
+            Duration::from_secs(3)
+        );
+        assert_eq!(b.delay(2, Some(Duration::from_secs(3600))), MAX_RETRY_DELAY);
+        assert_eq!(b.delay(40, None), MAX_RETRY_DELAY);
+    }
+
+    #[test]
+    fn retry_after_seconds_only() {
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert(RETRY_AFTER, HeaderValue::from_static(" 7 "));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn answers_are_extracted() {
+        let v = json!({"choices": [{"message": {"role": "assistant", "content": "hi"}}]});
+        assert_eq!(openai_answer(&v).unwrap(), "hi");
+        let v = json!({"choices": [{"message": {"content": [
+            {"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}}]});
+        assert_eq!(openai_answer(&v).unwrap(), "ab");
+        assert!(openai_answer(&json!({"choices": []})).is_err());
+        assert!(openai_answer(&json!({"choices": [{"message": {"content": null}}]})).is_err());
+
+        let v = json!({"content": [
+            {"type": "thinking", "thinking": "x"},
+            {"type": "text", "text": "one "},
+            {"type": "text", "text": "two"}]});
+        assert_eq!(anthropic_answer(&v).unwrap(), "one two");
+        assert!(anthropic_answer(&json!({"content": []})).is_err());
+        assert!(anthropic_answer(&json!({"error": {}})).is_err());
+    }
+
+    #[test]
+    fn excerpts_are_short_and_one_line() {
+        assert_eq!(excerpt(b""), "(empty body)");
+        assert_eq!(excerpt(b"{\"error\":\n  \"bad\"}"), "{\"error\": \"bad\"}");
+        let long = "x".repeat(1000);
+        assert_eq!(excerpt(long.as_bytes()).chars().count(), EXCERPT_CHARS + 1);
+    }
+}
