@@ -49,7 +49,7 @@ impl StoredRequest {
     }
 
     pub fn into_job(self, job_id: Uuid) -> Result<(RefineJob, JobFiles), String> {
-        let context =
+        let mut context =
             context_from_value("stored request", &self.context).map_err(|e| e.to_string())?;
         let plan = match &self.refined_plan {
             None | Some(Value::Null) => None,
@@ -75,6 +75,8 @@ impl StoredRequest {
             }
             (None, None) => None,
         };
+        // The L0 packets name the file the server resolved, not the client's spelling.
+        context.task_file_path = task_file.clone();
         Ok((
             RefineJob {
                 job_id,

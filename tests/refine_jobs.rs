@@ -1,0 +1,932 @@
+//! Refine jobs over real HTTP on both back-ends, with real L0 child processes
+//! (`tests/fixtures/l0/`): the log lines, per-L0 records, batches and the 6-L0
+//! ceiling, cancel, idempotency, `?wait`, SSE, file output and bad input.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{Backend, TestApp, expect_problem, spawn_app_with};
+use futures::StreamExt as _;
+use plangate::config::{ExecutorKind, ExecutorProfile};
+use serde_json::{Value, json};
+
+/// Scratch directories that live as long as the test: the fixture's record dir,
+/// the workspace root (task files) and the output root.
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    record: PathBuf,
+    workspace: PathBuf,
+    output: PathBuf,
+}
+
+impl Dirs {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let record = tmp.path().join("record");
+        let workspace = tmp.path().join("workspace");
+        let output = tmp.path().join("output");
+        for d in [&record, &workspace, &output] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        Dirs {
+            _tmp: tmp,
+            record,
+            workspace,
+            output,
+        }
+    }
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/l0")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn command(argv: Vec<String>, timeout_secs: u64) -> ExecutorProfile {
+    ExecutorProfile {
+        kind: ExecutorKind::Command,
+        argv,
+        base_url: None,
+        model: None,
+        api_key_env: None,
+        timeout_secs: Some(timeout_secs),
+        max_output_bytes: Some(64 * 1024),
+        env_allow: vec![],
+    }
+}
+
+/// A server whose executors are the fixtures: `mixed` (behaviour by assignment id
+/// suffix, 2 s timeout), `sleep` (half a second, then valid), `hang` (until killed).
+async fn app(backend: Backend, dirs: &Dirs) -> TestApp {
+    let record = dirs.record.display().to_string();
+    let (workspace, output) = (dirs.workspace.clone(), dirs.output.clone());
+    spawn_app_with(backend, move |s| {
+        let rec = |args: &[&str]| {
+            let mut argv = vec![fixture("l0.sh"), "--record".into(), record.clone()];
+            argv.extend(args.iter().map(|a| a.to_string()));
+            argv
+        };
+        s.executors.insert(
+            "mixed".into(),
+            command(
+                vec![fixture("mixed.sh"), "--record".into(), record.clone()],
+                2,
+            ),
+        );
+        s.executors
+            .insert("sleep".into(), command(rec(&["sleep", "0.5"]), 30));
+        s.executors
+            .insert("hang".into(), command(rec(&["hang"]), 600));
+        s.workspace_root = Some(workspace);
+        s.output_root = Some(output);
+    })
+    .await
+}
+
+fn assignment(id: &str, files: &[&str]) -> Value {
+    json!({
+        "id": id,
+        "phase_id": "P1",
+        "name": format!("Assignment {id}"),
+        "goal": "Do one thing well.",
+        "technical_approach": "Small steps.",
+        "dependency_notes": "",
+        "overlap_notes": "",
+        "proposed_work_packages": [
+            {"id_suffix": "WP1", "name": "first", "estimated_files": files}
+        ],
+        "custom_key": {"kept": true}
+    })
+}
+
+fn plan() -> Value {
+    json!({
+        "task": "Ship it",
+        "phases": [{"id": "P1", "name": "Phase one", "goal": "g", "scope": "s",
+                    "technical_approach": "t", "relationship_notes": "", "ordering": 1}]
+    })
+}
+
+fn body(ids: &[&str]) -> Value {
+    let assignments: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| assignment(id, &[&format!("src/file{i}.rs")]))
+        .collect();
+    json!({
+        "context": {"schema_version": 1, "phase_id": "P1", "assignments": assignments,
+                    "peer_summaries": [{"id": "P2-A1", "name": "Peer", "goal": "Other"}]},
+        "refined_plan": plan(),
+        "task_text": "The task: ship it.",
+    })
+}
+
+async fn submit(app: &TestApp, body: &Value) -> Value {
+    let response = app.post_json("/v1/refine-jobs", body).await;
+    assert_eq!(response.status(), 202, "{:?}", response.text().await);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let job: Value = response.json().await.unwrap();
+    assert_eq!(
+        location,
+        format!("/v1/refine-jobs/{}", job["id"].as_str().unwrap())
+    );
+    job
+}
+
+/// Long-polls until the job is terminal (or 60 s pass).
+async fn wait_terminal(app: &TestApp, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let job: Value = app
+            .get(&format!("/v1/refine-jobs/{id}?wait=5"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let status = job["status"].as_str().unwrap().to_owned();
+        if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} stuck in {status}: {job}"
+        );
+    }
+}
+
+fn log_of(job: &Value) -> Vec<String> {
+    job["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Most fixture runs alive at once, from the `--record` events file.
+fn max_concurrency(dir: &Path) -> usize {
+    let text = std::fs::read_to_string(dir.join("events")).unwrap_or_default();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .filter_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            let delta = if parts.first()? == &"start" { 1 } else { -1 };
+            Some((parts.get(2)?.parse().ok()?, delta))
+        })
+        .collect();
+    events.sort();
+    let (mut live, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        live += d;
+        max = max.max(live);
+    }
+    max as usize
+}
+
+macro_rules! refine_tests {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let dirs = super::Dirs::new();
+                let app = super::app(super::Backend::Sqlite, &dirs).await;
+                super::$name(app, dirs).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let dirs = super::Dirs::new();
+                let app = super::app(super::Backend::Postgres, &dirs).await;
+                super::$name(app, dirs).await;
+            }
+        }
+    )+};
+}
+
+refine_tests!(
+    every_kind_of_l0_costs_only_its_own_suggestions,
+    eight_assignments_make_two_batches_of_at_most_six,
+    cancel_kills_running_l0s_and_is_idempotent,
+    idempotency_key_returns_the_original_job,
+    wait_returns_when_the_job_changes,
+    events_stream_resumes_after_last_event_id,
+    result_file_is_written_under_the_output_root,
+    task_file_is_read_only_inside_the_workspace_root,
+    list_filters_and_pages_newest_first,
+    bad_submissions_are_refused_and_create_nothing,
+);
+
+async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dirs) {
+    let ids = [
+        "P1-A1-valid",
+        "P1-A2-wrong",
+        "P1-A3-broken",
+        "P1-A4-garbage",
+        "P1-A5-fail",
+        "P1-A6-hang",
+        "P1-A7-flood",
+    ];
+    let mut request = body(&ids);
+    request["executor"] = json!("mixed");
+    let job = submit(&app, &request).await;
+    assert_eq!(job["status"], "queued");
+    assert_eq!(job["executor"], "mixed");
+    assert_eq!(job["executor_kind"], "command");
+    let id = job["id"].as_str().unwrap();
+    let job = wait_terminal(&app, id).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let log = log_of(&job);
+    for line in [
+        "WARNING: L0 response assignment_id mismatch — expected P1-A2-wrong, got OTHER-P1-A2-wrong — skipping",
+        "WARNING: L0 response for P1-A3-broken failed validation — skipping",
+        "WARNING: L0 response for P1-A4-garbage failed validation — skipping",
+        "CRITICAL: L0 for P1-A5-fail failed — proceeding with N-1 suggestions",
+        "CRITICAL: L0 for P1-A6-hang failed — proceeding with N-1 suggestions",
+        "WARNING: L0 response for P1-A7-flood failed validation — skipping",
+        "--- next batch ---",
+    ] {
+        assert!(
+            log.contains(&line.to_owned()),
+            "missing {line:?} in {log:#?}"
+        );
+    }
+    let p = &job["progress"];
+    assert_eq!(
+        (
+            p["l0_total"].as_i64(),
+            p["l0_succeeded"].as_i64(),
+            p["l0_invalid"].as_i64(),
+            p["l0_failed"].as_i64(),
+            p["l0_running"].as_i64()
+        ),
+        (Some(7), Some(1), Some(4), Some(2), Some(0))
+    );
+
+    let records: Vec<Value> = app
+        .get(&format!("/v1/refine-jobs/{id}/assignments"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let status_of = |a: &str| {
+        let r = records.iter().find(|r| r["assignment_id"] == a).unwrap();
+        (r["status"].as_str().unwrap().to_owned(), r.clone())
+    };
+    assert_eq!(status_of("P1-A1-valid").0, "valid");
+    assert_eq!(status_of("P1-A2-wrong").0, "mismatch");
+    assert_eq!(status_of("P1-A3-broken").0, "invalid");
+    assert_eq!(status_of("P1-A4-garbage").0, "invalid");
+    let (fail, fail_record) = status_of("P1-A5-fail");
+    assert_eq!(fail, "failed");
+    assert_eq!(fail_record["exit_code"], 3);
+    assert!(
+        fail_record["error"]
+            .as_str()
+            .unwrap()
+            .contains("exit status 3"),
+        "{fail_record}"
+    );
+    let (hang, hang_record) = status_of("P1-A6-hang");
+    assert_eq!(hang, "failed");
+    assert!(
+        hang_record["error"].as_str().unwrap().contains("timed out"),
+        "{hang_record}"
+    );
+    assert_eq!(status_of("P1-A7-flood").0, "invalid");
+    for r in &records {
+        assert_eq!(r["starts"], 1, "{r}");
+        assert_eq!(
+            r["batch"],
+            if r["assignment_id"] == "P1-A7-flood" {
+                2
+            } else {
+                1
+            }
+        );
+        assert!(r["finished_at"].is_string());
+    }
+    // The hanging L0's grandchild (`sleep 600`) died with its process group.
+    let pid = std::fs::read_to_string(dirs.record.join("P1-A6-hang.pid")).unwrap();
+    assert!(process_gone(pid.trim()), "sleep {pid} outlived the timeout");
+
+    // Only the valid answer changed anything: its dependency correction.
+    let result: Value = app
+        .get(&format!("/v1/refine-jobs/{id}/result"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(result, job["result"]);
+    assert_eq!(result["schema_version"], 1);
+    let out = result["assignments"].as_array().unwrap();
+    assert_eq!(out.len(), 7);
+    let ids_out: Vec<&str> = out.iter().map(|a| a["id"].as_str().unwrap()).collect();
+    assert_eq!(ids_out, ids, "input order is kept");
+    assert_eq!(out[0]["dependency_notes"], "Depends on X: r");
+    assert_eq!(out[0]["custom_key"], json!({"kept": true}));
+    for a in &out[1..] {
+        assert_eq!(a["dependency_notes"], "", "{a}");
+    }
+}
+
+fn process_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie (state Z) is dead; only its parent has not reaped it.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+async fn eight_assignments_make_two_batches_of_at_most_six(app: TestApp, dirs: Dirs) {
+    let ids: Vec<String> = (1..=8).map(|i| format!("P1-A{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut request = body(&refs);
+    request["executor"] = json!("sleep");
+    let job = submit(&app, &request).await;
+    let job = wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let log = log_of(&job);
+    assert_eq!(
+        log.iter().filter(|l| *l == "--- next batch ---").count(),
+        1,
+        "{log:?}"
+    );
+    assert_eq!(
+        max_concurrency(&dirs.record),
+        6,
+        "six L0s at once, never more"
+    );
+    // Natural order: the first batch is A1..A6, A7 and A8 start after it.
+    let events = std::fs::read_to_string(dirs.record.join("events")).unwrap();
+    let starts: Vec<&str> = events
+        .lines()
+        .filter(|l| l.starts_with("start"))
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    let late: Vec<&str> = starts[6..].to_vec();
+    let mut late_sorted = late.clone();
+    late_sorted.sort();
+    assert_eq!(late_sorted, ["P1-A7", "P1-A8"]);
+    assert_eq!(job["progress"]["l0_succeeded"], 8);
+}
+
+async fn cancel_kills_running_l0s_and_is_idempotent(app: TestApp, dirs: Dirs) {
+    let mut request = body(&["P1-A1", "P1-A2"]);
+    request["executor"] = json!("hang");
+    let job = submit(&app, &request).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    // Wait until both L0s run (their grandchild pids are recorded).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(dirs.record.join("P1-A1.pid").exists() && dirs.record.join("P1-A2.pid").exists()) {
+        assert!(Instant::now() < deadline, "L0s never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cancelled: Value = app
+        .post_json(&format!("/v1/refine-jobs/{id}/cancel"), &json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        ["cancelling", "cancelled"].contains(&cancelled["status"].as_str().unwrap()),
+        "{cancelled}"
+    );
+    let job = wait_terminal(&app, &id).await;
+    assert_eq!(job["status"], "cancelled");
+    assert!(job["cancel_requested_at"].is_string());
+    assert!(job.get("result").is_none());
+    for a in ["P1-A1", "P1-A2"] {
+        let pid = std::fs::read_to_string(dirs.record.join(format!("{a}.pid"))).unwrap();
+        assert!(process_gone(pid.trim()), "{a}'s sleep survived the cancel");
+    }
+    let again = app
+        .post_json(&format!("/v1/refine-jobs/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(again.status(), 200);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["status"], "cancelled");
+    assert_eq!(
+        again["version"], job["version"],
+        "a terminal job is returned unchanged"
+    );
+    let problem = expect_problem(
+        app.get(&format!("/v1/refine-jobs/{id}/result")).await,
+        409,
+        "job_not_succeeded",
+    )
+    .await;
+    assert_eq!(problem["job_status"], "cancelled");
+
+    // A queued job is cancelled at once (the hang executor keeps the only... any
+    // worker busy is irrelevant: cancel of a queued or running job both end here).
+    let unknown = uuid::Uuid::now_v7();
+    expect_problem(
+        app.post_json(&format!("/v1/refine-jobs/{unknown}/cancel"), &json!({}))
+            .await,
+        404,
+        "not_found",
+    )
+    .await;
+}
+
+async fn idempotency_key_returns_the_original_job(app: TestApp, _dirs: Dirs) {
+    let request = body(&["P1-A1", "P1-A2"]);
+    let send = |body: Value, key: &'static str| {
+        let app = &app;
+        async move {
+            app.client
+                .post(app.url("/v1/refine-jobs"))
+                .header("Idempotency-Key", key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let first = send(request.clone(), "key-1").await;
+    assert_eq!(first.status(), 202);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first: Value = first.json().await.unwrap();
+
+    let again = send(request.clone(), "key-1").await;
+    assert_eq!(again.status(), 202);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["id"], first["id"]);
+
+    // The same body with its keys in another order is the same body.
+    let reordered: Value = serde_json::from_str(&format!(
+        "{{\"task_text\": {}, \"refined_plan\": {}, \"context\": {}}}",
+        request["task_text"], request["refined_plan"], request["context"]
+    ))
+    .unwrap();
+    let third: Value = send(reordered, "key-1").await.json().await.unwrap();
+    assert_eq!(third["id"], first["id"]);
+
+    // The key in the body works like the header.
+    let mut with_field = request.clone();
+    with_field["idempotency_key"] = json!("key-1");
+    let fourth: Value = app
+        .post_json("/v1/refine-jobs", &with_field)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fourth["id"], first["id"]);
+
+    let mut other = request.clone();
+    other["task_text"] = json!("another task");
+    expect_problem(send(other, "key-1").await, 422, "idempotency_key_reused").await;
+
+    let page: Value = app.get("/v1/refine-jobs").await.json().await.unwrap();
+    assert_eq!(
+        page["jobs"].as_array().unwrap().len(),
+        1,
+        "one job for one key"
+    );
+}
+
+async fn wait_returns_when_the_job_changes(app: TestApp, _dirs: Dirs) {
+    let mut request = body(&["P1-A1"]);
+    request["executor"] = json!("sleep");
+    let job = submit(&app, &request).await;
+    let id = job["id"].as_str().unwrap();
+    let started = Instant::now();
+    let seen: Value = app
+        .get(&format!("/v1/refine-jobs/{id}?wait=20"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "a change ends the wait early"
+    );
+    assert_ne!(seen["version"], job["version"], "{seen}");
+    let done = wait_terminal(&app, id).await;
+    assert_eq!(done["status"], "succeeded");
+    // On a terminal job `wait` answers at once, unchanged.
+    let again: Value = app
+        .get(&format!("/v1/refine-jobs/{id}?wait=30"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["version"], done["version"]);
+    expect_problem(
+        app.get(&format!("/v1/refine-jobs/{id}?wait=soon")).await,
+        400,
+        "invalid_query",
+    )
+    .await;
+}
+
+/// Reads a whole SSE stream into `(id, event, data)` triples.
+async fn read_events(app: &TestApp, id: &str, last: Option<i64>) -> Vec<(i64, String, Value)> {
+    let mut request = app
+        .client
+        .get(app.url(&format!("/v1/refine-jobs/{id}/events")));
+    if let Some(last) = last {
+        request = request.header("Last-Event-ID", last.to_string());
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut text = String::new();
+    let mut stream = response.bytes_stream();
+    let reading = async {
+        while let Some(chunk) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), reading)
+        .await
+        .expect("the stream ends after the terminal event");
+    text.split("\n\n")
+        .filter(|block| block.contains("data:"))
+        .map(|block| {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                    .map(|v| v.trim().to_owned())
+                    .unwrap_or_default()
+            };
+            (
+                field("id").parse().unwrap(),
+                field("event"),
+                serde_json::from_str(&field("data")).unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn events_stream_resumes_after_last_event_id(app: TestApp, _dirs: Dirs) {
+    let mut request = body(&["P1-A1", "P1-A2", "P1-A3-garbage"]);
+    request["executor"] = json!("mixed");
+    let job = submit(&app, &request).await;
+    let id = job["id"].as_str().unwrap();
+    let events = read_events(&app, id, None).await;
+    let ids: Vec<i64> = events.iter().map(|e| e.0).collect();
+    assert_eq!(
+        ids,
+        (1..=ids.len() as i64).collect::<Vec<_>>(),
+        "gapless ids from 1"
+    );
+    assert_eq!(events[0].1, "state");
+    assert_eq!(events[0].2["status"], "queued");
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.1.as_str(), &last.2["status"]),
+        ("state", &json!("succeeded"))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.1 == "state" && e.2["status"] == "running")
+    );
+    assert_eq!(
+        events.iter().filter(|e| e.1 == "progress").count(),
+        6,
+        "start + end per L0"
+    );
+    assert!(events.iter().any(|e| e.1 == "log"
+        && e.2["line"] == "WARNING: L0 response for P1-A3-garbage failed validation — skipping"));
+    // The job's version is its last event's id.
+    let done: Value = app
+        .get(&format!("/v1/refine-jobs/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["version"], json!(last.0));
+
+    let resumed = read_events(&app, id, Some(3)).await;
+    assert_eq!(resumed.first().unwrap().0, 4);
+    assert_eq!(resumed.len(), events.len() - 3);
+    expect_problem(
+        app.client
+            .get(app.url(&format!("/v1/refine-jobs/{id}/events")))
+            .header("Last-Event-ID", "yesterday")
+            .send()
+            .await
+            .unwrap(),
+        400,
+        "invalid_last_event_id",
+    )
+    .await;
+}
+
+async fn result_file_is_written_under_the_output_root(app: TestApp, dirs: Dirs) {
+    let mut request = body(&["P1-A1", "P1-A2"]);
+    request["output_dir"] = json!("runs/r1");
+    let job = submit(&app, &request).await;
+    let job = wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let path = PathBuf::from(job["phase_refined_path"].as_str().unwrap());
+    assert!(path.is_absolute());
+    assert_eq!(
+        path,
+        dirs.output
+            .canonicalize()
+            .unwrap()
+            .join("runs/r1/refine_contexts/P1_result.json")
+    );
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(written, job["result"]);
+}
+
+async fn task_file_is_read_only_inside_the_workspace_root(app: TestApp, dirs: Dirs) {
+    std::fs::write(dirs.workspace.join("task.md"), "THE TASK TEXT").unwrap();
+    let mut request = body(&["P1-A1"]);
+    request.as_object_mut().unwrap().remove("task_text");
+    request["context"]["task_file_path"] = json!("task.md");
+    request["executor"] = json!("mixed");
+    request["context"]["assignments"][0]["id"] = json!("P1-A1-valid");
+    let job = submit(&app, &request).await;
+    let job = wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "succeeded");
+    let prompt = std::fs::read_to_string(dirs.record.join("P1-A1-valid.prompt")).unwrap();
+    let task_path = dirs.workspace.canonicalize().unwrap().join("task.md");
+    assert!(
+        prompt.contains(&task_path.display().to_string()),
+        "the prompt names the task file"
+    );
+    assert!(
+        !prompt.contains("THE TASK TEXT"),
+        "the task text is never inlined"
+    );
+
+    // Inline task text: the L0 gets a server-side copy's path, not the text.
+    let mut inline = body(&["P1-A2-valid"]);
+    inline["executor"] = json!("mixed");
+    inline["task_text"] = json!("INLINE TASK TEXT");
+    let job = submit(&app, &inline).await;
+    wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    let prompt = std::fs::read_to_string(dirs.record.join("P1-A2-valid.prompt")).unwrap();
+    assert!(!prompt.contains("INLINE TASK TEXT"));
+    assert!(prompt.contains("plangate-tasks"), "{prompt}");
+
+    for outside in ["/etc/passwd", "../task.md", "missing.md"] {
+        let mut bad = body(&["P1-A1"]);
+        bad.as_object_mut().unwrap().remove("task_text");
+        bad["context"]["task_file_path"] = json!(outside);
+        let problem = expect_problem(
+            app.post_json("/v1/refine-jobs", &bad).await,
+            422,
+            "task_file_not_allowed",
+        )
+        .await;
+        assert_eq!(problem["field"], "context.task_file_path");
+    }
+}
+
+async fn list_filters_and_pages_newest_first(app: TestApp, _dirs: Dirs) {
+    let mut created = Vec::new();
+    for i in 0..5 {
+        let mut request = body(&["P1-A1"]);
+        request["project_id"] = json!(if i % 2 == 0 { "alpha" } else { "beta" });
+        request["team_pk"] = json!(format!("cycle-{i}"));
+        created.push(
+            submit(&app, &request).await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let path = match &token {
+            Some(t) => format!("/v1/refine-jobs?page_size=2&page_token={t}"),
+            None => "/v1/refine-jobs?page_size=2".to_owned(),
+        };
+        let page: Value = app.get(&path).await.json().await.unwrap();
+        let jobs = page["jobs"].as_array().unwrap();
+        assert!(jobs.len() <= 2);
+        seen.extend(jobs.iter().map(|j| j["id"].as_str().unwrap().to_owned()));
+        match page["next_page_token"].as_str() {
+            Some(t) => token = Some(t.to_owned()),
+            None => break,
+        }
+    }
+    let mut newest_first = created.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+
+    let alpha: Value = app
+        .get("/v1/refine-jobs?project_id=alpha")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(alpha["jobs"].as_array().unwrap().len(), 3);
+    for j in alpha["jobs"].as_array().unwrap() {
+        assert_eq!(j["project_id"], "alpha");
+        // Cycle stamping reaches the per-L0 records too.
+        let records: Value = app
+            .get(&format!(
+                "/v1/refine-jobs/{}/assignments",
+                j["id"].as_str().unwrap()
+            ))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(records[0]["project_id"], "alpha");
+        assert_eq!(records[0]["team_pk"], j["team_pk"]);
+    }
+    let one: Value = app
+        .get("/v1/refine-jobs?project_id=beta&team_pk=cycle-3")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one["jobs"].as_array().unwrap().len(), 1);
+    for id in &created {
+        wait_terminal(&app, id).await;
+    }
+    let done: Value = app
+        .get("/v1/refine-jobs?status=succeeded&phase_id=P1&page_size=100")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["jobs"].as_array().unwrap().len(), 5);
+    let none: Value = app
+        .get("/v1/refine-jobs?status=queued")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(none["jobs"].as_array().unwrap().is_empty());
+    for bad in [
+        "?status=done",
+        "?page_size=0",
+        "?page_size=101",
+        "?page_token=xyz",
+        "?run_id=7",
+    ] {
+        expect_problem(
+            app.get(&format!("/v1/refine-jobs{bad}")).await,
+            400,
+            "invalid_query",
+        )
+        .await;
+    }
+}
+
+async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dirs) {
+    let good = body(&["P1-A1", "P1-A2"]);
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut b = good.clone();
+        f(&mut b);
+        b
+    };
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (
+            with(&|b| {
+                b["context"].as_object_mut().unwrap().remove("assignments");
+            }),
+            "invalid_context",
+            "assignments",
+        ),
+        (
+            with(&|b| b["context"]["assignments"] = json!([])),
+            "invalid_context",
+            "assignments",
+        ),
+        (
+            with(&|b| {
+                b["context"]["assignments"][1]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("id");
+            }),
+            "invalid_context",
+            "id",
+        ),
+        (
+            with(&|b| b["context"]["assignments"][1]["id"] = json!("P1-A1")),
+            "invalid_context",
+            "P1-A1",
+        ),
+        (
+            with(&|b| b["context"]["assignments"][0]["id"] = json!("P1 A1")),
+            "invalid_context",
+            "id",
+        ),
+        (
+            with(&|b| b["context"]["phase_id"] = json!("../x")),
+            "invalid_context",
+            "phase_id",
+        ),
+        (
+            with(&|b| {
+                b.as_object_mut().unwrap().remove("refined_plan");
+            }),
+            "invalid_context",
+            "refined_plan",
+        ),
+        (
+            with(&|b| b["executor"] = json!("nope")),
+            "unknown_executor",
+            "nope",
+        ),
+        (
+            with(&|b| b["output_dir"] = json!("../escape")),
+            "output_not_allowed",
+            "..",
+        ),
+        (
+            with(&|b| b["output_dir"] = json!("/tmp")),
+            "output_not_allowed",
+            "outside",
+        ),
+        (
+            with(&|b| b["surprise"] = json!(1)),
+            "invalid_context",
+            "surprise",
+        ),
+        (
+            with(&|b| b["project_id"] = json!("")),
+            "invalid_field",
+            "project_id",
+        ),
+        (
+            with(&|b| b["run_id"] = json!(uuid::Uuid::now_v7().to_string())),
+            "unknown_run",
+            "run_id",
+        ),
+    ];
+    for (request, code, mention) in cases {
+        let problem =
+            expect_problem(app.post_json("/v1/refine-jobs", &request).await, 422, code).await;
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(mention),
+            "{code}: {detail:?} should mention {mention}"
+        );
+        if code == "invalid_context" {
+            assert!(
+                detail.starts_with("FATAL: failed to parse request body: "),
+                "{detail}"
+            );
+        }
+    }
+    let malformed = app
+        .client
+        .post(app.url("/v1/refine-jobs"))
+        .header("content-type", "application/json")
+        .body("{\"context\": [")
+        .send()
+        .await
+        .unwrap();
+    let problem = expect_problem(malformed, 422, "invalid_context").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("FATAL: failed to parse request body: ")
+    );
+    let text = app
+        .client
+        .post(app.url("/v1/refine-jobs"))
+        .header("content-type", "text/plain")
+        .body(good.to_string())
+        .send()
+        .await
+        .unwrap();
+    expect_problem(text, 415, "unsupported_media_type").await;
+    // A 20 MB context is over the 16 MiB body limit: answered from the headers,
+    // before the body is sent (a client still writing would see the close).
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/refine-jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        20 * 1024 * 1024
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+
+    let page: Value = app.get("/v1/refine-jobs").await.json().await.unwrap();
+    assert!(
+        page["jobs"].as_array().unwrap().is_empty(),
+        "no job was created: {page}"
+    );
+}
