@@ -523,41 +523,58 @@ async fn command_dropping_the_run_kills_the_group() {
     );
 }
 
-/// Runs a `hang` L0 and waits forever, when started by
-/// `command_l0_dies_with_a_sigkilled_server` (which then SIGKILLs this process).
-#[tokio::test]
-#[ignore = "helper process of command_l0_dies_with_a_sigkilled_server"]
-async fn pdeathsig_helper() {
-    let Ok(dir) = std::env::var("PLANGATE_TEST_PDEATH_DIR") else {
-        return;
-    };
-    let e = executor(&command(&["--record", &dir, "hang"]));
-    let _ = run_l0(&e, &request("P1-A1", "x")).await;
-    unreachable!("hang ended");
-}
-
+/// `plangate refine` (a real plangate process) runs a `hang` L0 and is SIGKILLed:
+/// the L0 must not outlive it (PR_SET_PDEATHSIG), or it would keep spending tokens
+/// for a result nobody reads.
 #[tokio::test]
 async fn command_l0_dies_with_a_sigkilled_server() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let mut server = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["pdeathsig_helper", "--exact", "--ignored", "--nocapture"])
-        .env("PLANGATE_TEST_PDEATH_DIR", dir.path())
+    let record = dir.path().join("record");
+    std::fs::create_dir(&record).unwrap();
+    let config = dir.path().join("plangate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[executors.hang]\nkind = \"command\"\nargv = [{:?}, \"--record\", {:?}, \"hang\"]\n",
+            script(),
+            record.display().to_string()
+        ),
+    )
+    .unwrap();
+    let context = dir.path().join("context.json");
+    std::fs::write(
+        &context,
+        json!({"phase_id": "P1", "assignments": [{"id": "P1-A1", "name": "a"}], "peer_summaries": []})
+            .to_string(),
+    )
+    .unwrap();
+    let plan = dir.path().join("plan.json");
+    std::fs::write(
+        &plan,
+        json!({"phases": [{"id": "P1", "name": "p"}]}).to_string(),
+    )
+    .unwrap();
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_plangate"))
+        .arg("refine")
+        .args([&context, &plan, &dir.path().join("run")])
+        .args(["--executor", "hang", "--config"])
+        .arg(&config)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let l0: u32 = wait_for_file(&dir.path().join("P1-A1.l0pid"))
+    let l0: u32 = wait_for_file(&record.join("P1-A1.l0pid"))
         .await
         .trim()
         .parse()
         .unwrap();
-    let sleep: u32 = wait_for_file(&dir.path().join("P1-A1.pid"))
+    let sleep: u32 = wait_for_file(&record.join("P1-A1.pid"))
         .await
         .trim()
         .parse()
         .unwrap();
-    server.kill().unwrap(); // SIGKILL: the server cannot clean up.
+    server.kill().unwrap(); // SIGKILL: the process cannot clean up.
     server.wait().unwrap();
     let died = process_dies(l0).await;
     // PR_SET_PDEATHSIG reaches the direct child only: its own children are
@@ -566,7 +583,7 @@ async fn command_l0_dies_with_a_sigkilled_server() {
     unsafe {
         libc::kill(sleep as libc::pid_t, libc::SIGKILL);
     }
-    assert!(died, "L0 {l0} outlived the SIGKILLed server");
+    assert!(died, "L0 {l0} outlived the SIGKILLed plangate");
 }
 
 #[tokio::test]
