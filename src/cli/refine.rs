@@ -48,31 +48,33 @@ impl TerminalSink {
 }
 
 impl JobSink for TerminalSink {
-    async fn l0_started(&mut self, _assignment_id: &str) -> Result<(), String> {
+    async fn batch_started(&mut self, _assignment_ids: &[String]) -> Result<(), String> {
         Ok(())
     }
 
-    async fn l0_finished(
+    async fn l0s_finished(
         &mut self,
-        finished: &FinishedL0Run<'_>,
+        finished: &[FinishedL0Run],
         _log: &[String],
         new_lines: &[String],
     ) -> Result<(), String> {
         self.print_lines(new_lines);
-        let n = self.done.fetch_add(1, Ordering::SeqCst) + 1;
-        let status = match finished.classified {
-            Classified::Valid(_) => "valid",
-            Classified::Invalid(_) => "invalid",
-            Classified::Mismatch { .. } => "mismatch",
-            Classified::Failed(_) => "failed",
-        };
-        eprintln!(
-            "{}[{n}/{}] L0 {} {status} in {:.1} s",
-            self.prefix,
-            self.total,
-            finished.assignment_id,
-            finished.elapsed.as_secs_f64()
-        );
+        for f in finished {
+            let n = self.done.fetch_add(1, Ordering::SeqCst) + 1;
+            let status = match f.classified {
+                Classified::Valid(_) => "valid",
+                Classified::Invalid(_) => "invalid",
+                Classified::Mismatch { .. } => "mismatch",
+                Classified::Failed(_) => "failed",
+            };
+            eprintln!(
+                "{}[{n}/{}] L0 {} {status} in {:.1} s",
+                self.prefix,
+                self.total,
+                f.assignment_id,
+                f.elapsed.as_secs_f64()
+            );
+        }
         Ok(())
     }
 

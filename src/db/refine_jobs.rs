@@ -773,41 +773,62 @@ impl Database {
         Ok(row.ok_or(LeaseLost))
     }
 
-    /// An L0 is about to start (its row goes `running`, `starts` counts it).
-    pub async fn l0_started(&self, lease: Lease, assignment_id: &str, attempt: i32) -> Fenced<()> {
+    /// A batch's L0s are about to start: their rows go `running` and `starts`
+    /// counts them, one `progress` event each.
+    pub async fn l0s_started(
+        &self,
+        lease: Lease,
+        assignment_ids: &[String],
+        attempt: i32,
+    ) -> Fenced<()> {
+        if assignment_ids.is_empty() {
+            return Ok(Ok(()));
+        }
         let at = now();
         on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let Some(seq) = bump_fenced!(tx, lease, at) else {
+            let Some(_) = bump_fenced!(tx, lease, at) else {
                 return Ok(Err(LeaseLost));
             };
-            sqlx::query(
-                "UPDATE refine_l0_runs SET status = 'running', started_at = $3, finished_at = NULL, \
-                 attempt = $4, starts = starts + 1 WHERE job_id = $1 AND assignment_id = $2",
-            )
-            .bind(lease.job_id)
-            .bind(assignment_id)
-            .bind(at)
-            .bind(attempt)
-            .execute(&mut *tx)
-            .await?;
-            let progress = progress_of!(tx, lease.job_id);
-            let event = (
-                "progress",
-                json!({"assignment_id": assignment_id, "status": "running", "progress": progress}),
+            let mut q = QueryBuilder::new(
+                "UPDATE refine_l0_runs SET status = 'running', finished_at = NULL, started_at = ",
             );
-            push_events!(tx, lease.job_id, seq, at, &[event]);
+            q.push_bind(at)
+                .push(", attempt = ")
+                .push_bind(attempt)
+                .push(", starts = starts + 1 WHERE job_id = ")
+                .push_bind(lease.job_id)
+                .push(" AND assignment_id IN (");
+            let mut sep = q.separated(", ");
+            for id in assignment_ids {
+                sep.push_bind(id.clone());
+            }
+            q.push(")");
+            q.build().execute(&mut *tx).await?;
+            let progress = progress_of!(tx, lease.job_id);
+            let events: Vec<(&str, Value)> = assignment_ids
+                .iter()
+                .map(|id| {
+                    (
+                        "progress",
+                        json!({"assignment_id": id, "status": "running", "progress": progress}),
+                    )
+                })
+                .collect();
+            let seq = reserve_seq!(tx, lease.job_id, events.len() as i64 - 1);
+            push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
         });
         Ok(Ok(()))
     }
 
-    /// An L0 ended: its record and outcome, the job log so far, and one `log` event
-    /// per new line.
-    pub async fn l0_finished(
+    /// L0s ended: their records and outcomes (what a resumed job will not run
+    /// again), the job log so far, a `progress` event each and a `log` event per
+    /// new line — one transaction.
+    pub async fn l0s_finished(
         &self,
         lease: Lease,
-        done: &L0Done<'_>,
+        dones: &[L0Done<'_>],
         log: &[String],
         new_lines: &[String],
     ) -> Fenced<()> {
@@ -817,32 +838,39 @@ impl Database {
             let Some(_) = bump_fenced!(tx, lease, at) else {
                 return Ok(Err(LeaseLost));
             };
-            sqlx::query(
-                "UPDATE refine_l0_runs SET status = $3, finished_at = $4, tries = $5, \
-                 exit_code = $6, error = $7, output_excerpt = $8, outcome = $9 \
-                 WHERE job_id = $1 AND assignment_id = $2",
-            )
-            .bind(lease.job_id)
-            .bind(done.assignment_id)
-            .bind(done.status)
-            .bind(at)
-            .bind(done.tries)
-            .bind(done.exit_code)
-            .bind(done.error)
-            .bind(done.output_excerpt)
-            .bind(done.outcome.map(Json))
-            .execute(&mut *tx)
-            .await?;
+            for done in dones {
+                sqlx::query(
+                    "UPDATE refine_l0_runs SET status = $3, finished_at = $4, tries = $5, \
+                     exit_code = $6, error = $7, output_excerpt = $8, outcome = $9 \
+                     WHERE job_id = $1 AND assignment_id = $2",
+                )
+                .bind(lease.job_id)
+                .bind(done.assignment_id)
+                .bind(done.status)
+                .bind(at)
+                .bind(done.tries)
+                .bind(done.exit_code)
+                .bind(done.error)
+                .bind(done.output_excerpt)
+                .bind(done.outcome.map(Json))
+                .execute(&mut *tx)
+                .await?;
+            }
             sqlx::query("UPDATE refine_jobs SET log = $2 WHERE id = $1")
                 .bind(lease.job_id)
                 .bind(Json(log))
                 .execute(&mut *tx)
                 .await?;
             let progress = progress_of!(tx, lease.job_id);
-            let mut events = vec![(
-                "progress",
-                json!({"assignment_id": done.assignment_id, "status": done.status, "progress": progress}),
-            )];
+            let mut events: Vec<(&str, Value)> = dones
+                .iter()
+                .map(|d| {
+                    (
+                        "progress",
+                        json!({"assignment_id": d.assignment_id, "status": d.status, "progress": progress}),
+                    )
+                })
+                .collect();
             events.extend(new_lines.iter().map(|l| ("log", json!({"line": l}))));
             let seq = reserve_seq!(tx, lease.job_id, events.len() as i64 - 1);
             push_events!(tx, lease.job_id, seq, at, &events);

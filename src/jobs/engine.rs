@@ -36,15 +36,16 @@ pub enum Stop {
 
 /// Where the engine reports. Errors stop the job ([`Stop::Sink`]).
 pub trait JobSink {
-    /// An L0 is about to start.
-    fn l0_started(
+    /// A batch's L0s (those without a stored outcome) are about to start.
+    fn batch_started(
         &mut self,
-        assignment_id: &str,
+        assignment_ids: &[String],
     ) -> impl Future<Output = Result<(), String>> + Send;
-    /// An L0 ended; `log` is the whole log so far, `new_lines` what it added.
-    fn l0_finished(
+    /// L0s ended (all that ended together: one write for them); `log` is the whole
+    /// log so far, `new_lines` what they added.
+    fn l0s_finished(
         &mut self,
-        finished: &FinishedL0Run<'_>,
+        finished: &[FinishedL0Run],
         log: &[String],
         new_lines: &[String],
     ) -> impl Future<Output = Result<(), String>> + Send;
@@ -57,10 +58,10 @@ pub trait JobSink {
 }
 
 /// An L0 that ended, with its judgement.
-pub struct FinishedL0Run<'a> {
-    pub assignment_id: &'a str,
-    pub run: &'a L0Run,
-    pub classified: &'a Classified,
+pub struct FinishedL0Run {
+    pub assignment_id: String,
+    pub run: L0Run,
+    pub classified: Classified,
     pub elapsed: Duration,
 }
 
@@ -132,11 +133,9 @@ pub async fn run_refine(
         if switches.kill.is_cancelled() {
             return Err(Stop::Killed);
         }
+        sink.batch_started(&todo).await.map_err(Stop::Sink)?;
         let mut running = JoinSet::new();
         for id in todo {
-            if let Err(e) = sink.l0_started(&id).await {
-                return Err(stop_running(running, switches, Stop::Sink(e)).await);
-            }
             let Some(packet) = packets.remove(&id) else {
                 continue;
             };
@@ -157,32 +156,47 @@ pub async fn run_refine(
                 (request.assignment_id, run, started.elapsed())
             });
         }
-        while let Some(joined) = running.join_next().await {
-            let (id, run, elapsed) = match joined {
-                Ok(done) => done,
-                // An executor panicked: a bug, but it costs only this L0.
-                Err(e) => {
-                    tracing::error!(error = %e, "an L0 task panicked");
-                    continue;
+        while let Some(first) = running.join_next().await {
+            // Everything that ended meanwhile is stored in the same write.
+            let mut joined = vec![first];
+            while let Some(more) = running.try_join_next() {
+                joined.push(more);
+            }
+            let mut finished = Vec::with_capacity(joined.len());
+            let mut new_lines = Vec::new();
+            let mut killed = false;
+            for j in joined {
+                match j {
+                    Ok((id, Ok(run), elapsed)) => {
+                        let classified = classify(&id, &run.outcome);
+                        new_lines.extend(classified.log_line(&id));
+                        finished.push(FinishedL0Run {
+                            assignment_id: id,
+                            run,
+                            classified,
+                            elapsed,
+                        });
+                    }
+                    Ok((_, Err(_cancelled), _)) => killed = true,
+                    // An executor panicked: a bug, but it costs only this L0.
+                    Err(e) => tracing::error!(error = %e, "an L0 task panicked"),
                 }
-            };
-            let Ok(run) = run else {
+            }
+            if !finished.is_empty() {
+                log.extend(new_lines.iter().cloned());
+                if let Err(e) = sink.l0s_finished(&finished, &log, &new_lines).await {
+                    return Err(stop_running(running, switches, Stop::Sink(e)).await);
+                }
+                outcomes.extend(
+                    finished
+                        .into_iter()
+                        .map(|f| (f.assignment_id, f.run.outcome)),
+                );
+            }
+            if killed {
                 // Killed: the others are being killed too; collect them and stop.
                 return Err(stop_running(running, switches, Stop::Killed).await);
-            };
-            let classified = classify(&id, &run.outcome);
-            let new_lines: Vec<String> = classified.log_line(&id).into_iter().collect();
-            log.extend(new_lines.iter().cloned());
-            let finished = FinishedL0Run {
-                assignment_id: &id,
-                run: &run,
-                classified: &classified,
-                elapsed,
-            };
-            if let Err(e) = sink.l0_finished(&finished, &log, &new_lines).await {
-                return Err(stop_running(running, switches, Stop::Sink(e)).await);
             }
-            outcomes.push((id, run.outcome));
         }
     }
 

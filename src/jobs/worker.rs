@@ -24,7 +24,7 @@ use crate::config::Settings;
 use crate::db::refine_jobs::{ClaimedJob, Finish, L0Done, Lease, LeaseLost};
 use crate::db::{Database, DbError};
 use crate::domain::job::{JobStatus, requeue_backoff};
-use crate::domain::refine::Classified;
+use crate::domain::refine::{Classified, L0Outcome};
 
 /// Longest answer excerpt kept in an L0 record.
 const EXCERPT_BYTES: usize = 2048;
@@ -412,56 +412,69 @@ fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String>
 }
 
 impl JobSink for DbSink {
-    async fn l0_started(&mut self, assignment_id: &str) -> Result<(), String> {
+    async fn batch_started(&mut self, assignment_ids: &[String]) -> Result<(), String> {
         let pool = &self.pool;
         let r = retry_db(pool, || {
-            pool.db.l0_started(self.lease, assignment_id, self.attempt)
+            pool.db
+                .l0s_started(self.lease, assignment_ids, self.attempt)
         })
         .await;
         pool.hub.changed.notify_waiters();
         fenced(r)
     }
 
-    async fn l0_finished(
+    async fn l0s_finished(
         &mut self,
-        finished: &FinishedL0Run<'_>,
+        finished: &[FinishedL0Run],
         log: &[String],
         new_lines: &[String],
     ) -> Result<(), String> {
-        let run = finished.run;
-        let classified = finished.classified;
-        let status = classified.status();
-        let status_text = match status {
-            crate::domain::refine::L0Status::Valid => "valid",
-            crate::domain::refine::L0Status::Invalid => "invalid",
-            crate::domain::refine::L0Status::Mismatch => "mismatch",
-            crate::domain::refine::L0Status::Failed => "failed",
-        };
-        metrics::counter!("l0_runs_total", "executor" => self.executor, "outcome" => status_text)
-            .increment(1);
-        metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
-            .record(finished.elapsed.as_secs_f64());
-        let error = classified.record(finished.assignment_id).reason;
-        let output = match &run.outcome {
-            crate::domain::refine::L0Outcome::Answer(text) => Some(text.as_str()),
-            crate::domain::refine::L0Outcome::Failed(_) => run.stderr.as_deref(),
-        };
-        let outcome = outcome_value(&run.outcome);
-        let done = L0Done {
-            assignment_id: finished.assignment_id,
-            status: status_text,
-            tries: i32::try_from(run.tries).unwrap_or(i32::MAX),
-            exit_code: run.exit_code,
-            error: error.as_deref(),
-            output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES)),
-            outcome: Some(&outcome),
-        };
-        if matches!(classified, Classified::Failed(_)) {
-            tracing::warn!(assignment_id = finished.assignment_id, reason = ?error, "L0 failed");
+        struct Owned {
+            status: &'static str,
+            error: Option<String>,
+            outcome: serde_json::Value,
         }
+        let owned: Vec<Owned> = finished
+            .iter()
+            .map(|f| {
+                let status = f.classified.status().as_str();
+                metrics::counter!("l0_runs_total", "executor" => self.executor, "outcome" => status)
+                    .increment(1);
+                metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
+                    .record(f.elapsed.as_secs_f64());
+                let error = f.classified.record(&f.assignment_id).reason;
+                if matches!(f.classified, Classified::Failed(_)) {
+                    tracing::warn!(assignment_id = %f.assignment_id, reason = ?error, "L0 failed");
+                }
+                Owned {
+                    status,
+                    error,
+                    outcome: outcome_value(&f.run.outcome),
+                }
+            })
+            .collect();
+        let dones: Vec<L0Done<'_>> = finished
+            .iter()
+            .zip(&owned)
+            .map(|(f, o)| {
+                let output = match &f.run.outcome {
+                    L0Outcome::Answer(text) => Some(text.as_str()),
+                    L0Outcome::Failed(_) => f.run.stderr.as_deref(),
+                };
+                L0Done {
+                    assignment_id: &f.assignment_id,
+                    status: o.status,
+                    tries: i32::try_from(f.run.tries).unwrap_or(i32::MAX),
+                    exit_code: f.run.exit_code,
+                    error: o.error.as_deref(),
+                    output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES)),
+                    outcome: Some(&o.outcome),
+                }
+            })
+            .collect();
         let pool = &self.pool;
         let r = retry_db(pool, || {
-            pool.db.l0_finished(self.lease, &done, log, new_lines)
+            pool.db.l0s_finished(self.lease, &dones, log, new_lines)
         })
         .await;
         pool.hub.changed.notify_waiters();
