@@ -4,6 +4,7 @@ pub mod dispatch;
 pub mod gating;
 pub mod graph;
 pub mod ids;
+pub mod json_int;
 pub mod loop_plan;
 pub mod natural;
 pub mod refine;
