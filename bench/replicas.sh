@@ -2,7 +2,8 @@
 # Horizontal scaling of the gating endpoint: wrk on POST /v1/task-lists/validate
 # (a generated 50-task list) against one plangate replica, then against two replicas
 # of the same database (a fresh Postgres database, dropped at the end), one wrk per
-# replica in parallel, summed. Prints req/s for 1 and 2 replicas and their ratio.
+# replica in parallel, summed, then one replica again. Prints req/s for 1 replica
+# (mean of the runs before and after) and 2 replicas, and their ratio.
 #
 #   bash bench/replicas.sh            # DURATION=10 CONNECTIONS=32 by default
 #
@@ -98,20 +99,32 @@ wb=$!
 wait "$wa" "$wb"
 a=$(rps "$out/two-a.txt")
 b=$(rps "$out/two-b.txt")
-for f in "$out/two-a.txt" "$out/two-b.txt" "$out/one.txt"; do
+# The single-replica run again (replica 2 idles), so that a change in the machine's
+# other load between the runs shows, and the ratio uses the mean of both.
+echo "== 1 replica again: wrk -t2 -c$CONNECTIONS -d${DURATION}s"
+wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" -s "$out/post.lua" "$url1" > "$out/one-again.txt"
+again=$(rps "$out/one-again.txt")
+echo "replica 1: $again req/s"
+for f in "$out/two-a.txt" "$out/two-b.txt" "$out/one.txt" "$out/one-again.txt"; do
   if grep -q "Non-2xx" "$f"; then echo "non-2xx answers in $f:" >&2; cat "$f" >&2; exit 1; fi
 done
 
 cores=$(nproc)
-python3 - "$one" "$a" "$b" "$cores" <<'PY'
+load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
+python3 - "$one" "$again" "$a" "$b" "$cores" "$load" <<'PY'
 import sys
-one, a, b, cores = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+first, again, a, b = map(float, sys.argv[1:5])
+cores, load = int(sys.argv[5]), sys.argv[6]
+one = (first + again) / 2
 two = a + b
-print(f"1 replica:  {one:.0f} req/s")
+print(f"1 replica:  {one:.0f} req/s (mean of {first:.0f} before and {again:.0f} after)")
 print(f"2 replicas: {two:.0f} req/s ({a:.0f} + {b:.0f})")
 print(f"ratio 2/1:  {two / one:.2f}")
-print(f"machine: {cores} cores shared by the replicas and the wrk clients; a replica's "
-      f"runtime already uses every core, so a second replica on the same machine adds "
-      f"no CPU and the ratio is bounded near 1.0 here. Replicas share nothing but "
-      f"Postgres (which validate does not use): on separate machines throughput adds up.")
+print(f"machine: {cores} cores, shared by both replicas, the wrk clients and anything else "
+      f"running. One replica's runtime already uses every core, so on an idle machine a "
+      f"second replica adds no CPU and ~1.0 is the ceiling; a higher ratio means other "
+      f"processes were competing and two replicas (more runnable threads) won a larger "
+      f"share of the cores. Replicas share nothing but Postgres (validate does not use "
+      f"it), so on separate machines the throughput adds up.")
+print(f"load average (1 min) at the end: {load} (other processes on the machine skew both runs)")
 PY
