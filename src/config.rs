@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -147,7 +148,13 @@ pub struct ServeArgs {
     /// Log format [default: pretty on a terminal, else json]
     #[arg(long, env = "PLANGATE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Comma-separated bearer tokens; empty means no auth
+    /// Comma-separated bearer tokens, each optionally limited to projects; empty means no auth
+    ///
+    /// Each entry is `TOKEN` (every project) or `TOKEN:PROJECT|PROJECT...` (only those
+    /// project ids), e.g. `tok-aaaaaaaaaaaaaaaa,tok-bbbbbbbbbbbbbbbb:proj-a|proj-b`.
+    /// A token has at least 16 characters and, in this form, no `,` or `:`; the config
+    /// file's `[[api_tokens]]` tables (`value`, `projects`) take any token. A limited
+    /// token gets 403 `forbidden_project` on other projects' resources.
     #[arg(
         long,
         env = "PLANGATE_API_TOKENS",
@@ -204,7 +211,9 @@ pub struct FileConfig {
     pub bind: Option<String>,
     pub database_url: Option<String>,
     pub log_format: Option<LogFormat>,
-    pub api_tokens: Option<Vec<String>>,
+    /// Strings as in `PLANGATE_API_TOKENS` (`"TOKEN"`, `"TOKEN:a|b"`) or tables
+    /// `{ value = "...", projects = ["a", "b"] }`, also written `[[api_tokens]]`.
+    pub api_tokens: Option<Vec<TokenEntry>>,
     pub workspace_root: Option<PathBuf>,
     pub output_root: Option<PathBuf>,
     pub workers: Option<u32>,
@@ -221,6 +230,151 @@ pub struct FileConfig {
     pub default_executor: Option<String>,
     #[serde(default)]
     pub executors: BTreeMap<String, ExecutorProfile>,
+}
+
+/// One `api_tokens` entry of the config file.
+#[derive(Clone, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a token string (\"TOKEN\" or \"TOKEN:proj-a|proj-b\") or a table { value = \"TOKEN\", projects = [..] }"
+)]
+pub enum TokenEntry {
+    /// `TOKEN` or `TOKEN:proj-a|proj-b`, as in `PLANGATE_API_TOKENS`.
+    Spec(String),
+    /// `{ value, projects? }`: the token is taken whole (it may hold `:` or `,`);
+    /// no `projects` means every project.
+    Table {
+        value: String,
+        projects: Option<Vec<String>>,
+    },
+}
+
+/// Never print a token, not even in a debug dump of the config.
+impl std::fmt::Debug for TokenEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenEntry::Spec(_) => f.write_str("TokenEntry::Spec(<redacted>)"),
+            TokenEntry::Table { projects, .. } => f
+                .debug_struct("TokenEntry::Table")
+                .field("value", &"<redacted>")
+                .field("projects", projects)
+                .finish(),
+        }
+    }
+}
+
+/// A configured bearer token and the projects it may act on.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    value: String,
+    /// `None`: every project; otherwise these project ids only (never empty).
+    projects: Option<Arc<[String]>>,
+}
+
+/// Shortest token accepted, in bytes.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+impl ApiToken {
+    /// A token valid for every project (unchecked: [`Settings::merge`] checks the
+    /// configured ones). Handy in tests.
+    pub fn unrestricted(value: impl Into<String>) -> Self {
+        ApiToken {
+            value: value.into(),
+            projects: None,
+        }
+    }
+
+    /// A token limited to `projects` (unchecked, like [`ApiToken::unrestricted`]).
+    pub fn limited(value: impl Into<String>, projects: &[&str]) -> Self {
+        ApiToken {
+            value: value.into(),
+            projects: Some(projects.iter().map(|p| (*p).to_owned()).collect()),
+        }
+    }
+
+    /// Parse `TOKEN` or `TOKEN:proj-a|proj-b`. Errors never contain the token.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        match spec.trim().split_once(':') {
+            None => Self::checked(spec.trim().to_owned(), None),
+            Some((value, projects)) => Self::checked(
+                value.trim().to_owned(),
+                Some(projects.split('|').map(|p| p.trim().to_owned()).collect()),
+            ),
+        }
+    }
+
+    fn checked(value: String, projects: Option<Vec<String>>) -> Result<Self, String> {
+        if value.len() < MIN_TOKEN_LEN {
+            // Never echo the token itself: logs and terminals are not secret.
+            return Err(format!(
+                "every token needs at least {MIN_TOKEN_LEN} characters (one has {})",
+                value.len()
+            ));
+        }
+        if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("a token may not contain spaces or control characters".to_owned());
+        }
+        let projects = match projects {
+            None => None,
+            Some(list) => {
+                if list.is_empty() || list.iter().all(|p| p.is_empty()) {
+                    return Err("a token limited to projects must name at least one".to_owned());
+                }
+                for project in &list {
+                    crate::domain::ids::Ident::parse("project_id", project)
+                        .map_err(|e| format!("a token's project list: {e}"))?;
+                }
+                Some(list.into())
+            }
+        };
+        Ok(ApiToken { value, projects })
+    }
+
+    /// The secret, for the constant-time comparison in the auth middleware only.
+    pub fn secret(&self) -> &[u8] {
+        self.value.as_bytes()
+    }
+
+    /// `None` when the token may act on every project.
+    pub fn projects(&self) -> Option<&Arc<[String]>> {
+        self.projects.as_ref()
+    }
+}
+
+impl From<&str> for ApiToken {
+    /// [`ApiToken::unrestricted`].
+    fn from(value: &str) -> Self {
+        ApiToken::unrestricted(value)
+    }
+}
+
+impl std::fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiToken")
+            .field("value", &"<redacted>")
+            .field("projects", &self.projects)
+            .finish()
+    }
+}
+
+/// Parse every configured token; duplicates are refused (which of two entries
+/// would apply is not obvious). Errors name the entry by position, never the token.
+fn parse_tokens(
+    entries: impl IntoIterator<Item = Result<ApiToken, String>>,
+) -> Result<Vec<ApiToken>, ConfigError> {
+    let mut tokens: Vec<ApiToken> = Vec::new();
+    for (n, entry) in entries.into_iter().enumerate() {
+        let token =
+            entry.map_err(|m| invalid("PLANGATE_API_TOKENS", format!("entry {}: {m}", n + 1)))?;
+        if tokens.iter().any(|t| t.value == token.value) {
+            return Err(invalid(
+                "PLANGATE_API_TOKENS",
+                format!("entry {} repeats an earlier token", n + 1),
+            ));
+        }
+        tokens.push(token);
+    }
+    Ok(tokens)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -261,7 +415,8 @@ pub struct Settings {
     pub bind: SocketAddr,
     pub database_url: String,
     pub log_format: LogFormat,
-    pub api_tokens: Vec<String>,
+    /// Empty: no auth.
+    pub api_tokens: Vec<ApiToken>,
     pub workspace_root: Option<PathBuf>,
     pub output_root: Option<PathBuf>,
     pub workers: u32,
@@ -356,25 +511,20 @@ impl Settings {
                 LogFormat::Json
             }
         });
-        let api_tokens = match &args.api_tokens {
-            Some(list) => list
-                .split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-                .collect(),
-            None => file.api_tokens.unwrap_or_default(),
-        };
-        if let Some(short) = api_tokens.iter().find(|t| t.len() < 16) {
-            // Never echo the token itself: logs and terminals are not secret.
-            return Err(invalid(
-                "PLANGATE_API_TOKENS",
-                format!(
-                    "every token needs at least 16 characters (one has {})",
-                    short.len()
-                ),
-            ));
-        }
+        let api_tokens =
+            match &args.api_tokens {
+                Some(list) => parse_tokens(
+                    list.split(',')
+                        .filter(|t| !t.trim().is_empty())
+                        .map(ApiToken::parse),
+                )?,
+                None => parse_tokens(file.api_tokens.unwrap_or_default().into_iter().map(
+                    |entry| match entry {
+                        TokenEntry::Spec(spec) => ApiToken::parse(&spec),
+                        TokenEntry::Table { value, projects } => ApiToken::checked(value, projects),
+                    },
+                ))?,
+            };
 
         let positive = |name: &'static str, value: Option<u64>, default: u64| {
             let v = value.unwrap_or(default);
@@ -606,5 +756,93 @@ mod tests {
         };
         let s = Settings::merge(&args, FileConfig::default()).unwrap();
         assert_eq!(s.api_tokens.len(), 2);
+        assert!(s.api_tokens.iter().all(|t| t.projects().is_none()));
+    }
+
+    #[test]
+    fn api_tokens_may_be_limited_to_projects_in_the_variable() {
+        let args = ServeArgs {
+            api_tokens: Some("aaaaaaaaaaaaaaaa,bbbbbbbbbbbbbbbb: proj-a | proj-b ".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, FileConfig::default()).unwrap();
+        assert_eq!(s.api_tokens[0], ApiToken::unrestricted("aaaaaaaaaaaaaaaa"));
+        assert_eq!(
+            s.api_tokens[1],
+            ApiToken::limited("bbbbbbbbbbbbbbbb", &["proj-a", "proj-b"])
+        );
+    }
+
+    #[test]
+    fn api_tokens_in_the_file_take_strings_and_tables() {
+        let inline = file(
+            r#"api_tokens = ["aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb:p1|p2", { value = "cc:cc,cccccccccccccc", projects = ["p3"] }]"#,
+        );
+        let s = Settings::merge(&ServeArgs::default(), inline).unwrap();
+        assert_eq!(
+            s.api_tokens,
+            vec![
+                ApiToken::unrestricted("aaaaaaaaaaaaaaaa"),
+                ApiToken::limited("bbbbbbbbbbbbbbbb", &["p1", "p2"]),
+                ApiToken::limited("cc:cc,cccccccccccccc", &["p3"]),
+            ]
+        );
+        let tables = file(
+            "[[api_tokens]]\nvalue = \"dddddddddddddddd\"\nprojects = [\"p4\"]\n\
+             [[api_tokens]]\nvalue = \"eeeeeeeeeeeeeeee\"\n",
+        );
+        let s = Settings::merge(&ServeArgs::default(), tables).unwrap();
+        assert_eq!(
+            s.api_tokens,
+            vec![
+                ApiToken::limited("dddddddddddddddd", &["p4"]),
+                ApiToken::unrestricted("eeeeeeeeeeeeeeee"),
+            ]
+        );
+        // The variable wins over the file, as for every setting.
+        let args = ServeArgs {
+            api_tokens: Some("ffffffffffffffff".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, file(r#"api_tokens = ["aaaaaaaaaaaaaaaa"]"#)).unwrap();
+        assert_eq!(
+            s.api_tokens,
+            vec![ApiToken::unrestricted("ffffffffffffffff")]
+        );
+        assert!(toml::from_str::<FileConfig>("[[api_tokens]]\nvalu = \"x\"").is_err());
+    }
+
+    #[test]
+    fn bad_token_entries_fail_without_echoing_the_token() {
+        let secret = "secret-0123456789abcdef";
+        for spec in [
+            format!("{secret}:"),
+            format!("{secret}:a||b"),
+            format!("{secret}:ok|bad\u{7}"),
+            format!("{secret},{secret}:p"),
+            "short:p".to_owned(),
+        ] {
+            let args = ServeArgs {
+                api_tokens: Some(spec.clone()),
+                ..Default::default()
+            };
+            let err = Settings::merge(&args, FileConfig::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("PLANGATE_API_TOKENS"), "{spec}: {err}");
+            assert!(!err.contains("secret") && !err.contains("short"), "{err}");
+        }
+        let err = Settings::merge(
+            &ServeArgs::default(),
+            file(r#"api_tokens = [{ value = "secret-0123456789abcdef", projects = [] }]"#),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("at least one") && !err.contains("secret"),
+            "{err}"
+        );
+        let dump = format!("{:?}", ApiToken::limited(secret, &["p"]));
+        assert!(!dump.contains(secret), "{dump}");
     }
 }

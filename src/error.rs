@@ -165,3 +165,24 @@ impl utoipa::IntoResponses for JsonBodyRejections {
         .collect()
     }
 }
+
+/// The 403 of every operation that acts on a project: the token is limited to other
+/// projects (`forbidden_project`). Add it to the `responses` of such operations.
+pub struct ForbiddenProject;
+
+impl utoipa::IntoResponses for ForbiddenProject {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let content = ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name("Problem")))
+            .build();
+        let response = ResponseBuilder::new()
+            .description("The token is limited to other projects (`forbidden_project`)")
+            .content(PROBLEM_JSON, content)
+            .build();
+        [("403".to_owned(), response.into())].into_iter().collect()
+    }
+}

@@ -432,6 +432,19 @@ impl Database {
         })
     }
 
+    /// The project of a task (for authorisation before a change); `None` when the
+    /// task does not exist.
+    pub async fn task_project(&self, id: Uuid) -> DbResult<Option<String>> {
+        on_pool!(self, |pool| {
+            Ok(
+                sqlx::query_scalar::<_, String>("SELECT project_id FROM tasks WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?,
+            )
+        })
+    }
+
     /// Apply a status change and, on `failed`/`abandoned`, cascade-abandon every
     /// non-terminal transitive dependent — in one transaction, serialised per list
     /// so two concurrent changes cannot both read the old state.

@@ -3,9 +3,22 @@
 
 use std::fmt;
 
-/// Longest identifier accepted, in bytes. Real ids are short; the bound keeps a
+/// Longest task id accepted, in bytes. Real ids are short; the bound keeps a
 /// hostile 10 MB "id" out of indexes and log lines.
 pub const MAX_ID_BYTES: usize = 256;
+
+/// Longest [`Ident`], in characters (Unicode scalar values, what JSON Schema's
+/// `maxLength` counts, so the OpenAPI document states the rule exactly).
+pub const MAX_IDENT_CHARS: usize = 256;
+
+/// [`Ident`]'s rule as an ECMA-262 / Python regex: at least one character that is
+/// neither whitespace (Rust's `char::is_whitespace`) nor a control character
+/// (`char::is_control`, U+0000–U+001F and U+007F–U+009F), and no control character.
+pub const IDENT_PATTERN: &str = concat!(
+    r"^[^\u0000-\u001f\u007f-\u009f]*",
+    r"[^\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
+    r"[^\u0000-\u001f\u007f-\u009f]*$",
+);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdError {
@@ -19,9 +32,29 @@ impl fmt::Display for IdError {
     }
 }
 
-/// A non-empty identifier of at most [`MAX_ID_BYTES`] bytes without control characters.
+/// A non-blank identifier of at most [`MAX_IDENT_CHARS`] characters without control
+/// characters: project ids, team_pks, creators, lead roles.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ident(String);
+
+/// The OpenAPI schema of every field or parameter parsed as an [`Ident`]
+/// (`#[schema(value_type = Ident)]`): the rule above, exactly.
+impl utoipa::PartialSchema for Ident {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "An identifier: 1 to 256 characters, not only whitespace, no control characters.",
+            ))
+            .min_length(Some(1))
+            .max_length(Some(MAX_IDENT_CHARS))
+            .pattern(Some(IDENT_PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Ident {}
 
 impl Ident {
     pub fn parse(field: &'static str, value: &str) -> Result<Self, IdError> {
@@ -29,10 +62,11 @@ impl Ident {
         if value.trim().is_empty() {
             return fail("must not be empty".into());
         }
-        if value.len() > MAX_ID_BYTES {
+        // A char is at most 4 bytes: only long strings need counting.
+        if value.len() > MAX_IDENT_CHARS && value.chars().count() > MAX_IDENT_CHARS {
             return fail(format!(
-                "is {} bytes long; at most {MAX_ID_BYTES} are allowed",
-                value.len()
+                "is {} characters long; at most {MAX_IDENT_CHARS} are allowed",
+                value.chars().count()
             ));
         }
         if let Some(c) = value.chars().find(|c| c.is_control()) {
@@ -70,7 +104,10 @@ mod tests {
             Ident::parse("project_id", "proj-1").unwrap().as_str(),
             "proj-1"
         );
-        assert!(Ident::parse("project_id", &"x".repeat(MAX_ID_BYTES)).is_ok());
+        assert!(Ident::parse("project_id", &"x".repeat(MAX_IDENT_CHARS)).is_ok());
+        // Characters, not bytes: 256 two-byte characters are fine, 257 are not.
+        assert!(Ident::parse("project_id", &"é".repeat(MAX_IDENT_CHARS)).is_ok());
+        assert!(Ident::parse("project_id", &"é".repeat(MAX_IDENT_CHARS + 1)).is_err());
     }
 
     #[test]
@@ -86,6 +123,6 @@ mod tests {
             assert!(err.to_string().contains(needle), "{err}");
         }
         let err = Ident::parse("team_pk", &"x".repeat(10_000)).unwrap_err();
-        assert!(err.to_string().contains("10000 bytes"), "{err}");
+        assert!(err.to_string().contains("10000 characters"), "{err}");
     }
 }

@@ -5,6 +5,7 @@ pub mod gating;
 pub mod graph;
 pub mod ids;
 pub mod job;
+pub mod json_int;
 pub mod loop_plan;
 pub mod natural;
 pub mod refine;

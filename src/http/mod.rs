@@ -3,6 +3,7 @@
 //! or the database, map the result.
 
 pub mod auth;
+mod doc;
 pub mod extract;
 pub mod loop_plans;
 pub mod middleware;
@@ -125,48 +126,13 @@ fn api_router() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document the server serves (and `openapi/openapi.json` holds).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    with_unauthorized_responses(api_router().split_for_parts().1)
-}
-
-/// What only the full route table can add to the document: every `/v1` operation
-/// can answer 401 once tokens are configured.
-fn with_unauthorized_responses(mut openapi: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
-    let unauthorized = utoipa::openapi::ResponseBuilder::new()
-        .description("Missing or wrong bearer token (when PLANGATE_API_TOKENS is set)")
-        .content(
-            crate::error::PROBLEM_JSON,
-            utoipa::openapi::ContentBuilder::new()
-                .schema(Some(utoipa::openapi::Ref::from_schema_name("Problem")))
-                .build(),
-        )
-        .build();
-    for (path, item) in openapi.paths.paths.iter_mut() {
-        if !path.starts_with("/v1/") {
-            continue;
-        }
-        for operation in [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.patch,
-            &mut item.delete,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            operation
-                .responses
-                .responses
-                .insert("401".to_owned(), unauthorized.clone().into());
-        }
-    }
-    openapi
+    doc::finish(api_router().split_for_parts().1)
 }
 
 /// The whole application: routes, docs, fallbacks and the middleware stack.
 pub fn app(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
-    let api = Arc::new(with_unauthorized_responses(api));
+    let api = Arc::new(doc::finish(api));
     let docs = ops::docs_router();
     let router = router
         .route(

@@ -7,12 +7,13 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use crate::db::DbError;
 use crate::db::task_lists::{StatusScope, Team};
 use crate::domain::dispatch::{WaveCounts, snapshot};
 use crate::domain::ids::Ident;
-use crate::error::{ApiError, JsonBodyRejections, Problem};
+use crate::error::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -26,6 +27,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct StatusQuery {
     /// Scope the snapshot to this cycle; falls back to the whole project when the
     /// cycle has no tasks.
+    #[param(value_type = Option<Ident>, nullable = false)]
     pub team_pk: Option<String>,
 }
 
@@ -46,17 +48,21 @@ pub struct ProjectStatus {
 
 /// Status snapshot of a project or of one of its cycles.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/status", tag = "projects",
-    params(("project_id" = String, Path, description = "The project"), StatusQuery),
+    params(("project_id" = Ident, Path, description = "The project"), StatusQuery),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The snapshot", body = ProjectStatus),
+        (status = 400, description = "Unknown query parameter", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn project_status(
     State(state): State<AppState>,
+    caller: Caller,
     Path(project_id): Path<String>,
     Query(query): Query<StatusQuery>,
 ) -> Result<Json<ProjectStatus>, ApiError> {
     let project = Ident::parse("project_id", &project_id)?;
+    caller.check_project(project.as_str())?;
     let team = Ident::parse_optional("team_pk", query.team_pk.as_deref())?;
     let (scope, rows) = state
         .db
@@ -77,26 +83,31 @@ async fn project_status(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTeam {
+    #[schema(value_type = Ident)]
     pub team_pk: String,
+    #[schema(value_type = Option<Ident>)]
     pub lead_role: Option<String>,
 }
 
 /// Register a cycle (team) of a project. A project may host several.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/teams", tag = "projects",
-    params(("project_id" = String, Path, description = "The project")),
+    params(("project_id" = Ident, Path, description = "The project")),
     request_body = NewTeam,
     responses(
         JsonBodyRejections,
+        ForbiddenProject,
         (status = 201, description = "Registered", body = Team),
         (status = 409, description = "This team_pk is already registered for the project", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_team(
     State(state): State<AppState>,
+    caller: Caller,
     Path(project_id): Path<String>,
     Json(team): Json<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
     let project = Ident::parse("project_id", &project_id)?;
+    caller.check_project(project.as_str())?;
     let team_pk = Ident::parse("team_pk", &team.team_pk)?;
     let lead_role = Ident::parse_optional("lead_role", team.lead_role.as_deref())?;
     match state
@@ -116,15 +127,18 @@ async fn create_team(
 
 /// The teams registered for a project, oldest first.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/teams", tag = "projects",
-    params(("project_id" = String, Path, description = "The project")),
+    params(("project_id" = Ident, Path, description = "The project")),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The teams", body = Vec<Team>),
         (status = 422, description = "Invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_teams(
     State(state): State<AppState>,
+    caller: Caller,
     Path(project_id): Path<String>,
 ) -> Result<Json<Vec<Team>>, ApiError> {
     let project = Ident::parse("project_id", &project_id)?;
+    caller.check_project(project.as_str())?;
     Ok(Json(state.db.teams(project.as_str()).await?))
 }

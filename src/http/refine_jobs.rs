@@ -19,6 +19,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
+use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, StoredJob, StoredL0};
 use crate::domain::ids::Ident;
@@ -26,7 +27,7 @@ use crate::domain::job::JobStatus;
 use crate::domain::refine::{
     PhaseContext, RefineInputError, batches, context_from_value, plan_from_value,
 };
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, ForbiddenProject, Problem};
 use crate::jobs::request::{StoredRequest, confine};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -70,7 +71,9 @@ pub struct CreateRefineJobRequest {
     output_dir: Option<String>,
     /// The refine run this job belongs to.
     run_id: Option<Uuid>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
     project_id: Option<String>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
     team_pk: Option<String>,
     /// Same as the `Idempotency-Key` header.
     idempotency_key: Option<String>,
@@ -356,6 +359,7 @@ fn key_reused() -> ApiError {
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes the create safe to retry")),
     request_body(content = CreateRefineJobRequest, content_type = "application/json"),
     responses(
+        ForbiddenProject,
         (status = 202, description = "Queued (or the original job of this Idempotency-Key)", body = StoredJob,
             headers(("Location" = String, description = "The job's URL"))),
         (status = 400, description = "Unreadable Idempotency-Key header", body = Problem, content_type = "application/problem+json"),
@@ -368,11 +372,13 @@ fn key_reused() -> ApiError {
     ))]
 async fn create_refine_job(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
     let valid = validate_submission(&state, &headers, &body)?;
+    caller.check_optional_project(valid.project_id.as_ref().map(Ident::as_str))?;
     if let Some(run_id) = valid.run_id
         && !state.db.refine_run_exists(run_id).await?
     {
@@ -449,12 +455,15 @@ fn parse_job_id(raw: &str) -> Result<Uuid, ApiError> {
     })
 }
 
-async fn load_job(state: &AppState, id: Uuid) -> Result<StoredJob, ApiError> {
-    state
+/// The job, if the caller may see its project.
+async fn load_job(state: &AppState, caller: &Caller, id: Uuid) -> Result<StoredJob, ApiError> {
+    let job = state
         .db
         .refine_job(id)
         .await?
-        .ok_or_else(|| ApiError::not_found("refine job", &id.to_string()))
+        .ok_or_else(|| ApiError::not_found("refine job", &id.to_string()))?;
+    caller.check_optional_project(job.project_id.as_deref())?;
+    Ok(job)
 }
 
 /// Long-poll: returns once `changed()` says so, or after `wait` (capped at 30 s and
@@ -496,6 +505,7 @@ where
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}", tag = "refine-jobs",
     params(("id" = String, Path, description = "Job id"), WaitQuery),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The job", body = StoredJob),
         (status = 400, description = "Not a job id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
@@ -503,11 +513,12 @@ where
     ))]
 async fn get_refine_job(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredJob>, ApiError> {
     let id = parse_job_id(&raw_id)?;
-    let job = load_job(&state, id).await?;
+    let job = load_job(&state, &caller, id).await?;
     let wait = query.wait.unwrap_or(0);
     if wait == 0 || job.status.is_terminal() {
         return Ok(Json(job));
@@ -520,7 +531,7 @@ async fn get_refine_job(
             .is_none_or(|(v, s)| v != job.version || s.is_terminal()))
     })
     .await?;
-    Ok(Json(load_job(&state, id).await?))
+    Ok(Json(load_job(&state, &caller, id).await?))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -550,12 +561,14 @@ pub struct JobPage {
 #[utoipa::path(get, path = "/v1/refine-jobs", tag = "refine-jobs",
     params(ListQuery),
     responses(
+        ForbiddenProject,
         (status = 200, description = "A page of jobs", body = JobPage),
         (status = 400, description = "Bad filter, page size or page token", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_refine_jobs(
     State(state): State<AppState>,
+    caller: Caller,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<JobPage>, ApiError> {
     let page_size = query.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
@@ -580,7 +593,7 @@ async fn list_refine_jobs(
         run_id: query.run_id,
         project_id: query.project_id,
         team_pk: query.team_pk,
-        allowed_projects: None,
+        allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
     };
     let mut jobs = state.db.refine_jobs(&filter, page_size + 1, after).await?;
     let next_page_token = if jobs.len() > page_size as usize {
@@ -599,6 +612,7 @@ async fn list_refine_jobs(
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}/result", tag = "refine-jobs",
     params(("id" = String, Path, description = "Job id")),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The refined assignments of the phase", body = Object),
         (status = 400, description = "Not a job id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
@@ -607,9 +621,10 @@ async fn list_refine_jobs(
     ))]
 async fn refine_job_result(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let job = load_job(&state, parse_job_id(&raw_id)?).await?;
+    let job = load_job(&state, &caller, parse_job_id(&raw_id)?).await?;
     match (job.status, job.result) {
         (JobStatus::Succeeded, Some(result)) => Ok(Json(result)),
         (status, _) => Err(ApiError::conflict(
@@ -627,6 +642,7 @@ async fn refine_job_result(
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}/assignments", tag = "refine-jobs",
     params(("id" = String, Path, description = "Job id")),
     responses(
+        ForbiddenProject,
         (status = 200, description = "One record per assignment", body = Vec<StoredL0>),
         (status = 400, description = "Not a job id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
@@ -634,10 +650,11 @@ async fn refine_job_result(
     ))]
 async fn refine_job_assignments(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Vec<StoredL0>>, ApiError> {
     let id = parse_job_id(&raw_id)?;
-    load_job(&state, id).await?;
+    load_job(&state, &caller, id).await?;
     Ok(Json(state.db.refine_job_l0s(id).await?))
 }
 
@@ -650,6 +667,7 @@ async fn refine_job_assignments(
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event"),
     ),
     responses(
+        ForbiddenProject,
         (status = 200, description = "`text/event-stream` of `state`, `progress` and `log` events", content_type = "text/event-stream", body = String),
         (status = 400, description = "Not a job id, or a bad Last-Event-ID", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
@@ -657,11 +675,12 @@ async fn refine_job_assignments(
     ))]
 async fn refine_job_events(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let id = parse_job_id(&raw_id)?;
-    load_job(&state, id).await?;
+    load_job(&state, &caller, id).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
         Some(v) => v
@@ -734,6 +753,7 @@ async fn refine_job_events(
 #[utoipa::path(post, path = "/v1/refine-jobs/{id}/cancel", tag = "refine-jobs",
     params(("id" = String, Path, description = "Job id")),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The job after the request", body = StoredJob),
         (status = 400, description = "Not a job id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
@@ -741,13 +761,14 @@ async fn refine_job_events(
     ))]
 async fn cancel_refine_job(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredJob>, ApiError> {
     let id = parse_job_id(&raw_id)?;
     cancel_job(&state, id)
         .await?
         .ok_or_else(|| ApiError::not_found("refine job", &id.to_string()))?;
-    Ok(Json(load_job(&state, id).await?))
+    Ok(Json(load_job(&state, &caller, id).await?))
 }
 
 /// Cancels one job: wakes its worker (here, or on another replica through

@@ -13,6 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
+use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use super::refine_jobs::{
     WaitQuery, canonical_hash, fatal, idempotency_key, l0_rows, opt_str, require_json,
@@ -21,7 +22,7 @@ use crate::db::refine_jobs::{Created, NewRefineJob};
 use crate::db::refine_runs::{NewRefineRun, StoredRun};
 use crate::domain::ids::Ident;
 use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
-use crate::error::{ApiError, Problem};
+use crate::error::{ApiError, ForbiddenProject, Problem};
 use crate::jobs::request::{StoredRequest, confine};
 use crate::jobs::runs::StoredRun as RunRequest;
 
@@ -45,7 +46,9 @@ pub struct CreateRefineRunRequest {
     executor: Option<String>,
     /// Each phase's result is also written under it (inside `PLANGATE_OUTPUT_ROOT`).
     output_dir: Option<String>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
     project_id: Option<String>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
     team_pk: Option<String>,
     /// Same as the `Idempotency-Key` header.
     idempotency_key: Option<String>,
@@ -70,12 +73,15 @@ fn parse_run_id(raw: &str) -> Result<Uuid, ApiError> {
     })
 }
 
-async fn load_run(state: &AppState, id: Uuid) -> Result<StoredRun, ApiError> {
-    state
+/// The run, if the caller may see its project.
+async fn load_run(state: &AppState, caller: &Caller, id: Uuid) -> Result<StoredRun, ApiError> {
+    let run = state
         .db
         .refine_run(id)
         .await?
-        .ok_or_else(|| ApiError::not_found("refine run", &id.to_string()))
+        .ok_or_else(|| ApiError::not_found("refine run", &id.to_string()))?;
+    caller.check_optional_project(run.project_id.as_deref())?;
+    Ok(run)
 }
 
 fn accepted(run: &StoredRun, replayed: bool) -> Response {
@@ -98,6 +104,7 @@ fn accepted(run: &StoredRun, replayed: bool) -> Response {
     params(("Idempotency-Key" = Option<String>, Header, description = "Makes the create safe to retry")),
     request_body(content = CreateRefineRunRequest, content_type = "application/json"),
     responses(
+        ForbiddenProject,
         (status = 202, description = "Queued (or the original run of this Idempotency-Key)", body = StoredRun,
             headers(("Location" = String, description = "The run's URL"))),
         (status = 400, description = "Unreadable Idempotency-Key header", body = Problem, content_type = "application/problem+json"),
@@ -110,6 +117,7 @@ fn accepted(run: &StoredRun, replayed: bool) -> Response {
     ))]
 async fn create_refine_run(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -210,6 +218,7 @@ async fn create_refine_run(
     };
     let project_id = Ident::parse_optional("project_id", opt_str(&body, "project_id")?)?;
     let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
+    caller.check_optional_project(project_id.as_ref().map(Ident::as_str))?;
     let key = idempotency_key(&headers, opt_str(&body, "idempotency_key")?)?;
     let mut hashed = body.clone();
     hashed.remove("idempotency_key");
@@ -272,9 +281,9 @@ async fn create_refine_run(
         Created::New(id) => {
             metrics::counter!("refine_runs_created_total").increment(1);
             state.wake_workers().await;
-            Ok(accepted(&load_run(&state, id).await?, false))
+            Ok(accepted(&load_run(&state, &caller, id).await?, false))
         }
-        Created::Existing(id) => Ok(accepted(&load_run(&state, id).await?, true)),
+        Created::Existing(id) => Ok(accepted(&load_run(&state, &caller, id).await?, true)),
         Created::KeyReused => Err(ApiError::unprocessable(
             "idempotency_key_reused",
             "this Idempotency-Key was used with a different body",
@@ -287,6 +296,7 @@ async fn create_refine_run(
 #[utoipa::path(get, path = "/v1/refine-runs/{id}", tag = "refine-runs",
     params(("id" = String, Path, description = "Run id"), WaitQuery),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The run", body = StoredRun),
         (status = 400, description = "Not a run id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
@@ -294,11 +304,12 @@ async fn create_refine_run(
     ))]
 async fn get_refine_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredRun>, ApiError> {
     let id = parse_run_id(&raw_id)?;
-    let run = load_run(&state, id).await?;
+    let run = load_run(&state, &caller, id).await?;
     let wait = query.wait.unwrap_or(0);
     if wait == 0 || run.status.is_terminal() {
         return Ok(Json(run));
@@ -311,7 +322,7 @@ async fn get_refine_run(
             .is_none_or(|(v, s)| v != run.version || s.is_terminal()))
     })
     .await?;
-    Ok(Json(load_run(&state, id).await?))
+    Ok(Json(load_run(&state, &caller, id).await?))
 }
 
 /// The merged result `{schema_version: 1, assignments, conflict_count, skipped,
@@ -319,6 +330,7 @@ async fn get_refine_run(
 #[utoipa::path(get, path = "/v1/refine-runs/{id}/result", tag = "refine-runs",
     params(("id" = String, Path, description = "Run id")),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The merged assignments", body = Object),
         (status = 400, description = "Not a run id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
@@ -327,9 +339,10 @@ async fn get_refine_run(
     ))]
 async fn refine_run_result(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = load_run(&state, parse_run_id(&raw_id)?).await?;
+    let run = load_run(&state, &caller, parse_run_id(&raw_id)?).await?;
     match run.result {
         Some(result) => Ok(Json(result)),
         None => Err(ApiError::conflict(
@@ -348,6 +361,7 @@ async fn refine_run_result(
 #[utoipa::path(post, path = "/v1/refine-runs/{id}/cancel", tag = "refine-runs",
     params(("id" = String, Path, description = "Run id")),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The run after the request", body = StoredRun),
         (status = 400, description = "Not a run id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
@@ -355,9 +369,11 @@ async fn refine_run_result(
     ))]
 async fn cancel_refine_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredRun>, ApiError> {
     let id = parse_run_id(&raw_id)?;
+    load_run(&state, &caller, id).await?;
     let jobs = state
         .db
         .cancel_refine_run(id)
@@ -367,5 +383,5 @@ async fn cancel_refine_run(
         super::refine_jobs::cancel_job(&state, job_id).await?;
     }
     crate::jobs::runs::merge_if_due(&state.db, id).await?;
-    Ok(Json(load_run(&state, id).await?))
+    Ok(Json(load_run(&state, &caller, id).await?))
 }

@@ -9,6 +9,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
+use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use crate::db::task_lists::{NewTaskList, StoredTask, StoredTaskList, ready_tasks};
 use crate::domain::dispatch::{GraphFormat, GraphNode, ReadyMode, render_graph};
@@ -17,7 +18,7 @@ use crate::domain::gating::{
 };
 use crate::domain::ids::Ident;
 use crate::domain::retry;
-use crate::error::{ApiError, JsonBodyRejections, Problem};
+use crate::error::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -33,9 +34,12 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[serde(deny_unknown_fields)]
 pub struct ValidateRequest {
     /// The task list as a JSON array of task objects. Give this or `planner_output`.
-    #[schema(value_type = Option<Vec<Object>>)]
+    /// Entries that are not task objects are gate violations (`synthesis_failure`),
+    /// not malformed requests.
+    #[schema(value_type = Object, required = false)]
     pub tasks: Option<ParsedTaskList>,
     /// The planner's raw text; the last ```json (or untagged) fence wins.
+    #[schema(value_type = String, required = false)]
     pub planner_output: Option<String>,
     /// Repository paths that pre-exist (satisfy reads).
     #[serde(default)]
@@ -45,14 +49,20 @@ pub struct ValidateRequest {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTaskListRequest {
+    #[schema(value_type = Ident)]
     pub project_id: String,
     /// The orchestrator's id of this planning cycle; omit for the project-wide flow.
+    #[schema(value_type = Option<Ident>)]
     pub team_pk: Option<String>,
+    #[schema(value_type = Ident)]
     pub created_by: String,
     /// The task list as a JSON array of task objects. Give this or `planner_output`.
-    #[schema(value_type = Option<Vec<Object>>)]
+    /// Entries that are not task objects are gate violations (`synthesis_failure`),
+    /// not malformed requests.
+    #[schema(value_type = Object, required = false)]
     pub tasks: Option<ParsedTaskList>,
     /// The planner's raw text; the last ```json (or untagged) fence wins.
+    #[schema(value_type = String, required = false)]
     pub planner_output: Option<String>,
     #[serde(default)]
     pub existing_files: Vec<String>,
@@ -147,6 +157,7 @@ async fn validate_task_list(
     request_body = CreateTaskListRequest,
     responses(
         JsonBodyRejections,
+        ForbiddenProject,
         (status = 201, description = "Stored; `Location` names the list", body = StoredTaskList,
          headers(("Location" = String, description = "/v1/task-lists/{id}"))),
         (status = 422, description = "Rejected by the gate (`dag_invalid`, `synthesis_failure`) or a malformed request", body = GatingProblem, content_type = "application/problem+json"),
@@ -154,9 +165,12 @@ async fn validate_task_list(
     ))]
 async fn create_task_list(
     State(state): State<AppState>,
+    caller: Caller,
     Json(request): Json<CreateTaskListRequest>,
 ) -> Result<Response, ApiError> {
     let project_id = Ident::parse("project_id", &request.project_id)?;
+    // Before the gate: a refused caller must not move the project's retry count.
+    caller.check_project(project_id.as_str())?;
     let team_pk = Ident::parse_optional("team_pk", request.team_pk.as_deref())?;
     let created_by = Ident::parse("created_by", &request.created_by)?;
     let source = source(request.tasks, &request.planner_output)?;
@@ -221,12 +235,15 @@ async fn create_task_list(
     Ok((StatusCode::CREATED, headers, Json(list)).into_response())
 }
 
-async fn load(state: &AppState, id: Uuid) -> Result<StoredTaskList, ApiError> {
-    state
+/// The list, if the caller may see its project.
+async fn load(state: &AppState, caller: &Caller, id: Uuid) -> Result<StoredTaskList, ApiError> {
+    let list = state
         .db
         .task_list(id)
         .await?
-        .ok_or_else(|| ApiError::not_found("task list", &id.to_string()))
+        .ok_or_else(|| ApiError::not_found("task list", &id.to_string()))?;
+    caller.check_project(&list.project_id)?;
+    Ok(list)
 }
 
 /// The list as created, with current task statuses.
@@ -235,13 +252,15 @@ async fn load(state: &AppState, id: Uuid) -> Result<StoredTaskList, ApiError> {
     responses(
         (status = 200, description = "The list", body = StoredTaskList),
         (status = 400, description = "Not a UUID", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
         (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn get_task_list(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<Uuid>,
 ) -> Result<Json<StoredTaskList>, ApiError> {
-    Ok(Json(load(&state, id).await?))
+    Ok(Json(load(&state, &caller, id).await?))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -270,15 +289,17 @@ pub struct ReadyResponse {
     responses(
         (status = 200, description = "Ready tasks", body = ReadyResponse),
         (status = 400, description = "Not a UUID or unknown mode", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
         (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn ready(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<Uuid>,
     Query(query): Query<ReadyQuery>,
 ) -> Result<Json<ReadyResponse>, ApiError> {
     let mode = query.mode.unwrap_or_default();
-    let list = load(&state, id).await?;
+    let list = load(&state, &caller, id).await?;
     let (wave, tasks) = ready_tasks(&list, mode);
     Ok(Json(ReadyResponse { mode, wave, tasks }))
 }
@@ -298,15 +319,17 @@ pub struct GraphQuery {
     responses(
         (status = 200, description = "The graph", body = String, content_type = "text/plain"),
         (status = 400, description = "Not a UUID or unknown format", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
         (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn graph(
     State(state): State<AppState>,
+    caller: Caller,
     Path(id): Path<Uuid>,
     Query(query): Query<GraphQuery>,
 ) -> Result<Response, ApiError> {
     let format = query.format.unwrap_or_default();
-    let list = load(&state, id).await?;
+    let list = load(&state, &caller, id).await?;
     let view = crate::db::task_lists::dispatch_view(&list.tasks);
     let nodes: Vec<GraphNode> = list
         .tasks

@@ -111,8 +111,8 @@ fn encode(metadata: &Metadata) -> Result<Value, ApiError> {
 /// Re-importing re-opens a `blocked` or `complete` track.
 #[utoipa::path(put, path = "/v1/tracks/{track_id}", tag = "tracks",
     params(
-        ("track_id" = String, Path, description = "Letters, digits, `.`, `_`, `-`"),
-        ("If-Match" = Option<String>, Header, description = "Replace only this version (ETag)"),
+        ("track_id" = TrackId, Path, description = "Letters, digits, `.`, `_`, `-`"),
+        ("If-Match" = Option<String>, Header, nullable = false, description = "Replace only this version (ETag)"),
     ),
     request_body(content = Object, description = "metadata.json v1 or v2"),
     responses(
@@ -160,7 +160,7 @@ async fn put_track(
 
 /// A track's metadata v2, with its version as `ETag`.
 #[utoipa::path(get, path = "/v1/tracks/{track_id}", tag = "tracks",
-    params(("track_id" = String, Path, description = "The track")),
+    params(("track_id" = TrackId, Path, description = "The track")),
     responses(
         (status = 200, description = "The metadata", body = Metadata, headers(("ETag" = String))),
         (status = 400, description = "Invalid track id", body = Problem, content_type = "application/problem+json"),
@@ -228,9 +228,9 @@ async fn apply_step(
 /// Start the current step (sets it `IN_PROGRESS` with the agent).
 #[utoipa::path(post, path = "/v1/tracks/{track_id}/steps/{step}/start", tag = "tracks",
     params(
-        ("track_id" = String, Path, description = "The track"),
+        ("track_id" = TrackId, Path, description = "The track"),
         ("step" = String, Path, description = "PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC"),
-        ("If-Match" = Option<String>, Header, description = "Apply only to this version (ETag)"),
+        ("If-Match" = Option<String>, Header, nullable = false, description = "Apply only to this version (ETag)"),
     ),
     request_body = StepStart,
     responses(
@@ -257,9 +257,9 @@ async fn start_step(
 /// loop-plan.md §2 says.
 #[utoipa::path(post, path = "/v1/tracks/{track_id}/steps/{step}/complete", tag = "tracks",
     params(
-        ("track_id" = String, Path, description = "The track"),
+        ("track_id" = TrackId, Path, description = "The track"),
         ("step" = String, Path, description = "PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC"),
-        ("If-Match" = Option<String>, Header, description = "Apply only to this version (ETag)"),
+        ("If-Match" = Option<String>, Header, nullable = false, description = "Apply only to this version (ETag)"),
     ),
     request_body = Completion,
     responses(

@@ -64,6 +64,7 @@ pub struct LoopPlanRequest {
     pub phases: Vec<PhaseInfo>,
     /// Kept as raw JSON so [`plan`] can name the index and field of every problem.
     #[schema(value_type = Vec<Object>)]
+    #[serde(deserialize_with = "crate::domain::json_int::values")]
     pub tasks: Vec<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_tracks: Option<Vec<CompletedTrack>>,
@@ -86,6 +87,8 @@ pub struct TrackInfo {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PhaseInfo {
+    #[serde(deserialize_with = "crate::domain::json_int::u32")]
+    #[schema(value_type = u64, maximum = 4294967295.0)]
     pub number: u32,
     pub name: String,
 }

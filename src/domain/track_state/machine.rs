@@ -25,10 +25,20 @@ pub struct Completion {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
     /// EXECUTE / FIX only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::domain::json_int::option_u32"
+    )]
+    #[schema(value_type = Option<u64>, maximum = 4294967295.0)]
     pub tasks_completed: Option<u32>,
     /// EXECUTE / FIX only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::domain::json_int::option_u32"
+    )]
+    #[schema(value_type = Option<u64>, maximum = 4294967295.0)]
     pub tasks_total: Option<u32>,
     /// EXECUTE / FIX only.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -228,6 +228,28 @@ pub struct TrackId(String);
 
 pub const MAX_TRACK_ID_BYTES: usize = 128;
 
+/// [`TrackId`]'s rule as a regex (with `maxLength` [`MAX_TRACK_ID_BYTES`]; the
+/// characters are ASCII, so bytes and characters agree).
+pub const TRACK_ID_PATTERN: &str = "^[A-Za-z0-9_-][A-Za-z0-9._-]*$";
+
+/// The OpenAPI schema of track ids (`value_type = TrackId`): the rule, exactly.
+impl utoipa::PartialSchema for TrackId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "A track id: 1 to 128 of A-Z, a-z, 0-9, `.`, `_`, `-`, not starting with `.`.",
+            ))
+            .min_length(Some(1))
+            .max_length(Some(MAX_TRACK_ID_BYTES))
+            .pattern(Some(TRACK_ID_PATTERN))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for TrackId {}
+
 impl TrackId {
     pub fn parse(text: &str) -> Result<Self, TrackError> {
         let problem = if text.is_empty() {
@@ -441,7 +463,6 @@ pub const METADATA_VERSION: u32 = 2;
 pub struct Metadata {
     /// Always 2.
     pub version: u32,
-    #[schema(value_type = String)]
     pub track_id: TrackId,
     /// Free text such as `feature`, `bug`, `refactor`.
     #[serde(rename = "type")]
