@@ -602,7 +602,7 @@ async fn list_refine_jobs(
         (status = 200, description = "The refined assignments of the phase", body = Object),
         (status = 400, description = "Not a job id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`job_not_succeeded`: the job has not succeeded (yet); the problem carries its `status`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`job_not_succeeded`: the job has not succeeded (yet); the problem carries its `job_status`", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_job_result(
@@ -619,7 +619,7 @@ async fn refine_job_result(
                 status.as_str()
             ),
         )
-        .with("status", status.as_str())),
+        .with("job_status", status.as_str())),
     }
 }
 

@@ -322,7 +322,7 @@ async fn get_refine_run(
         (status = 200, description = "The merged assignments", body = Object),
         (status = 400, description = "Not a run id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`run_not_finished`: not merged yet; the problem carries its `status`", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`run_not_finished`: not merged yet; the problem carries its `run_status`", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_run_result(
@@ -339,7 +339,7 @@ async fn refine_run_result(
                 run.status.as_str()
             ),
         )
-        .with("status", run.status.as_str())),
+        .with("run_status", run.status.as_str())),
     }
 }
 
