@@ -184,8 +184,9 @@ impl Database {
     pub async fn refine_run_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
         let row: Option<(i64, String)> = on_pool!(self, |pool| {
             sqlx::query_as(
-                "SELECT r.version + COALESCE((SELECT SUM(j.version) FROM refine_jobs j \
-                 WHERE j.run_id = r.id), 0), r.status FROM refine_runs r WHERE r.id = $1",
+                // SUM(BIGINT) is NUMERIC on Postgres: cast back so both backends decode i64.
+                "SELECT CAST(r.version + COALESCE((SELECT SUM(j.version) FROM refine_jobs j \
+                 WHERE j.run_id = r.id), 0) AS BIGINT), r.status FROM refine_runs r WHERE r.id = $1",
             )
             .bind(id)
             .fetch_optional(pool)
