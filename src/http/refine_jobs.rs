@@ -25,7 +25,7 @@ use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, StoredJob, Stored
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{
-    PhaseContext, RefineInputError, batches, context_from_value, plan_from_value,
+    PhaseContext, RefineInputError, batches, context_from_value, is_valid_id, plan_from_value,
 };
 use crate::error::{ApiError, ForbiddenProject, Problem};
 use crate::jobs::request::{StoredRequest, confine};
@@ -503,7 +503,7 @@ where
 /// A refine job. With `?wait=N` the answer comes as soon as the job changes
 /// state or progresses (or after N seconds, unchanged).
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}", tag = "refine-jobs",
-    params(("id" = String, Path, description = "Job id"), WaitQuery),
+    params(("id" = Uuid, Path, description = "Job id"), WaitQuery),
     responses(
         ForbiddenProject,
         (status = 200, description = "The job", body = StoredJob),
@@ -538,14 +538,18 @@ async fn get_refine_job(
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub status: Option<JobStatus>,
+    #[param(pattern = "^[A-Za-z0-9_-]+$")]
     pub phase_id: Option<String>,
     pub run_id: Option<Uuid>,
+    #[param(value_type = Option<crate::domain::ids::Ident>)]
     pub project_id: Option<String>,
+    #[param(value_type = Option<crate::domain::ids::Ident>)]
     pub team_pk: Option<String>,
     /// 1 to 100 (default 20).
     #[param(minimum = 1, maximum = 100)]
     pub page_size: Option<u32>,
     /// `next_page_token` of the previous page.
+    #[param(value_type = Option<Uuid>)]
     pub page_token: Option<String>,
 }
 
@@ -579,7 +583,7 @@ async fn list_refine_jobs(
         ));
     }
     let after = match query.page_token.as_deref() {
-        None | Some("") => None,
+        None => None,
         Some(token) => Some(token.parse::<Uuid>().map_err(|_| {
             ApiError::bad_request(
                 "invalid_query",
@@ -587,12 +591,24 @@ async fn list_refine_jobs(
             )
         })?),
     };
+    let filter_id = |field: &'static str, value: Option<String>| {
+        Ident::parse_optional(field, value.as_deref())
+            .map(|id| id.map(|i| i.as_str().to_owned()))
+            .map_err(|e| ApiError::bad_request("invalid_query", e.to_string()).with("field", field))
+    };
+    if let Some(phase) = query.phase_id.as_deref().filter(|p| !is_valid_id(p)) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("phase_id {phase:?} is not an id ([A-Za-z0-9_-]+)"),
+        )
+        .with("field", "phase_id"));
+    }
     let filter = JobFilter {
         status: query.status,
         phase_id: query.phase_id,
         run_id: query.run_id,
-        project_id: query.project_id,
-        team_pk: query.team_pk,
+        project_id: filter_id("project_id", query.project_id)?,
+        team_pk: filter_id("team_pk", query.team_pk)?,
         allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
     };
     let mut jobs = state.db.refine_jobs(&filter, page_size + 1, after).await?;
@@ -610,7 +626,7 @@ async fn list_refine_jobs(
 
 /// The result document `{schema_version: 1, assignments}` of a succeeded job.
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}/result", tag = "refine-jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = Uuid, Path, description = "Job id")),
     responses(
         ForbiddenProject,
         (status = 200, description = "The refined assignments of the phase", body = Object),
@@ -640,7 +656,7 @@ async fn refine_job_result(
 
 /// Per-L0 records, in natural assignment order.
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}/assignments", tag = "refine-jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = Uuid, Path, description = "Job id")),
     responses(
         ForbiddenProject,
         (status = 200, description = "One record per assignment", body = Vec<StoredL0>),
@@ -663,7 +679,7 @@ async fn refine_job_assignments(
 /// stream ends after the terminal `state` event.
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}/events", tag = "refine-jobs",
     params(
-        ("id" = String, Path, description = "Job id"),
+        ("id" = Uuid, Path, description = "Job id"),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event"),
     ),
     responses(
@@ -751,7 +767,7 @@ async fn refine_job_events(
 /// is cancelled at once; a running one goes `cancelling` while its L0 process
 /// groups are killed, then `cancelled`.
 #[utoipa::path(post, path = "/v1/refine-jobs/{id}/cancel", tag = "refine-jobs",
-    params(("id" = String, Path, description = "Job id")),
+    params(("id" = Uuid, Path, description = "Job id")),
     responses(
         ForbiddenProject,
         (status = 200, description = "The job after the request", body = StoredJob),

@@ -294,7 +294,7 @@ async fn create_refine_run(
 /// A refine run: its phase jobs and, once merged, its result. With `?wait=N`
 /// the answer comes as soon as the run or one of its jobs changes.
 #[utoipa::path(get, path = "/v1/refine-runs/{id}", tag = "refine-runs",
-    params(("id" = String, Path, description = "Run id"), WaitQuery),
+    params(("id" = Uuid, Path, description = "Run id"), WaitQuery),
     responses(
         ForbiddenProject,
         (status = 200, description = "The run", body = StoredRun),
@@ -328,7 +328,7 @@ async fn get_refine_run(
 /// The merged result `{schema_version: 1, assignments, conflict_count, skipped,
 /// phases, conflicts, emptied_work_packages}`.
 #[utoipa::path(get, path = "/v1/refine-runs/{id}/result", tag = "refine-runs",
-    params(("id" = String, Path, description = "Run id")),
+    params(("id" = Uuid, Path, description = "Run id")),
     responses(
         ForbiddenProject,
         (status = 200, description = "The merged assignments", body = Object),
@@ -359,7 +359,7 @@ async fn refine_run_result(
 /// Cancel a run: every phase job not yet ended is cancelled; the run ends
 /// `cancelled` (with what finished merged) once they have. Idempotent.
 #[utoipa::path(post, path = "/v1/refine-runs/{id}/cancel", tag = "refine-runs",
-    params(("id" = String, Path, description = "Run id")),
+    params(("id" = Uuid, Path, description = "Run id")),
     responses(
         ForbiddenProject,
         (status = 200, description = "The run after the request", body = StoredRun),

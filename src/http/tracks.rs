@@ -66,7 +66,8 @@ fn if_match(headers: &HeaderMap) -> Option<i64> {
         .to_str()
         .unwrap_or("\"invalid\"")
         .trim();
-    if value == "*" {
+    // An empty list of tags (RFC 9110 `#entity-tag` allows it) sets no condition.
+    if value == "*" || value.is_empty() {
         return None;
     }
     let tag = value.trim_start_matches("W/").trim_matches('"');
@@ -131,7 +132,10 @@ async fn put_track(
 ) -> Result<Response, ApiError> {
     let id = track_id(&raw_id)?;
     let metadata = track_state::import_for_track(&id, document, now()).map_err(track_error)?;
-    let expected = match (headers.contains_key(header::IF_MATCH), if_match(&headers)) {
+    let conditional = headers
+        .get(header::IF_MATCH)
+        .is_some_and(|v| !v.as_bytes().iter().all(u8::is_ascii_whitespace));
+    let expected = match (conditional, if_match(&headers)) {
         (false, _) => None,
         (true, Some(revision)) => Some(Some(revision)),
         // `If-Match: *` (RFC 9110): replace only a track that exists, whatever its
