@@ -100,12 +100,7 @@ pub fn merge_run(
 
 /// Merges the run if every phase job is terminal and nobody merged it yet.
 pub async fn merge_if_due(db: &Database, run_id: Uuid) -> DbResult<Option<JobStatus>> {
-    let merged = db
-        .try_merge_refine_run(
-            run_id,
-            Box::new(merge_run),
-        )
-        .await?;
+    let merged = db.try_merge_refine_run(run_id, Box::new(merge_run)).await?;
     if let Some(status) = merged {
         metrics::counter!("refine_runs_finished_total", "status" => status.as_str()).increment(1);
         tracing::info!(%run_id, status = status.as_str(), "refine run merged");
