@@ -655,9 +655,14 @@ impl Database {
         }))
     }
 
-    /// Claims the oldest runnable job for `worker_id`: `FOR UPDATE SKIP LOCKED` in a
+    /// Claims a runnable job for `worker_id`: `FOR UPDATE SKIP LOCKED` in a
     /// MATERIALIZED CTE on Postgres (the planner cannot update more rows than the
     /// CTE locked), one atomic `UPDATE … WHERE id = (SELECT … LIMIT 1)` on SQLite.
+    ///
+    /// Jobs that already ran (handed back at shutdown, or re-queued by the reaper
+    /// once their backoff is over) come first, so they resume at once instead of
+    /// waiting behind the whole backlog (their `run_after` is the hand-back or
+    /// re-queue time, later than every job queued meanwhile); then queue order.
     pub async fn claim_refine_job(
         &self,
         worker_id: Uuid,
@@ -671,7 +676,7 @@ impl Database {
                 Database::Postgres(_) => {
                     "WITH next AS MATERIALIZED ( \
                          SELECT id FROM refine_jobs WHERE status = 'queued' AND run_after <= $1 \
-                         ORDER BY run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                         ORDER BY started_at IS NULL, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
                      UPDATE refine_jobs AS j SET status = 'running', attempt = j.attempt + 1, \
                          worker_id = $2, lease_token = $3, lease_expires_at = $4, \
                          started_at = COALESCE(j.started_at, $1), updated_at = $1, \
@@ -684,7 +689,7 @@ impl Database {
                          started_at = COALESCE(started_at, $1), updated_at = $1, \
                          version = version + 1 \
                      WHERE id = (SELECT id FROM refine_jobs WHERE status = 'queued' \
-                         AND run_after <= $1 ORDER BY run_after, id LIMIT 1) \
+                         AND run_after <= $1 ORDER BY started_at IS NULL, run_after, id LIMIT 1) \
                      RETURNING id, attempt, version"
                 }
             };

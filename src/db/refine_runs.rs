@@ -182,9 +182,9 @@ impl Database {
 
     /// `(version, status)` where the version moves with the run and every phase job.
     pub async fn refine_run_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
+        // SUM(bigint) is NUMERIC on Postgres: cast back so both back-ends give INT8.
         let row: Option<(i64, String)> = on_pool!(self, |pool| {
             sqlx::query_as(
-                // SUM(BIGINT) is NUMERIC on Postgres: cast back so both backends decode i64.
                 "SELECT CAST(r.version + COALESCE((SELECT SUM(j.version) FROM refine_jobs j \
                  WHERE j.run_id = r.id), 0) AS BIGINT), r.status FROM refine_runs r WHERE r.id = $1",
             )

@@ -714,6 +714,7 @@ async fn refine_job_events(
     let stream = futures::stream::unfold(
         (state, after, false),
         move |(state, mut after, mut done)| async move {
+            let mut last_look = false;
             loop {
                 if done {
                     return None;
@@ -744,9 +745,18 @@ async fn refine_job_events(
                     }
                     return Some((futures::stream::iter(out), (state, after, done)));
                 }
+                if last_look {
+                    return None;
+                }
                 match state.db.refine_job_version(id).await {
                     Ok(Some((_, status))) if !status.is_terminal() => {}
-                    // Deleted, terminal with every event sent, or unreadable: end.
+                    // Terminal: its last events were committed with the status, maybe
+                    // just after the read above, so read once more before ending.
+                    Ok(Some(_)) => {
+                        last_look = true;
+                        continue;
+                    }
+                    // Deleted or unreadable: end.
                     _ => return None,
                 }
                 if state.is_shutting_down() {
