@@ -204,7 +204,7 @@ fault_pg_restart() {
         before[$name]=${PID[$name]}
         ( while :; do
               printf '%s %s\n' "$(now)" "$(curl -s -o /dev/null -w '%{http_code}' -m 3 "http://${ADDR[$name]}/readyz")"
-              sleep 0.1
+              sleep 0.05
           done ) >"$WORK/readyz.$name" 2>/dev/null &
         POLLERS+=($!)
     done

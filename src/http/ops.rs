@@ -61,11 +61,13 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
     if state.is_shutting_down() {
         return Err(unavailable("shutting down".into()));
     }
-    // A database that hangs must not hang the probe.
-    match tokio::time::timeout(Duration::from_secs(2), state.db.check_ready()).await {
+    // A database that hangs must not hang the probe; and while it restarts, the
+    // pool would wait for it to come back and answer 200 late — a replica whose
+    // database cannot answer a trivial query within half a second is not ready.
+    match tokio::time::timeout(Duration::from_millis(500), state.db.check_ready()).await {
         Ok(Ok(())) => Ok(Json(Health { status: "ok" })),
         Ok(Err(e)) => Err(unavailable(format!("database not ready: {e}"))),
-        Err(_) => Err(unavailable("database did not answer within 2 s".into())),
+        Err(_) => Err(unavailable("database did not answer within 0.5 s".into())),
     }
 }
 
