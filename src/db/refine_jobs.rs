@@ -293,17 +293,19 @@ pub struct Reaped {
     pub cancelled: u64,
 }
 
-/// Bumps `version` if `$lease` still holds the job; evaluates to `Option<i64>`.
+/// Bumps `version` by `$events` (the events this write will insert, at least 1) if
+/// `$lease` still holds the job; evaluates to `Option<i64>`, the last event's seq.
 macro_rules! bump_fenced {
-    ($tx:expr, $lease:expr, $at:expr) => {
+    ($tx:expr, $lease:expr, $at:expr, $events:expr) => {
         sqlx::query_scalar::<_, i64>(
-            "UPDATE refine_jobs SET version = version + 1, updated_at = $3 \
+            "UPDATE refine_jobs SET version = version + $4, updated_at = $3 \
              WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'cancelling') \
              RETURNING version",
         )
         .bind($lease.job_id)
         .bind($lease.token)
         .bind($at)
+        .bind(i64::try_from(($events).max(1)).unwrap_or(i64::MAX))
         .fetch_optional(&mut *$tx)
         .await?
     };
@@ -323,41 +325,28 @@ macro_rules! bump {
     };
 }
 
-/// Inserts events `$seq - n + 1 ..= $seq` for the `(event, data)` pairs given.
+/// Inserts events `$seq - n + 1 ..= $seq` for the `(event, data)` pairs given, in
+/// one statement.
 macro_rules! push_events {
     ($tx:expr, $job_id:expr, $last_seq:expr, $at:expr, $events:expr) => {{
         let events: &[(&str, serde_json::Value)] = $events;
-        let first = $last_seq - events.len() as i64 + 1;
-        for (i, (event, data)) in events.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO refine_job_events (job_id, seq, event, data, created_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind($job_id)
-            .bind(first + i as i64)
-            .bind(*event)
-            .bind(sqlx::types::Json(data))
-            .bind($at)
-            .execute(&mut *$tx)
-            .await?;
+        if !events.is_empty() {
+            let first = $last_seq - events.len() as i64 + 1;
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_job_events (job_id, seq, event, data, created_at) ",
+            );
+            q.push_values(events.iter().enumerate(), |mut b, (i, (event, data))| {
+                b.push_bind($job_id)
+                    .push_bind(first + i as i64)
+                    .push_bind(event.to_string())
+                    .push_bind(sqlx::types::Json(data.clone()))
+                    .push_bind($at);
+            });
+            q.build().execute(&mut *$tx).await?;
         }
     }};
 }
-
 pub(crate) use push_events;
-
-/// Reserves `n` more sequence numbers (one `bump` already reserved one).
-macro_rules! reserve_seq {
-    ($tx:expr, $job_id:expr, $extra:expr) => {
-        sqlx::query_scalar::<_, i64>(
-            "UPDATE refine_jobs SET version = version + $2 WHERE id = $1 RETURNING version",
-        )
-        .bind($job_id)
-        .bind($extra)
-        .fetch_one(&mut *$tx)
-        .await?
-    };
-}
 
 /// Progress of one job from its L0 rows.
 macro_rules! progress_of {
@@ -792,7 +781,7 @@ impl Database {
         let at = now();
         on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let Some(_) = bump_fenced!(tx, lease, at) else {
+            let Some(seq) = bump_fenced!(tx, lease, at, assignment_ids.len()) else {
                 return Ok(Err(LeaseLost));
             };
             let mut q = QueryBuilder::new(
@@ -820,7 +809,6 @@ impl Database {
                     )
                 })
                 .collect();
-            let seq = reserve_seq!(tx, lease.job_id, events.len() as i64 - 1);
             push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
         });
@@ -840,7 +828,7 @@ impl Database {
         let at = now();
         on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let Some(_) = bump_fenced!(tx, lease, at) else {
+            let Some(seq) = bump_fenced!(tx, lease, at, dones.len() + new_lines.len()) else {
                 return Ok(Err(LeaseLost));
             };
             for done in dones {
@@ -877,7 +865,6 @@ impl Database {
                 })
                 .collect();
             events.extend(new_lines.iter().map(|l| ("log", json!({"line": l}))));
-            let seq = reserve_seq!(tx, lease.job_id, events.len() as i64 - 1);
             push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
         });
@@ -897,7 +884,7 @@ impl Database {
         let at = now();
         on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let Some(_) = bump_fenced!(tx, lease, at) else {
+            let Some(seq) = bump_fenced!(tx, lease, at, new_lines.len()) else {
                 return Ok(Err(LeaseLost));
             };
             sqlx::query("UPDATE refine_jobs SET log = $2 WHERE id = $1")
@@ -909,7 +896,6 @@ impl Database {
                 .iter()
                 .map(|l| ("log", json!({"line": l})))
                 .collect();
-            let seq = reserve_seq!(tx, lease.job_id, events.len() as i64 - 1);
             push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
         });
@@ -944,7 +930,7 @@ impl Database {
         };
         on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let Some(_) = bump_fenced!(tx, lease, at) else {
+            let Some(seq) = bump_fenced!(tx, lease, at, new_lines.len() + 1) else {
                 return Ok(Err(LeaseLost));
             };
             let attempt: i32 = sqlx::query_scalar(
@@ -979,7 +965,6 @@ impl Database {
                 None => json!({}),
             };
             events.push(state_event(status, attempt, extra));
-            let seq = reserve_seq!(tx, lease.job_id, events.len() as i64 - 1);
             push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
         });
@@ -992,7 +977,7 @@ impl Database {
         let at = now();
         on_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
-            let Some(_) = bump_fenced!(tx, lease, at) else {
+            let Some(seq) = bump_fenced!(tx, lease, at, 1usize) else {
                 return Ok(Err(LeaseLost));
             };
             let (status, attempt): (String, i32) = sqlx::query_as(
@@ -1009,10 +994,6 @@ impl Database {
             .await?;
             let status = parse_status(lease.job_id, &status)?;
             reset_running_l0s!(tx, lease.job_id, status);
-            let seq = sqlx::query_scalar::<_, i64>("SELECT version FROM refine_jobs WHERE id = $1")
-                .bind(lease.job_id)
-                .fetch_one(&mut *tx)
-                .await?;
             let event = state_event(
                 status,
                 attempt,
