@@ -234,7 +234,10 @@ async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dir
     request["executor"] = json!("mixed");
     let job = submit(&app, &request).await;
     // A worker may claim it before the create answers.
-    assert!(["queued", "running"].contains(&job["status"].as_str().unwrap()), "{job}");
+    assert!(
+        ["queued", "running"].contains(&job["status"].as_str().unwrap()),
+        "{job}"
+    );
     assert_eq!(job["executor"], "mixed");
     assert_eq!(job["executor_kind"], "command");
     let id = job["id"].as_str().unwrap();

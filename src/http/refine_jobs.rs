@@ -472,12 +472,14 @@ async fn load_job(state: &AppState, caller: &Caller, id: Uuid) -> Result<StoredJ
 pub(crate) async fn wait_until_changed<F, Fut>(
     state: &AppState,
     wait: Duration,
+    concerns: impl Fn(Uuid) -> bool,
     mut changed: F,
 ) -> Result<(), ApiError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool, ApiError>>,
 {
+    let mut wakeups = state.hub.subscribe();
     let cap = Duration::from_secs(MAX_WAIT_SECS).min(
         state
             .settings
@@ -490,12 +492,30 @@ where
             return Ok(());
         }
         tokio::select! {
-            _ = state.hub.changed.notified() => {}
+            _ = wake_for(&mut wakeups, &concerns) => {}
             _ = tokio::time::sleep(WAIT_POLL) => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(()),
         }
         if tokio::time::Instant::now() >= deadline {
             return Ok(());
+        }
+    }
+}
+
+/// Resolves when a wake-up concerns us (or some were missed: check again).
+async fn wake_for(
+    wakeups: &mut tokio::sync::broadcast::Receiver<Uuid>,
+    concerns: &impl Fn(Uuid) -> bool,
+) {
+    loop {
+        match wakeups.recv().await {
+            Ok(id) if concerns(id) => return,
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+            // Closed: never again; the caller's poll and deadline still run.
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                std::future::pending::<()>().await
+            }
         }
     }
 }
@@ -523,13 +543,18 @@ async fn get_refine_job(
     if wait == 0 || job.status.is_terminal() {
         return Ok(Json(job));
     }
-    wait_until_changed(&state, Duration::from_secs(wait), || async {
-        Ok(state
-            .db
-            .refine_job_version(id)
-            .await?
-            .is_none_or(|(v, s)| v != job.version || s.is_terminal()))
-    })
+    wait_until_changed(
+        &state,
+        Duration::from_secs(wait),
+        |j| j == id,
+        || async {
+            Ok(state
+                .db
+                .refine_job_version(id)
+                .await?
+                .is_none_or(|(v, s)| v != job.version || s.is_terminal()))
+        },
+    )
     .await?;
     Ok(Json(load_job(&state, &caller, id).await?))
 }
@@ -762,8 +787,10 @@ async fn refine_job_events(
                 if state.is_shutting_down() {
                     return None;
                 }
+                let mut wakeups = state.hub.subscribe();
+                let ours = |j: Uuid| j == id;
                 tokio::select! {
-                    _ = state.hub.changed.notified() => {}
+                    _ = wake_for(&mut wakeups, &ours) => {}
                     _ = tokio::time::sleep(WAIT_POLL) => {}
                 }
             }
@@ -815,6 +842,6 @@ pub(crate) async fn cancel_job(state: &AppState, id: Uuid) -> Result<Option<JobS
     {
         crate::jobs::runs::merge_if_due(&state.db, run_id).await?;
     }
-    state.hub.changed.notify_waiters();
+    state.hub.job_changed(id);
     Ok(Some(status))
 }

@@ -314,13 +314,19 @@ async fn get_refine_run(
     if wait == 0 || run.status.is_terminal() {
         return Ok(Json(run));
     }
-    super::refine_jobs::wait_until_changed(&state, Duration::from_secs(wait), || async {
-        Ok(state
-            .db
-            .refine_run_version(id)
-            .await?
-            .is_none_or(|(v, s)| v != run.version || s.is_terminal()))
-    })
+    // Any job may be one of the run's: wake on every change, re-check the version.
+    super::refine_jobs::wait_until_changed(
+        &state,
+        Duration::from_secs(wait),
+        |_| true,
+        || async {
+            Ok(state
+                .db
+                .refine_run_version(id)
+                .await?
+                .is_none_or(|(v, s)| v != run.version || s.is_terminal()))
+        },
+    )
     .await?;
     Ok(Json(load_run(&state, &caller, id).await?))
 }

@@ -32,17 +32,39 @@ const EXCERPT_BYTES: usize = 2048;
 const POLL: Duration = Duration::from_secs(1);
 
 /// What the HTTP layer shares with the workers of its process.
-#[derive(Default)]
 pub struct JobsHub {
     /// Woken when a job is queued (locally or, through LISTEN, elsewhere).
     pub queued: Notify,
-    /// Woken after every local job write (`?wait=` and SSE wake early).
-    pub changed: Notify,
+    /// The id of every job this process just wrote: `?wait=` and SSE wake early
+    /// for *their* job only (a global wake-up made every waiter query the database
+    /// on every write of every job).
+    changed: tokio::sync::broadcast::Sender<Uuid>,
     /// Kill switches of the jobs running in this process.
     running: Mutex<HashMap<Uuid, CancellationToken>>,
 }
 
+impl Default for JobsHub {
+    fn default() -> Self {
+        JobsHub {
+            queued: Notify::new(),
+            changed: tokio::sync::broadcast::channel(1024).0,
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
 impl JobsHub {
+    /// A job changed in this process (waiters of other replicas poll).
+    pub fn job_changed(&self, job_id: Uuid) {
+        // No receiver is fine: nobody is waiting.
+        let _ = self.changed.send(job_id);
+    }
+
+    /// Wake-ups of changed jobs; a lagging receiver should re-check (it missed some).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Uuid> {
+        self.changed.subscribe()
+    }
+
     /// Cancels a job running in this process (a cancel request or a NOTIFY).
     pub fn cancel_local(&self, job_id: Uuid) {
         if let Ok(running) = self.running.lock()
@@ -308,7 +330,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
                     tracing::warn!(error = %e, "handing the job back failed; its lease will expire");
                 }
             }
-            pool.hub.changed.notify_waiters();
+            pool.hub.job_changed(lease.job_id);
         }
         Stop::Sink(reason) => {
             tracing::warn!(%reason, "job stopped; its lease will expire and another attempt resumes it");
@@ -371,7 +393,7 @@ async fn finish(
         Ok(Err(LeaseLost)) => tracing::warn!("lease lost before the job could be finished"),
         Err(e) => tracing::error!(error = %e, "finishing the job failed; its lease will expire"),
     }
-    pool.hub.changed.notify_waiters();
+    pool.hub.job_changed(lease.job_id);
 }
 
 /// Retries a write while the database is unavailable, for at most half a lease
@@ -419,7 +441,7 @@ impl JobSink for DbSink {
                 .l0s_started(self.lease, assignment_ids, self.attempt)
         })
         .await;
-        pool.hub.changed.notify_waiters();
+        pool.hub.job_changed(self.lease.job_id);
         fenced(r)
     }
 
@@ -477,14 +499,14 @@ impl JobSink for DbSink {
             pool.db.l0s_finished(self.lease, &dones, log, new_lines)
         })
         .await;
-        pool.hub.changed.notify_waiters();
+        pool.hub.job_changed(self.lease.job_id);
         fenced(r)
     }
 
     async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
         let pool = &self.pool;
         let r = retry_db(pool, || pool.db.append_job_log(self.lease, log, new_lines)).await;
-        pool.hub.changed.notify_waiters();
+        pool.hub.job_changed(self.lease.job_id);
         fenced(r)
     }
 }
@@ -515,7 +537,6 @@ async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
                         "expired leases reaped"
                     );
                     pool.hub.queued.notify_waiters();
-                    pool.hub.changed.notify_waiters();
                 }
             }
             Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
