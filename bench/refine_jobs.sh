@@ -4,6 +4,7 @@
 # 10,000 jobs. Prints one line per figure.
 #   bash bench/refine_jobs.sh            (needs Postgres as for the tests)
 #   JOBS=2000 bash bench/refine_jobs.sh  (throughput run size; default 2000)
+#   PLANGATE_WORKERS=8 bash bench/refine_jobs.sh   (the servers inherit the environment)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -40,6 +41,7 @@ run_backend() { # name url
   echo "  idle RSS: $(rss "$PID")"
   python3 bench/refine_load.py fanout "$base" 6 sleep1
   python3 bench/refine_load.py fanout "$base" 12 sleep1
+  python3 bench/refine_load.py latency "$base" 200
   python3 bench/refine_load.py throughput "$base" "$JOBS" 16
   echo "  RSS after $((JOBS + 2)) jobs: $(rss "$PID")"
   if [ "${RSS_JOBS:-0}" -gt 0 ]; then

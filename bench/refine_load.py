@@ -3,6 +3,8 @@
 
   refine_load.py throughput BASE N CONCURRENCY   builtin jobs of 4 assignments
   refine_load.py fanout BASE ASSIGNMENTS EXECUTOR one job, end-to-end seconds
+  refine_load.py latency BASE N                  N builtin jobs one after another
+                                                 (no backlog): client-seen latency
 
 Throughput: N jobs are submitted by CONCURRENCY client threads (keep-alive
 connections), then every job is awaited with `?wait=`. Submit-to-succeeded latency
@@ -132,9 +134,28 @@ def fanout(base, n, executor):
           f"{job['progress']['l0_succeeded']} valid")
 
 
+def latency(base, n):
+    c = Client(base)
+    body = context(4)
+    seen = []
+    for _ in range(n):
+        t0 = time.time()
+        status, job = c.call("POST", "/v1/refine-jobs", body)
+        assert status == 202, job
+        job = wait_done(c, job["id"])
+        assert job["status"] == "succeeded", job
+        seen.append(time.time() - t0)
+    seen.sort()
+    pct = lambda p: seen[min(len(seen) - 1, int(p * len(seen)))] * 1000
+    print(f"  unloaded submit-to-succeeded ({n} jobs one at a time, as the client sees it): "
+          f"p50 {pct(0.5):.1f} ms, p99 {pct(0.99):.1f} ms")
+
+
 if __name__ == "__main__":
     mode, base = sys.argv[1], sys.argv[2]
     if mode == "throughput":
         throughput(base, int(sys.argv[3]), int(sys.argv[4]))
+    elif mode == "latency":
+        latency(base, int(sys.argv[3]))
     else:
         fanout(base, int(sys.argv[3]), sys.argv[4])
