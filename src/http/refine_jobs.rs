@@ -165,18 +165,7 @@ pub fn validate_submission(
         .ok_or_else(|| fatal("refined_plan: missing").with("field", "refined_plan"))?;
     plan_from_value("request body", plan_value).map_err(|e| input_error(e, "refined_plan"))?;
 
-    let executor_name = opt_str(&body, "executor")?;
-    let executor = state.executors.resolve(executor_name).ok_or_else(|| {
-        ApiError::unprocessable(
-            "unknown_executor",
-            format!(
-                "executor {:?} is not configured (configured: {})",
-                executor_name.unwrap_or_default(),
-                state.executors.names().collect::<Vec<_>>().join(", ")
-            ),
-        )
-        .with("field", "executor")
-    })?;
+    let executor = resolve_executor(state, opt_str(&body, "executor")?)?;
 
     let task_text = opt_str(&body, "task_text")?.map(str::to_owned);
     let task_file_path = match context.task_file_path.as_deref() {
@@ -204,23 +193,7 @@ pub fn validate_submission(
             Some(resolved.display().to_string())
         }
     };
-    let output_dir = match opt_str(&body, "output_dir")? {
-        None => None,
-        Some(dir) => {
-            let root = state.settings.output_root.as_deref().ok_or_else(|| {
-                ApiError::unprocessable(
-                    "output_not_allowed",
-                    "output_dir is set but the server has no PLANGATE_OUTPUT_ROOT",
-                )
-                .with("field", "output_dir")
-            })?;
-            let resolved = confine(root, dir, false).map_err(|reason| {
-                ApiError::unprocessable("output_not_allowed", format!("output_dir: {reason}"))
-                    .with("field", "output_dir")
-            })?;
-            Some(resolved.display().to_string())
-        }
-    };
+    let output_dir = confine_output_dir(state, opt_str(&body, "output_dir")?)?;
     let project_id = Ident::parse_optional("project_id", opt_str(&body, "project_id")?)?;
     let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
     let run_id = match opt_str(&body, "run_id")? {
@@ -232,9 +205,7 @@ pub fn validate_submission(
     };
     let idempotency_key = idempotency_key(headers, opt_str(&body, "idempotency_key")?)?;
 
-    let mut hashed = body.clone();
-    hashed.remove("idempotency_key");
-    let request_hash = canonical_hash(&Value::Object(hashed));
+    let request_hash = body_hash(&body);
     Ok(ValidSubmission {
         request: StoredRequest {
             context: context_value.clone(),
@@ -250,6 +221,76 @@ pub fn validate_submission(
         run_id,
         idempotency_key,
         request_hash,
+    })
+}
+
+/// The executor a submission names (else the default); 422 `unknown_executor`.
+pub(crate) fn resolve_executor(
+    state: &AppState,
+    name: Option<&str>,
+) -> Result<std::sync::Arc<crate::agents::Executor>, ApiError> {
+    state.executors.resolve(name).ok_or_else(|| {
+        ApiError::unprocessable(
+            "unknown_executor",
+            format!(
+                "executor {:?} is not configured (configured: {})",
+                name.unwrap_or_default(),
+                state.executors.names().collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .with("field", "executor")
+    })
+}
+
+/// `output_dir` resolved inside `PLANGATE_OUTPUT_ROOT`; 422 `output_not_allowed`
+/// when the server has no root or the path leaves it.
+pub(crate) fn confine_output_dir(
+    state: &AppState,
+    dir: Option<&str>,
+) -> Result<Option<String>, ApiError> {
+    let Some(dir) = dir else { return Ok(None) };
+    let not_allowed = |detail: String| {
+        ApiError::unprocessable("output_not_allowed", detail).with("field", "output_dir")
+    };
+    let root = state.settings.output_root.as_deref().ok_or_else(|| {
+        not_allowed("output_dir is set but the server has no PLANGATE_OUTPUT_ROOT".into())
+    })?;
+    let resolved =
+        confine(root, dir, false).map_err(|reason| not_allowed(format!("output_dir: {reason}")))?;
+    Ok(Some(resolved.display().to_string()))
+}
+
+/// The idempotency hash of a submission: the body without its `idempotency_key`.
+pub(crate) fn body_hash(body: &Map<String, Value>) -> String {
+    let mut hashed = body.clone();
+    hashed.remove("idempotency_key");
+    canonical_hash(&Value::Object(hashed))
+}
+
+/// 202 with `Location`, and `Idempotent-Replayed: true` for a replayed create.
+pub(crate) fn accepted(body: &impl Serialize, location: &str, replayed: bool) -> Response {
+    let mut response = (StatusCode::ACCEPTED, Json(body)).into_response();
+    let headers = response.headers_mut();
+    if let Ok(location) = HeaderValue::from_str(location) {
+        headers.insert(header::LOCATION, location);
+    }
+    if replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+pub(crate) fn key_reused() -> ApiError {
+    ApiError::unprocessable(
+        "idempotency_key_reused",
+        "this Idempotency-Key was used with a different body",
+    )
+}
+
+/// A path `{id}` that must be a UUID; 400 `invalid_path` naming what it is.
+pub(crate) fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
+    raw.parse().map_err(|_| {
+        ApiError::bad_request("invalid_path", format!("{raw:?} is not a {what} id (UUID)"))
     })
 }
 
@@ -330,25 +371,6 @@ pub fn l0_rows(context: &PhaseContext, max_parallel: usize) -> Vec<(String, i32)
         .collect()
 }
 
-fn accepted(job: &StoredJob, replayed: bool) -> Response {
-    let mut response = (StatusCode::ACCEPTED, Json(job)).into_response();
-    let headers = response.headers_mut();
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-jobs/{}", job.id)) {
-        headers.insert(header::LOCATION, location);
-    }
-    if replayed {
-        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    response
-}
-
-fn key_reused() -> ApiError {
-    ApiError::unprocessable(
-        "idempotency_key_reused",
-        "this Idempotency-Key was used with a different body",
-    )
-}
-
 /// Submit a refine job for one phase.
 ///
 /// Runs asynchronously: poll `GET /v1/refine-jobs/{id}?wait=30` or follow
@@ -407,9 +429,13 @@ async fn create_refine_job(
         Created::New(job) => {
             metrics::counter!("refine_jobs_created_total").increment(1);
             state.wake_workers().await;
-            Ok(accepted(&job, false))
+            Ok(accepted(
+                &job,
+                &format!("/v1/refine-jobs/{}", job.id),
+                false,
+            ))
         }
-        Created::Existing(job) => Ok(accepted(&job, true)),
+        Created::Existing(job) => Ok(accepted(&job, &format!("/v1/refine-jobs/{}", job.id), true)),
         Created::KeyReused => Err(key_reused()),
     }
 }
@@ -447,12 +473,6 @@ pub struct WaitQuery {
     /// (at most 30).
     #[param(minimum = 0, maximum = 30)]
     pub wait: Option<u64>,
-}
-
-fn parse_job_id(raw: &str) -> Result<Uuid, ApiError> {
-    raw.parse().map_err(|_| {
-        ApiError::bad_request("invalid_path", format!("{raw:?} is not a job id (UUID)"))
-    })
 }
 
 /// The job, if the caller may see its project.
@@ -537,7 +557,7 @@ async fn get_refine_job(
     Path(raw_id): Path<String>,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredJob>, ApiError> {
-    let id = parse_job_id(&raw_id)?;
+    let id = parse_id(&raw_id, "job")?;
     let job = load_job(&state, &caller, id).await?;
     let wait = query.wait.unwrap_or(0);
     if wait == 0 || job.status.is_terminal() {
@@ -665,7 +685,7 @@ async fn refine_job_result(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let job = load_job(&state, &caller, parse_job_id(&raw_id)?).await?;
+    let job = load_job(&state, &caller, parse_id(&raw_id, "job")?).await?;
     match (job.status, job.result) {
         (JobStatus::Succeeded, Some(result)) => Ok(Json(result)),
         (status, _) => Err(ApiError::conflict(
@@ -694,7 +714,7 @@ async fn refine_job_assignments(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Vec<StoredL0>>, ApiError> {
-    let id = parse_job_id(&raw_id)?;
+    let id = parse_id(&raw_id, "job")?;
     load_job(&state, &caller, id).await?;
     Ok(Json(state.db.refine_job_l0s(id).await?))
 }
@@ -720,7 +740,7 @@ async fn refine_job_events(
     Path(raw_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let id = parse_job_id(&raw_id)?;
+    let id = parse_id(&raw_id, "job")?;
     load_job(&state, &caller, id).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
@@ -817,7 +837,7 @@ async fn cancel_refine_job(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredJob>, ApiError> {
-    let id = parse_job_id(&raw_id)?;
+    let id = parse_id(&raw_id, "job")?;
     cancel_job(&state, id)
         .await?
         .ok_or_else(|| ApiError::not_found("refine job", &id.to_string()))?;

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -16,14 +16,15 @@ use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use super::refine_jobs::{
-    WaitQuery, canonical_hash, fatal, idempotency_key, l0_rows, opt_str, require_json,
+    WaitQuery, accepted, body_hash, confine_output_dir, fatal, idempotency_key, key_reused,
+    l0_rows, opt_str, parse_id, require_json, resolve_executor,
 };
 use crate::db::refine_jobs::{Created, NewRefineJob};
 use crate::db::refine_runs::{NewRefineRun, StoredRun};
 use crate::domain::ids::Ident;
 use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
 use crate::error::{ApiError, ForbiddenProject, Problem};
-use crate::jobs::request::{StoredRequest, confine};
+use crate::jobs::request::StoredRequest;
 use crate::jobs::runs::StoredRun as RunRequest;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -67,12 +68,6 @@ const CREATE_FIELDS: [&str; 7] = [
 /// Per phase: its id, the job's stored request and its `(assignment, batch)` rows.
 type PhaseJobRequest = (String, Value, Vec<(String, i32)>);
 
-fn parse_run_id(raw: &str) -> Result<Uuid, ApiError> {
-    raw.parse().map_err(|_| {
-        ApiError::bad_request("invalid_path", format!("{raw:?} is not a run id (UUID)"))
-    })
-}
-
 /// The run, if the caller may see its project.
 async fn load_run(state: &AppState, caller: &Caller, id: Uuid) -> Result<StoredRun, ApiError> {
     let run = state
@@ -82,18 +77,6 @@ async fn load_run(state: &AppState, caller: &Caller, id: Uuid) -> Result<StoredR
         .ok_or_else(|| ApiError::not_found("refine run", &id.to_string()))?;
     caller.check_optional_project(run.project_id.as_deref())?;
     Ok(run)
-}
-
-fn accepted(run: &StoredRun, replayed: bool) -> Response {
-    let mut response = (StatusCode::ACCEPTED, Json(run)).into_response();
-    let headers = response.headers_mut();
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-runs/{}", run.id)) {
-        headers.insert(header::LOCATION, location);
-    }
-    if replayed {
-        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    response
 }
 
 /// Submit a whole plan: one refine job per phase (natural order, each with
@@ -181,48 +164,19 @@ async fn create_refine_run(
         .with("field", "plan.assignments"));
     }
 
-    let executor_name = opt_str(&body, "executor")?;
-    let executor = state.executors.resolve(executor_name).ok_or_else(|| {
-        ApiError::unprocessable(
-            "unknown_executor",
-            format!(
-                "executor {:?} is not configured (configured: {})",
-                executor_name.unwrap_or_default(),
-                state.executors.names().collect::<Vec<_>>().join(", ")
-            ),
-        )
-        .with("field", "executor")
-    })?;
+    let executor = resolve_executor(&state, opt_str(&body, "executor")?)?;
     let task_text = opt_str(&body, "task_text")?.map(str::to_owned).or_else(|| {
         plan.extra
             .get("task")
             .and_then(Value::as_str)
             .map(str::to_owned)
     });
-    let output_dir = match opt_str(&body, "output_dir")? {
-        None => None,
-        Some(dir) => {
-            let root = state.settings.output_root.as_deref().ok_or_else(|| {
-                ApiError::unprocessable(
-                    "output_not_allowed",
-                    "output_dir is set but the server has no PLANGATE_OUTPUT_ROOT",
-                )
-                .with("field", "output_dir")
-            })?;
-            let resolved = confine(root, dir, false).map_err(|reason| {
-                ApiError::unprocessable("output_not_allowed", format!("output_dir: {reason}"))
-                    .with("field", "output_dir")
-            })?;
-            Some(resolved.display().to_string())
-        }
-    };
+    let output_dir = confine_output_dir(&state, opt_str(&body, "output_dir")?)?;
     let project_id = Ident::parse_optional("project_id", opt_str(&body, "project_id")?)?;
     let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
     caller.check_optional_project(project_id.as_ref().map(Ident::as_str))?;
     let key = idempotency_key(&headers, opt_str(&body, "idempotency_key")?)?;
-    let mut hashed = body.clone();
-    hashed.remove("idempotency_key");
-    let request_hash = canonical_hash(&Value::Object(hashed));
+    let request_hash = body_hash(&body);
 
     let run_id = Uuid::now_v7();
     let run_request =
@@ -281,13 +235,14 @@ async fn create_refine_run(
         Created::New(id) => {
             metrics::counter!("refine_runs_created_total").increment(1);
             state.wake_workers().await;
-            Ok(accepted(&load_run(&state, &caller, id).await?, false))
+            let run = load_run(&state, &caller, id).await?;
+            Ok(accepted(&run, &format!("/v1/refine-runs/{id}"), false))
         }
-        Created::Existing(id) => Ok(accepted(&load_run(&state, &caller, id).await?, true)),
-        Created::KeyReused => Err(ApiError::unprocessable(
-            "idempotency_key_reused",
-            "this Idempotency-Key was used with a different body",
-        )),
+        Created::Existing(id) => {
+            let run = load_run(&state, &caller, id).await?;
+            Ok(accepted(&run, &format!("/v1/refine-runs/{id}"), true))
+        }
+        Created::KeyReused => Err(key_reused()),
     }
 }
 
@@ -308,7 +263,7 @@ async fn get_refine_run(
     Path(raw_id): Path<String>,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredRun>, ApiError> {
-    let id = parse_run_id(&raw_id)?;
+    let id = parse_id(&raw_id, "run")?;
     let run = load_run(&state, &caller, id).await?;
     let wait = query.wait.unwrap_or(0);
     if wait == 0 || run.status.is_terminal() {
@@ -348,7 +303,7 @@ async fn refine_run_result(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = load_run(&state, &caller, parse_run_id(&raw_id)?).await?;
+    let run = load_run(&state, &caller, parse_id(&raw_id, "run")?).await?;
     match run.result {
         Some(result) => Ok(Json(result)),
         None => Err(ApiError::conflict(
@@ -378,7 +333,7 @@ async fn cancel_refine_run(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredRun>, ApiError> {
-    let id = parse_run_id(&raw_id)?;
+    let id = parse_id(&raw_id, "run")?;
     load_run(&state, &caller, id).await?;
     let jobs = state
         .db
