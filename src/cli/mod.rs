@@ -81,12 +81,19 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Settings for the in-process commands: the config file and defaults.
+/// Settings for the in-process commands: the environment (`PLANGATE_WORKERS`,
+/// `PLANGATE_L0_CONCURRENCY`, `PLANGATE_PROMPT_TEMPLATE`, ...), then the config
+/// file, then the defaults — as for the server, minus its flags.
 fn cli_settings(config: Option<std::path::PathBuf>) -> Option<Settings> {
-    let args = ServeArgs {
-        config,
-        ..Default::default()
-    };
+    #[derive(clap::Parser)]
+    struct FromEnv {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let mut args = <FromEnv as clap::Parser>::try_parse_from(["plangate"])
+        .map(|e| e.serve)
+        .unwrap_or_default();
+    args.config = config.or(args.config);
     match Settings::resolve(&args) {
         Ok(settings) => Some(settings),
         Err(e) => {
