@@ -267,7 +267,18 @@ async fn validate_refuses_malformed_requests(app: TestApp) {
         .send()
         .await
         .expect("the server reads the body up to the limit, then answers");
-    expect_problem(chunked, 413, "body_too_large").await;
+    // The server closes the connection with the rest of the body unread, so TCP
+    // may reset it before the client has read the problem body: the status and
+    // content type arrive first and are the contract; the body is checked when it
+    // survives.
+    assert_eq!(chunked.status(), 413);
+    assert_eq!(
+        chunked.headers()["content-type"],
+        "application/problem+json"
+    );
+    if let Ok(body) = chunked.json::<serde_json::Value>().await {
+        assert_eq!(body["code"], "body_too_large", "{body}");
+    }
     app.shutdown().await;
 }
 
