@@ -249,8 +249,8 @@ pub struct L0Done<'a> {
     pub exit_code: Option<i32>,
     pub error: Option<&'a str>,
     pub output_excerpt: Option<&'a str>,
-    /// `None` when the L0 did not end on its own (cancelled): it will not be resumed.
-    pub outcome: Option<&'a Value>,
+    /// What a resumed job uses instead of running the L0 again.
+    pub outcome: &'a Value,
 }
 
 /// How a worker ends a job.
@@ -845,7 +845,7 @@ impl Database {
                 .bind(done.exit_code)
                 .bind(done.error)
                 .bind(done.output_excerpt)
-                .bind(done.outcome.map(Json))
+                .bind(Json(done.outcome))
                 .execute(&mut *tx)
                 .await?;
             }
@@ -1145,12 +1145,18 @@ impl Database {
         })
     }
 
-    /// Jobs by status (the `refine_jobs` gauge) and the runnable queue depth.
-    pub async fn refine_job_counts(&self) -> DbResult<Vec<(String, i64)>> {
+    /// Jobs by status (the `refine_jobs` gauge; `queued` is the queue depth).
+    /// `active_only` counts just the unfinished ones, which the partial indexes
+    /// cover, so the every-few-seconds refresh never scans the retained history.
+    pub async fn refine_job_counts(&self, active_only: bool) -> DbResult<Vec<(String, i64)>> {
+        let sql = if active_only {
+            "SELECT status, COUNT(*) FROM refine_jobs \
+             WHERE status IN ('queued', 'running', 'cancelling') GROUP BY status"
+        } else {
+            "SELECT status, COUNT(*) FROM refine_jobs GROUP BY status"
+        };
         Ok(on_pool!(self, |pool| {
-            sqlx::query_as("SELECT status, COUNT(*) FROM refine_jobs GROUP BY status")
-                .fetch_all(pool)
-                .await?
+            sqlx::query_as(sql).fetch_all(pool).await?
         }))
     }
 }

@@ -14,7 +14,7 @@ use sqlx::types::Json;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::refine_jobs::{Created, NewRefineJob, StoredJob};
+use super::refine_jobs::{Created, NewRefineJob};
 use super::task_lists::now;
 use super::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
@@ -29,12 +29,6 @@ pub struct NewRefineRun<'a> {
     pub request_hash: &'a str,
     /// One per phase, natural phase order; their `run_id` must be `id`.
     pub jobs: Vec<NewRefineJob<'a>>,
-}
-
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct PhaseJob {
-    pub job_id: Uuid,
-    pub status: JobStatus,
 }
 
 /// A refine run as the API shows it.
@@ -321,15 +315,5 @@ impl Database {
             tx.commit().await?;
             Ok(Some(final_status))
         })
-    }
-
-    /// The phase jobs of a run (for `GET /v1/refine-jobs?run_id=` the list is used;
-    /// this is the merge-side view).
-    pub async fn refine_run_jobs(&self, run_id: Uuid) -> DbResult<Vec<StoredJob>> {
-        let filter = super::refine_jobs::JobFilter {
-            run_id: Some(run_id),
-            ..Default::default()
-        };
-        self.refine_jobs(&filter, 10_000, None).await
     }
 }

@@ -490,7 +490,7 @@ impl JobSink for DbSink {
                     exit_code: f.run.exit_code,
                     error: o.error.as_deref(),
                     output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES)),
-                    outcome: Some(&o.outcome),
+                    outcome: &o.outcome,
                 }
             })
             .collect();
@@ -541,7 +541,22 @@ async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
             }
             Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
         }
-        if last_sweep.is_none_or(|t| t.elapsed() > Duration::from_secs(3600)) {
+        // Unfinished jobs every pass; the finished ones (a scan of the retained
+        // history) only with the hourly sweep.
+        let hourly = last_sweep.is_none_or(|t| t.elapsed() > Duration::from_secs(3600));
+        if let Ok(counts) = pool.db.refine_job_counts(!hourly).await {
+            for status in JobStatus::ALL
+                .into_iter()
+                .filter(|s| hourly || !s.is_terminal())
+            {
+                let n = counts
+                    .iter()
+                    .find(|(s, _)| s == status.as_str())
+                    .map_or(0, |(_, n)| *n);
+                metrics::gauge!("refine_jobs", "status" => status.as_str()).set(n as f64);
+            }
+        }
+        if hourly {
             let cutoff = Utc::now() - chrono_duration(pool.settings.retention);
             match pool.db.delete_refine_jobs_finished_before(cutoff).await {
                 Ok(0) => {}
@@ -559,15 +574,6 @@ async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "looking for runs to merge failed"),
-        }
-        if let Ok(counts) = pool.db.refine_job_counts().await {
-            for status in JobStatus::ALL {
-                let n = counts
-                    .iter()
-                    .find(|(s, _)| s == status.as_str())
-                    .map_or(0, |(_, n)| *n);
-                metrics::gauge!("refine_jobs", "status" => status.as_str()).set(n as f64);
-            }
         }
     }
 }
