@@ -173,17 +173,16 @@ fn collected_plans() -> Vec<Plan> {
         .collect()
 }
 
-async fn ok_json(app: &TestApp, response: reqwest::Response, what: &str) -> Value {
+async fn ok_json(response: reqwest::Response, what: &str) -> Value {
     let status = response.status();
     let body = response.text().await.unwrap();
     assert!(status.is_success(), "{what}: {status} {body}");
-    let _ = app;
     serde_json::from_str(&body).unwrap_or(Value::Null)
 }
 
 async fn get(app: &TestApp, path: &str) -> Value {
     let response = app.get(path).await;
-    ok_json(app, response, path).await
+    ok_json(response, path).await
 }
 
 /// Ids of seeded rows the exercise uses, read before plans are collected.
@@ -377,9 +376,9 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
             &json!({"status": "failed", "notes": "plan check"}),
         )
         .await;
-    let failed = ok_json(app, failed, "PATCH failed").await;
+    let failed = ok_json(failed, "PATCH failed").await;
     assert!(
-        !failed["cascaded"].as_array().map_or(true, Vec::is_empty),
+        !failed["cascaded"].as_array().is_none_or(Vec::is_empty),
         "the failure cascaded: {failed}"
     );
     // A new list next to the seeded ones.
@@ -397,7 +396,7 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
             &json!({"project_id": "project-3", "team_pk": "cycle-2", "created_by": "pm", "tasks": tasks}),
         )
         .await;
-    ok_json(app, created, "POST /v1/task-lists").await;
+    ok_json(created, "POST /v1/task-lists").await;
 
     // Jobs and runs: reads of seeded history, list pages with every filter.
     let (job, middle, run) = (seeded.job, seeded.middle_job, seeded.run);
@@ -454,12 +453,12 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
 
     // New work through the real workers: claim, L0 records, events, finish, merge.
     let created = app.post_json("/v1/refine-jobs", &refine_job_body()).await;
-    let created = ok_json(app, created, "POST /v1/refine-jobs").await;
+    let created = ok_json(created, "POST /v1/refine-jobs").await;
     let id = created["id"].as_str().unwrap().to_owned();
     let done = wait_terminal(app, &format!("/v1/refine-jobs/{id}")).await;
     assert_eq!(done["status"], "succeeded", "{done}");
     let created = app.post_json("/v1/refine-runs", &refine_run_body()).await;
-    let created = ok_json(app, created, "POST /v1/refine-runs").await;
+    let created = ok_json(created, "POST /v1/refine-runs").await;
     let run_id = created["id"].as_str().unwrap().to_owned();
     wait_terminal(app, &format!("/v1/refine-runs/{run_id}")).await;
     let cancel = app
