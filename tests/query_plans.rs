@@ -251,11 +251,12 @@ async fn seed(url: &str) -> Seeded {
     .fetch_one(&mut conn)
     .await
     .unwrap();
-    let middle_job: Uuid =
-        sqlx::query_scalar("SELECT id FROM refine_jobs ORDER BY id OFFSET 5000 LIMIT 1")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
+    let middle_job: Uuid = sqlx::query_scalar(
+        "SELECT id FROM refine_jobs WHERE status = 'succeeded' ORDER BY id OFFSET 4000 LIMIT 1",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
     let run: Uuid =
         sqlx::query_scalar("SELECT id FROM refine_runs ORDER BY created_at DESC LIMIT 1")
             .fetch_one(&mut conn)
