@@ -48,7 +48,8 @@ def task_list(project, team, n=100):
             "reads": [f"src/mod{p % 10}.rs"], "writes": [f"src/part{p}.rs"],
             "description": f"Implement part {p} of the feature.",
         })
-    return {"project_id": project, "team_pk": team, "created_by": "bench", "tasks": tasks}
+    return {"project_id": project, "team_pk": team, "created_by": "bench", "tasks": tasks,
+            "existing_files": [f"src/mod{i}.rs" for i in range(10)]}
 
 
 def refine_job():
