@@ -1,7 +1,7 @@
 -- A realistic history for a migrated, empty plangate database on Postgres, generated
 -- inside the server (INSERT … SELECT generate_series: no rows cross the wire, which
 -- beats COPY from a client). Used by bench/scale.sh (full size) and by the query-plan
--- test tests/query_plans.rs (small size). The size comes from settings set before this
+-- test tests/api/query_plans.rs (small size). The size comes from settings set before this
 -- file runs (psql `SET seed.lists = 10000;` or the test's SET statements):
 --   seed.projects        projects                            (200)
 --   seed.lists           task lists, spread over a year      (10000)

@@ -1,5 +1,5 @@
 -- SQLite twin of migrations/postgres/0005.
--- Indexes for a cluster with a long history (issue 17, checked by tests/query_plans.rs,
+-- Indexes for a cluster with a long history (issue 17, checked by tests/api/query_plans.rs,
 -- which fails on a sequential scan over a large table).
 -- Job gauges (both the every-pass count of unfinished jobs and the hourly count of
 -- all: an index-only scan) and `GET /v1/refine-jobs?status=`, newest first.

@@ -9,21 +9,20 @@
 //! The plans are of the statements the code really issues, not of copies of its SQL,
 //! so a new query is checked as soon as an exercised endpoint runs it.
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
+use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on};
 use chrono::Utc;
-use common::{Backend, FreshDatabase, TestApp, spawn_app_on};
 use plangate::db::refine_jobs::Lease;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use uuid::Uuid;
 
-const SEED: &str = include_str!("../bench/seed_postgres.sql");
+const SEED: &str = include_str!("../../bench/seed_postgres.sql");
 
 /// CI size: big enough that a sequential scan costs more than an index for every
 /// selective query (checked below), small enough to seed in seconds.
@@ -136,6 +135,21 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoticeCollector {
             NOTICES.lock().unwrap().push(text);
         }
     }
+}
+
+/// The process-wide subscriber, interested in Postgres notices only (other tests of
+/// this binary may share the process; nothing else of theirs is recorded).
+fn install_notice_collector() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let only_notices = tracing_subscriber::filter::filter_fn(|metadata| {
+            metadata.target() == "sqlx::postgres::notice"
+        });
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(NoticeCollector.with_filter(only_notices)),
+        )
+        .expect("no other global subscriber in the test binary");
+    });
 }
 
 /// One executed statement and its plan tree.
@@ -510,8 +524,7 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_queries_use_indexes_on_a_seeded_postgres() {
-    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(NoticeCollector))
-        .expect("the only subscriber of this test binary");
+    install_notice_collector();
 
     // 1. A migrated database (a first server), the template track, the history.
     let app = spawn_app_on(
