@@ -110,20 +110,35 @@ fn close(a: f64, b: f64) -> bool {
 
 #[tokio::test]
 async fn claude_json_envelope_with_cost_is_reported() {
-    let e = Executor::from_profile("cj", &command(None, &["claude-json", "0.0123", "1000", "200"], true))
-        .unwrap()
-        .with_prices(prices());
+    let e = Executor::from_profile(
+        "cj",
+        &command(None, &["claude-json", "0.0123", "1000", "200"], true),
+    )
+    .unwrap()
+    .with_prices(prices());
     let run = run_l0(&e, "P1-A1").await;
     let L0Outcome::Answer(text) = &run.outcome else {
         panic!("{run:?}")
     };
     assert!(text.starts_with("I reviewed assignment P1-A1"), "{text}");
-    assert!(text.contains("{\"missing_dep\": \"X\""), "the result string is unescaped");
+    assert!(
+        text.contains("{\"missing_dep\": \"X\""),
+        "the result string is unescaped"
+    );
     let u = &run.usage;
     assert_eq!(u.source, UsageSource::Reported);
-    assert_eq!(u.cost_usd, Some(0.0123), "a reported cost is kept, not re-priced");
     assert_eq!(
-        (u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens),
+        u.cost_usd,
+        Some(0.0123),
+        "a reported cost is kept, not re-priced"
+    );
+    assert_eq!(
+        (
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_input_tokens,
+            u.cache_creation_input_tokens
+        ),
         (Some(1000), Some(200), Some(5), Some(7))
     );
     assert_eq!(u.model.as_deref(), Some("claude-fake"));
@@ -132,17 +147,27 @@ async fn claude_json_envelope_with_cost_is_reported() {
 #[tokio::test]
 async fn claude_json_without_cost_is_priced_from_the_table_or_stays_unknown() {
     let p = command(None, &["claude-json", "none", "1000000", "100000"], true);
-    let priced = Executor::from_profile("cj", &p).unwrap().with_prices(prices());
+    let priced = Executor::from_profile("cj", &p)
+        .unwrap()
+        .with_prices(prices());
     let run = run_l0(&priced, "P1-A1").await;
     assert_eq!(run.usage.source, UsageSource::Priced);
     // 1M input × $3 + 100k output × $15 + 5 cache reads × $0.3 + 7 writes × $3.75 per MTok.
     let expected = 3.0 + 1.5 + 5.0 * 0.3 / 1e6 + 7.0 * 3.75 / 1e6;
-    assert!(close(run.usage.cost_usd.unwrap(), expected), "{:?}", run.usage);
+    assert!(
+        close(run.usage.cost_usd.unwrap(), expected),
+        "{:?}",
+        run.usage
+    );
 
     let unpriced = Executor::from_profile("cj", &p).unwrap();
     let run = run_l0(&unpriced, "P1-A1").await;
     assert_eq!(run.usage.cost_usd, None, "no built-in prices");
-    assert_eq!(run.usage.output_tokens, Some(100_000), "tokens are still known");
+    assert_eq!(
+        run.usage.output_tokens,
+        Some(100_000),
+        "tokens are still known"
+    );
 }
 
 #[tokio::test]
@@ -152,7 +177,10 @@ async fn claude_json_garbage_and_is_error_fail_the_l0() {
     let L0Outcome::Failed(reason) = &run.outcome else {
         panic!("garbage must fail: {run:?}")
     };
-    assert!(reason.contains("claude-json") && reason.contains("Lorem ipsum"), "{reason}");
+    assert!(
+        reason.contains("claude-json") && reason.contains("Lorem ipsum"),
+        "{reason}"
+    );
     assert_eq!(run.usage.source, UsageSource::Unknown);
     assert_eq!(run.usage.cost_usd, None);
 
@@ -161,8 +189,15 @@ async fn claude_json_garbage_and_is_error_fail_the_l0() {
     let L0Outcome::Failed(reason) = &run.outcome else {
         panic!("is_error must fail: {run:?}")
     };
-    assert!(reason.contains("is_error") && reason.contains("the model refused"), "{reason}");
-    assert_eq!(run.usage.cost_usd, Some(0.002), "a failed call's cost still counts");
+    assert!(
+        reason.contains("is_error") && reason.contains("the model refused"),
+        "{reason}"
+    );
+    assert_eq!(
+        run.usage.cost_usd,
+        Some(0.002),
+        "a failed call's cost still counts"
+    );
 
     // Plain text stays the default: the same envelope is an answer as it is.
     let text = Executor::from_profile("t", &command(None, &["claude-json", "0.5"], false)).unwrap();
@@ -267,7 +302,10 @@ async fn api_usage_is_read_and_failed_tries_still_count() {
             .with_backoff(Duration::from_millis(1), Duration::from_millis(5))
             .with_prices(prices());
         let run = run_l0(&e, "P1-A1").await;
-        assert!(matches!(run.outcome, L0Outcome::Answer(_)), "{api:?}: {run:?}");
+        assert!(
+            matches!(run.outcome, L0Outcome::Answer(_)),
+            "{api:?}: {run:?}"
+        );
         assert_eq!(run.tries, 2);
         assert_eq!(fake.hits.load(Ordering::SeqCst), 2);
         let u = &run.usage;
@@ -275,7 +313,12 @@ async fn api_usage_is_read_and_failed_tries_still_count() {
             Api::Anthropic => {
                 // Both tries: the failed one reported usage too.
                 assert_eq!(
-                    (u.input_tokens, u.output_tokens, u.cache_creation_input_tokens, u.cache_read_input_tokens),
+                    (
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_creation_input_tokens,
+                        u.cache_read_input_tokens
+                    ),
                     (Some(2000), Some(200), Some(20), Some(40))
                 );
                 assert_eq!(u.source, UsageSource::Priced);
@@ -286,7 +329,12 @@ async fn api_usage_is_read_and_failed_tries_still_count() {
             Api::Openai => {
                 // prompt_tokens include the cached ones: input = 1000 - 200 per try.
                 assert_eq!(
-                    (u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens),
+                    (
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_read_input_tokens,
+                        u.cache_creation_input_tokens
+                    ),
                     (Some(1600), Some(200), Some(400), None)
                 );
                 assert_eq!(u.model.as_deref(), Some("gpt-fake"));
@@ -335,7 +383,11 @@ fn configure(s: &mut Settings, dirs: &Dirs, fake_base: Option<&str>) {
     );
     s.executors.insert(
         "cj-unpriced".into(),
-        command(rec, &["claude-json", "none", "1000", "200", "claude-unpriced"], true),
+        command(
+            rec,
+            &["claude-json", "none", "1000", "200", "claude-unpriced"],
+            true,
+        ),
     );
     s.executors.insert(
         "cj-priced".into(),
@@ -450,9 +502,21 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     let project = json!({"project_id": "alpha", "team_pk": "t1"});
     let reported = submit(&app, &job_body(&ids, "cj", project.clone())).await;
     let unpriced = submit(&app, &job_body(&ids[..2], "cj-unpriced", project.clone())).await;
-    let priced = submit(&app, &job_body(&ids[..1], "cj-priced", json!({"project_id": "alpha", "team_pk": "t2"}))).await;
+    let priced = submit(
+        &app,
+        &job_body(
+            &ids[..1],
+            "cj-priced",
+            json!({"project_id": "alpha", "team_pk": "t2"}),
+        ),
+    )
+    .await;
     let api = submit(&app, &job_body(&ids[..2], "anthropic", project.clone())).await;
-    let other = submit(&app, &job_body(&ids[..1], "cj", json!({"project_id": "beta"}))).await;
+    let other = submit(
+        &app,
+        &job_body(&ids[..1], "cj", json!({"project_id": "beta"})),
+    )
+    .await;
     for id in [&reported, &unpriced, &priced, &api, &other] {
         let job = wait_job(&app, id).await;
         assert_eq!(job["status"], "succeeded", "{job}");
@@ -477,7 +541,10 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     let t = &job["usage"];
     assert_eq!(t["calls"], 3);
     assert!(close(cost(&t["cost_usd"]), 0.03), "{t}");
-    assert_eq!((t["input_tokens"].as_i64(), t["output_tokens"].as_i64()), (Some(3000), Some(600)));
+    assert_eq!(
+        (t["input_tokens"].as_i64(), t["output_tokens"].as_i64()),
+        (Some(3000), Some(600))
+    );
     assert_eq!(t["unpriced_calls"], 0);
     assert_eq!(job["budget"], Value::Null);
 
@@ -504,12 +571,24 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert!(close(cost(&rows[0]["usage"]["cost_usd"]), api_call));
 
     // The project: by executor and model, and overall.
-    let usage: Value = app.get("/v1/projects/alpha/usage").await.json().await.unwrap();
+    let usage: Value = app
+        .get("/v1/projects/alpha/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(usage["usage"]["calls"], 3 + 2 + 1 + 2, "{usage}");
-    assert_eq!(usage["usage"]["cost_usd"], Value::Null, "two calls are unpriced");
+    assert_eq!(
+        usage["usage"]["cost_usd"],
+        Value::Null,
+        "two calls are unpriced"
+    );
     assert_eq!(usage["usage"]["unpriced_calls"], 2);
     let known = 0.03 + expected_priced + 2.0 * api_call;
-    assert!(close(cost(&usage["usage"]["known_cost_usd"]), known), "{usage}");
+    assert!(
+        close(cost(&usage["usage"]["known_cost_usd"]), known),
+        "{usage}"
+    );
     let groups = usage["by_executor_model"].as_array().unwrap();
     let group = |executor: &str| {
         groups
@@ -523,11 +602,19 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert_eq!(group("cj-unpriced")["usage"]["cost_usd"], Value::Null);
     assert_eq!(group("cj-unpriced")["model"], "claude-unpriced");
     assert_eq!(group("anthropic")["executor_kind"], "anthropic");
-    assert!(close(cost(&group("anthropic")["usage"]["cost_usd"]), 2.0 * api_call));
+    assert!(close(
+        cost(&group("anthropic")["usage"]["cost_usd"]),
+        2.0 * api_call
+    ));
     assert_eq!(groups.len(), 4);
 
     // Filters: the cycle, and the time window.
-    let t2: Value = app.get("/v1/projects/alpha/usage?team_pk=t2").await.json().await.unwrap();
+    let t2: Value = app
+        .get("/v1/projects/alpha/usage?team_pk=t2")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(t2["usage"]["calls"], 1);
     assert!(close(cost(&t2["usage"]["cost_usd"]), expected_priced));
     let future: Value = app
@@ -545,19 +632,40 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(past["usage"]["calls"], 8);
-    let beta: Value = app.get("/v1/projects/beta/usage").await.json().await.unwrap();
+    let beta: Value = app
+        .get("/v1/projects/beta/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert!(close(cost(&beta["usage"]["cost_usd"]), 0.01));
 
     // Bad queries are clear 4xx.
-    expect_problem(app.get("/v1/projects/alpha/usage?since=yesterday").await, 400, "invalid_query").await;
     expect_problem(
-        app.get("/v1/projects/alpha/usage?since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z").await,
+        app.get("/v1/projects/alpha/usage?since=yesterday").await,
         400,
         "invalid_query",
     )
     .await;
-    expect_problem(app.get("/v1/projects/alpha/usage?bogus=1").await, 400, "invalid_query").await;
-    expect_problem(app.get("/v1/projects/bad%20id/usage").await, 422, "invalid_field").await;
+    expect_problem(
+        app.get("/v1/projects/alpha/usage?since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z")
+            .await,
+        400,
+        "invalid_query",
+    )
+    .await;
+    expect_problem(
+        app.get("/v1/projects/alpha/usage?bogus=1").await,
+        400,
+        "invalid_query",
+    )
+    .await;
+    expect_problem(
+        app.get("/v1/projects/%20/usage").await,
+        422,
+        "invalid_field",
+    )
+    .await;
 
     // Prometheus.
     let metrics = app.get("/metrics").await.text().await.unwrap();
@@ -570,7 +678,10 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
                 && l.contains("kind=\"output\"")
         })
         .unwrap_or_else(|| panic!("no l0_tokens_total:\n{metrics}"));
-    assert!(tokens.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 600.0, "{tokens}");
+    assert!(
+        tokens.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 600.0,
+        "{tokens}"
+    );
     assert!(
         metrics.lines().any(|l| l.starts_with("l0_cost_usd_total{")
             && l.contains("executor=\"anthropic\"")
@@ -593,7 +704,10 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
     let job = wait_job(&app, &id).await;
     assert_eq!(job["status"], "failed", "{job}");
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
-    assert!(job["error"]["message"].as_str().unwrap().contains("$0.015"), "{job}");
+    assert!(
+        job["error"]["message"].as_str().unwrap().contains("$0.015"),
+        "{job}"
+    );
     assert_eq!(job["budget"]["max_cost_usd"], 0.015);
     assert_eq!(job["budget"]["budget_action"], "finish");
     assert_eq!(job["usage"]["calls"], 2);
@@ -601,17 +715,28 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
 
     let mut started = dirs.started();
     started.sort();
-    assert_eq!(started, ["P1-A1", "P1-A2"], "the L0s not yet started never start");
+    assert_eq!(
+        started,
+        ["P1-A1", "P1-A2"],
+        "the L0s not yet started never start"
+    );
     let rows = assignments(&app, &id).await;
     let statuses: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
-    assert_eq!(statuses, ["valid", "valid", "pending", "pending", "pending"]);
+    assert_eq!(
+        statuses,
+        ["valid", "valid", "pending", "pending", "pending"]
+    );
     // The finished outcomes are kept: the partial result has every assignment,
     // the reviewed ones refined, the others unchanged.
     let result = &job["result"];
     assert_eq!(result["assignments"].as_array().unwrap().len(), 5, "{job}");
 
     // Output tokens too: 200 per call, a budget of 100 stops after the first batch.
-    let id = submit(&app, &job_body(&ids[..3], "cj", json!({"max_output_tokens": 100}))).await;
+    let id = submit(
+        &app,
+        &job_body(&ids[..3], "cj", json!({"max_output_tokens": 100})),
+    )
+    .await;
     let job = wait_job(&app, &id).await;
     assert_eq!(job["error"]["code"], "budget_exceeded");
     assert_eq!(job["usage"]["output_tokens"], 400);
@@ -622,10 +747,14 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
         (json!({"max_cost_usd": "1"}), "max_cost_usd"),
         (json!({"max_output_tokens": 1.5}), "max_output_tokens"),
         (json!({"budget_action": "kill"}), "budget_action"),
-        (json!({"max_cost_usd": 1, "budget_action": "stop"}), "budget_action"),
+        (
+            json!({"max_cost_usd": 1, "budget_action": "stop"}),
+            "budget_action",
+        ),
     ] {
         let p = expect_problem(
-            app.post_json("/v1/refine-jobs", &job_body(&ids[..1], "cj", extra)).await,
+            app.post_json("/v1/refine-jobs", &job_body(&ids[..1], "cj", extra))
+                .await,
             422,
             "invalid_context",
         )
@@ -646,13 +775,20 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
     );
     let id = submit(&app, &body).await;
     let job = wait_job(&app, &id).await;
-    assert!(started.elapsed() < Duration::from_secs(25), "the slow L0 was not killed");
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the slow L0 was not killed"
+    );
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
     assert_eq!(job["budget"]["budget_action"], "kill");
     let rows = assignments(&app, &id).await;
     assert_eq!(rows[0]["status"], "valid");
     assert_eq!(rows[1]["status"], "failed", "{rows:?}");
-    assert_eq!(rows[1]["usage"], Value::Null, "a killed call's cost is unknown");
+    assert_eq!(
+        rows[1]["usage"],
+        Value::Null,
+        "a killed call's cost is unknown"
+    );
     assert_eq!(job["usage"]["calls"], 1);
     // Its process group is gone.
     let pid: i32 = std::fs::read_to_string(dirs.record.join("P1-A2-slow.pid"))
@@ -718,12 +854,23 @@ async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) 
     };
     assert_eq!(run["status"], "failed", "{run}");
     let result = &run["result"];
-    assert_eq!(result["budget_exceeded_phases"].as_array().unwrap().len(), 1, "{result}");
-    assert_eq!(result["assignments"].as_array().unwrap().len(), 4, "{result}");
+    assert_eq!(
+        result["budget_exceeded_phases"].as_array().unwrap().len(),
+        1,
+        "{result}"
+    );
+    assert_eq!(
+        result["assignments"].as_array().unwrap().len(),
+        4,
+        "{result}"
+    );
     assert_eq!(run["usage"]["calls"], 2);
     assert!(close(cost(&run["usage"]["cost_usd"]), 0.02));
     let phases = result["phases"].as_object().unwrap();
-    let over: Vec<&Value> = phases.values().filter(|p| p["error_code"] == "budget_exceeded").collect();
+    let over: Vec<&Value> = phases
+        .values()
+        .filter(|p| p["error_code"] == "budget_exceeded")
+        .collect();
     assert_eq!(over.len(), 1, "{result}");
     assert_eq!(dirs.started().len(), 2);
     app.shutdown().await;
@@ -744,7 +891,10 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
 
     let before = chrono::Utc::now();
     let response = app
-        .post_json("/v1/refine-jobs", &job_body(&ids, "cj", json!({"project_id": "alpha"})))
+        .post_json(
+            "/v1/refine-jobs",
+            &job_body(&ids, "cj", json!({"project_id": "alpha"})),
+        )
         .await;
     let retry_after: u64 = response.headers()["retry-after"]
         .to_str()
@@ -758,7 +908,10 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
         .unwrap()
         .and_utc();
     let expected = (midnight - before).num_seconds() as u64;
-    assert!(retry_after.abs_diff(expected) <= 5, "{retry_after} vs {expected}");
+    assert!(
+        retry_after.abs_diff(expected) <= 5,
+        "{retry_after} vs {expected}"
+    );
     assert_eq!(p["retry_after_secs"], retry_after);
     assert_eq!(p["limit_usd"], 0.015);
     assert!(close(cost(&p["spent_usd"]), 0.02));
@@ -767,19 +920,40 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
     let run = json!({"plan": {"phases": [{"id": "P1", "name": "One", "goal": "g", "scope": "s",
         "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
         "assignments": [assignment("P1-A1")]}, "executor": "cj", "project_id": "alpha"});
-    expect_problem(app.post_json("/v1/refine-runs", &run).await, 429, "budget_exhausted").await;
-    let jobs: Value = app.get("/v1/refine-jobs?project_id=alpha").await.json().await.unwrap();
+    expect_problem(
+        app.post_json("/v1/refine-runs", &run).await,
+        429,
+        "budget_exhausted",
+    )
+    .await;
+    let jobs: Value = app
+        .get("/v1/refine-jobs?project_id=alpha")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1);
 
     // Another project, a project with its own limit, and no project: unaffected.
     submit(&app, &job_body(&ids, "cj", json!({"project_id": "beta"}))).await;
-    submit(&app, &job_body(&ids, "cj", json!({"project_id": "generous"}))).await;
+    submit(
+        &app,
+        &job_body(&ids, "cj", json!({"project_id": "generous"})),
+    )
+    .await;
     submit(&app, &job_body(&ids, "cj", json!({}))).await;
     app.shutdown().await;
 }
 
 /// A second server on the same database (the first one "crashed").
-async fn serve_on(database: &FreshDatabase, tweak: impl FnOnce(&mut Settings)) -> (String, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+async fn serve_on(
+    database: &FreshDatabase,
+    tweak: impl FnOnce(&mut Settings),
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
     let mut settings = settings_for(&database.url);
     tweak(&mut settings);
     let db = plangate::open_database(&settings).await.unwrap();
@@ -807,13 +981,26 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
         s.workers = 0;
     })
     .await;
-    let id = submit(&app, &job_body(&["P1-A1", "P1-A2"], "cj", json!({"project_id": "alpha"}))).await;
+    let id = submit(
+        &app,
+        &job_body(&["P1-A1", "P1-A2"], "cj", json!({"project_id": "alpha"})),
+    )
+    .await;
     let job_id: Uuid = id.parse().unwrap();
     let lease_until = chrono::Utc::now() + chrono::Duration::milliseconds(200);
-    let claimed = app.db.claim_refine_job(Uuid::new_v4(), lease_until).await.unwrap().unwrap();
+    let claimed = app
+        .db
+        .claim_refine_job(Uuid::new_v4(), lease_until)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claimed.lease.job_id, job_id);
     let both = ["P1-A1".to_owned(), "P1-A2".to_owned()];
-    app.db.l0s_started(claimed.lease, &both, claimed.attempt).await.unwrap().unwrap();
+    app.db
+        .l0s_started(claimed.lease, &both, claimed.attempt)
+        .await
+        .unwrap()
+        .unwrap();
     // P1-A1 ends and is stored with its cost; then the worker dies mid P1-A2.
     let usage = L0Usage {
         input_tokens: Some(10),
@@ -836,10 +1023,18 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
         usage: &usage,
         prompt_bytes: 123,
     };
-    let stored: Result<(), LeaseLost> = app.db.l0s_finished(claimed.lease, &[done], &[], &[]).await.unwrap();
+    let stored: Result<(), LeaseLost> = app
+        .db
+        .l0s_finished(claimed.lease, &[done], &[], &[])
+        .await
+        .unwrap();
     stored.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let reaped = app.db.reap_expired_refine_jobs(|_| Duration::ZERO).await.unwrap();
+    let reaped = app
+        .db
+        .reap_expired_refine_jobs(|_| Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(reaped.requeued, 1);
 
     // Another server resumes it: only P1-A2 runs again.
@@ -892,11 +1087,21 @@ async fn prompt_size_does_not_grow_with_the_task_text(backend: Backend) {
         let rows = assignments(&app, &id).await;
         sizes.push(rows[0]["prompt_bytes"].as_i64().unwrap());
         let prompt = std::fs::read_to_string(dirs.record.join("P1-A1.prompt")).unwrap();
-        assert!(!prompt.contains("great detail"), "the prompt inlines the task");
-        assert_eq!(prompt.len() as i64, rows[0]["prompt_bytes"].as_i64().unwrap());
+        assert!(
+            !prompt.contains("great detail"),
+            "the prompt inlines the task"
+        );
+        assert_eq!(
+            prompt.len() as i64,
+            rows[0]["prompt_bytes"].as_i64().unwrap()
+        );
     }
     assert_eq!(sizes[0], sizes[1], "prompt size grew with the task text");
-    assert!(sizes[1] < 16 * 1024, "{sizes:?} for a {} byte task", large.len());
+    assert!(
+        sizes[1] < 16 * 1024,
+        "{sizes:?} for a {} byte task",
+        large.len()
+    );
     app.shutdown().await;
 }
 
@@ -937,7 +1142,11 @@ fn cli_refine_prints_the_totals() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
-        stdout.lines().last().unwrap().starts_with("phase_refined_path = "),
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("phase_refined_path = "),
         "{stdout}"
     );
     // The example phase has three assignments, $0.25 each.

@@ -200,8 +200,8 @@ mod tests {
         assert_eq!(no_cost.usage.model.as_deref(), Some("m"));
         assert_eq!(no_cost.usage.source, UsageSource::Reported);
 
-        let err = claude_json(r#"{"type":"result","is_error":true,"result":"boom"}"#, None)
-            .unwrap();
+        let err =
+            claude_json(r#"{"type":"result","is_error":true,"result":"boom"}"#, None).unwrap();
         assert!(err.is_error);
         assert!(claude_json("not json", None).is_err());
         assert!(claude_json("[1]", None).is_err());

@@ -317,9 +317,16 @@ pub fn refine_run(
                 let _permit = gate.acquire_owned().await;
                 let phase_id = context.phase_id.clone();
                 let prefix = format!("[{phase_id}] ");
-                let outcome =
-                    refine_one(&settings, executor, context, Some(plan), &run_dir, prefix, usage)
-                        .await;
+                let outcome = refine_one(
+                    &settings,
+                    executor,
+                    context,
+                    Some(plan),
+                    &run_dir,
+                    prefix,
+                    usage,
+                )
+                .await;
                 let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
                 match &outcome {
                     Ok(_) => eprintln!("phase {phase_id} done ({n}/{phases} phases)"),

@@ -61,25 +61,26 @@ impl Database {
         if job_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let rows: Vec<(Uuid, i64, i64, i64, i64, i64, f64, i64, i64, i64)> =
-            on_pool!(self, |pool| {
-                let mut q = QueryBuilder::new(format!(
-                    "SELECT l.job_id, {TOTALS} FROM refine_l0_runs l \
+        type JobSumsRow = (Uuid, i64, i64, i64, i64, i64, f64, i64, i64, i64);
+        let rows: Vec<JobSumsRow> = on_pool!(self, |pool| {
+            let mut q = QueryBuilder::new(format!(
+                "SELECT l.job_id, {TOTALS} FROM refine_l0_runs l \
                      WHERE l.usage_source IS NOT NULL AND l.job_id IN ("
-                ));
-                let mut sep = q.separated(", ");
-                for id in job_ids {
-                    sep.push_bind(*id);
-                }
-                q.push(") GROUP BY l.job_id");
-                q.build_query_as().fetch_all(pool).await?
-            });
+            ));
+            let mut sep = q.separated(", ");
+            for id in job_ids {
+                sep.push_bind(*id);
+            }
+            q.push(") GROUP BY l.job_id");
+            q.build_query_as().fetch_all(pool).await?
+        });
         Ok(job_ids
             .iter()
             .map(|id| {
-                let found = rows.iter().find(|r| r.0 == *id).map(|r| {
-                    totals((r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9))
-                });
+                let found = rows
+                    .iter()
+                    .find(|r| r.0 == *id)
+                    .map(|r| totals((r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9)));
                 (*id, found.unwrap_or_default())
             })
             .collect())
@@ -144,7 +145,10 @@ impl Database {
             }};
         }
         let (all, groups): (SumsRow, Vec<GroupRow>) = on_pool!(self, |pool| {
-            let all = usage_query!("", "").build_query_as().fetch_one(pool).await?;
+            let all = usage_query!("", "")
+                .build_query_as()
+                .fetch_one(pool)
+                .await?;
             let groups = usage_query!(
                 "j.executor, j.executor_kind, l.usage_model, ",
                 " GROUP BY j.executor, j.executor_kind, l.usage_model \
@@ -202,7 +206,11 @@ impl Database {
     }
 
     /// The known cost of a project's calls that ended at or after `since`.
-    pub async fn project_cost_since(&self, project_id: &str, since: DateTime<Utc>) -> DbResult<f64> {
+    pub async fn project_cost_since(
+        &self,
+        project_id: &str,
+        since: DateTime<Utc>,
+    ) -> DbResult<f64> {
         Ok(on_pool!(self, |pool| {
             sqlx::query_scalar(
                 "SELECT COALESCE(SUM(cost_usd), 0.0) FROM refine_l0_runs \

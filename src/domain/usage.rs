@@ -519,13 +519,22 @@ mod tests {
             Budget::from_fields(None, None, Some(&json!(null))).unwrap(),
             Budget::default()
         );
-        let field = |c, t, a| Budget::from_fields(c, t, a).unwrap_err().field;
-        assert_eq!(field(Some(&json!(0)), None, None), "max_cost_usd");
-        assert_eq!(field(Some(&json!("1")), None, None), "max_cost_usd");
-        assert_eq!(field(None, Some(&json!(1.5)), None), "max_output_tokens");
-        assert_eq!(field(None, Some(&json!(-1)), None), "max_output_tokens");
-        assert_eq!(field(Some(&json!(1)), None, Some(&json!("stop"))), "budget_action");
-        assert_eq!(field(None, None, Some(&json!("kill"))), "budget_action");
+        let field = |c: Option<serde_json::Value>,
+                     t: Option<serde_json::Value>,
+                     a: Option<serde_json::Value>| {
+            Budget::from_fields(c.as_ref(), t.as_ref(), a.as_ref())
+                .unwrap_err()
+                .field
+        };
+        assert_eq!(field(Some(json!(0)), None, None), "max_cost_usd");
+        assert_eq!(field(Some(json!("1")), None, None), "max_cost_usd");
+        assert_eq!(field(None, Some(json!(1.5)), None), "max_output_tokens");
+        assert_eq!(field(None, Some(json!(-1)), None), "max_output_tokens");
+        assert_eq!(
+            field(Some(json!(1)), None, Some(json!("stop"))),
+            "budget_action"
+        );
+        assert_eq!(field(None, None, Some(json!("kill"))), "budget_action");
     }
 
     #[test]

@@ -10,11 +10,11 @@ use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use crate::db::DbError;
-use crate::db::usage::{UsageFilter, UsageGroup};
-use crate::domain::usage::UsageTotals;
 use crate::db::task_lists::{StatusScope, Team};
+use crate::db::usage::{UsageFilter, UsageGroup};
 use crate::domain::dispatch::{WaveCounts, snapshot};
 use crate::domain::ids::Ident;
+use crate::domain::usage::UsageTotals;
 use crate::error::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -132,11 +132,10 @@ async fn project_usage(
     if let (Some(since), Some(until)) = (query.since, query.until)
         && since > until
     {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            "since must not be after until",
-        )
-        .with("field", "since"));
+        return Err(
+            ApiError::bad_request("invalid_query", "since must not be after until")
+                .with("field", "since"),
+        );
     }
     let filter = UsageFilter {
         since: query.since,

@@ -24,10 +24,10 @@ use super::extract::{Json, Path, Query};
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, StoredJob, StoredL0};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
-use crate::domain::usage::Budget;
 use crate::domain::refine::{
     PhaseContext, RefineInputError, batches, context_from_value, is_valid_id, plan_from_value,
 };
+use crate::domain::usage::Budget;
 use crate::error::{ApiError, ForbiddenProject, Problem};
 use crate::jobs::request::{StoredRequest, confine};
 

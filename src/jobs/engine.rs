@@ -14,11 +14,11 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::agents::{Executor, L0Request, L0Run};
-use crate::domain::usage::BudgetAction;
 use crate::domain::refine::{
     Assignment, Classified, L0Outcome, NEXT_BATCH, PhaseContext, PlanDocument, RefineOutput,
     batches, build_packets, classify, refine_phase, render_prompt,
 };
+use crate::domain::usage::BudgetAction;
 
 /// Why the engine stopped before producing a result.
 #[derive(Debug, thiserror::Error)]
@@ -268,11 +268,7 @@ type Running = JoinSet<(
 )>;
 
 /// Kills what still runs, waits for it to be reaped, and returns `stop`.
-async fn stop_running(
-    mut running: Running,
-    switches: &Switches,
-    stop: Stop,
-) -> Stop {
+async fn stop_running(mut running: Running, switches: &Switches, stop: Stop) -> Stop {
     switches.kill.cancel();
     while running.join_next().await.is_some() {}
     stop
