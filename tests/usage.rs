@@ -886,8 +886,17 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
     .await;
     let ids = ["P1-A1", "P1-A2"];
     // Under the limit when it starts; $0.02 spent by its end.
-    let first = submit(&app, &job_body(&ids, "cj", json!({"project_id": "alpha"}))).await;
+    let keyed = job_body(
+        &ids,
+        "cj",
+        json!({"project_id": "alpha", "idempotency_key": "k1"}),
+    );
+    let first = submit(&app, &keyed).await;
     wait_job(&app, &first).await;
+    // A retry of that create still replays it.
+    let replay = app.post_json("/v1/refine-jobs", &keyed).await;
+    assert_eq!(replay.status(), 202);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
 
     let before = chrono::Utc::now();
     let response = app

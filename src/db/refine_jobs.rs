@@ -625,6 +625,17 @@ impl Database {
         }
     }
 
+    /// Whether a job holds this idempotency key (a create with it replays).
+    pub async fn refine_job_key_exists(&self, key: &str) -> DbResult<bool> {
+        let n: i64 = on_pool!(self, |pool| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM refine_jobs WHERE idempotency_key = $1")
+                .bind(key)
+                .fetch_one(pool)
+                .await?
+        });
+        Ok(n > 0)
+    }
+
     pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<StoredJob>> {
         let row: Option<JobRow> = on_pool!(self, |pool| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(

@@ -224,6 +224,17 @@ impl Database {
         .transpose()
     }
 
+    /// Whether a run holds this idempotency key (a create with it replays).
+    pub async fn refine_run_key_exists(&self, key: &str) -> DbResult<bool> {
+        let n: i64 = on_pool!(self, |pool| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE idempotency_key = $1")
+                .bind(key)
+                .fetch_one(pool)
+                .await?
+        });
+        Ok(n > 0)
+    }
+
     pub async fn refine_run_exists(&self, id: Uuid) -> DbResult<bool> {
         let n: i64 = on_pool!(self, |pool| {
             sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE id = $1")

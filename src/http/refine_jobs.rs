@@ -460,7 +460,14 @@ async fn create_refine_job(
     require_json(&headers)?;
     let valid = validate_submission(&state, &headers, &body)?;
     caller.check_optional_project(valid.project_id.as_ref().map(Ident::as_str))?;
-    check_daily_limit(&state, valid.project_id.as_ref()).await?;
+    // A retry of a create that went through replays it, limit or not.
+    let replay = match valid.idempotency_key.as_deref() {
+        Some(key) => state.db.refine_job_key_exists(key).await?,
+        None => false,
+    };
+    if !replay {
+        check_daily_limit(&state, valid.project_id.as_ref()).await?;
+    }
     if let Some(run_id) = valid.run_id
         && !state.db.refine_run_exists(run_id).await?
     {

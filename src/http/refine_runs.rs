@@ -194,7 +194,14 @@ async fn create_refine_run(
     caller.check_optional_project(project_id.as_ref().map(Ident::as_str))?;
     let key = idempotency_key(&headers, opt_str(&body, "idempotency_key")?)?;
     let budget = budget_fields(&body).map_err(invalid_plan)?;
-    check_daily_limit(&state, project_id.as_ref()).await?;
+    // A retry of a create that went through replays it, limit or not.
+    let replay = match key.as_deref() {
+        Some(key) => state.db.refine_run_key_exists(key).await?,
+        None => false,
+    };
+    if !replay {
+        check_daily_limit(&state, project_id.as_ref()).await?;
+    }
     let request_hash = body_hash(&body);
 
     let run_id = Uuid::now_v7();
