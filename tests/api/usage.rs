@@ -3,18 +3,18 @@
 //! (`tests/fixtures/l0/l0.sh claude-json`), real local HTTP servers speaking the
 //! Anthropic and OpenAI APIs, the real server on both back-ends, and the CLI.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::common::{
+    Backend, FreshDatabase, TestApp, expect_problem, settings_for, spawn_app_with,
+};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use common::{Backend, FreshDatabase, TestApp, expect_problem, settings_for, spawn_app_with};
 use plangate::agents::{Executor, L0Request, L0Run};
 use plangate::config::{ExecutorKind, ExecutorProfile, Settings};
 use plangate::domain::refine::{Assignment, L0Outcome, L0Packet};
@@ -468,22 +468,7 @@ fn cost(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a cost: {v}"))
 }
 
-macro_rules! both {
-    ($($name:ident),+ $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(super::Backend::Sqlite).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$name(super::Backend::Postgres).await;
-            }
-        }
-    )+};
-}
-
-both!(
+both_backends!(
     assignments_jobs_and_projects_show_usage,
     budget_hit_mid_batch_starts_no_further_l0,
     budget_kill_stops_running_l0s,
@@ -1128,7 +1113,7 @@ fn cli_refine_prints_the_totals() {
         ),
     )
     .unwrap();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/refine");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_plangate"));
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("PLANGATE_") || key == "DATABASE_URL" {
