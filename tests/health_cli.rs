@@ -60,7 +60,7 @@ async fn follows_the_bind_setting(app: TestApp) {
     app.shutdown().await;
 }
 
-common::both_backends!(follows_the_bind_setting);
+both_backends!(follows_the_bind_setting);
 
 #[test]
 fn nothing_listening_is_unhealthy_with_one_line() {
