@@ -178,7 +178,7 @@ replica_launch() { # NAME LOGFILE: start it in the background, set PID[NAME]
         podman run -d --name "$ctr" --network=host "${SECURITY_FLAGS[@]}" \
             -v "$REC:/record" "${envs[@]}" \
             -e PLANGATE_BIND="127.0.0.1:$(( PORT_BASE + idx - 1 ))" \
-            "$IMAGE" serve >/dev/null
+            "$IMAGE" serve >/dev/null 2>>"$WORK/podman.err"
         PID[$name]=$ctr
         # The container's output as it comes; `podman logs -f` ends when it exits.
         podman logs -f "$ctr" >"$logf" 2>&1 &
