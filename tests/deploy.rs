@@ -677,9 +677,12 @@ fn flags_from_deployment(deployment: &Value) -> BTreeSet<String> {
             .iter()
             .find(|v| v["name"] == mount["name"])
             .unwrap_or_else(|| panic!("volumeMount {} names no volume", mount["name"]));
-        let size = volume["emptyDir"]["sizeLimit"]
-            .as_str()
-            .unwrap_or_else(|| panic!("volume {} must be an emptyDir with a sizeLimit", volume["name"]));
+        let size = volume["emptyDir"]["sizeLimit"].as_str().unwrap_or_else(|| {
+            panic!(
+                "volume {} must be an emptyDir with a sizeLimit",
+                volume["name"]
+            )
+        });
         let path = mount["mountPath"].as_str().expect("mountPath");
         flags.insert(format!(
             "--tmpfs={path}:rw,size={},mode=1777",
@@ -712,7 +715,13 @@ fn container_test_flags_are_the_manifest_security_settings() {
         script.contains("docker/security.flags"),
         ".ci/container.sh must read docker/security.flags"
     );
-    for flag in ["--privileged", "--cap-add", "seccomp=unconfined", "--user=0", "--user=root"] {
+    for flag in [
+        "--privileged",
+        "--cap-add",
+        "seccomp=unconfined",
+        "--user=0",
+        "--user=root",
+    ] {
         assert!(
             !script.contains(flag),
             ".ci/container.sh adds {flag} beside docker/security.flags"

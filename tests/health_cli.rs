@@ -48,7 +48,10 @@ async fn follows_the_bind_setting(app: TestApp) {
             health(&[], &[("PLANGATE_BIND", &exact)]),
             health(&[], &[("PLANGATE_BIND", &wildcard)]),
             health(&["--bind", &exact], &[("PLANGATE_BIND", "127.0.0.1:1")]),
-            health(&[], &[("PLANGATE_CONFIG", config.to_str().expect("utf-8 path"))]),
+            health(
+                &[],
+                &[("PLANGATE_CONFIG", config.to_str().expect("utf-8 path"))],
+            ),
         )
     })
     .await

@@ -49,8 +49,9 @@ pub fn probe(addr: SocketAddr, timeout: Duration) -> Result<(), ProbeError> {
     };
     let mut stream = TcpStream::connect_timeout(&addr, left()?).map_err(io)?;
     stream.set_write_timeout(Some(left()?)).map_err(io)?;
-    let request =
-        format!("GET {PATH} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: plangate-health\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "GET {PATH} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: plangate-health\r\nConnection: close\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).map_err(io)?;
 
     // Read until the status line is complete (or the server closes).
