@@ -14,9 +14,6 @@
 #       ca-certificates (what the public image adds), this machine's Rust 1.95
 #       toolchain (bin/ and lib/, not its docs) and this machine's CA bundle, so
 #       cargo can reach the crate registry;
-#   docker.io/library/postgres:15-bookworm   that root filesystem plus Debian's
-#       postgresql-15 and an entrypoint honouring POSTGRES_USER / POSTGRES_PASSWORD /
-#       POSTGRES_DB like the public image's (for docker/compose.yaml).
 # Needs root (debootstrap), podman set up by .ci/container-setup.sh, and the
 # Rust 1.95 toolchain (rustup) on this machine.
 set -euo pipefail
@@ -24,7 +21,6 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim
 RUST_IMAGE=docker.io/library/rust:1.95-slim-bookworm
-POSTGRES_IMAGE=docker.io/library/postgres:15-bookworm
 RUST_TOOLCHAIN=1.95.0-x86_64-unknown-linux-gnu
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
