@@ -98,9 +98,16 @@ podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$DEBIAN_IMAGE"
 if have "$RUST_IMAGE"; then
     step "$RUST_IMAGE exists: skipped"
 else
-    step "$RUST_IMAGE: $DEBIAN_IMAGE + gcc, libc6-dev, ca-certificates + Rust $RUST_TOOLCHAIN"
-    TOOLCHAIN="${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$RUST_TOOLCHAIN"
-    [[ -x "$TOOLCHAIN/bin/cargo" ]] || { echo "no Rust toolchain at $TOOLCHAIN" >&2; exit 1; }
+    step "$RUST_IMAGE: $DEBIAN_IMAGE + gcc, libc6-dev, ca-certificates + Rust 1.95"
+    # Any installed rustup toolchain that is Rust 1.95 (1.95.0, stable, ...).
+    TOOLCHAIN=
+    for dir in "${RUSTUP_HOME:-$HOME/.rustup}"/toolchains/*-x86_64-unknown-linux-gnu; do
+        if [[ -x "$dir/bin/cargo" ]] && "$dir/bin/rustc" --version | grep -q '^rustc 1\.95\.'; then
+            TOOLCHAIN=$dir
+            break
+        fi
+    done
+    [[ -n "$TOOLCHAIN" ]] || { echo "no Rust 1.95 toolchain under ${RUSTUP_HOME:-$HOME/.rustup}/toolchains" >&2; exit 1; }
     WORK=$(mktemp -d /var/tmp/plangate-bases.XXXXXX)
     mkdir -p "$WORK/toolchain"
     # bin/ and lib/ only: share/ is documentation (about 800 MB).
