@@ -3,11 +3,9 @@
 //! config file's `bind`) puts it, probe 0.0.0.0 on loopback, and fail with exit 1
 //! and one line when nothing healthy answers.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::TestApp;
+use crate::common::TestApp;
 
 fn health(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_plangate"));
