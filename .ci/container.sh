@@ -94,7 +94,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'log "interrupted (signal or the ${TIMEOUT_SECS} s limit)"; exit 124' INT TERM
 
-# The Deployment's security settings as run flags (tests/deploy.rs checks they
+# The Deployment's security settings as run flags (tests/api/deploy.rs checks they
 # agree with docker/k8s/deployment.yaml); every test container gets all of them.
 mapfile -t SECURITY_FLAGS < <(sed 's/#.*//; /^[[:space:]]*$/d' docker/security.flags)
 (( ${#SECURITY_FLAGS[@]} > 0 )) || die "docker/security.flags lists no flag"
@@ -385,7 +385,7 @@ PLANGATE_FAULT_MODE=container PLANGATE_FAULT_IMAGE="$L0_IMAGE" PLANGATE_FAULT_RE
 (( PIPESTATUS[0] == 0 )) || die "the replicated container run failed"
 figure "replicated run (2 containers, 100 jobs)" "$(elapsed "$t" "$(now)") s"
 
-# docker/compose.yaml is linted (.ci/lint-deploy, tests/deploy.rs), not run here:
+# docker/compose.yaml is linted (.ci/lint-deploy, tests/api/deploy.rs), not run here:
 # Debian's podman-compose 1.0.3 does not run it as Docker Compose does (see
 # docker/README.md, "Compose").
 
