@@ -40,10 +40,24 @@
 #   PLANGATE_FAULT_JOBS        jobs [500]
 #   PLANGATE_FAULT_TIMEOUT     hard limit for the whole script, seconds [600]
 #   PLANGATE_FAULT_KEEP        1 = keep the database and the temp dir [off]
+#   PLANGATE_FAULT_MODE        process (default) or container: the replicas are
+#                              containers of PLANGATE_FAULT_IMAGE (.ci/container.sh)
+#
+# Container mode (issue 12): the replicas are `podman run` containers of an image
+# with the test L0 and its profile baked in (docker/l0-agent/Dockerfile; its
+# default executor records into /record, mounted from the temp dir), started with
+# docker/security.flags on the host network at 127.0.0.1:PORT_BASE+i; SIGKILL is
+# `podman kill --signal KILL`, SIGTERM `podman stop` (exit status 0 required). The
+# Postgres restart is not offered. Its variables:
+#   PLANGATE_FAULT_IMAGE       the image (required in container mode)
+#   PLANGATE_FAULT_REPLICAS    replicas [3; container mode: 2]
+#   PLANGATE_FAULT_PORT_BASE   first fixed port [18220]
+#   PLANGATE_FAULT_DB_PREFIX   database name prefix [plangate_fault; container: container_fault]
 # Exit status 0 when every invariant holds. Children are killed on any exit.
 set -euo pipefail
 
 TIMEOUT_SECS="${PLANGATE_FAULT_TIMEOUT:-600}"
+MODE="${PLANGATE_FAULT_MODE:-process}"
 if [[ -z "${PLANGATE_FAULT_INNER:-}" ]]; then
     # The hard overall limit: SIGTERM at the limit (the trap cleans up), SIGKILL 20 s later.
     export PLANGATE_FAULT_INNER=1
@@ -57,7 +71,22 @@ JOBS="${PLANGATE_FAULT_JOBS:-500}"
 ASSIGNMENTS=8
 PG_ADMIN="${PLANGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 PG_BASE="${PG_ADMIN%/*}"
-DB="plangate_fault_$(date +%s)_$$"
+if [[ "$MODE" == container ]]; then
+    IMAGE="${PLANGATE_FAULT_IMAGE:?container mode needs PLANGATE_FAULT_IMAGE}"
+    DB_PREFIX="${PLANGATE_FAULT_DB_PREFIX:-container_fault}"
+    REPLICA_COUNT="${PLANGATE_FAULT_REPLICAS:-2}"
+    PORT_BASE="${PLANGATE_FAULT_PORT_BASE:-18220}"
+    mapfile -t SECURITY_FLAGS < <(sed 's/#.*//; /^[[:space:]]*$/d' "$ROOT/docker/security.flags")
+elif [[ "$MODE" == process ]]; then
+    DB_PREFIX="${PLANGATE_FAULT_DB_PREFIX:-plangate_fault}"
+    REPLICA_COUNT="${PLANGATE_FAULT_REPLICAS:-3}"
+else
+    echo "PLANGATE_FAULT_MODE must be process or container, not $MODE" >&2
+    exit 2
+fi
+REPLICAS=()
+for i in $(seq 1 "$REPLICA_COUNT"); do REPLICAS+=("r$i"); done
+DB="${DB_PREFIX}_$(date +%s)_$$"
 DB_URL="$PG_BASE/$DB"
 BIN="$ROOT/target/debug/plangate"
 LEASE=3
@@ -72,7 +101,7 @@ now() { date +%s.%N; }
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/plangate-fault.XXXXXX")
 REC="$WORK/record"
 mkdir -p "$REC"
-declare -A PID=() ADDR=() WORKER=() GEN=()
+declare -A PID=() ADDR=() WORKER=() GEN=() LOGGER=()
 POLLERS=()
 DB_CREATED=
 OK=
@@ -82,10 +111,10 @@ cleanup() {
     trap - EXIT INT TERM
     for p in "${POLLERS[@]}"; do kill "$p" 2>/dev/null || true; done
     for name in "${!PID[@]}"; do
-        if [[ -n "${PID[$name]}" ]]; then kill -KILL "${PID[$name]}" 2>/dev/null || true; fi
+        if [[ -n "${PID[$name]}" ]]; then replica_signal "$name" KILL 2>/dev/null || true; fi
     done
     for name in "${!PID[@]}"; do
-        if [[ -n "${PID[$name]}" ]]; then wait "${PID[$name]}" 2>/dev/null || true; fi
+        if [[ -n "${PID[$name]}" ]]; then replica_wait "$name" 2>/dev/null || true; fi
     done
     if [[ -n "$DB_CREATED" && "${PLANGATE_FAULT_KEEP:-}" != 1 ]]; then
         psql "$PG_ADMIN" -qXc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
@@ -95,7 +124,7 @@ cleanup() {
     elif [[ -n "$OK" ]]; then
         rm -rf "$WORK"
     else
-        rm -f "$REC"/*.prompt "$REC"/*.pid "$REC"/*.l0pid
+        rm -f "$REC"/*.prompt "$REC"/*.pid "$REC"/*.l0pid 2>/dev/null || true
         echo "logs kept in $WORK"
     fi
     exit "$status"
@@ -107,9 +136,15 @@ sql() { psql "$DB_URL" -AtqX -v ON_ERROR_STOP=1 -c "$1"; }
 
 # ---------------------------------------------------------------------------
 log "setup: $WORK, database $DB"
-if [[ ! -x "$BIN" ]]; then
+if [[ "$MODE" == process && ! -x "$BIN" ]]; then
     log "building target/debug/plangate"
     SQLX_OFFLINE=true cargo build --quiet --bin plangate
+fi
+if [[ "$MODE" == container ]]; then
+    podman image exists "$IMAGE" || die "no image $IMAGE (build it with .ci/container.sh)"
+    # The containers' user (UID 10001) records its L0 runs here.
+    chmod 755 "$WORK"
+    chmod 1777 "$REC"
 fi
 pg_isready -q -h 127.0.0.1 -p 5432 || die "Postgres is not running on 127.0.0.1:5432"
 psql "$PG_ADMIN" -qXc "CREATE DATABASE $DB" >/dev/null
@@ -124,24 +159,77 @@ timeout_secs = 60
 EOF
 : >"$WORK/faults.tsv"
 
-# start_replica NAME: a fresh process on 127.0.0.1:0; waits for its address and /readyz.
+# The replica primitives, per mode. PID[NAME] is the process id or the container name.
+ENV_SETTINGS=(
+    DATABASE_URL="$DB_URL" PLANGATE_LEASE_SECS=$LEASE PLANGATE_HEARTBEAT_SECS=1
+    PLANGATE_REAPER_INTERVAL_SECS=1 PLANGATE_MAX_ATTEMPTS=$MAX_ATTEMPTS
+    PLANGATE_SHUTDOWN_GRACE_SECS=$GRACE PLANGATE_WORKERS=4 PLANGATE_LOG_FORMAT=json RUST_LOG=info
+)
+replica_launch() { # NAME LOGFILE: start it in the background, set PID[NAME]
+    local name=$1 logf=$2
+    if [[ "$MODE" == process ]]; then
+        env -i PATH="$PATH" HOME="${HOME:-/tmp}" "${ENV_SETTINGS[@]}" \
+            PLANGATE_BIND=127.0.0.1:0 PLANGATE_CONFIG="$WORK/plangate.toml" \
+            "$BIN" serve >"$logf" 2>&1 &
+        PID[$name]=$!
+    else
+        local idx=${name#r} ctr="plangate-fault-$name-${GEN[$name]}-$$" envs=() kv
+        for kv in "${ENV_SETTINGS[@]}"; do envs+=(-e "$kv"); done
+        podman run -d --name "$ctr" --network=host "${SECURITY_FLAGS[@]}" \
+            -v "$REC:/record" "${envs[@]}" \
+            -e PLANGATE_BIND="127.0.0.1:$(( PORT_BASE + idx - 1 ))" \
+            "$IMAGE" serve >/dev/null 2>>"$WORK/podman.err"
+        PID[$name]=$ctr
+        # The container's output as it comes; `podman logs -f` ends when it exits.
+        podman logs -f "$ctr" >"$logf" 2>&1 &
+        LOGGER[$name]=$!
+    fi
+}
+replica_alive() { # NAME
+    if [[ "$MODE" == process ]]; then
+        kill -0 "${PID[$1]}" 2>/dev/null
+    else
+        [[ "$(podman inspect --format '{{.State.Running}}' "${PID[$1]}" 2>/dev/null)" == true ]]
+    fi
+}
+replica_signal() { # NAME KILL|TERM
+    if [[ "$MODE" == process ]]; then
+        kill -"$2" "${PID[$1]}"
+    elif [[ "$2" == KILL ]]; then
+        podman kill --signal KILL "${PID[$1]}" >/dev/null
+    else
+        # podman stop: SIGTERM (the image's STOPSIGNAL), SIGKILL after --stop-timeout.
+        podman stop "${PID[$1]}" >/dev/null
+    fi
+}
+replica_wait() { # NAME: wait for the exit, print nothing, return its status
+    local status=0
+    if [[ "$MODE" == process ]]; then
+        wait "${PID[$1]}" || status=$?
+    else
+        status=$(podman wait "${PID[$1]}" 2>/dev/null | tail -n 1)
+        # Let the log follower write the last lines before the container goes.
+        for _ in $(seq 1 50); do kill -0 "${LOGGER[$1]}" 2>/dev/null || break; sleep 0.1; done
+        kill "${LOGGER[$1]}" 2>/dev/null || true
+        podman rm -f "${PID[$1]}" >/dev/null 2>&1 || true
+    fi
+    return "${status:-1}"
+}
+
+# start_replica NAME: a fresh process (127.0.0.1:0) or container (127.0.0.1:PORT);
+# waits for its address and /readyz.
 start_replica() {
     local name=$1 gen=$(( ${GEN[$1]:-0} + 1 ))
     GEN[$name]=$gen
     local logf="$WORK/$name.$gen.log"
-    env -i PATH="$PATH" HOME="${HOME:-/tmp}" RUST_LOG=info \
-        DATABASE_URL="$DB_URL" PLANGATE_BIND=127.0.0.1:0 PLANGATE_CONFIG="$WORK/plangate.toml" \
-        PLANGATE_LEASE_SECS=$LEASE PLANGATE_HEARTBEAT_SECS=1 PLANGATE_REAPER_INTERVAL_SECS=1 \
-        PLANGATE_MAX_ATTEMPTS=$MAX_ATTEMPTS PLANGATE_SHUTDOWN_GRACE_SECS=$GRACE \
-        PLANGATE_WORKERS=4 PLANGATE_LOG_FORMAT=json \
-        "$BIN" serve >"$logf" 2>&1 &
-    PID[$name]=$!
+    : >"$logf"
+    replica_launch "$name" "$logf"
     local addr= worker=
     for _ in $(seq 1 600); do
         addr=$(grep -m1 -o '"message":"plangate listening","address":"[^"]*"' "$logf" | sed 's/.*"address":"//; s/"$//' || true)
         worker=$(grep -m1 -o '"message":"job workers starting","worker_id":"[^"]*"' "$logf" | sed 's/.*"worker_id":"//; s/"$//' || true)
         [[ -n "$addr" && -n "$worker" ]] && break
-        kill -0 "${PID[$name]}" 2>/dev/null || die "$name exited at start: $(tail -n 5 "$logf")"
+        replica_alive "$name" || die "$name exited at start: $(tail -n 5 "$logf")"
         sleep 0.1
     done
     [[ -n "$addr" ]] || die "$name did not start"
@@ -151,7 +239,7 @@ start_replica() {
     done
     ADDR[$name]=$addr
     WORKER[$name]=$worker
-    log "$name started (pid ${PID[$name]}, $addr, worker $worker)"
+    log "$name started (${PID[$name]}, $addr, worker $worker)"
 }
 
 ended_jobs() { sql "SELECT count(*) FROM refine_jobs WHERE status IN ('succeeded','failed','cancelled')" 2>/dev/null || echo -1; }
@@ -169,8 +257,8 @@ wait_progress() { # wait until at least $1 % of the jobs ended
 fault_kill() {
     local name=$1 worker=${WORKER[$1]} t held
     t=$(now)
-    kill -KILL "${PID[$name]}"
-    wait "${PID[$name]}" 2>/dev/null || true
+    replica_signal "$name" KILL
+    replica_wait "$name" || true
     PID[$name]=
     held=$(held_by "$worker")
     printf 'sigkill\t%s\t%s\t%s\t%s\n' "$name" "$t" "$worker" "$held" >>"$WORK/faults.tsv"
@@ -183,9 +271,9 @@ fault_term() {
     local name=$1 worker=${WORKER[$1]} t held t_exit
     held=$(held_by "$worker")
     t=$(now)
-    kill -TERM "${PID[$name]}"
+    replica_signal "$name" TERM
     local status=0
-    wait "${PID[$name]}" || status=$?
+    replica_wait "$name" || status=$?
     t_exit=$(now)
     PID[$name]=
     (( status == 0 )) || die "$name exited with status $status after SIGTERM"
@@ -200,7 +288,7 @@ fault_pg_restart() {
     read -r ver cluster <<<"$line"
     [[ -n "$ver" ]] || die "no Postgres cluster on port 5432 in pg_lsclusters"
     declare -A before=()
-    for name in r1 r2 r3; do
+    for name in "${REPLICAS[@]}"; do
         before[$name]=${PID[$name]}
         ( while :; do
               printf '%s %s\n' "$(now)" "$(curl -s -o /dev/null -w '%{http_code}' -m 3 "http://${ADDR[$name]}/readyz")"
@@ -218,7 +306,7 @@ fault_pg_restart() {
     log "Postgres back after $(elapsed "$t" "$t_up") s"
     # Every replica's /readyz back to 200 (same processes).
     local deadline=$(( $(date +%s) + 60 ))
-    for name in r1 r2 r3; do
+    for name in "${REPLICAS[@]}"; do
         until [[ "$(tail -n 1 "$WORK/readyz.$name" | awk '{print $2}')" == 200 ]]; do
             (( $(date +%s) < deadline )) || die "$name /readyz not 200 again within 60 s"
             sleep 0.1
@@ -227,8 +315,8 @@ fault_pg_restart() {
     sleep 0.3
     for p in "${POLLERS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
     POLLERS=()
-    for name in r1 r2 r3; do
-        [[ "${PID[$name]}" == "${before[$name]}" ]] && kill -0 "${PID[$name]}" ||
+    for name in "${REPLICAS[@]}"; do
+        [[ "${PID[$name]}" == "${before[$name]}" ]] && replica_alive "$name" ||
             die "$name was restarted or died during the Postgres restart"
         awk -v t="$t" '$1 >= t && $2 == 503 {found=1} END {exit !found}' "$WORK/readyz.$name" ||
             die "$name: /readyz never answered 503 during the Postgres restart ($(awk '{print $2}' "$WORK/readyz.$name" | sort | uniq -c | tr '\n' ' '))"
@@ -238,10 +326,12 @@ fault_pg_restart() {
 }
 
 # ---------------------------------------------------------------------------
-for name in r1 r2 r3; do start_replica "$name"; done
+for name in "${REPLICAS[@]}"; do start_replica "$name"; done
 
 log "submitting $JOBS jobs × $ASSIGNMENTS assignments"
-python3 - "$JOBS" "$ASSIGNMENTS" "${ADDR[r1]}" "${ADDR[r2]}" "${ADDR[r3]}" <<'EOF'
+addrs=()
+for name in "${REPLICAS[@]}"; do addrs+=("${ADDR[$name]}"); done
+python3 - "$JOBS" "$ASSIGNMENTS" "${addrs[@]}" <<'EOF'
 import json, sys, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 jobs, n, addrs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
@@ -267,7 +357,9 @@ log "submitted"
 
 wait_progress 10; fault_kill r1
 wait_progress 25; fault_term r2
-if [[ "${PLANGATE_FAULT_PG_RESTART:-}" == 1 ]]; then
+if [[ "${PLANGATE_FAULT_PG_RESTART:-}" == 1 && "$MODE" == container ]]; then
+    die "PLANGATE_FAULT_PG_RESTART is not offered in container mode"
+elif [[ "${PLANGATE_FAULT_PG_RESTART:-}" == 1 ]]; then
     wait_progress 40; fault_pg_restart
 else
     log "Postgres restart skipped (set PLANGATE_FAULT_PG_RESTART=1; other runs may share the server)"
@@ -277,9 +369,9 @@ wait_progress 55; fault_kill r1
 log "waiting for every job to end"
 while (( $(ended_jobs) < JOBS )); do sleep 0.5; done
 log "all $JOBS jobs ended"
-for name in r1 r2 r3; do
-    kill -TERM "${PID[$name]}"
-    wait "${PID[$name]}" || die "$name did not stop cleanly"
+for name in "${REPLICAS[@]}"; do
+    replica_signal "$name" TERM
+    replica_wait "$name" || die "$name did not stop cleanly"
     PID[$name]=
 done
 
@@ -297,7 +389,7 @@ sql "SELECT json_agg(json_build_object('job', job_id, 'id', assignment_id, 'stat
 cat "$WORK"/r*.log >"$WORK/all-servers.log"
 
 python3 - "$WORK" "$JOBS" "$ASSIGNMENTS" "$T0" <<'EOF'
-import collections, json, sys, time
+import collections, glob, json, sys, time
 work, jobs_expected, n_assign, t0 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 jobs = json.load(open(f"{work}/jobs.json")) or []
 events = json.load(open(f"{work}/events.json")) or []
@@ -405,7 +497,7 @@ for kind, name, t, worker, held in faults:
     t = float(t)
     if kind == "pg_restart":
         ready = []
-        for r in ("r1", "r2", "r3"):
+        for r in sorted(p.rsplit(".", 1)[1] for p in glob.glob(f"{work}/readyz.*")):
             back = [float(ts) for ts, code in (l.split() for l in open(f"{work}/readyz.{r}"))
                     if float(ts) > t and code == "200"]
             down = [float(ts) for ts, code in (l.split() for l in open(f"{work}/readyz.{r}"))

@@ -48,6 +48,9 @@ pub enum Command {
     Plan(PlanArgs),
     /// Print the OpenAPI document the server serves at /openapi.json.
     Openapi,
+    /// Probe a running server's /healthz (exit 0 when it answers 200, else 1): the
+    /// container image's HEALTHCHECK, which follows the server's bind setting.
+    Health(HealthArgs),
     /// Refine one phase in-process (the L1 step): L0 fan-out, validation, WP
     /// ownership; writes RUN_DIR/refine_contexts/{phase_id}_result.json.
     Refine(RefineArgs),
@@ -85,6 +88,46 @@ pub struct RefineRunArgs {
     /// TOML config file (executor profiles, prompt template, concurrency).
     #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// TOML config file; its `bind` applies when neither the flag nor the variable is set.
+    #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The server's listen address, as for `serve`; 0.0.0.0 and [::] are probed on
+    /// loopback [default: 127.0.0.1:8080]
+    #[arg(long, env = "PLANGATE_BIND", value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Give up after this many seconds (connect, request and answer together).
+    #[arg(long, value_name = "SECS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub timeout_secs: u64,
+}
+
+impl HealthArgs {
+    /// The address to probe: the server's bind setting (flag or environment, then
+    /// the config file, then the default), with an unspecified IP replaced by
+    /// loopback. Port 0 is refused: the server's port cannot be known.
+    pub fn probe_address(&self) -> Result<SocketAddr, ConfigError> {
+        let from_file = match (&self.bind, &self.config) {
+            (None, Some(path)) => FileConfig::load(path)?.bind,
+            _ => None,
+        };
+        let mut addr = parse_bind(self.bind.clone().or(from_file))?;
+        if addr.port() == 0 {
+            return Err(invalid(
+                "PLANGATE_BIND",
+                "port 0 picks a random port: there is no fixed port to probe",
+            ));
+        }
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        Ok(addr)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -489,6 +532,21 @@ fn invalid(name: &'static str, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// The listen address, [`DEFAULT_BIND`] when nothing sets it (shared by `serve` and
+/// `health`, so the probe always finds the server).
+fn parse_bind(text: Option<String>) -> Result<SocketAddr, ConfigError> {
+    let text = text.unwrap_or_else(|| DEFAULT_BIND.to_owned());
+    text.parse().map_err(|_| {
+        invalid(
+            "PLANGATE_BIND",
+            format!("{text:?} is not an address like 127.0.0.1:8080"),
+        )
+    })
+}
+
+/// Where the server listens unless told otherwise.
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+
 impl FileConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -518,17 +576,7 @@ impl Settings {
     }
 
     pub fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
-        let bind_text = args
-            .bind
-            .clone()
-            .or(file.bind)
-            .unwrap_or_else(|| "127.0.0.1:8080".to_owned());
-        let bind: SocketAddr = bind_text.parse().map_err(|_| {
-            invalid(
-                "PLANGATE_BIND",
-                format!("{bind_text:?} is not an address like 127.0.0.1:8080"),
-            )
-        })?;
+        let bind = parse_bind(args.bind.clone().or(file.bind))?;
         let database_url = args
             .database_url
             .clone()

@@ -1,5 +1,5 @@
 //! Command-line entry points: `serve` (the default), `migrate`, `validate`, `plan`,
-//! `openapi`.
+//! `openapi`, `health`.
 //! Every failure at start is one line on stderr and a non-zero exit.
 
 use std::process::ExitCode;
@@ -8,6 +8,7 @@ use tokio::net::TcpListener;
 
 use crate::config::{Cli, Command, PlanOutput, ServeArgs, Settings, ValidateFormat};
 
+pub mod health;
 pub mod plan;
 pub mod refine;
 pub mod validate;
@@ -70,6 +71,23 @@ pub fn run(cli: Cli) -> ExitCode {
                 args.executor.as_deref(),
             );
             ExitCode::from(u8::try_from(status).unwrap_or(2))
+        }
+        Some(Command::Health(args)) => {
+            let outcome = args
+                .probe_address()
+                .map_err(|e| e.to_string())
+                .and_then(|addr| {
+                    health::probe(addr, std::time::Duration::from_secs(args.timeout_secs))
+                        .map(|()| addr)
+                        .map_err(|e| e.to_string())
+                });
+            match outcome {
+                Ok(addr) => {
+                    println!("plangate health: http://{addr}/healthz 200");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("unhealthy: {e}")),
+            }
         }
         Some(Command::Openapi) => match crate::http::openapi().to_pretty_json() {
             Ok(text) => {

@@ -477,13 +477,25 @@ fn dockerfile_is_multi_stage_non_root_and_health_checked() {
         "USER must be set in the runtime stage"
     );
 
+    // The binary probes /healthz itself (`plangate health`, following PLANGATE_BIND):
+    // the runtime image needs no HTTP client.
     let health = all("HEALTHCHECK");
     assert!(
         health
             .last()
-            .is_some_and(|h| h.contains("/healthz") && !h.eq_ignore_ascii_case("none")),
-        "HEALTHCHECK must probe /healthz"
+            .is_some_and(|h| h.contains(r#"["/usr/local/bin/plangate", "health"]"#)),
+        "HEALTHCHECK must run `plangate health`, not {health:?}"
     );
+    let runtime_from = instructions
+        .iter()
+        .rposition(|(i, _)| i == "FROM")
+        .expect("a runtime stage");
+    for (instruction, args) in &instructions[runtime_from..] {
+        assert!(
+            !(instruction == "RUN" && args.contains("curl")),
+            "the runtime stage installs curl again: {args}"
+        );
+    }
     assert_eq!(all("STOPSIGNAL"), ["SIGTERM"]);
     assert!(
         all("EXPOSE")
@@ -590,4 +602,129 @@ fn compose_runs_postgres_and_two_replicas() {
         host_ports,
         BTreeSet::from(["8081".to_owned(), "8082".to_owned()])
     );
+}
+
+/// docker/security.flags: the `podman run` flags of the container test, comments and
+/// blank lines dropped.
+fn security_flags() -> BTreeSet<String> {
+    read("docker/security.flags")
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `256Mi` → `256m` (the tmpfs size unit), only for whole MiB.
+fn mebibytes(quantity: &str) -> String {
+    let mib = quantity
+        .strip_suffix("Mi")
+        .and_then(|n| n.parse::<u64>().ok())
+        .or_else(|| {
+            quantity
+                .strip_suffix("Gi")
+                .and_then(|n| n.parse::<u64>().ok())
+                .map(|g| g * 1024)
+        })
+        .unwrap_or_else(|| panic!("a size in Mi or Gi expected, not {quantity}"));
+    format!("{mib}m")
+}
+
+/// The flags the Deployment's security settings call for, derived field by field
+/// (the mapping is documented in docker/security.flags). Every field it reads must
+/// be present, so removing one from the manifest fails here too.
+fn flags_from_deployment(deployment: &Value) -> BTreeSet<String> {
+    let pod = &deployment["spec"]["template"]["spec"];
+    let pod_security = &pod["securityContext"];
+    let container = the_container(deployment);
+    let security = &container["securityContext"];
+    let mut flags = BTreeSet::new();
+
+    let uid = pod_security["runAsUser"].as_u64().expect("runAsUser");
+    let gid = pod_security["runAsGroup"].as_u64().expect("runAsGroup");
+    assert_eq!(pod_security["runAsNonRoot"], true, "runAsNonRoot");
+    assert_ne!(uid, 0, "runAsNonRoot with runAsUser 0");
+    flags.insert(format!("--user={uid}:{gid}"));
+    let fs_group = pod_security["fsGroup"].as_u64().expect("fsGroup");
+    flags.insert(format!("--group-add={fs_group}"));
+    // The engines' default seccomp profile is RuntimeDefault: no flag.
+    assert_eq!(pod_security["seccompProfile"]["type"], "RuntimeDefault");
+
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    flags.insert("--security-opt=no-new-privileges".to_owned());
+    assert_eq!(security["privileged"], false, "privileged: false (no flag)");
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    flags.insert("--read-only".to_owned());
+    // Writable only where a volume is mounted, as in Kubernetes.
+    flags.insert("--read-only-tmpfs=false".to_owned());
+    for dropped in array(&security["capabilities"]["drop"]) {
+        flags.insert(format!(
+            "--cap-drop={}",
+            dropped.as_str().expect("capability names")
+        ));
+    }
+    for added in array(&security["capabilities"]["add"]) {
+        flags.insert(format!(
+            "--cap-add={}",
+            added.as_str().expect("capability names")
+        ));
+    }
+
+    // Every volume mount: an emptyDir becomes a tmpfs of its size limit.
+    let volumes = array(&pod["volumes"]);
+    for mount in array(&container["volumeMounts"]) {
+        let volume = volumes
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap_or_else(|| panic!("volumeMount {} names no volume", mount["name"]));
+        let size = volume["emptyDir"]["sizeLimit"].as_str().unwrap_or_else(|| {
+            panic!(
+                "volume {} must be an emptyDir with a sizeLimit",
+                volume["name"]
+            )
+        });
+        let path = mount["mountPath"].as_str().expect("mountPath");
+        flags.insert(format!(
+            "--tmpfs={path}:rw,size={},mode=1777",
+            mebibytes(size)
+        ));
+    }
+
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("terminationGracePeriodSeconds");
+    flags.insert(format!("--stop-timeout={grace}"));
+    flags
+}
+
+#[test]
+fn container_test_flags_are_the_manifest_security_settings() {
+    let all = manifests();
+    let expected = flags_from_deployment(object(&all, "Deployment"));
+    let actual = security_flags();
+    let missing: Vec<&String> = expected.difference(&actual).collect();
+    let extra: Vec<&String> = actual.difference(&expected).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "docker/security.flags and docker/k8s/deployment.yaml disagree: \
+         missing from the flags {missing:?}, not in the manifest {extra:?}"
+    );
+    // The container test really uses the file (and no other security flag).
+    let script = read(".ci/container.sh");
+    assert!(
+        script.contains("docker/security.flags"),
+        ".ci/container.sh must read docker/security.flags"
+    );
+    for flag in [
+        "--privileged",
+        "--cap-add",
+        "seccomp=unconfined",
+        "--user=0",
+        "--user=root",
+    ] {
+        assert!(
+            !script.contains(flag),
+            ".ci/container.sh adds {flag} beside docker/security.flags"
+        );
+    }
 }

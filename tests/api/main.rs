@@ -11,6 +11,7 @@ mod agents;
 mod auth;
 mod deploy;
 mod gating_props;
+mod health_cli;
 mod loop_plan_props;
 mod loop_plans;
 mod ops;
