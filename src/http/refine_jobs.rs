@@ -49,8 +49,8 @@ const MAX_PAGE_SIZE: u32 = 100;
 const DEFAULT_PAGE_SIZE: u32 = 20;
 const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 
-/// The submission (documentation schema; the handler reads the body itself so
-/// that every parse failure is the seed's `FATAL: failed to parse request body`).
+/// A refine job submission. A body that cannot be read is 422 `invalid_context`
+/// with one `FATAL: failed to parse request body: {field}: {reason}` line.
 #[allow(dead_code)]
 #[derive(Deserialize, ToSchema)]
 pub struct CreateRefineJobRequest {
