@@ -40,7 +40,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_refine_job))
 }
 
-/// Longest `?wait=`, in seconds (jobs.md).
+/// Longest `?wait=`, in seconds (docs/spec/jobs.md).
 pub const MAX_WAIT_SECS: u64 = 30;
 /// How often a waiting request looks at the database when nothing local woke it
 /// (the job may be worked by another replica).
