@@ -14,6 +14,7 @@ mod gating_props;
 mod loop_plan_props;
 mod loop_plans;
 mod ops;
+mod query_plans;
 mod refine_cli;
 mod refine_crash;
 mod refine_jobs;
