@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
 use crate::domain::usage::Prices;
 
-/// Default request body limit: 16 MiB (operations.md).
+/// Default request body limit: 16 MiB (docs/spec/operations.md).
 pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Parser)]
@@ -457,7 +457,7 @@ pub enum ExecutorKind {
     Builtin,
 }
 
-/// An L0 executor profile (operations.md). The refine engine uses it; the
+/// An L0 executor profile (docs/spec/operations.md). The refine engine uses it; the
 /// foundation only checks it is well formed so that a bad profile fails at start.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

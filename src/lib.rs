@@ -1,6 +1,6 @@
 //! plangate: deterministic, durable planning for LLM-agent orchestrators.
 //!
-//! Layers (see `../shared/spec/architecture.md`): `http` → `domain` → `db`, with
+//! Layers (see `docs/architecture.md`): `http` → `domain` → `db`, with
 //! `jobs` and `agents` beside them. `domain` is pure; `db` owns SQL; `http` is thin.
 
 pub mod agents;

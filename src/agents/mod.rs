@@ -1,4 +1,4 @@
-//! L0 executors (refine.md §2): `command`, `openai`, `anthropic` and `builtin` turn
+//! L0 executors (docs/spec/refine.md §2): `command`, `openai`, `anthropic` and `builtin` turn
 //! one L0 prompt into an answer. They never touch the database; the job engine
 //! (`jobs/`) decides what to do with what they return.
 //!

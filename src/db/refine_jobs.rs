@@ -1,5 +1,5 @@
 //! Storage of refine jobs: the durable queue (claim, lease, heartbeat, reaper), the
-//! per-L0 records and the event log (jobs.md).
+//! per-L0 records and the event log (docs/spec/jobs.md).
 //!
 //! Fencing: every write a worker makes goes through [`bump_fenced!`], an UPDATE that
 //! matches the job's current `lease_token` and bumps `version`. When it matches no
@@ -94,7 +94,7 @@ pub struct StoredJob {
     pub attempt: i32,
     pub max_attempts: i32,
     pub progress: JobProgress,
-    /// The job log (refine.md §3–§4 lines), in order.
+    /// The job log, in order: one line per L0 verdict, work-package conflict or warning.
     pub log: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]

@@ -1,4 +1,4 @@
-//! Storage of refine runs (refine.md §7): a run row and its phase jobs, which are
+//! Storage of refine runs (docs/spec/refine.md §7): a run row and its phase jobs, which are
 //! ordinary refine jobs with `run_id` set.
 //!
 //! The merge happens exactly once: [`Database::try_merge_refine_run`] locks the run

@@ -1,4 +1,4 @@
-//! The job state machine of jobs.md, shared by refine jobs and refine runs: names,
+//! The job state machine of docs/spec/jobs.md, shared by refine jobs and refine runs: names,
 //! which states are terminal, and the re-queue backoff. Pure.
 
 use std::time::Duration;

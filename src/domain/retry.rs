@@ -1,4 +1,4 @@
-//! Retry and escalation accounting of gating.md §4: a planner gets one retry after
+//! Retry and escalation accounting of docs/spec/gating.md §4: a planner gets one retry after
 //! DAG-INVALID, a second DAG-INVALID escalates, a synthesis failure escalates at once.
 
 use serde::Serialize;

@@ -65,7 +65,7 @@ pub fn is_line_breaking(c: char) -> bool {
     c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
-/// The `cycle` message both engines give (gating.md §3): the path closing on its
+/// The `cycle` message both engines give (docs/spec/gating.md §3): the path closing on its
 /// first id, and how to fix it. `path` reads along `depends_on`; `member_count` is
 /// the size of its strongly connected component, which may hold more cycles.
 pub fn cycle_message(path: &[String], member_count: usize) -> String {

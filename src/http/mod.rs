@@ -86,12 +86,12 @@ impl AppState {
     security(("bearer" = [])),
     tags(
         (name = "operations", description = "Health, readiness, metrics, docs"),
-        (name = "task-lists", description = "Gate, persist and dispatch planner task lists (gating.md)"),
+        (name = "task-lists", description = "Gate, persist and dispatch planner task lists"),
         (name = "projects", description = "Per-cycle status and teams"),
-        (name = "loop-plans", description = "Task DAG levels, parallel groups and plan.md (loop-plan.md §1)"),
-        (name = "tracks", description = "Track loop state: metadata.json v2 and its steps (loop-plan.md §2)"),
-        (name = "refine-runs", description = "Whole-plan refine runs: split by phase, run in parallel, merge once (refine.md §7)"),
-        (name = "refine-jobs", description = "Durable per-phase refine jobs: L0 fan-out, validation, WP ownership (refine.md §1–6, jobs.md)"),
+        (name = "loop-plans", description = "Task DAG levels, parallel groups and plan.md"),
+        (name = "tracks", description = "Track loop state: metadata.json v2 and its steps"),
+        (name = "refine-runs", description = "Whole-plan refine runs: split by phase, run in parallel, merge once"),
+        (name = "refine-jobs", description = "Durable per-phase refine jobs: L0 fan-out, validation, WP ownership"),
     )
 )]
 struct ApiDoc;

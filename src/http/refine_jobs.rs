@@ -41,7 +41,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_refine_job))
 }
 
-/// Longest `?wait=`, in seconds (jobs.md).
+/// Longest `?wait=`, in seconds (docs/spec/jobs.md).
 pub const MAX_WAIT_SECS: u64 = 30;
 /// How often a waiting request looks at the database when nothing local woke it
 /// (the job may be worked by another replica).
@@ -50,8 +50,8 @@ const MAX_PAGE_SIZE: u32 = 100;
 const DEFAULT_PAGE_SIZE: u32 = 20;
 const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
 
-/// The submission (documentation schema; the handler reads the body itself so
-/// that every parse failure is the seed's `FATAL: failed to parse request body`).
+/// A refine job submission. A body that cannot be read is 422 `invalid_context`
+/// with one `FATAL: failed to parse request body: {field}: {reason}` line.
 #[allow(dead_code)]
 #[derive(Deserialize, ToSchema)]
 pub struct CreateRefineJobRequest {

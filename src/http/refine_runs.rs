@@ -35,7 +35,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_refine_run))
 }
 
-/// The submission (documentation schema; the handler reads the body itself).
+/// A refine run submission: the plan, and where and how to run it.
 #[allow(dead_code)]
 #[derive(ToSchema)]
 pub struct CreateRefineRunRequest {

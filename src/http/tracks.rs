@@ -257,8 +257,9 @@ async fn start_step(
     .await
 }
 
-/// Complete the current step with PASSED, FAILED or BLOCKED; the loop advances as
-/// loop-plan.md §2 says.
+/// Complete the current step with PASSED, FAILED or BLOCKED; the loop moves to the
+/// step that outcome leads to (EVALUATE_PLAN FAILED goes back to PLAN,
+/// EVALUATE_EXECUTION FAILED on to FIX).
 #[utoipa::path(post, path = "/v1/tracks/{track_id}/steps/{step}/complete", tag = "tracks",
     params(
         ("track_id" = TrackId, Path, description = "The track"),

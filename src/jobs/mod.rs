@@ -1,4 +1,4 @@
-//! Durable background jobs (jobs.md): the refine engine ([`engine`]), the worker
+//! Durable background jobs (docs/spec/jobs.md): the refine engine ([`engine`]), the worker
 //! pool with its claim loop, heartbeat, reaper and retention ([`worker`]), the
 //! Postgres wake-ups ([`listen`]), stored requests and confined paths
 //! ([`request`]) and result files ([`output`]).

@@ -1,4 +1,4 @@
-//! Result files (refine.md §6): `{dir}/refine_contexts/{phase_id}_result.json`,
+//! Result files (docs/spec/refine.md §6): `{dir}/refine_contexts/{phase_id}_result.json`,
 //! written atomically (temp file in the same directory, fsync, rename) so a reader
 //! never sees half a file and a crash never leaves one.
 

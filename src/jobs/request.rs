@@ -63,7 +63,7 @@ impl StoredRequest {
         let task_file = match (self.task_file_path, task_text) {
             (Some(path), _) => Some(path),
             (None, Some(text)) => {
-                // The prompt carries a path, never the text (refine.md §1).
+                // The prompt carries a path, never the text (docs/spec/refine.md §1).
                 let dir = std::env::temp_dir().join("plangate-tasks");
                 std::fs::create_dir_all(&dir)
                     .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;

@@ -1,4 +1,4 @@
-//! Refine runs (refine.md §7): what a run stores, and its merge. The split and the
+//! Refine runs (docs/spec/refine.md §7): what a run stores, and its merge. The split and the
 //! merge rules are the pure `domain::refine`; this module shapes the stored request
 //! and the result document, and triggers the exactly-once merge.
 

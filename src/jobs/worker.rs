@@ -1,5 +1,5 @@
 //! The worker pool of one process: claim loop, heartbeat, reaper, retention and
-//! graceful shutdown (jobs.md). Every replica runs the same loops; Postgres row
+//! graceful shutdown (docs/spec/jobs.md). Every replica runs the same loops; Postgres row
 //! locks and lease tokens keep them from stepping on each other.
 
 use std::collections::HashMap;

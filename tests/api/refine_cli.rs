@@ -112,7 +112,7 @@ fn refine_with_the_builtin_executor() {
     ]));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
 
-    // The WP ownership conflicts of the example, verbatim (refine.md §4).
+    // The WP ownership conflicts of the example, verbatim (docs/spec/refine.md §4).
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(
         lines.contains(&"WP CONFLICT: P2-A1 vs P2-A10 — src/auth/cache.py assigned to P2-A1"),

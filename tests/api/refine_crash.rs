@@ -1,4 +1,4 @@
-//! Crash tests of the durable refine jobs (Postgres only; jobs.md "Queue design").
+//! Crash tests of the durable refine jobs (Postgres only; docs/spec/jobs.md "Queue design").
 //!
 //! These are multi-process tests: every server is the real `plangate` binary, started
 //! on a loopback port of its own (`PLANGATE_BIND=127.0.0.1:0`; the address is read

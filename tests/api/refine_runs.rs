@@ -1,4 +1,4 @@
-//! Refine runs over HTTP (refine.md §7, api.md "Refine runs"), on SQLite and on
+//! Refine runs over HTTP (docs/spec/refine.md §7, docs/spec/api.md "Refine runs"), on SQLite and on
 //! Postgres: a whole plan split into phase jobs that run in parallel on the worker
 //! pool and are merged exactly once with cross-phase file ownership.
 

@@ -1,4 +1,4 @@
-//! Cascade-abandon: who must be abandoned when a task fails (gating.md §7).
+//! Cascade-abandon: who must be abandoned when a task fails (docs/spec/gating.md §7).
 
 use super::DispatchTask;
 

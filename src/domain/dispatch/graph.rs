@@ -31,7 +31,7 @@ wire_strings!(GraphFormat, "graph format", {
 });
 
 impl GraphFormat {
-    /// Both formats are served as text (api.md).
+    /// Both formats are served as text (docs/spec/api.md).
     pub const fn content_type(self) -> &'static str {
         "text/plain; charset=utf-8"
     }

@@ -1,4 +1,4 @@
-//! Wave-dispatch rules for persisted task lists (gating.md §6 and §7).
+//! Wave-dispatch rules for persisted task lists (docs/spec/gating.md §6 and §7).
 //!
 //! Pure logic over an in-memory read model: no I/O, no clock, no database. The
 //! storage layer loads a list's tasks, calls these functions and applies the answer in

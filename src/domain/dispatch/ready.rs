@@ -1,4 +1,4 @@
-//! Which pending tasks may be dispatched now (gating.md §7, `GET …/ready`).
+//! Which pending tasks may be dispatched now (docs/spec/gating.md §7, `GET …/ready`).
 
 use std::collections::HashSet;
 
@@ -136,7 +136,7 @@ fn pipeline(tasks: &[DispatchTask]) -> Ready {
     }
 }
 
-/// Paths are compared as given after dropping a leading `./` (gating.md §1), so
+/// Paths are compared as given after dropping a leading `./` (docs/spec/gating.md §1), so
 /// `./src/a.rs` and `src/a.rs` are recognized as the same file.
 fn normalize_path(mut p: &str) -> &str {
     while let Some(rest) = p.strip_prefix("./") {

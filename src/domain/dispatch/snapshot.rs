@@ -1,4 +1,4 @@
-//! Status snapshot counts (gating.md §6). Scoping (cycle vs project) is the
+//! Status snapshot counts (docs/spec/gating.md §6). Scoping (cycle vs project) is the
 //! caller's job; this only aggregates the rows it is given.
 
 use std::collections::BTreeMap;

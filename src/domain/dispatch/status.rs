@@ -1,4 +1,4 @@
-//! Task statuses, abandon categories and the transition table (gating.md §7).
+//! Task statuses, abandon categories and the transition table (docs/spec/gating.md §7).
 
 use std::fmt;
 
@@ -37,7 +37,7 @@ impl TaskStatus {
     }
 }
 
-/// Why a task was abandoned. Cascade-abandon always uses [`AbandonCategory::Blocked`].
+/// Why a task was abandoned. Cascade-abandon always uses `blocked`.
 #[derive(Serialize, Deserialize, ToSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum AbandonCategory {

@@ -1,4 +1,4 @@
-//! Gates 0–7 of `gating.md` §3 over tasks that were read, in gate order, each in task
+//! Gates 0–7 of `docs/spec/gating.md` §3 over tasks that were read, in gate order, each in task
 //! order. Each gate is a single pass, so the whole run is linear in the size of the
 //! list (plus one sort of the tasks by wave).
 //!

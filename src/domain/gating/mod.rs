@@ -1,4 +1,4 @@
-//! Task-list gating (spec `gating.md` §1–§3): parse a planner's task list, run every
+//! Task-list gating (`docs/spec/gating.md` §1–§3): parse a planner's task list, run every
 //! DAG gate, and report all violations with stable codes.
 //!
 //! Pure: no I/O. Runs in linear time (keyed hash maps over ids and paths, one

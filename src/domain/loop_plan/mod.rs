@@ -1,4 +1,4 @@
-//! Loop plans (spec `loop-plan.md` §1): turn a track's tasks into a DAG with
+//! Loop plans (`docs/spec/loop-plan.md` §1): turn a track's tasks into a DAG with
 //! topological levels, one parallel group per level, file-conflict analysis, overlap
 //! with completed tracks, and the `plan.md` text — and read a `plan.md` back.
 //!

@@ -1,4 +1,4 @@
-//! Track loop state (spec `loop-plan.md` §2): the v2 `metadata.json` as typed values,
+//! Track loop state (`docs/spec/loop-plan.md` §2): the v2 `metadata.json` as typed values,
 //! v1 → v2 import, and the step state machine. Pure: time is a parameter.
 //!
 //! # Track `status` values
@@ -184,7 +184,8 @@ pub enum StepOutcome {
     Blocked,
 }
 
-/// The track's overall status (values in the module documentation).
+/// The track's overall status. Older spellings (`NEW`, `pending`, `IN_PROGRESS`,
+/// `done`, …) are read as these four.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TrackStatus {
