@@ -18,6 +18,7 @@ use crate::domain::refine::{
     Assignment, Classified, L0Outcome, NEXT_BATCH, PhaseContext, PlanDocument, RefineOutput,
     batches, build_packets, classify, refine_phase, render_prompt,
 };
+use crate::domain::storable::replace_nul;
 
 /// Why the engine stopped before producing a result.
 #[derive(Debug, thiserror::Error)]
@@ -167,7 +168,13 @@ pub async fn run_refine(
             let mut killed = false;
             for j in joined {
                 match j {
-                    Ok((id, Ok(run), elapsed)) => {
+                    Ok((id, Ok(mut run), elapsed)) => {
+                        if make_storable(&mut run) {
+                            new_lines.push(format!(
+                                "WARNING: L0 {id} output held U+0000 (NUL), which cannot be \
+                                 stored; each is kept as U+FFFD"
+                            ));
+                        }
                         let classified = classify(&id, &run.outcome);
                         new_lines.extend(classified.log_line(&id));
                         finished.push(FinishedL0Run {
@@ -245,6 +252,25 @@ pub fn excerpt(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// Replaces U+0000 in what an L0 printed (raw, or escaped in its JSON) by U+FFFD, so
+/// every write of the job succeeds on Postgres too (`domain::storable`). Whether
+/// anything changed.
+fn make_storable(run: &mut L0Run) -> bool {
+    let text = match &mut run.outcome {
+        L0Outcome::Answer(text) | L0Outcome::Failed(text) => text,
+    };
+    let mut changed = false;
+    if let Some(clean) = replace_nul(text) {
+        *text = clean;
+        changed = true;
+    }
+    if let Some(clean) = run.stderr.as_deref().and_then(replace_nul) {
+        run.stderr = Some(clean);
+        changed = true;
+    }
+    changed
 }
 
 /// The outcome as stored for resuming (`{"answer": text}` / `{"failed": reason}`).
