@@ -156,7 +156,8 @@ fn one_task_source(openapi: &mut OpenApi, name: &str) {
         })
     };
     let mut with_tasks = object.clone();
-    with_tasks.title = Some("tasks".to_owned());
+    // Titles name the generated classes: unique, and readable as Python names.
+    with_tasks.title = Some(format!("{name}WithTasks"));
     with_tasks.properties.insert(
         "tasks".to_owned(),
         ArrayBuilder::new()
@@ -169,7 +170,7 @@ fn one_task_source(openapi: &mut OpenApi, name: &str) {
         .insert("planner_output".to_owned(), null());
     with_tasks.required.push("tasks".to_owned());
     let mut with_text = object.clone();
-    with_text.title = Some("planner_output".to_owned());
+    with_text.title = Some(format!("{name}WithPlannerOutput"));
     with_text.properties.insert("tasks".to_owned(), null());
     with_text.properties.insert(
         "planner_output".to_owned(),
