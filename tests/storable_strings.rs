@@ -443,7 +443,11 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
     };
     let body =
         fresh(&(field.body)().to_string()).replace(&format!("\"{MARK}\""), &generated.literal());
-    let before = snapshot_tables(app).await;
+    let before = if generated.has_nul() {
+        Some(snapshot_tables(app).await)
+    } else {
+        None
+    };
     let response = send_text(app, field.method.clone(), &path, body).await;
     let status = response.status().as_u16();
     let answer: Value = response.json().await.unwrap_or(Value::Null);
@@ -463,7 +467,7 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
                 field.pointer
             ));
         }
-        if snapshot_tables(app).await != before {
+        if Some(snapshot_tables(app).await) != before {
             return Err("a refused request changed the database".into());
         }
         return Ok(());
@@ -505,7 +509,7 @@ async fn every_stored_field_takes_or_refuses_every_string(backend: Backend) {
     let app = common::spawn_app_with(backend, |s| s.workers = 0).await;
     let fields = fields();
     let mut runner = TestRunner::new(Config {
-        cases: 24,
+        cases: 12,
         failure_persistence: None,
         ..Config::default()
     });
@@ -581,9 +585,10 @@ async fn l0_output_with_nul_is_stored(backend: Backend) {
             .insert("nul-fail".into(), l0_profile("nul-fail"));
     })
     .await;
+    // A failed L0 does not fail its job (the phase goes on with N-1 suggestions).
     for (executor, job_status, l0_status) in [
         ("nul", "succeeded", "valid"),
-        ("nul-fail", "failed", "failed"),
+        ("nul-fail", "succeeded", "failed"),
     ] {
         let mut body = job_body();
         body["executor"] = json!(executor);
@@ -611,7 +616,7 @@ async fn l0_output_with_nul_is_stored(backend: Backend) {
         };
         assert_eq!(job["status"], job_status, "{job}");
         let log = job["log"].to_string();
-        assert!(log.contains("held U+0000 (NUL)"), "{log}");
+        assert!(log.contains("held U+0000 (NUL)"), "{job}");
         let text = job.to_string();
         assert!(!text.contains("\\u0000"), "{text}");
         let l0s: Value = app

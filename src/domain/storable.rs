@@ -1,7 +1,7 @@
 //! What both databases can store: every string except those holding U+0000.
 //!
 //! Postgres `text` and `jsonb` refuse U+0000 while SQLite keeps it, so one rule for
-//! both (docs/decisions.md, "U+0000 in stored strings"):
+//! both:
 //! - client input that would be stored is refused before anything is written, with
 //!   a 422 naming the field ([`find_nul`] gives its JSON pointer);
 //! - text plangate did not receive from the client (L0 answers and stderr) is stored

@@ -136,7 +136,7 @@ fn count_outcome(validation: &Validation, route: &'static str) {
     request_body = ValidateRequest,
     responses(
         JsonBodyRejections,
-        (status = 200, description = "The gate's verdict", body = ValidationReport),
+        (status = 200, description = "The gate's verdict, also on a `tasks` value that is not a list of task objects (`valid: false` with `synthesis_failure`, or `dag_invalid` for entries of the wrong shape)", body = ValidationReport),
         (status = 422, description = "Neither or both of tasks/planner_output, or a field of the wrong type", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn validate_task_list(

@@ -114,6 +114,7 @@ pub async fn run_refine(
         .map(|p| (p.target_assignment_id.clone(), Arc::new(p)))
         .collect();
     let mut outcomes: Vec<(String, L0Outcome)> = prior.into_iter().collect();
+    let mut nul_warnings: Vec<String> = Vec::new();
 
     for (i, batch) in batches(&ids, config.max_parallel).into_iter().enumerate() {
         if i > 0 && log.iter().filter(|l| *l == NEXT_BATCH).count() < i {
@@ -170,10 +171,12 @@ pub async fn run_refine(
                 match j {
                     Ok((id, Ok(mut run), elapsed)) => {
                         if make_storable(&mut run) {
-                            new_lines.push(format!(
+                            let warning = format!(
                                 "WARNING: L0 {id} output held U+0000 (NUL), which cannot be \
                                  stored; each is kept as U+FFFD"
-                            ));
+                            );
+                            nul_warnings.push(warning.clone());
+                            new_lines.push(warning);
                         }
                         let classified = classify(&id, &run.outcome);
                         new_lines.extend(classified.log_line(&id));
@@ -207,7 +210,9 @@ pub async fn run_refine(
         }
     }
 
-    let output = refine_phase(&job.context, &outcomes, config.max_parallel);
+    let mut output = refine_phase(&job.context, &outcomes, config.max_parallel);
+    // The final log replaces the live one: keep the NUL warnings in it.
+    output.log.splice(0..0, nul_warnings);
     let extra = lines_beyond(&output.log, &log);
     Ok((output, extra))
 }
