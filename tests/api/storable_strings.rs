@@ -5,12 +5,10 @@
 //! and nothing is written; a lone surrogate is a 4xx; what is accepted reads back
 //! equal. And an L0 that prints U+0000 does not fail its job's writes.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Backend, TestApp, expect_problem, snapshot_tables};
+use crate::common::{Backend, TestApp, expect_problem, snapshot_tables};
 use plangate::config::{ExecutorKind, ExecutorProfile};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -506,7 +504,7 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
 }
 
 async fn every_stored_field_takes_or_refuses_every_string(backend: Backend) {
-    let app = common::spawn_app_with(backend, |s| s.workers = 0).await;
+    let app = crate::common::spawn_app_with(backend, |s| s.workers = 0).await;
     let fields = fields();
     let mut runner = TestRunner::new(Config {
         cases: 12,
@@ -551,15 +549,7 @@ async fn every_stored_field_takes_or_refuses_every_string(backend: Backend) {
     app.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_stored_field_takes_or_refuses_every_string_sqlite() {
-    every_stored_field_takes_or_refuses_every_string(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_stored_field_takes_or_refuses_every_string_postgres() {
-    every_stored_field_takes_or_refuses_every_string(Backend::Postgres).await;
-}
+both_backends!(every_stored_field_takes_or_refuses_every_string);
 
 // ---------------------------------------------------------------------------
 // L0 output is not client input: U+0000 from an agent is stored as U+FFFD.
@@ -579,7 +569,7 @@ fn l0_profile(mode: &str) -> ExecutorProfile {
 }
 
 async fn l0_output_with_nul_is_stored(backend: Backend) {
-    let app = common::spawn_app_with(backend, |s| {
+    let app = crate::common::spawn_app_with(backend, |s| {
         s.executors.insert("nul".into(), l0_profile("nul"));
         s.executors
             .insert("nul-fail".into(), l0_profile("nul-fail"));
@@ -643,12 +633,4 @@ async fn l0_output_with_nul_is_stored(backend: Backend) {
     app.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn l0_output_with_nul_is_stored_sqlite() {
-    l0_output_with_nul_is_stored(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn l0_output_with_nul_is_stored_postgres() {
-    l0_output_with_nul_is_stored(Backend::Postgres).await;
-}
+both_backends!(l0_output_with_nul_is_stored);

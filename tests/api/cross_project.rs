@@ -5,11 +5,9 @@
 //! The table below is checked against the OpenAPI document, so a new route that
 //! names a project's resource must be added here.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::{Backend, TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem};
 use plangate::config::ApiToken;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -35,7 +33,7 @@ const PROJECTLESS: &[&str] = &[
 ];
 
 async fn spawn(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
+    crate::common::spawn_app_with(backend, |s| {
         s.api_tokens = vec![
             ApiToken::unrestricted(ADMIN),
             ApiToken::limited(LIMITED, &["proj-a"]),
@@ -286,13 +284,13 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         }
     }
 
-    let before = common::snapshot_tables(&app).await;
+    let before = crate::common::snapshot_tables(&app).await;
     for (method, path, body) in &table {
         let response = send(&app, LIMITED, method.clone(), path, body.as_ref()).await;
         let problem = expect_problem(response, 403, "forbidden_project").await;
         assert!(!problem.to_string().contains(LIMITED), "{problem}");
         assert_eq!(
-            common::snapshot_tables(&app).await,
+            crate::common::snapshot_tables(&app).await,
             before,
             "{method} {path} changed the database"
         );
@@ -325,7 +323,7 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
     .await;
     assert_eq!(cancel.status(), 200);
     assert_ne!(
-        common::snapshot_tables(&app).await,
+        crate::common::snapshot_tables(&app).await,
         before,
         "an allowed cancel changes the job"
     );
@@ -333,12 +331,4 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
     app.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn limited_tokens_change_and_see_nothing_of_other_projects_sqlite() {
-    limited_tokens_change_and_see_nothing_of_other_projects(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn limited_tokens_change_and_see_nothing_of_other_projects_postgres() {
-    limited_tokens_change_and_see_nothing_of_other_projects(Backend::Postgres).await;
-}
+both_backends!(limited_tokens_change_and_see_nothing_of_other_projects);
