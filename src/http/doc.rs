@@ -3,7 +3,7 @@
 //! path segment, 408, 500, 503), and the request schemas whose rules span fields.
 
 use utoipa::openapi::schema::{
-    AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type,
+    AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
 };
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
 
@@ -123,7 +123,11 @@ fn task_input() -> Schema {
         .property("writes", texts("Paths the task writes (default none)."))
         .property(
             "reviews",
-            text("Review tasks only: the `task_id` of the task reviewed."),
+            ObjectBuilder::new()
+                .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+                .description(Some(
+                    "Review tasks only: the `task_id` of the task reviewed (null: none).",
+                )),
         )
         .property("description", text("What to do."))
         .required("description")
