@@ -574,18 +574,21 @@ impl Database {
     }
 
     /// `(wave, status)` of the tasks a snapshot covers, and which scope that is.
+    ///
+    /// Counted in the database (a project can hold a year of lists): one row per
+    /// `(wave, status)` from an index-only scan of `tasks_by_project_team_status`
+    /// (migration 0005), expanded here, instead of one row per task.
     pub async fn status_rows(
         &self,
         project_id: &str,
         team_pk: Option<&str>,
     ) -> DbResult<(StatusScope, Vec<(i64, TaskStatus)>)> {
-        let (scope, rows): (StatusScope, Vec<(i64, String)>) = on_pool!(self, |pool| {
+        let (scope, counts): (StatusScope, Vec<(i64, String, i64)>) = on_pool!(self, |pool| {
             let mut scoped = Vec::new();
             if let Some(team) = team_pk {
                 scoped = sqlx::query_as(
-                    "SELECT parallel_group, status FROM tasks \
-                     WHERE project_id = $1 AND team_pk = $2 \
-                     ORDER BY parallel_group, created_at, id",
+                    "SELECT parallel_group, status, COUNT(*) FROM tasks \
+                     WHERE project_id = $1 AND team_pk = $2 GROUP BY parallel_group, status",
                 )
                 .bind(project_id)
                 .bind(team)
@@ -594,8 +597,8 @@ impl Database {
             }
             if scoped.is_empty() {
                 let all = sqlx::query_as(
-                    "SELECT parallel_group, status FROM tasks WHERE project_id = $1 \
-                     ORDER BY parallel_group, created_at, id",
+                    "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE project_id = $1 \
+                     GROUP BY parallel_group, status",
                 )
                 .bind(project_id)
                 .fetch_all(pool)
@@ -605,15 +608,16 @@ impl Database {
                 (StatusScope::Cycle, scoped)
             }
         });
-        let parsed = rows
-            .into_iter()
-            .map(|(wave, status)| {
-                TaskStatus::parse(&status)
-                    .map(|s| (wave, s))
-                    .ok_or_else(|| DbError::Corrupt(format!("a task has status {status:?}")))
-            })
-            .collect::<DbResult<Vec<_>>>()?;
-        Ok((scope, parsed))
+        let mut rows = Vec::new();
+        for (wave, status, n) in counts {
+            let status = TaskStatus::parse(&status)
+                .ok_or_else(|| DbError::Corrupt(format!("a task has status {status:?}")))?;
+            rows.extend(std::iter::repeat_n(
+                (wave, status),
+                usize::try_from(n).unwrap_or(0),
+            ));
+        }
+        Ok((scope, rows))
     }
 
     /// Register a cycle of a project. `(project_id, team_pk)` is unique; a project

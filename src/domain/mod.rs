@@ -13,4 +13,5 @@ pub mod retry;
 pub mod storable;
 pub mod text;
 pub mod track_state;
+pub mod usage;
 pub mod xorshift;

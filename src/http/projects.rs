@@ -11,13 +11,16 @@ use super::auth::Caller;
 use super::extract::{Json, Path, Query, StoredJson};
 use crate::db::DbError;
 use crate::db::task_lists::{StatusScope, Team};
+use crate::db::usage::{UsageFilter, UsageGroup};
 use crate::domain::dispatch::{WaveCounts, snapshot};
 use crate::domain::ids::Ident;
+use crate::domain::usage::UsageTotals;
 use crate::error::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(project_status))
+        .routes(routes!(project_usage))
         .routes(routes!(create_team, list_teams))
 }
 
@@ -77,6 +80,76 @@ async fn project_status(
         active_wave: snap.active_wave,
         in_flight: snap.in_flight,
         waves: snap.waves,
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// Calls that ended at or after this instant (RFC 3339).
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Calls that ended before this instant (RFC 3339).
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only the calls of this cycle.
+    #[param(value_type = Option<Ident>, nullable = false)]
+    pub team_pk: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectUsage {
+    pub project_id: String,
+    pub team_pk: Option<String>,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// All the project's L0 calls in the window.
+    pub usage: UsageTotals,
+    /// The same, by executor profile and model (ordered by executor, then model).
+    pub by_executor_model: Vec<UsageGroup>,
+}
+
+/// What a project's L0 calls cost: totals and sums by executor and model, over
+/// the calls that ended in `[since, until)`. Jobs deleted by retention no longer
+/// count.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/usage", tag = "projects",
+    params(("project_id" = Ident, Path, description = "The project"), UsageQuery),
+    responses(
+        ForbiddenProject,
+        (status = 200, description = "The project's usage", body = ProjectUsage),
+        (status = 400, description = "Unknown query parameter, a bad instant, or `since` after `until`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn project_usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project_id): Path<String>,
+    Query(query): Query<UsageQuery>,
+) -> Result<Json<ProjectUsage>, ApiError> {
+    let project = Ident::parse("project_id", &project_id)?;
+    caller.check_project(project.as_str())?;
+    let team = Ident::parse_optional("team_pk", query.team_pk.as_deref())?;
+    if let (Some(since), Some(until)) = (query.since, query.until)
+        && since > until
+    {
+        return Err(
+            ApiError::bad_request("invalid_query", "since must not be after until")
+                .with("field", "since"),
+        );
+    }
+    let filter = UsageFilter {
+        since: query.since,
+        until: query.until,
+        team_pk: team.as_ref().map(|t| t.as_str().to_owned()),
+    };
+    let (usage, by_executor_model) = state.db.project_usage(project.as_str(), &filter).await?;
+    Ok(Json(ProjectUsage {
+        project_id,
+        team_pk: query.team_pk,
+        since: query.since,
+        until: query.until,
+        usage,
+        by_executor_model,
     }))
 }
 

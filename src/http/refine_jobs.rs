@@ -27,6 +27,7 @@ use crate::domain::job::JobStatus;
 use crate::domain::refine::{
     PhaseContext, RefineInputError, batches, context_from_value, is_valid_id, plan_from_value,
 };
+use crate::domain::usage::Budget;
 use crate::error::{ApiError, ForbiddenProject, Problem};
 use crate::jobs::request::{StoredRequest, confine};
 
@@ -77,9 +78,21 @@ pub struct CreateRefineJobRequest {
     team_pk: Option<String>,
     /// Same as the `Idempotency-Key` header.
     idempotency_key: Option<String>,
+    /// Start no further L0 once the job's L0 calls have cost this much (US
+    /// dollars; calls of unknown cost count 0). The job then ends `failed` with
+    /// `budget_exceeded`, keeping the outcomes of the L0s that finished.
+    #[schema(exclusive_minimum = 0.0)]
+    max_cost_usd: Option<f64>,
+    /// Start no further L0 once the job's L0 calls have produced this many
+    /// output tokens.
+    #[schema(minimum = 1)]
+    max_output_tokens: Option<i64>,
+    /// What a reached budget does to the L0s still running: let them finish
+    /// (default; their cost is committed) or kill them. Only with a limit.
+    budget_action: Option<crate::domain::usage::BudgetAction>,
 }
 
-const CREATE_FIELDS: [&str; 9] = [
+const CREATE_FIELDS: [&str; 12] = [
     "context",
     "refined_plan",
     "task_text",
@@ -89,6 +102,9 @@ const CREATE_FIELDS: [&str; 9] = [
     "project_id",
     "team_pk",
     "idempotency_key",
+    "max_cost_usd",
+    "max_output_tokens",
+    "budget_action",
 ];
 
 /// `FATAL: failed to parse request body: {detail}` as a 422 `invalid_context`.
@@ -134,6 +150,7 @@ pub struct ValidSubmission {
     pub run_id: Option<Uuid>,
     pub idempotency_key: Option<String>,
     pub request_hash: String,
+    pub budget: Budget,
 }
 
 /// Parses and checks a submission: nothing is queued unless all of it is usable.
@@ -204,6 +221,7 @@ pub fn validate_submission(
         ),
     };
     let idempotency_key = idempotency_key(headers, opt_str(&body, "idempotency_key")?)?;
+    let budget = budget_fields(&body)?;
 
     let request_hash = body_hash(&body);
     Ok(ValidSubmission {
@@ -221,6 +239,44 @@ pub fn validate_submission(
         run_id,
         idempotency_key,
         request_hash,
+        budget,
+    })
+}
+
+/// `max_cost_usd`, `max_output_tokens` and `budget_action` of a body.
+pub(crate) fn budget_fields(body: &Map<String, Value>) -> Result<Budget, ApiError> {
+    Budget::from_fields(
+        body.get("max_cost_usd"),
+        body.get("max_output_tokens"),
+        body.get("budget_action"),
+    )
+    .map_err(|e| fatal(&e).with("field", e.field))
+}
+
+/// 429 `budget_exhausted` (with `Retry-After` to the next UTC day) when the
+/// project's daily limit is already spent.
+pub(crate) async fn check_daily_limit(
+    state: &AppState,
+    project_id: Option<&Ident>,
+) -> Result<(), ApiError> {
+    let checked = crate::jobs::budget::check_daily_limit(
+        &state.db,
+        &state.settings,
+        project_id.map(Ident::as_str),
+    )
+    .await?;
+    checked.map_err(|spent| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "budget_exhausted",
+            format!(
+                "project {}'s daily limit of ${} is spent (${:.6} today, UTC); retry after the next UTC midnight",
+                spent.project_id, spent.limit_usd, spent.spent_usd
+            ),
+        )
+        .with("limit_usd", spent.limit_usd)
+        .with("spent_usd", spent.spent_usd)
+        .with("retry_after_secs", spent.retry_after_secs)
     })
 }
 
@@ -390,6 +446,9 @@ pub fn l0_rows(context: &PhaseContext, max_parallel: usize) -> Vec<(String, i32)
         (status = 422, description = "`invalid_context` (FATAL: failed to parse request body: …), `unknown_executor`, \
             `task_file_not_allowed`, `output_not_allowed`, `invalid_field`, `unknown_run`, \
             `invalid_idempotency_key`, `idempotency_key_reused`", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`budget_exhausted`: the project's daily limit is spent; the problem carries \
+            `limit_usd`, `spent_usd` and `retry_after_secs`", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to the next UTC midnight"))),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_refine_job(
@@ -414,6 +473,14 @@ async fn create_refine_job(
         };
         caller.check_optional_project(run.project_id.as_deref())?;
     }
+    // A retry of a create that went through replays it, limit or not.
+    let replay = match valid.idempotency_key.as_deref() {
+        Some(key) => state.db.refine_job_key_exists(key).await?,
+        None => false,
+    };
+    if !replay {
+        check_daily_limit(&state, valid.project_id.as_ref()).await?;
+    }
     let request = valid.request.to_value();
     let new = NewRefineJob {
         id: Uuid::now_v7(),
@@ -428,6 +495,7 @@ async fn create_refine_job(
         request_hash: Some(&valid.request_hash),
         max_attempts: state.settings.max_attempts,
         l0s: l0_rows(&valid.context, state.settings.l0_concurrency),
+        budget: valid.budget,
     };
     match state.db.create_refine_job(&new).await? {
         Created::New(job) => {

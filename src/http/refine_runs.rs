@@ -16,8 +16,8 @@ use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, refuse_nul};
 use super::refine_jobs::{
-    WaitQuery, accepted, body_hash, confine_output_dir, fatal, idempotency_key, key_reused,
-    l0_rows, opt_str, parse_id, require_json, resolve_executor,
+    WaitQuery, accepted, body_hash, budget_fields, check_daily_limit, confine_output_dir, fatal,
+    idempotency_key, key_reused, l0_rows, opt_str, parse_id, require_json, resolve_executor,
 };
 use crate::db::refine_jobs::{Created, NewRefineJob};
 use crate::db::refine_runs::{NewRefineRun, StoredRun};
@@ -53,9 +53,20 @@ pub struct CreateRefineRunRequest {
     team_pk: Option<String>,
     /// Same as the `Idempotency-Key` header.
     idempotency_key: Option<String>,
+    /// Start no further L0 in any phase once the run's L0 calls (all phases)
+    /// have cost this much (US dollars; calls of unknown cost count 0). Phase
+    /// jobs stopped by it end `failed` with `budget_exceeded`; the run ends
+    /// `failed` with what finished merged.
+    #[schema(exclusive_minimum = 0.0)]
+    max_cost_usd: Option<f64>,
+    /// Likewise for the output tokens of all the run's L0 calls.
+    #[schema(minimum = 1)]
+    max_output_tokens: Option<i64>,
+    /// `finish` (default) lets running L0s finish; `kill` kills them.
+    budget_action: Option<crate::domain::usage::BudgetAction>,
 }
 
-const CREATE_FIELDS: [&str; 7] = [
+const CREATE_FIELDS: [&str; 10] = [
     "plan",
     "task_text",
     "executor",
@@ -63,6 +74,9 @@ const CREATE_FIELDS: [&str; 7] = [
     "project_id",
     "team_pk",
     "idempotency_key",
+    "max_cost_usd",
+    "max_output_tokens",
+    "budget_action",
 ];
 
 /// Per phase: its id, the job's stored request and its `(assignment, batch)` rows.
@@ -96,6 +110,9 @@ async fn load_run(state: &AppState, caller: &Caller, id: Uuid) -> Result<StoredR
         (status = 422, description = "`invalid_plan` (FATAL: failed to parse request body: …), `unknown_executor`, \
             `output_not_allowed`, `invalid_field`, `invalid_idempotency_key`, `idempotency_key_reused`",
             body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`budget_exhausted`: the project's daily limit is spent; the problem carries \
+            `limit_usd`, `spent_usd` and `retry_after_secs`", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to the next UTC midnight"))),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_refine_run(
@@ -177,6 +194,15 @@ async fn create_refine_run(
     let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
     caller.check_optional_project(project_id.as_ref().map(Ident::as_str))?;
     let key = idempotency_key(&headers, opt_str(&body, "idempotency_key")?)?;
+    let budget = budget_fields(&body).map_err(invalid_plan)?;
+    // A retry of a create that went through replays it, limit or not.
+    let replay = match key.as_deref() {
+        Some(key) => state.db.refine_run_key_exists(key).await?,
+        None => false,
+    };
+    if !replay {
+        check_daily_limit(&state, project_id.as_ref()).await?;
+    }
     let request_hash = body_hash(&body);
 
     let run_id = Uuid::now_v7();
@@ -220,6 +246,7 @@ async fn create_refine_run(
             request_hash: None,
             max_attempts: state.settings.max_attempts,
             l0s: l0s.clone(),
+            budget,
         })
         .collect();
     let new = NewRefineRun {
@@ -231,6 +258,7 @@ async fn create_refine_run(
         idempotency_key: key.as_deref(),
         request_hash: &request_hash,
         jobs,
+        budget,
     };
     match state.db.create_refine_run(&new).await? {
         Created::New(id) => {

@@ -3,6 +3,7 @@
 //! Postgres wake-ups ([`listen`]), stored requests and confined paths
 //! ([`request`]) and result files ([`output`]).
 
+pub mod budget;
 pub mod engine;
 pub mod listen;
 pub mod output;

@@ -565,6 +565,7 @@ fn l0_profile(mode: &str) -> ExecutorProfile {
         timeout_secs: Some(30),
         max_output_bytes: None,
         env_allow: vec![],
+        output: Default::default(),
     }
 }
 

@@ -147,6 +147,18 @@ impl TestApp {
             let _ = server.await;
         }
     }
+
+    /// Stop the server and hand back its database instead of dropping it.
+    pub async fn stop_keeping_database(mut self) -> FreshDatabase {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+        self.db.close().await;
+        self.database
+    }
 }
 
 pub async fn spawn_app(backend: Backend) -> TestApp {
@@ -154,7 +166,16 @@ pub async fn spawn_app(backend: Backend) -> TestApp {
 }
 
 pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
-    let database = FreshDatabase::new(backend).await;
+    spawn_app_on(FreshDatabase::new(backend).await, backend, tweak).await
+}
+
+/// The server on a database that already exists (e.g. one a stopped server left,
+/// see [`TestApp::stop_keeping_database`]).
+pub async fn spawn_app_on(
+    database: FreshDatabase,
+    backend: Backend,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
     let mut settings = settings_for(&database.url);
     tweak(&mut settings);
     let db = plangate::open_database(&settings)

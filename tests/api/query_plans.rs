@@ -1,0 +1,628 @@
+//! Every hot query uses an index (issue 17): on a Postgres database seeded with a
+//! history (bench/seed_postgres.sql, scaled down for CI but ANALYZEd, so the planner
+//! weighs real statistics), the server runs its endpoints and the workers' queries
+//! while Postgres' `auto_explain` sends the plan of every statement it executes —
+//! with the real parameters, nested statements (foreign-key checks, cascades)
+//! included — back as a NOTICE. sqlx logs notices through `tracing`; this test
+//! collects them and fails on any sequential scan over a large table.
+//!
+//! The plans are of the statements the code really issues, not of copies of its SQL,
+//! so a new query is checked as soon as an exercised endpoint runs it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on};
+use chrono::Utc;
+use plangate::db::refine_jobs::Lease;
+use serde_json::{Value, json};
+use sqlx::{Connection, PgConnection};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use uuid::Uuid;
+
+const SEED: &str = include_str!("../../bench/seed_postgres.sql");
+
+/// CI size: big enough that a sequential scan costs more than an index for every
+/// selective query (checked below), small enough to seed in seconds.
+const SEED_SIZE: &[(&str, u32)] = &[
+    ("seed.projects", 20),
+    ("seed.lists", 1000),
+    ("seed.tasks_per_list", 50),
+    ("seed.jobs", 10_000),
+    ("seed.tracks", 1000),
+    ("seed.run_every", 8),
+];
+
+/// A table with at least this many rows must never be read by a sequential scan.
+const LARGE_TABLE_ROWS: f64 = 1000.0;
+
+/// Tables that a long-running cluster fills; the seed must make each of them large,
+/// or the test would prove nothing about them.
+const HISTORY_TABLES: &[&str] = &[
+    "task_lists",
+    "tasks",
+    "task_dependencies",
+    "tracks",
+    "refine_runs",
+    "refine_jobs",
+    "refine_l0_runs",
+    "refine_job_events",
+];
+
+/// A statement this test runs itself to prove that a sequential scan is caught.
+const SELF_CHECK: &str = "/* plan-check self-test */";
+
+/// Statements (a fragment of their SQL) the exercise below must have seen planned:
+/// the hot paths of the issue. A rewrite that changes one of these fragments fails
+/// here, so the list is kept in step with the code.
+const EXPECTED: &[(&str, &str)] = &[
+    ("claim", "FOR UPDATE SKIP LOCKED"),
+    ("heartbeat", "SET lease_expires_at = $3"),
+    ("reaper", "lease_expires_at < $1"),
+    (
+        "retention of jobs",
+        "DELETE FROM refine_jobs WHERE run_id IS NULL",
+    ),
+    (
+        "retention of runs",
+        "DELETE FROM refine_runs WHERE status IN",
+    ),
+    (
+        "gauge of unfinished jobs",
+        "WHERE status IN ('queued', 'running', 'cancelling') GROUP BY status",
+    ),
+    (
+        "gauge of all jobs",
+        "SELECT status, COUNT(*) FROM refine_jobs GROUP BY status",
+    ),
+    (
+        "runs due for a merge",
+        "NOT EXISTS (SELECT 1 FROM refine_jobs j",
+    ),
+    (
+        "task list / ready",
+        "FROM tasks WHERE task_list_id = $1 ORDER BY position",
+    ),
+    (
+        "task edges",
+        "JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1",
+    ),
+    ("status by cycle", "WHERE project_id = $1 AND team_pk = $2"),
+    ("status by project", "FROM tasks WHERE project_id = $1"),
+    ("task change", "UPDATE tasks SET status = $2"),
+    ("cascade", "UPDATE tasks SET status = $1, abandon_category"),
+    ("list pages", "FROM refine_jobs WHERE TRUE"),
+    ("job get", "FROM refine_jobs WHERE id = $1"),
+    (
+        "job progress",
+        "FROM refine_l0_runs WHERE job_id = $1 GROUP BY status",
+    ),
+    ("job events", "FROM refine_job_events WHERE job_id = $1"),
+    ("run get", "FROM refine_runs WHERE id = $1"),
+    ("run phases", "FROM refine_jobs WHERE run_id = $1"),
+    ("track read", "FROM tracks WHERE track_id = $1"),
+    ("track step", "UPDATE tracks SET metadata = $2"),
+];
+
+/// The notices sqlx logged (auto_explain's plans among them).
+static NOTICES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct NoticeCollector;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoticeCollector {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() != "sqlx::postgres::notice" {
+            return;
+        }
+        struct Message(Option<String>);
+        impl tracing::field::Visit for Message {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "message" {
+                    self.0 = Some(value.to_owned());
+                }
+            }
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" && self.0.is_none() {
+                    self.0 = Some(format!("{value:?}"));
+                }
+            }
+        }
+        let mut message = Message(None);
+        event.record(&mut message);
+        if let Some(text) = message.0 {
+            NOTICES.lock().unwrap().push(text);
+        }
+    }
+}
+
+/// The process-wide subscriber, interested in Postgres notices only (other tests of
+/// this binary may share the process; nothing else of theirs is recorded).
+fn install_notice_collector() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let only_notices = tracing_subscriber::filter::filter_fn(|metadata| {
+            metadata.target() == "sqlx::postgres::notice"
+        });
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(NoticeCollector.with_filter(only_notices)),
+        )
+        .expect("no other global subscriber in the test binary");
+    });
+}
+
+/// One executed statement and its plan tree.
+struct Plan {
+    query: String,
+    root: Value,
+}
+
+/// auto_explain's message: `duration: … ms  plan:\n{json}`.
+fn parse_plan(notice: &str) -> Option<Plan> {
+    let (_, json) = notice.split_once("plan:\n")?;
+    let doc: Value = serde_json::from_str(json).ok()?;
+    Some(Plan {
+        query: doc["Query Text"].as_str().unwrap_or_default().to_owned(),
+        root: doc["Plan"].clone(),
+    })
+}
+
+/// Relations read by a `Seq Scan` anywhere in the tree.
+fn seq_scanned(node: &Value, found: &mut Vec<String>) {
+    if node["Node Type"] == "Seq Scan" {
+        found.push(node["Relation Name"].as_str().unwrap_or("?").to_owned());
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        seq_scanned(child, found);
+    }
+}
+
+fn collected_plans() -> Vec<Plan> {
+    NOTICES
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|n| parse_plan(n))
+        .collect()
+}
+
+async fn ok_json(response: reqwest::Response, what: &str) -> Value {
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    assert!(status.is_success(), "{what}: {status} {body}");
+    serde_json::from_str(&body).unwrap_or(Value::Null)
+}
+
+async fn get(app: &TestApp, path: &str) -> Value {
+    let response = app.get(path).await;
+    ok_json(response, path).await
+}
+
+/// Ids of seeded rows the exercise uses, read before plans are collected.
+struct Seeded {
+    /// The newest list (in progress): a wave done, one running, the rest pending.
+    list: Uuid,
+    /// A running task of it, with pending dependents (the cascade).
+    running_task: Uuid,
+    /// A pending task of it.
+    pending_task: Uuid,
+    job: Uuid,
+    run: Uuid,
+    middle_job: Uuid,
+    large: HashSet<String>,
+    rows: BTreeMap<String, f64>,
+}
+
+async fn seed(url: &str) -> Seeded {
+    let mut conn = PgConnection::connect(url).await.expect("connect to seed");
+    for (name, value) in SEED_SIZE {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET {name} = {value}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    sqlx::raw_sql(SEED).execute(&mut conn).await.expect("seed");
+    sqlx::raw_sql("VACUUM ANALYZE")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    eprintln!("seeded in {:.1} s", started.elapsed().as_secs_f64());
+    let rows: Vec<(String, f32)> = sqlx::query_as(
+        "SELECT c.relname::text, c.reltuples FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'public' AND c.relkind = 'r'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let rows: BTreeMap<String, f64> = rows.into_iter().map(|(t, n)| (t, f64::from(n))).collect();
+    let large = rows
+        .iter()
+        .filter(|(_, n)| **n >= LARGE_TABLE_ROWS)
+        .map(|(t, _)| t.clone())
+        .collect();
+    let list: Uuid =
+        sqlx::query_scalar("SELECT id FROM task_lists ORDER BY created_at DESC LIMIT 1")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    let task = |status: &'static str| {
+        sqlx::query_scalar::<_, Uuid>(
+            "SELECT t.id FROM tasks t WHERE t.task_list_id = $1 AND t.status = $2 \
+             AND EXISTS (SELECT 1 FROM task_dependencies d WHERE d.depends_on = t.id) \
+             ORDER BY t.position LIMIT 1",
+        )
+        .bind(list)
+        .bind(status)
+    };
+    let running_task = task("running").fetch_one(&mut conn).await.unwrap();
+    let pending_task = task("pending").fetch_one(&mut conn).await.unwrap();
+    let job: Uuid = sqlx::query_scalar(
+        "SELECT id FROM refine_jobs WHERE run_id IS NULL ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let middle_job: Uuid = sqlx::query_scalar(
+        "SELECT id FROM refine_jobs WHERE status = 'succeeded' ORDER BY id OFFSET 4000 LIMIT 1",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let run: Uuid =
+        sqlx::query_scalar("SELECT id FROM refine_runs ORDER BY created_at DESC LIMIT 1")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    Seeded {
+        list,
+        running_task,
+        pending_task,
+        job,
+        run,
+        middle_job,
+        large,
+        rows,
+    }
+}
+
+/// Every plan auto_explain reports for this database from now on, as a NOTICE to
+/// the client that ran the statement (new sessions only).
+async fn enable_auto_explain(url: &str, name: &str) {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    for setting in [
+        "session_preload_libraries = 'auto_explain'",
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_level = 'notice'",
+        "auto_explain.log_format = 'json'",
+        "auto_explain.log_nested_statements = on",
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE {name} SET {setting}"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+}
+
+fn refine_job_body() -> Value {
+    let assignments: Vec<Value> = (1..=4)
+        .map(|i| {
+            json!({
+                "id": format!("P1-A{i}"), "phase_id": "P1", "name": format!("Assignment {i}"),
+                "goal": "Refine one part.", "technical_approach": format!("Touch src/mod{i}.rs."),
+                "dependency_notes": "", "overlap_notes": "",
+                "proposed_work_packages": [{"id_suffix": "WP1", "name": "code",
+                    "estimated_files": [format!("src/mod{i}.rs")]}]
+            })
+        })
+        .collect();
+    json!({
+        "context": {"phase_id": "P1", "assignments": assignments, "peer_summaries": []},
+        "refined_plan": {"phases": [{"id": "P1", "name": "Phase", "goal": "g"}]},
+        "task_text": "Plan check."
+    })
+}
+
+fn refine_run_body() -> Value {
+    let phase = |id: &str| {
+        json!({"id": id, "name": format!("Phase {id}"), "goal": "g", "scope": ["code"],
+               "technical_approach": "Small steps.", "relationship_notes": "", "ordering": 1})
+    };
+    let assignment = |id: &str, phase_id: &str| {
+        json!({"id": id, "phase_id": phase_id, "name": id, "goal": "g",
+               "technical_approach": "Plain code.", "dependency_notes": "", "overlap_notes": "",
+               "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "scope": "s",
+                   "estimated_files": [format!("src/{id}.rs")]}]})
+    };
+    json!({"plan": {
+        "task": "Build the thing.", "source_dir": "/srv/app",
+        "phases": [phase("P1"), phase("P2")],
+        "assignments": [assignment("P1-A1", "P1"), assignment("P2-A1", "P2")]
+    }})
+}
+
+async fn wait_terminal(app: &TestApp, path: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let body = get(app, &format!("{path}?wait=5")).await;
+        if matches!(
+            body["status"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        ) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "{path} did not finish: {body}");
+    }
+}
+
+/// The endpoints of the issue and the workers' statements, each a few times (sqlx
+/// prepares statements; Postgres may switch to a generic plan after five runs).
+async fn exercise(app: &TestApp, seeded: &Seeded) {
+    let list = seeded.list;
+    for _ in 0..2 {
+        get(app, &format!("/v1/task-lists/{list}")).await;
+        get(app, &format!("/v1/task-lists/{list}/ready")).await;
+        get(app, &format!("/v1/task-lists/{list}/ready?mode=pipeline")).await;
+        get(app, &format!("/v1/task-lists/{list}/graph")).await;
+        get(app, "/v1/projects/project-3/status").await;
+        get(app, "/v1/projects/project-3/status?team_pk=cycle-2").await;
+        get(app, "/v1/projects/project-3/status?team_pk=no-such-cycle").await;
+        get(app, "/v1/projects/project-3/teams").await;
+    }
+    // A task starts; another fails and cascade-abandons its dependents.
+    let patched = app
+        .patch_json(
+            &format!("/v1/tasks/{}", seeded.pending_task),
+            &json!({"status": "running"}),
+        )
+        .await;
+    assert!(
+        patched.status().as_u16() < 500,
+        "PATCH running: {}",
+        patched.status()
+    );
+    let failed = app
+        .patch_json(
+            &format!("/v1/tasks/{}", seeded.running_task),
+            &json!({"status": "failed", "notes": "plan check"}),
+        )
+        .await;
+    let failed = ok_json(failed, "PATCH failed").await;
+    assert!(
+        !failed["cascaded"].as_array().is_none_or(Vec::is_empty),
+        "the failure cascaded: {failed}"
+    );
+    // A new list next to the seeded ones.
+    let tasks: Vec<Value> = (1..=20)
+        .map(|i| {
+            json!({"task_id": format!("T{i}"), "assigned_persona": "dev",
+                   "parallel_group": (i - 1) / 5 + 1,
+                   "depends_on": if i > 5 { vec![format!("T{}", i - 5)] } else { vec![] },
+                   "reads": [], "writes": [format!("src/f{i}.rs")], "description": "x"})
+        })
+        .collect();
+    let created = app
+        .post_json(
+            "/v1/task-lists",
+            &json!({"project_id": "project-3", "team_pk": "cycle-2", "created_by": "pm", "tasks": tasks}),
+        )
+        .await;
+    ok_json(created, "POST /v1/task-lists").await;
+
+    // Jobs and runs: reads of seeded history, list pages with every filter.
+    let (job, middle, run) = (seeded.job, seeded.middle_job, seeded.run);
+    for _ in 0..2 {
+        get(app, &format!("/v1/refine-jobs/{job}")).await;
+        get(app, &format!("/v1/refine-jobs/{job}/assignments")).await;
+        get(app, &format!("/v1/refine-jobs/{job}/events")).await;
+        get(app, &format!("/v1/refine-jobs/{middle}/result")).await;
+        get(app, &format!("/v1/refine-runs/{run}")).await;
+        get(app, &format!("/v1/refine-runs/{run}/result")).await;
+        let page = get(app, "/v1/refine-jobs?page_size=50").await;
+        let token = page["next_page_token"].as_str().expect("a second page");
+        get(
+            app,
+            &format!("/v1/refine-jobs?page_size=50&page_token={token}"),
+        )
+        .await;
+        get(
+            app,
+            &format!("/v1/refine-jobs?page_size=50&page_token={middle}"),
+        )
+        .await;
+        for filter in [
+            "status=failed",
+            "status=queued",
+            "status=running",
+            "project_id=project-3",
+            "project_id=project-3&team_pk=cycle-3",
+            "phase_id=phase-2",
+            &format!("run_id={run}"),
+        ] {
+            get(app, &format!("/v1/refine-jobs?page_size=20&{filter}")).await;
+        }
+    }
+    // Tracks: read and step.
+    get(app, "/v1/tracks/track-7").await;
+    for (action, step, body) in [
+        ("start", "PLAN", json!({"agent": "planner"})),
+        ("complete", "PLAN", json!({"outcome": "PASSED"})),
+    ] {
+        let response = app
+            .client
+            .post(app.url(&format!("/v1/tracks/track-7/steps/{step}/{action}")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().as_u16() < 500,
+            "track step: {}",
+            response.status()
+        );
+    }
+
+    // New work through the real workers: claim, L0 records, events, finish, merge.
+    let created = app.post_json("/v1/refine-jobs", &refine_job_body()).await;
+    let created = ok_json(created, "POST /v1/refine-jobs").await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let done = wait_terminal(app, &format!("/v1/refine-jobs/{id}")).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let created = app.post_json("/v1/refine-runs", &refine_run_body()).await;
+    let created = ok_json(created, "POST /v1/refine-runs").await;
+    let run_id = created["id"].as_str().unwrap().to_owned();
+    wait_terminal(app, &format!("/v1/refine-runs/{run_id}")).await;
+    let cancel = app
+        .post_json(&format!("/v1/refine-jobs/{job}/cancel"), &json!({}))
+        .await;
+    assert!(
+        cancel.status().as_u16() < 500,
+        "cancel: {}",
+        cancel.status()
+    );
+
+    // The workers' periodic statements, called as the reaper calls them (its own
+    // loop runs every few seconds; the sweeps hourly).
+    let db = &app.db;
+    for _ in 0..2 {
+        db.reap_expired_refine_jobs(|_| Duration::from_secs(1))
+            .await
+            .unwrap();
+        db.refine_job_counts(true).await.unwrap();
+        db.refine_job_counts(false).await.unwrap();
+        db.delete_refine_jobs_finished_before(Utc::now() - chrono::Duration::days(30))
+            .await
+            .unwrap();
+        db.refine_runs_due_for_merge().await.unwrap();
+        let lost = db
+            .heartbeat_refine_job(
+                Lease {
+                    job_id: seeded.job,
+                    token: Uuid::new_v4(),
+                },
+                Utc::now(),
+            )
+            .await
+            .unwrap();
+        assert!(lost.is_err(), "a stranger's token holds no lease");
+        assert!(
+            db.claim_refine_job(Uuid::new_v4(), Utc::now())
+                .await
+                .unwrap()
+                .is_none(),
+            "nothing is queued"
+        );
+    }
+    get(app, "/readyz").await;
+    let metrics = app.get("/metrics").await;
+    assert_eq!(metrics.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_queries_use_indexes_on_a_seeded_postgres() {
+    install_notice_collector();
+
+    // 1. A migrated database (a first server), the template track, the history.
+    let app = spawn_app_on(
+        FreshDatabase::new(Backend::Postgres).await,
+        Backend::Postgres,
+        |_| {},
+    )
+    .await;
+    let template = json!({"track_id": "seed-template", "type": "feature", "status": "new",
+        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z",
+        "description": "Seed template"});
+    let put = app
+        .client
+        .put(app.url("/v1/tracks/seed-template"))
+        .json(&template)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let database = app.stop_keeping_database().await;
+    let url = database.url.clone();
+    let name = url.rsplit('/').next().unwrap().to_owned();
+    let seeded = seed(&url).await;
+    for table in HISTORY_TABLES {
+        assert!(
+            seeded.large.contains(*table),
+            "the seed leaves {table} small: {:?}",
+            seeded.rows
+        );
+    }
+
+    // 2. A new server whose sessions explain every statement.
+    enable_auto_explain(&url, &name).await;
+    let app = spawn_app_on(database, Backend::Postgres, |_| {}).await;
+
+    // The check can fail: a query that must scan is caught.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM tasks WHERE description LIKE '%nowhere%' {SELF_CHECK}"
+    )))
+    .execute(&plangate_pg_pool(&app))
+    .await
+    .unwrap();
+    let self_check = collected_plans()
+        .into_iter()
+        .find(|p| p.query.contains(SELF_CHECK))
+        .expect("auto_explain reports plans as notices");
+    let mut scans = Vec::new();
+    seq_scanned(&self_check.root, &mut scans);
+    assert_eq!(scans, ["tasks"], "the self-check's seq scan is seen");
+
+    exercise(&app, &seeded).await;
+    app.shutdown().await;
+
+    let plans = collected_plans();
+    // Statement text → what it scans (each statement runs several times).
+    let mut offenders = BTreeMap::new();
+    for plan in &plans {
+        if plan.query.contains(SELF_CHECK) {
+            continue;
+        }
+        let mut scans = Vec::new();
+        seq_scanned(&plan.root, &mut scans);
+        let large: Vec<&String> = scans.iter().filter(|t| seeded.large.contains(*t)).collect();
+        if !large.is_empty() {
+            let query = plan.query.split_whitespace().collect::<Vec<_>>().join(" ");
+            let report = format!(
+                "Seq Scan on {large:?} in:\n  {query}\n  plan: {}",
+                serde_json::to_string(&plan.root).unwrap()
+            );
+            offenders.entry(query).or_insert(report);
+        }
+    }
+    let missing: Vec<&str> = EXPECTED
+        .iter()
+        .filter(|(_, fragment)| !plans.iter().any(|p| p.query.contains(fragment)))
+        .map(|(what, _)| *what)
+        .collect();
+    eprintln!(
+        "{} statements planned; large tables: {:?}",
+        plans.len(),
+        seeded.rows
+    );
+    assert!(
+        missing.is_empty(),
+        "no plan seen for {missing:?} (a query was rewritten? update EXPECTED)"
+    );
+    assert!(
+        offenders.is_empty(),
+        "{} statement(s) scan a large table sequentially:\n{}",
+        offenders.len(),
+        offenders.into_values().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The server's own Postgres pool (its sessions have auto_explain loaded).
+fn plangate_pg_pool(app: &TestApp) -> sqlx::PgPool {
+    match &app.db {
+        plangate::db::Database::Postgres(pool) => pool.clone(),
+        plangate::db::Database::Sqlite(_) => unreachable!("a Postgres test"),
+    }
+}
