@@ -5,12 +5,16 @@
 //! - a JSON object shaped like the `POST /v1/task-lists/validate` body: `tasks` or
 //!   `planner_output`, optional `existing_files`, other keys ignored (this is what
 //!   `cargo run --example gen_tasks` prints);
+//! - any other JSON object: planner output that is not a task list (invalid,
+//!   `synthesis_failure`);
 //! - anything else: planner output text (the last fenced json block wins).
 //!
 //! Existing files are the union of FILE's `existing_files`, `--existing-files` (a JSON
 //! array or one path a line) and `git -C DIR ls-files` for `--repo DIR`.
 //!
-//! Exit status: 0 valid, 1 invalid, 2 usage or I/O error (message on `err`).
+//! Exit status: 0 valid, 1 invalid (including planner output that holds no task
+//! list), 2 usage or I/O error: unreadable FILE, bad flags, a request body with a
+//! field of the wrong type (message on `err`).
 //!
 //! Big lists are read straight into tasks (no `serde_json::Value` copy) and the text
 //! is dropped before gating, so memory stays a small multiple of the file size.
@@ -135,9 +139,13 @@ fn read_document(text: &str, file: &Path) -> Result<Document, UsageError> {
                         file,
                         "give either `tasks` or `planner_output`, not both",
                     )),
-                    (None, None) => Err(usage_error(
-                        file,
-                        "a JSON object needs `tasks` (the task list) or `planner_output`",
+                    // Not a request body: the object is the planner's output itself,
+                    // a task list of the wrong shape (`synthesis_failure`, as the
+                    // HTTP gate answers for `{"tasks": {...}}`).
+                    (None, None) => Ok(Document::TaskList(
+                        serde_json::from_str::<ParsedTaskList>(text)
+                            .map_err(|error| usage_error(file, error))?,
+                        listed_files,
                     )),
                 }
             }
@@ -390,6 +398,26 @@ mod tests {
     }
 
     #[test]
+    fn objects_that_are_not_task_lists_are_synthesis_failures() {
+        let scratch = Scratch::new("object");
+        for (name, body) in [
+            ("empty.json", "{}"),
+            ("foo.json", r#"{"foo": 1}"#),
+            ("project.json", r#"{"project_id": "p"}"#),
+        ] {
+            let file = scratch.file(name, body);
+            let (status, out, err) = run_cli(&file, None, None, OutputFormat::Json);
+            assert_eq!((status, err.as_str()), (1, ""), "{name}: {out}");
+            let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(report["valid"], false, "{name}: {out}");
+            assert_eq!(
+                report["errors"][0]["code"], "synthesis_failure",
+                "{name}: {out}"
+            );
+        }
+    }
+
+    #[test]
     fn usage_and_io_errors_exit_two() {
         let scratch = Scratch::new("usage");
         let list = scratch.file("list.json", VALID_LIST);
@@ -410,9 +438,6 @@ mod tests {
         let not_utf8 = scratch.path("binary.json");
         std::fs::write(&not_utf8, [0xff, 0xfe, 0x00]).unwrap();
         assert_eq!(run_cli(&not_utf8, None, None, OutputFormat::Text).0, 2);
-
-        let no_tasks = scratch.file("object.json", r#"{"project_id": "p"}"#);
-        assert_eq!(run_cli(&no_tasks, None, None, OutputFormat::Text).0, 2);
 
         let bad_body = scratch.file("bad-body.json", r#"{"tasks": [], "existing_files": "a"}"#);
         assert_eq!(run_cli(&bad_body, None, None, OutputFormat::Text).0, 2);

@@ -10,6 +10,7 @@ pub mod loop_plan;
 pub mod natural;
 pub mod refine;
 pub mod retry;
+pub mod storable;
 pub mod text;
 pub mod track_state;
 pub mod usage;

@@ -65,9 +65,10 @@ pub fn is_line_breaking(c: char) -> bool {
     c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
-/// The `cycle` message both engines give (docs/spec/gating.md §3): the path closing on its
-/// first id, and how to fix it. `path` reads along `depends_on`; `member_count` is
-/// the size of its strongly connected component, which may hold more cycles.
+/// The `cycle` message both engines give (docs/spec/gating.md §3): the closed walk
+/// ending on its first id, and how to fix it. `path` reads along `depends_on` and
+/// passes through every task of its strongly connected component (`member_count`
+/// tasks), repeating a task when no simple cycle covers them all.
 pub fn cycle_message(path: &[String], member_count: usize) -> String {
     let Some(first) = path.first() else {
         return "dependency graph contains a cycle".to_owned();
@@ -80,15 +81,28 @@ pub fn cycle_message(path: &[String], member_count: usize) -> String {
             quote(first)
         )
     } else {
-        let others = member_count.saturating_sub(path.len());
-        let tangled = if others > 0 {
-            format!("; {others} more task(s) in task_ids are on other cycles through these")
+        let mut distinct: Vec<&String> = path.iter().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let walk = if distinct.len() < path.len() {
+            format!(
+                "each task depends_on the next; no simple cycle covers these {} tasks, so \
+                 the walk passes some twice",
+                distinct.len()
+            )
+        } else {
+            "each task depends_on the next".to_owned()
+        };
+        // Only a walk cut short for size leaves members out (see domain::graph).
+        let missing = member_count.saturating_sub(distinct.len());
+        let tangled = if missing > 0 {
+            format!("; {missing} more task(s) in task_ids are on this cycle too")
         } else {
             String::new()
         };
         format!(
-            "dependency graph contains a cycle: {shown} (each task depends_on the \
-             next{tangled}); remove depends_on entries until no task depends on itself"
+            "dependency graph contains a cycle: {shown} ({walk}{tangled}); remove \
+             depends_on entries until no task depends on itself"
         )
     }
 }

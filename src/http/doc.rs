@@ -2,7 +2,9 @@
 //! every `/v1` operation can give from the middleware stack (401, 404 on an empty
 //! path segment, 408, 500, 503), and the request schemas whose rules span fields.
 
-use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{
+    AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
 
 use crate::error::PROBLEM_JSON;
@@ -12,6 +14,11 @@ const STATELESS: &[&str] = &["/v1/task-lists/validate", "/v1/loop-plans/"];
 
 pub(super) fn finish(mut openapi: OpenApi) -> OpenApi {
     add_common_responses(&mut openapi);
+    if let Some(components) = openapi.components.as_mut() {
+        components
+            .schemas
+            .insert("TaskInput".to_owned(), RefOr::T(task_input()));
+    }
     for name in ["ValidateRequest", "CreateTaskListRequest"] {
         one_task_source(&mut openapi, name);
     }
@@ -74,10 +81,66 @@ fn add_common_responses(openapi: &mut OpenApi) {
     }
 }
 
+/// One task of a planner's list, as the gate expects it (docs/gating). The gate reads
+/// tasks leniently — a list of another shape is its `synthesis_failure` or
+/// `dag_invalid` verdict, not a malformed request — so this is what a client should
+/// send, typed for generated clients, not what the server refuses with 400.
+fn task_input() -> Schema {
+    let text = |description: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(description))
+    };
+    let texts = |description: &str| {
+        ArrayBuilder::new()
+            .items(ObjectBuilder::new().schema_type(Type::String))
+            .description(Some(description))
+    };
+    ObjectBuilder::new()
+        .description(Some(
+            "One task of a planner's list. Members not listed here are kept and returned \
+             (in the stored task's `extra`). A list whose entries miss a required member or \
+             have the wrong types is not a malformed request: the gate answers it with \
+             its verdict (`valid: false` from validate, 422 from create).",
+        ))
+        .property("task_id", text("Unique in the list.").min_length(Some(1)))
+        .required("task_id")
+        .property("assigned_persona", text("Who does it.").min_length(Some(1)))
+        .required("assigned_persona")
+        .property(
+            "parallel_group",
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .description(Some("The wave, 1 or more.")),
+        )
+        .required("parallel_group")
+        .property(
+            "depends_on",
+            texts("`task_id`s this task needs done first (default none)."),
+        )
+        .property("reads", texts("Paths the task reads (default none)."))
+        .property("writes", texts("Paths the task writes (default none)."))
+        .property(
+            "reviews",
+            ObjectBuilder::new()
+                .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+                .description(Some(
+                    "Review tasks only: the `task_id` of the task reviewed (null: none).",
+                )),
+        )
+        .property("description", text("What to do."))
+        .required("description")
+        .additional_properties(Some(AdditionalProperties::<Schema>::FreeForm(true)))
+        .build()
+        .into()
+}
+
 /// `tasks` or `planner_output`, exactly one of them non-null: the object schema
 /// becomes a `oneOf` of its two forms, so that every body the schema allows is one
-/// the handler takes (and the other way round). `tasks` may be any JSON value: what
-/// is not a list of task objects is the gate's `synthesis_failure`, not a bad request.
+/// the handler takes (and the other way round). `tasks` is an array of
+/// [`task_input`]s; what the gate makes of other values is its verdict, described
+/// with the answers.
 fn one_task_source(openapi: &mut OpenApi, name: &str) {
     let Some(components) = openapi.components.as_mut() else {
         return;
@@ -97,17 +160,12 @@ fn one_task_source(openapi: &mut OpenApi, name: &str) {
         })
     };
     let mut with_tasks = object.clone();
-    with_tasks.title = Some("tasks".to_owned());
+    // Titles name the generated classes: unique, and readable as Python names.
+    with_tasks.title = Some(format!("{name}WithTasks"));
     with_tasks.properties.insert(
         "tasks".to_owned(),
-        ObjectBuilder::new()
-            .schema_type(SchemaType::from_iter([
-                Type::Array,
-                Type::Object,
-                Type::String,
-                Type::Number,
-                Type::Boolean,
-            ]))
+        ArrayBuilder::new()
+            .items(Ref::from_schema_name("TaskInput"))
             .description(description("tasks"))
             .into(),
     );
@@ -116,7 +174,7 @@ fn one_task_source(openapi: &mut OpenApi, name: &str) {
         .insert("planner_output".to_owned(), null());
     with_tasks.required.push("tasks".to_owned());
     let mut with_text = object.clone();
-    with_text.title = Some("planner_output".to_owned());
+    with_text.title = Some(format!("{name}WithPlannerOutput"));
     with_text.properties.insert("tasks".to_owned(), null());
     with_text.properties.insert(
         "planner_output".to_owned(),

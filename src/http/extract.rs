@@ -1,11 +1,13 @@
 //! axum's extractors, wrapped so that every rejection is problem+json with a code.
 
-use axum::extract::FromRequest;
-use axum::extract::FromRequestParts;
+use axum::body::Bytes;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 
+use crate::domain::storable::{find_nul, may_hold_nul};
 use crate::error::ApiError;
 
 /// `axum::Json` whose rejection is an [`ApiError`].
@@ -16,6 +18,76 @@ pub struct Json<T>(pub T);
 impl<T: serde::Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
+    }
+}
+
+/// [`Json`] for bodies that are stored: also refuses any string holding U+0000
+/// (Postgres cannot store it; see `domain::storable`) with 422 `invalid_field`
+/// naming it, before the handler runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoredJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json(request.headers()) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "Expected request with `Content-Type: application/json`",
+            ));
+        }
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                let status = rejection.status();
+                let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "body_too_large"
+                } else {
+                    "invalid_body"
+                };
+                ApiError::new(status, code, rejection.body_text())
+            })?;
+        refuse_nul(&body)?;
+        let axum::Json(value) = axum::Json::<T>::from_bytes(&body)?;
+        Ok(StoredJson(value))
+    }
+}
+
+/// What axum's `Json` accepts: `application/json` or `application/*+json`.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence.split_once('/').is_some_and(|(kind, sub)| {
+        kind == "application" && (sub == "json" || sub.ends_with("+json"))
+    })
+}
+
+/// 422 `invalid_field` (with `field`, a JSON pointer) when a JSON body holds U+0000 in
+/// a string or member name. Cheap unless the text holds a `\u0000` escape; a body
+/// that is not JSON passes (its parse error is the caller's to report).
+pub fn refuse_nul(body: &[u8]) -> Result<(), ApiError> {
+    if !may_hold_nul(body) {
+        return Ok(());
+    }
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Ok(());
+    };
+    match find_nul(&value) {
+        None => Ok(()),
+        Some(at) => Err(ApiError::unprocessable("invalid_field", at.message())
+            .with("field", at.pointer.clone())),
     }
 }
 

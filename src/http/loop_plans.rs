@@ -3,7 +3,7 @@
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
@@ -79,7 +79,7 @@ fn read_request(headers: &HeaderMap, body: &Bytes) -> Result<LoopPlanRequest, Ap
 /// conflicts, types, durations, overlap with completed tracks.
 ///
 /// With `Accept: text/markdown` the answer is the plan.md text.
-#[utoipa::path(post, path = "/v1/loop-plans/generate", tag = "loop-plans",
+#[utoipa::path(post, path = "/v1/loop-plans/generate", operation_id = "generate_loop_plan", tag = "loop-plans",
     request_body(content(
         (LoopPlanRequest = "application/json"),
         (LoopPlanRequest = "application/yaml"),
@@ -115,6 +115,14 @@ async fn generate(headers: HeaderMap, body: Bytes) -> Result<Response, ApiError>
     Ok(Json(plan).into_response())
 }
 
+/// The JSON form of a parse request, for clients that send JSON only.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ParsePlanRequest {
+    /// The plan.md text.
+    pub markdown: String,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct ParsedPlanResponse {
     pub dag: Dag,
@@ -123,26 +131,36 @@ pub struct ParsedPlanResponse {
 
 /// Read a plan.md back: its YAML DAG block and the task markers `[ ]`, `[~]`,
 /// `[x]`, `[!]`.
-#[utoipa::path(post, path = "/v1/loop-plans/parse", tag = "loop-plans",
-    request_body(content = String, content_type = "text/markdown", description = "A plan.md"),
+#[utoipa::path(post, path = "/v1/loop-plans/parse", operation_id = "parse_loop_plan", tag = "loop-plans",
+    request_body(description = "A plan.md: the text itself, or `{\"markdown\": text}` as JSON",
+        content(
+            (ParsePlanRequest = "application/json"),
+            (String = "text/markdown"),
+        )),
     responses(
         (status = 200, description = "The DAG and the progress", body = ParsedPlanResponse),
-        (status = 400, description = "Not UTF-8", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not text/markdown or text/plain", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not UTF-8, or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not text/markdown, text/plain or application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Not a readable plan.md (`line` says where)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn parse(headers: HeaderMap, body: Bytes) -> Result<Json<ParsedPlanResponse>, ApiError> {
     let kind = content_type(&headers);
-    if !(kind.starts_with("text/markdown") || kind.starts_with("text/plain")) {
+    let json_request;
+    let text = if kind.starts_with("application/json") {
+        let axum::Json(request) = axum::Json::<ParsePlanRequest>::from_bytes(&body)?;
+        json_request = request;
+        json_request.markdown.as_str()
+    } else if kind.starts_with("text/markdown") || kind.starts_with("text/plain") {
+        std::str::from_utf8(&body).map_err(|e| {
+            ApiError::bad_request("invalid_utf8", format!("the body is not UTF-8: {e}"))
+        })?
+    } else {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "send the plan.md as text/markdown",
+            "send the plan.md as text/markdown, or as {\"markdown\": text} in application/json",
         ));
-    }
-    let text = std::str::from_utf8(&body).map_err(|e| {
-        ApiError::bad_request("invalid_utf8", format!("the body is not UTF-8: {e}"))
-    })?;
+    };
     let parsed = loop_plan::parse_markdown(text).map_err(plan_error)?;
     Ok(Json(ParsedPlanResponse {
         dag: parsed.dag,

@@ -8,7 +8,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query};
+use super::extract::{Json, Path, Query, StoredJson};
 use crate::db::DbError;
 use crate::db::task_lists::{StatusScope, Team};
 use crate::db::usage::{UsageFilter, UsageGroup};
@@ -177,7 +177,7 @@ async fn create_team(
     State(state): State<AppState>,
     caller: Caller,
     Path(project_id): Path<String>,
-    Json(team): Json<NewTeam>,
+    StoredJson(team): StoredJson<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
     let project = Ident::parse("project_id", &project_id)?;
     caller.check_project(project.as_str())?;

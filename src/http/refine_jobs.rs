@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query};
+use super::extract::{Json, Path, Query, refuse_nul};
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, StoredJob, StoredL0};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
@@ -458,8 +458,21 @@ async fn create_refine_job(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
+    refuse_nul(&body)?;
     let valid = validate_submission(&state, &headers, &body)?;
     caller.check_optional_project(valid.project_id.as_ref().map(Ident::as_str))?;
+    if let Some(run_id) = valid.run_id {
+        // The job joins the run (its result is merged into it): the caller must be
+        // allowed to act on the run's project too.
+        let Some(run) = state.db.refine_run(run_id).await? else {
+            return Err(ApiError::unprocessable(
+                "unknown_run",
+                format!("run_id {run_id} names no refine run"),
+            )
+            .with("field", "run_id"));
+        };
+        caller.check_optional_project(run.project_id.as_deref())?;
+    }
     // A retry of a create that went through replays it, limit or not.
     let replay = match valid.idempotency_key.as_deref() {
         Some(key) => state.db.refine_job_key_exists(key).await?,
@@ -467,15 +480,6 @@ async fn create_refine_job(
     };
     if !replay {
         check_daily_limit(&state, valid.project_id.as_ref()).await?;
-    }
-    if let Some(run_id) = valid.run_id
-        && !state.db.refine_run_exists(run_id).await?
-    {
-        return Err(ApiError::unprocessable(
-            "unknown_run",
-            format!("run_id {run_id} names no refine run"),
-        )
-        .with("field", "run_id"));
     }
     let request = valid.request.to_value();
     let new = NewRefineJob {
@@ -906,6 +910,8 @@ async fn cancel_refine_job(
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredJob>, ApiError> {
     let id = parse_id(&raw_id, "job")?;
+    // Authorise before acting: a token limited to other projects must change nothing.
+    load_job(&state, &caller, id).await?;
     cancel_job(&state, id)
         .await?
         .ok_or_else(|| ApiError::not_found("refine job", &id.to_string()))?;

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query};
+use super::extract::{Json, Path, Query, refuse_nul};
 use super::refine_jobs::{
     WaitQuery, accepted, body_hash, budget_fields, check_daily_limit, confine_output_dir, fatal,
     idempotency_key, key_reused, l0_rows, opt_str, parse_id, require_json, resolve_executor,
@@ -122,6 +122,7 @@ async fn create_refine_run(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     require_json(&headers)?;
+    refuse_nul(&body)?;
     let invalid_plan = |e: ApiError| ApiError {
         code: "invalid_plan",
         ..e

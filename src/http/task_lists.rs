@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query};
+use super::extract::{Json, Path, Query, StoredJson};
 use crate::db::task_lists::{NewTaskList, StoredTask, StoredTaskList, ready_tasks};
 use crate::domain::dispatch::{GraphFormat, GraphNode, ReadyMode, render_graph};
 use crate::domain::gating::{
@@ -136,7 +136,7 @@ fn count_outcome(validation: &Validation, route: &'static str) {
     request_body = ValidateRequest,
     responses(
         JsonBodyRejections,
-        (status = 200, description = "The gate's verdict", body = ValidationReport),
+        (status = 200, description = "The gate's verdict, also on a `tasks` value that is not a list of task objects (`valid: false` with `synthesis_failure`, or `dag_invalid` for entries of the wrong shape)", body = ValidationReport),
         (status = 422, description = "Neither or both of tasks/planner_output, or a field of the wrong type", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn validate_task_list(
@@ -166,7 +166,7 @@ async fn validate_task_list(
 async fn create_task_list(
     State(state): State<AppState>,
     caller: Caller,
-    Json(request): Json<CreateTaskListRequest>,
+    StoredJson(request): StoredJson<CreateTaskListRequest>,
 ) -> Result<Response, ApiError> {
     let project_id = Ident::parse("project_id", &request.project_id)?;
     // Before the gate: a refused caller must not move the project's retry count.
@@ -284,7 +284,7 @@ pub struct ReadyResponse {
 }
 
 /// Tasks ready to dispatch now.
-#[utoipa::path(get, path = "/v1/task-lists/{id}/ready", tag = "task-lists",
+#[utoipa::path(get, path = "/v1/task-lists/{id}/ready", operation_id = "ready_tasks", tag = "task-lists",
     params(("id" = Uuid, Path, description = "Server id of the list"), ReadyQuery),
     responses(
         (status = 200, description = "Ready tasks", body = ReadyResponse),
@@ -314,7 +314,7 @@ pub struct GraphQuery {
 }
 
 /// The DAG as Mermaid or Graphviz text, waves as ranks, statuses as classes.
-#[utoipa::path(get, path = "/v1/task-lists/{id}/graph", tag = "task-lists",
+#[utoipa::path(get, path = "/v1/task-lists/{id}/graph", operation_id = "task_list_graph", tag = "task-lists",
     params(("id" = Uuid, Path, description = "Server id of the list"), GraphQuery),
     responses(
         (status = 200, description = "The graph", body = String, content_type = "text/plain"),

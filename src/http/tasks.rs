@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path};
+use super::extract::{Json, Path, StoredJson};
 use crate::db::task_lists::{StoredTask, TaskChange, TransitionOutcome};
 use crate::domain::dispatch::{AbandonCategory, TaskStatus};
 use crate::error::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
@@ -118,7 +118,7 @@ async fn update_task(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    Json(update): Json<TaskUpdate>,
+    StoredJson(update): StoredJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
     match (update.status, update.abandon_category) {
         (TaskStatus::Abandoned, None) => {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::extract::{Json, Path};
+use super::extract::{Json, Path, StoredJson};
 use crate::db::DbError;
 use crate::db::task_lists::now;
 use crate::db::tracks::{StoredTrack, WriteOutcome};
@@ -128,7 +128,7 @@ async fn put_track(
     State(state): State<AppState>,
     Path(raw_id): Path<String>,
     headers: HeaderMap,
-    Json(document): Json<Value>,
+    StoredJson(document): StoredJson<Value>,
 ) -> Result<Response, ApiError> {
     let id = track_id(&raw_id)?;
     let metadata = track_state::import_for_track(&id, document, now()).map_err(track_error)?;
@@ -230,7 +230,7 @@ async fn apply_step(
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).
-#[utoipa::path(post, path = "/v1/tracks/{track_id}/steps/{step}/start", tag = "tracks",
+#[utoipa::path(post, path = "/v1/tracks/{track_id}/steps/{step}/start", operation_id = "start_track_step", tag = "tracks",
     params(
         ("track_id" = TrackId, Path, description = "The track"),
         ("step" = String, Path, description = "PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC"),
@@ -249,7 +249,7 @@ async fn start_step(
     State(state): State<AppState>,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
-    Json(body): Json<StepStart>,
+    StoredJson(body): StoredJson<StepStart>,
 ) -> Result<Response, ApiError> {
     apply_step(&state, &raw_id, &raw_step, &headers, |meta, step| {
         track_state::start_step(meta, step, &body.agent, now())
@@ -260,7 +260,7 @@ async fn start_step(
 /// Complete the current step with PASSED, FAILED or BLOCKED; the loop moves to the
 /// step that outcome leads to (EVALUATE_PLAN FAILED goes back to PLAN,
 /// EVALUATE_EXECUTION FAILED on to FIX).
-#[utoipa::path(post, path = "/v1/tracks/{track_id}/steps/{step}/complete", tag = "tracks",
+#[utoipa::path(post, path = "/v1/tracks/{track_id}/steps/{step}/complete", operation_id = "complete_track_step", tag = "tracks",
     params(
         ("track_id" = TrackId, Path, description = "The track"),
         ("step" = String, Path, description = "PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC"),
@@ -279,7 +279,7 @@ async fn complete_step(
     State(state): State<AppState>,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
-    Json(body): Json<Completion>,
+    StoredJson(body): StoredJson<Completion>,
 ) -> Result<Response, ApiError> {
     apply_step(&state, &raw_id, &raw_step, &headers, |meta, step| {
         track_state::complete_step(meta, step, &body, now())

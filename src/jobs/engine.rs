@@ -18,6 +18,7 @@ use crate::domain::refine::{
     Assignment, Classified, L0Outcome, NEXT_BATCH, PhaseContext, PlanDocument, RefineOutput,
     batches, build_packets, classify, refine_phase, render_prompt,
 };
+use crate::domain::storable::replace_nul;
 use crate::domain::usage::BudgetAction;
 
 /// Why the engine stopped before producing a result.
@@ -130,6 +131,7 @@ pub async fn run_refine(
         .map(|p| (p.target_assignment_id.clone(), Arc::new(p)))
         .collect();
     let mut outcomes: Vec<(String, L0Outcome)> = prior.into_iter().collect();
+    let mut nul_warnings: Vec<String> = Vec::new();
 
     for (i, batch) in batches(&ids, config.max_parallel).into_iter().enumerate() {
         if i > 0 && log.iter().filter(|l| *l == NEXT_BATCH).count() < i {
@@ -188,7 +190,15 @@ pub async fn run_refine(
             let mut killed = false;
             for j in joined {
                 match j {
-                    Ok((id, Ok(run), elapsed, prompt_bytes)) => {
+                    Ok((id, Ok(mut run), elapsed, prompt_bytes)) => {
+                        if make_storable(&mut run) {
+                            let warning = format!(
+                                "WARNING: L0 {id} output held U+0000 (NUL), which cannot be \
+                                 stored; each is kept as U+FFFD"
+                            );
+                            nul_warnings.push(warning.clone());
+                            new_lines.push(warning);
+                        }
                         let classified = classify(&id, &run.outcome);
                         new_lines.extend(classified.log_line(&id));
                         finished.push(FinishedL0Run {
@@ -238,7 +248,9 @@ pub async fn run_refine(
         }
     }
 
-    let output = refine_phase(&job.context, &outcomes, config.max_parallel);
+    let mut output = refine_phase(&job.context, &outcomes, config.max_parallel);
+    // The final log replaces the live one: keep the NUL warnings in it.
+    output.log.splice(0..0, nul_warnings);
     let extra = lines_beyond(&output.log, &log);
     Ok((output, extra))
 }
@@ -303,6 +315,25 @@ pub fn excerpt(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// Replaces U+0000 in what an L0 printed (raw, or escaped in its JSON) by U+FFFD, so
+/// every write of the job succeeds on Postgres too (`domain::storable`). Whether
+/// anything changed.
+fn make_storable(run: &mut L0Run) -> bool {
+    let text = match &mut run.outcome {
+        L0Outcome::Answer(text) | L0Outcome::Failed(text) => text,
+    };
+    let mut changed = false;
+    if let Some(clean) = replace_nul(text) {
+        *text = clean;
+        changed = true;
+    }
+    if let Some(clean) = run.stderr.as_deref().and_then(replace_nul) {
+        run.stderr = Some(clean);
+        changed = true;
+    }
+    changed
 }
 
 /// The outcome as stored for resuming (`{"answer": text}` / `{"failed": reason}`).

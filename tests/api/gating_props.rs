@@ -155,8 +155,8 @@ fn add_dependency(tasks: &mut [Value], task_id: &str, dependency: &str) {
     }
 }
 
-/// Every reported cycle is a real simple cycle of `edges` starting at the naturally
-/// smallest id of its component.
+/// Every reported cycle is a closed walk along `edges` through every task of its
+/// component (its `task_ids`), starting at the naturally smallest of them.
 fn assert_cycles_are_real(validation: &Validation, edges: &HashSet<(String, String)>) {
     for error in validation.errors.iter().filter(|e| e.code == Code::Cycle) {
         let path = error
@@ -173,9 +173,9 @@ fn assert_cycles_are_real(validation: &Validation, edges: &HashSet<(String, Stri
         let closing = (path[path.len() - 1].clone(), path[0].clone());
         assert!(edges.contains(&closing), "no closing edge {closing:?}");
         assert_eq!(
-            path.iter().collect::<HashSet<_>>().len(),
-            path.len(),
-            "not simple: {path:?}"
+            path.iter().collect::<HashSet<_>>(),
+            error.task_ids.iter().collect::<HashSet<_>>(),
+            "the walk {path:?} does not cover the component"
         );
         for member in &error.task_ids {
             assert_ne!(
@@ -189,8 +189,75 @@ fn assert_cycles_are_real(validation: &Validation, edges: &HashSet<(String, Stri
     }
 }
 
+/// Tasks `t-0..t-n` in one wave with the given `(task, dependency)` index pairs.
+fn graph_tasks(n: usize, edges: &[(usize, usize)]) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            let depends_on: Vec<String> = edges
+                .iter()
+                .filter(|(task, _)| *task == i)
+                .map(|(_, dependency)| format!("t-{dependency}"))
+                .collect();
+            json!({"task_id": format!("t-{i}"), "assigned_persona": "p", "parallel_group": 1,
+                   "depends_on": depends_on, "description": "d"})
+        })
+        .collect()
+}
+
+/// Nodes on some cycle, by plain reachability: `v` is when `v` reaches itself.
+fn nodes_on_cycles(n: usize, edges: &[(usize, usize)]) -> HashSet<String> {
+    (0..n)
+        .filter(|&start| {
+            let mut seen = vec![false; n];
+            let mut stack: Vec<usize> = edges
+                .iter()
+                .filter(|(from, _)| *from == start)
+                .map(|&(_, to)| to)
+                .collect();
+            while let Some(node) = stack.pop() {
+                if node == start {
+                    return true;
+                }
+                if !std::mem::replace(&mut seen[node], true) {
+                    stack.extend(
+                        edges
+                            .iter()
+                            .filter(|(from, _)| *from == node)
+                            .map(|&(_, to)| to),
+                    );
+                }
+            }
+            false
+        })
+        .map(|i| format!("t-{i}"))
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Random graphs: the reported cycles cover exactly the tasks that lie on some
+    /// cycle, each as a closed walk along real edges through its whole component.
+    #[test]
+    fn cycle_reports_cover_every_task_on_a_cycle(
+        n in 1usize..12,
+        raw_edges in prop::collection::vec((any::<Index>(), any::<Index>()), 0..30),
+    ) {
+        let mut edges: Vec<(usize, usize)> = raw_edges.iter().map(|(a, b)| (a.index(n), b.index(n))).collect();
+        edges.sort_unstable();
+        edges.dedup();
+        let validation = check(&graph_tasks(n, &edges), &[]);
+        let named: HashSet<(String, String)> =
+            edges.iter().map(|(a, b)| (format!("t-{a}"), format!("t-{b}"))).collect();
+        assert_cycles_are_real(&validation, &named);
+        let reported: HashSet<String> = validation
+            .errors
+            .iter()
+            .filter(|e| e.code == Code::Cycle)
+            .flat_map(|e| e.cycle.clone().unwrap_or_default())
+            .collect();
+        prop_assert_eq!(reported, nodes_on_cycles(n, &edges));
+    }
 
     #[test]
     fn consistent_lists_always_pass(plan in plan()) {

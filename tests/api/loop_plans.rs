@@ -230,10 +230,27 @@ async fn invalid_dags_and_documents_are_4xx(app: TestApp) {
         .await
         .unwrap();
     expect_problem(garbage, 422, "invalid_plan_markdown").await;
-    let as_json = app
+    // The JSON form takes `{"markdown": text}` and nothing else.
+    let wrong_json = app
         .post_json("/v1/loop-plans/parse", &json!({"dag": {}}))
         .await;
-    expect_problem(as_json, 415, "unsupported_media_type").await;
+    expect_problem(wrong_json, 422, "invalid_body").await;
+    let as_json = app
+        .post_json(
+            "/v1/loop-plans/parse",
+            &json!({"markdown": "# plan\n```yaml\ndag: [unclosed\n```\n"}),
+        )
+        .await;
+    expect_problem(as_json, 422, "invalid_plan_markdown").await;
+    let as_xml = app
+        .client
+        .post(app.url("/v1/loop-plans/parse"))
+        .header("content-type", "application/xml")
+        .body("<plan/>")
+        .send()
+        .await
+        .unwrap();
+    expect_problem(as_xml, 415, "unsupported_media_type").await;
     let not_utf8 = app
         .client
         .post(app.url("/v1/loop-plans/parse"))

@@ -9,6 +9,7 @@ mod common;
 
 mod agents;
 mod auth;
+mod cross_project;
 mod deploy;
 mod gating_props;
 mod health_cli;
@@ -21,6 +22,7 @@ mod refine_crash;
 mod refine_jobs;
 mod refine_runs;
 mod shutdown;
+mod storable_strings;
 mod task_lists;
 mod tracks;
 mod usage;

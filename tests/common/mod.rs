@@ -299,3 +299,65 @@ pub async fn expect_problem(
     }
     body
 }
+
+/// Every row of every table (but sqlx's own) as text, per table: compare two
+/// snapshots to prove a request changed nothing in the database.
+pub async fn snapshot_tables(app: &TestApp) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut tables = std::collections::BTreeMap::new();
+    match app.backend {
+        Backend::Postgres => {
+            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database.url)
+                .await
+                .expect("connect");
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' \
+                 AND tablename NOT LIKE '\\_sqlx%' ORDER BY 1",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("tables");
+            for name in names {
+                let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT row_to_json(t)::text FROM {name} t ORDER BY 1"
+                )))
+                .fetch_all(&mut conn)
+                .await
+                .expect("rows");
+                tables.insert(name, rows);
+            }
+        }
+        Backend::Sqlite => {
+            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&app.database.url)
+                .await
+                .expect("connect");
+            let names: Vec<String> = sqlx::query_scalar(
+                "SELECT name FROM sqlite_master WHERE type = 'table' \
+                 AND name NOT LIKE '\\_sqlx%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
+                 ORDER BY 1",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .expect("tables");
+            for name in names {
+                let columns: Vec<String> =
+                    sqlx::query_scalar("SELECT name FROM pragma_table_info($1) ORDER BY cid")
+                        .bind(&name)
+                        .fetch_all(&mut conn)
+                        .await
+                        .expect("columns");
+                let quoted: Vec<String> =
+                    columns.iter().map(|c| format!("quote(\"{c}\")")).collect();
+                let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT json_array({}) FROM \"{name}\" ORDER BY 1",
+                    quoted.join(", ")
+                )))
+                .fetch_all(&mut conn)
+                .await
+                .expect("rows");
+                tables.insert(name, rows);
+            }
+        }
+    }
+    assert!(tables.len() >= 5, "tables found: {:?}", tables.keys());
+    tables
+}

@@ -715,8 +715,8 @@ fn one_error_per_component_and_per_self_loop_in_task_order() {
 }
 
 #[test]
-fn tangled_component_lists_all_members_and_a_real_cycle() {
-    // a -> b -> a and b -> c -> b: one component {a, b, c}.
+fn tangled_component_is_walked_through_every_member() {
+    // a -> b -> a and b -> c -> b: one component {a, b, c}, no simple cycle covers it.
     let validation = check(&[
         task("a", 1, &["b"]),
         task("b", 1, &["a", "c"]),
@@ -724,9 +724,31 @@ fn tangled_component_lists_all_members_and_a_real_cycle() {
     ]);
     let error = only_error(&validation);
     assert_eq!(error.task_ids, ["a", "b", "c"]);
-    assert_eq!(error.cycle, Some(vec!["a".into(), "b".into()]));
+    assert_eq!(
+        error.cycle,
+        Some(vec!["a".into(), "b".into(), "c".into(), "b".into()])
+    );
+    assert_eq!(
+        error.message,
+        "CycleError: dependency graph contains a cycle: a -> b -> c -> b -> a (each task \
+         depends_on the next; no simple cycle covers these 3 tasks, so the walk passes some \
+         twice); remove depends_on entries until no task depends on itself"
+    );
+}
+
+#[test]
+fn a_chord_does_not_hide_part_of_the_cycle() {
+    // a -> b -> c -> a plus the chord a -> c: the report names b too.
+    let validation = check(&[
+        task("a", 1, &["b", "c"]),
+        task("b", 1, &["c"]),
+        task("c", 1, &["a"]),
+    ]);
+    let error = only_error(&validation);
+    assert_eq!(error.task_ids, ["a", "b", "c"]);
+    assert_eq!(error.cycle, Some(vec!["a".into(), "b".into(), "c".into()]));
     assert!(
-        error.message.contains("1 more task(s) in task_ids"),
+        error.message.contains("a -> b -> c -> a"),
         "{}",
         error.message
     );

@@ -9,6 +9,9 @@
 //!   (case-sensitive, as paths are);
 //! - a *name key*: the deliverable trimmed, lower-cased, whitespace collapsed.
 //!
+//! A track's name gives a name key too: a task named like a completed track
+//! overlaps it.
+//!
 //! A task overlaps when one of its files equals a path key (so `src/a.py` matches
 //! the deliverable `src/a.py` and `Tenant model in src/a.py`) or its name's name key
 //! equals a deliverable's name key (`Token cache` matches `token  cache`, not `Token
@@ -16,20 +19,29 @@
 //! Matching uses hash maps, so it is linear in the total text.
 //!
 //! # `tracks.md`
-//! The seed only says the file lists completed tracks and their deliverables, so
-//! the reader is lenient about layout and strict about meaning:
+//! The planner prompt only says the file lists completed tracks and their
+//! deliverables, so the reader is lenient about layout and strict about meaning. It
+//! reads, among others, the three shapes the reference project writes (fixtures in
+//! `tests/fixtures/tracks/`): `## Completed Tracks` over `| Track ID | Name |
+//! Completed | Summary |`; `## Active Tracks` over `| Track ID | Name | Type | Status
+//! | Step | Created |`; and `| Track ID | Type | Status | Progress |`.
 //! - every GFM table (a header row with `|`, then a `---` delimiter row) whose header
 //!   has a track-id column is read; other tables and text are ignored, as are lines
 //!   inside code fences;
 //! - columns are found by header name, case-insensitively, ignoring `*`, `_` and
 //!   `` ` ``: id = `Track`, `Track ID`, `Track-ID`, `Track_ID` or `ID`; name =
-//!   `Name`, `Title` or `Track Name`; status = `Status` or `State`; deliverables =
-//!   `Deliverables`, `Deliverable`, `Files` or `Outputs`. Other columns are ignored;
-//!   missing trailing cells are empty;
-//! - a row counts only when the track is completed: its status cell's first word is
-//!   one of `complete completed done passed shipped merged [x] ✅ ✔ ✓` (any case,
-//!   decoration ignored); in a table without a status column, when the nearest
-//!   heading above the table contains `complete`, `done`, `finished` or `shipped`;
+//!   `Name`, `Title` or `Track Name`; status = `Status` or `State`; completion =
+//!   `Completed`, `Completed At`, `Completed On`, `Finished` or `Done`; deliverables
+//!   = `Deliverables`, `Deliverable`, `Files`, `Outputs`, and the prose columns
+//!   `Summary` and `Description` (their paths and phrases are deliverable text).
+//!   Other columns (`Type`, `Step`, `Created`, `Progress`, ...) are ignored; missing
+//!   trailing cells are empty;
+//! - a row counts only when the track is completed: its completion cell holds a date
+//!   (`2026-11-20`, `2026/11/20`, `20.11.2026`, a timestamp) or a completed word; or
+//!   its status cell's first word is one of `complete completed done passed shipped
+//!   merged [x] ✅ ✔ ✓` (any case, decoration ignored); in a table without a status
+//!   column, when the nearest heading above the table contains `complete`, `done`,
+//!   `finished` or `shipped`;
 //! - cells are trimmed; `\|` is a literal pipe; an id written as a link
 //!   `[id](path)` reads as `id`; deliverables are split at `,`, `;` and `<br>`;
 //!   rows with an empty id are skipped;
@@ -77,6 +89,11 @@ impl DeliverableIndex {
                 if !name.is_empty() {
                     names.entry(name).or_insert(position);
                 }
+            }
+            if let Some(name) = track.name.as_deref().map(name_key)
+                && !name.is_empty()
+            {
+                names.entry(name).or_insert(position);
             }
         }
         Self { paths, names }
@@ -133,7 +150,10 @@ enum Column {
     Id,
     Name,
     Status,
+    Completed,
     Deliverables,
+    /// Prose describing the deliverables (`Summary`, `Description`).
+    Summary,
 }
 
 fn column_of(header: &str) -> Option<Column> {
@@ -143,7 +163,11 @@ fn column_of(header: &str) -> Option<Column> {
         "track" | "track id" | "track-id" | "track_id" | "id" => Some(Column::Id),
         "name" | "title" | "track name" => Some(Column::Name),
         "status" | "state" => Some(Column::Status),
+        "completed" | "completed at" | "completed on" | "finished" | "done" => {
+            Some(Column::Completed)
+        }
         "deliverables" | "deliverable" | "files" | "outputs" => Some(Column::Deliverables),
+        "summary" | "description" => Some(Column::Summary),
         _ => None,
     }
 }
@@ -185,6 +209,27 @@ fn status_is_completed(cell: &str) -> bool {
         || ["✅", "✔", "✓", "[x]"]
             .iter()
             .any(|mark| first.starts_with(mark))
+}
+
+/// A completion cell: a date (or timestamp) says when the track was completed; a
+/// completed word or mark says so too.
+fn completion_is_set(cell: &str) -> bool {
+    let cleaned = clean_cell(cell);
+    cleaned.split_whitespace().next().is_some_and(is_date) || status_is_completed(&cleaned)
+}
+
+/// `YYYY-MM-DD` (or `/`, `.`; a `T…` time may follow) or `DD.MM.YYYY` (`-`, `/`).
+fn is_date(word: &str) -> bool {
+    let date = word.split(['T', 't']).next().unwrap_or(word);
+    let parts: Vec<&str> = date.split(['-', '/', '.']).collect();
+    let digits = |part: &str, lengths: std::ops::RangeInclusive<usize>| {
+        lengths.contains(&part.len()) && part.bytes().all(|b| b.is_ascii_digit())
+    };
+    match parts.as_slice() {
+        [year, month, day] if digits(year, 4..=4) => digits(month, 1..=2) && digits(day, 1..=2),
+        [day, month, year] => digits(day, 1..=2) && digits(month, 1..=2) && digits(year, 4..=4),
+        _ => false,
+    }
 }
 
 /// Splits a table row into trimmed cells; `\|` is a literal pipe.
@@ -284,6 +329,8 @@ pub fn parse_tracks_md(text: &str) -> Result<Vec<CompletedTrack>, PlanError> {
         };
         found_table = true;
         let status_column = find(Column::Status);
+        let completed_column = find(Column::Completed);
+        let summary_column = find(Column::Summary);
         let heading_says_completed = COMPLETED_HEADING_WORDS
             .iter()
             .any(|word| heading.contains(word));
@@ -292,10 +339,11 @@ pub fn parse_tracks_md(text: &str) -> Result<Vec<CompletedTrack>, PlanError> {
             let cell = |column: Option<usize>| {
                 column.and_then(|c| cells.get(c)).map_or("", String::as_str)
             };
-            let completed = match status_column {
-                Some(column) => status_is_completed(cell(Some(column))),
-                None => heading_says_completed,
-            };
+            let completed = completed_column.is_some_and(|c| completion_is_set(cell(Some(c))))
+                || match status_column {
+                    Some(column) => status_is_completed(cell(Some(column))),
+                    None => heading_says_completed,
+                };
             let id = clean_cell(cell(Some(id_column)));
             if !completed || id.is_empty() {
                 continue;
@@ -304,7 +352,10 @@ pub fn parse_tracks_md(text: &str) -> Result<Vec<CompletedTrack>, PlanError> {
             tracks.push(CompletedTrack {
                 id,
                 name: (!name.is_empty()).then_some(name),
-                deliverables: split_deliverables(cell(find(Column::Deliverables))),
+                deliverables: [find(Column::Deliverables), summary_column]
+                    .into_iter()
+                    .flat_map(|column| split_deliverables(cell(column)))
+                    .collect(),
             });
         }
     }
@@ -315,7 +366,8 @@ pub fn parse_tracks_md(text: &str) -> Result<Vec<CompletedTrack>, PlanError> {
                         (columns `Status` and `Deliverables` are read when present)"
                 .to_owned(),
             None => "no tracks table found: expected a markdown table whose header has a \
-                     `Track` (or `ID`) column, and optionally `Status` and `Deliverables`"
+                     `Track` (or `Track ID`) column, and optionally `Status`, `Completed`, \
+                     `Deliverables` or `Summary`"
                 .to_owned(),
         };
         return Err(PlanError::new(
@@ -419,6 +471,88 @@ mod tests {
         let tracks = parse_tracks_md(text).unwrap();
         assert_eq!(tracks.len(), 1);
         assert_eq!(tracks[0].id, "a");
+    }
+
+    fn fixture(name: &str) -> String {
+        let path = format!(
+            "{}/tests/fixtures/tracks/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn completed_tracks_with_a_date_and_a_summary() {
+        let tracks = parse_tracks_md(&fixture("completed_tracks.md")).unwrap();
+        let ids: Vec<&str> = tracks.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["auth-jwt_20261118", "tenancy_20261110", "audit_20261101"]
+        );
+        assert_eq!(tracks[0].name.as_deref(), Some("JWT authentication"));
+        assert_eq!(
+            tracks[0].deliverables,
+            [
+                "Token issuing and refresh in `src/auth/jwt.py",
+                "middleware in src/auth/middleware.py"
+            ]
+        );
+        let index = DeliverableIndex::new(&tracks);
+        let files = |f: &[&str]| f.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            index.find(&files(&["src/auth/jwt.py"]), "x"),
+            Some((0, "src/auth/jwt.py"))
+        );
+        assert_eq!(
+            index.find(&files(&["src/tenancy/scope.py"]), "x"),
+            Some((1, "src/tenancy/scope.py"))
+        );
+        // A task named like a completed track overlaps it.
+        assert_eq!(index.find(&[], "Audit  log"), Some((2, "Audit  log")));
+        assert_eq!(index.find(&[], "Audit log v2"), None);
+    }
+
+    #[test]
+    fn a_completed_column_counts_only_when_it_holds_a_date_or_says_done() {
+        let text = "## Tracks\n\n| Track ID | Name | Completed | Summary |\n|-|-|-|-|\n\
+                    | a | A | 2026-11-20 | x |\n| b | B | | y |\n| c | C | 20.11.2026 | z |\n\
+                    | d | D | 2026-11-20T10:00:00Z | w |\n| e | E | yes? | v |\n| f | F | ✅ | u |\n";
+        let ids: Vec<String> = parse_tracks_md(text)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(ids, ["a", "c", "d", "f"]);
+        for not_a_date in ["2026-11", "11-20", "2026-111-20", "26-11-20", "v1.2.3"] {
+            assert!(!is_date(not_a_date), "{not_a_date}");
+        }
+    }
+
+    #[test]
+    fn active_tracks_count_by_status_not_by_created_date() {
+        let tracks = parse_tracks_md(&fixture("active_tracks.md")).unwrap();
+        assert_eq!(tracks.len(), 1, "{tracks:?}");
+        assert_eq!(tracks[0].id, "search_20261115");
+        assert_eq!(tracks[0].name.as_deref(), Some("Full-text search"));
+        assert!(tracks[0].deliverables.is_empty());
+        let index = DeliverableIndex::new(&tracks);
+        assert_eq!(
+            index.find(&[], "full-text search"),
+            Some((0, "full-text search"))
+        );
+        assert_eq!(index.find(&[], "Rate limiting"), None);
+    }
+
+    #[test]
+    fn progress_tracks_count_by_status() {
+        let tracks = parse_tracks_md(&fixture("progress_tracks.md")).unwrap();
+        let ids: Vec<&str> = tracks.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["metrics_20261105", "cache_20261101"]);
+        assert!(
+            tracks
+                .iter()
+                .all(|t| t.name.is_none() && t.deliverables.is_empty())
+        );
     }
 
     #[test]

@@ -355,6 +355,22 @@ fn explicit_type_overrides_detection() {
 }
 
 #[test]
+fn a_cycle_with_a_chord_is_reported_whole() {
+    // a -> b -> c -> a along depends_on, plus the chord a -> c.
+    let plan = plan(&request(json!([
+        task("a", &["b", "c"], &[]),
+        task("b", &["c"], &[]),
+        task("c", &["a"], &[]),
+    ])));
+    assert_eq!(codes(&plan), ["cycle"]);
+    assert_eq!(
+        plan.errors[0].cycle.as_deref(),
+        Some(&["a".to_owned(), "b".to_owned(), "c".to_owned()][..])
+    );
+    assert!(plan.errors[0].message.contains("a -> b -> c -> a"));
+}
+
+#[test]
 fn cycle_errors_carry_the_path_along_depends_on() {
     let plan = plan(&request(json!([
         task("1.3", &["1.10"], &[]),

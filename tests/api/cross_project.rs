@@ -1,0 +1,334 @@
+//! Check before acting, for every route that reads or changes a project's data: a
+//! token limited to another project gets 403 `forbidden_project`, and the database
+//! is exactly as it was (every row of every table compared), on SQLite and Postgres.
+//!
+//! The table below is checked against the OpenAPI document, so a new route that
+//! names a project's resource must be added here.
+
+use std::collections::BTreeSet;
+
+use crate::common::{Backend, TestApp, expect_problem};
+use plangate::config::ApiToken;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
+/// May act on `proj-a` only.
+const LIMITED: &str = "limited-token-bbbbbbbbbb";
+
+/// Routes that name no project's data (any valid token may call them).
+const PROJECTLESS: &[&str] = &[
+    "GET /healthz",
+    "GET /readyz",
+    "GET /metrics",
+    "POST /v1/task-lists/validate",
+    "POST /v1/loop-plans/generate",
+    "POST /v1/loop-plans/parse",
+    "GET /v1/tracks/{track_id}",
+    "PUT /v1/tracks/{track_id}",
+    "POST /v1/tracks/{track_id}/steps/{step}/start",
+    "POST /v1/tracks/{track_id}/steps/{step}/complete",
+    // Filtered to the caller's projects rather than refused (checked below).
+    "GET /v1/refine-jobs",
+];
+
+async fn spawn(backend: Backend) -> TestApp {
+    crate::common::spawn_app_with(backend, |s| {
+        s.api_tokens = vec![
+            ApiToken::unrestricted(ADMIN),
+            ApiToken::limited(LIMITED, &["proj-a"]),
+        ];
+        // No workers: jobs stay queued, so a cancel that slipped through would show.
+        s.workers = 0;
+    })
+    .await
+}
+
+async fn send(
+    app: &TestApp,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> reqwest::Response {
+    let mut request = app.client.request(method, app.url(path)).bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    request.send().await.expect("request")
+}
+
+async fn created(response: reqwest::Response) -> Value {
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("JSON body");
+    assert!(status == 201 || status == 202, "{status}: {body}");
+    body
+}
+
+fn tasks() -> Value {
+    json!([
+        {"task_id": "t-1", "assigned_persona": "dev", "parallel_group": 1, "writes": ["a.py"], "description": "x"},
+        {"task_id": "t-2", "assigned_persona": "rev", "parallel_group": 2, "depends_on": ["t-1"], "reads": ["a.py"], "description": "y"},
+    ])
+}
+
+fn task_list(project: &str) -> Value {
+    json!({"project_id": project, "team_pk": "cycle-1", "created_by": "pm", "tasks": tasks()})
+}
+
+fn plan() -> Value {
+    json!({
+        "task": "Ship it",
+        "phases": [{"id": "P1", "name": "Phase one", "goal": "g", "scope": ["code"],
+                    "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
+        "assignments": [{
+            "id": "P1-A1", "phase_id": "P1", "name": "One", "goal": "Do it.",
+            "technical_approach": "Small steps.", "dependency_notes": "", "overlap_notes": "",
+            "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": ["src/a.rs"]}]
+        }]
+    })
+}
+
+fn job(project: Option<&str>, run_id: Option<&str>) -> Value {
+    let mut body = json!({
+        "context": {"schema_version": 1, "phase_id": "P1", "assignments": [plan()["assignments"][0].clone()]},
+        "refined_plan": plan(),
+        "task_text": "Ship it.",
+    });
+    if let Some(project) = project {
+        body["project_id"] = json!(project);
+    }
+    if let Some(run_id) = run_id {
+        body["run_id"] = json!(run_id);
+    }
+    body
+}
+
+fn run(project: Option<&str>) -> Value {
+    let mut body = json!({"plan": plan()});
+    if let Some(project) = project {
+        body["project_id"] = json!(project);
+    }
+    body
+}
+
+/// `METHOD /path/{param}` of a concrete request, for matching the OpenAPI document.
+fn route_of(method: &Method, path: &str) -> String {
+    let path = path.split('?').next().unwrap_or(path);
+    let templated: Vec<&str> = path
+        .split('/')
+        .enumerate()
+        .map(|(i, segment)| match (i, segment) {
+            (3, "proj-b") => "{project_id}",
+            (3, s) if uuid::Uuid::parse_str(s).is_ok() => "{id}",
+            _ => segment,
+        })
+        .collect();
+    format!("{method} {}", templated.join("/"))
+}
+
+async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backend) {
+    let app = spawn(backend).await;
+
+    // Another project's resources, made by the unrestricted token, and one of each
+    // refine resource without a project (for unrestricted callers only).
+    let list = created(
+        send(
+            &app,
+            ADMIN,
+            Method::POST,
+            "/v1/task-lists",
+            Some(&task_list("proj-b")),
+        )
+        .await,
+    )
+    .await;
+    let list_id = list["id"].as_str().unwrap().to_owned();
+    let task_id = list["tasks"][0]["id"].as_str().unwrap().to_owned();
+    let team = json!({"team_pk": "cycle-1"});
+    created(
+        send(
+            &app,
+            ADMIN,
+            Method::POST,
+            "/v1/projects/proj-b/teams",
+            Some(&team),
+        )
+        .await,
+    )
+    .await;
+    let other_run = created(
+        send(
+            &app,
+            ADMIN,
+            Method::POST,
+            "/v1/refine-runs",
+            Some(&run(Some("proj-b"))),
+        )
+        .await,
+    )
+    .await;
+    let other_run = other_run["id"].as_str().unwrap().to_owned();
+    let loose_run = created(
+        send(
+            &app,
+            ADMIN,
+            Method::POST,
+            "/v1/refine-runs",
+            Some(&run(None)),
+        )
+        .await,
+    )
+    .await;
+    let loose_run = loose_run["id"].as_str().unwrap().to_owned();
+    let other_job = created(
+        send(
+            &app,
+            ADMIN,
+            Method::POST,
+            "/v1/refine-jobs",
+            Some(&job(Some("proj-b"), None)),
+        )
+        .await,
+    )
+    .await;
+    let other_job = other_job["id"].as_str().unwrap().to_owned();
+    let loose_job = created(
+        send(
+            &app,
+            ADMIN,
+            Method::POST,
+            "/v1/refine-jobs",
+            Some(&job(None, None)),
+        )
+        .await,
+    )
+    .await;
+    let loose_job = loose_job["id"].as_str().unwrap().to_owned();
+
+    let status = json!({"status": "failed"});
+    let new_team = json!({"team_pk": "cycle-2"});
+    let table: Vec<(Method, String, Option<Value>)> = vec![
+        (
+            Method::POST,
+            "/v1/task-lists".into(),
+            Some(task_list("proj-b")),
+        ),
+        (Method::GET, format!("/v1/task-lists/{list_id}"), None),
+        (Method::GET, format!("/v1/task-lists/{list_id}/ready"), None),
+        (Method::GET, format!("/v1/task-lists/{list_id}/graph"), None),
+        (Method::PATCH, format!("/v1/tasks/{task_id}"), Some(status)),
+        (Method::GET, "/v1/projects/proj-b/status".into(), None),
+        (Method::GET, "/v1/projects/proj-b/teams".into(), None),
+        (
+            Method::POST,
+            "/v1/projects/proj-b/teams".into(),
+            Some(new_team),
+        ),
+        (
+            Method::POST,
+            "/v1/refine-jobs".into(),
+            Some(job(Some("proj-b"), None)),
+        ),
+        (
+            Method::POST,
+            "/v1/refine-jobs".into(),
+            Some(job(None, None)),
+        ),
+        // Its own project, but joining another project's run.
+        (
+            Method::POST,
+            "/v1/refine-jobs".into(),
+            Some(job(Some("proj-a"), Some(&other_run))),
+        ),
+        (
+            Method::POST,
+            "/v1/refine-runs".into(),
+            Some(run(Some("proj-b"))),
+        ),
+        (Method::POST, "/v1/refine-runs".into(), Some(run(None))),
+    ]
+    .into_iter()
+    .chain([&other_job, &loose_job].into_iter().flat_map(|id| {
+        [
+            (Method::GET, format!("/v1/refine-jobs/{id}"), None),
+            (Method::GET, format!("/v1/refine-jobs/{id}/result"), None),
+            (
+                Method::GET,
+                format!("/v1/refine-jobs/{id}/assignments"),
+                None,
+            ),
+            (Method::GET, format!("/v1/refine-jobs/{id}/events"), None),
+            (Method::POST, format!("/v1/refine-jobs/{id}/cancel"), None),
+        ]
+    }))
+    .chain([&other_run, &loose_run].into_iter().flat_map(|id| {
+        [
+            (Method::GET, format!("/v1/refine-runs/{id}"), None),
+            (Method::GET, format!("/v1/refine-runs/{id}/result"), None),
+            (Method::POST, format!("/v1/refine-runs/{id}/cancel"), None),
+        ]
+    }))
+    .collect();
+
+    // The table covers every route of the API that is not project-free.
+    let doc: Value = serde_json::to_value(plangate::http::openapi()).unwrap();
+    let covered: BTreeSet<String> = table.iter().map(|(m, p, _)| route_of(m, p)).collect();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let route = format!("{} {path}", method.to_uppercase());
+            assert!(
+                covered.contains(&route) || PROJECTLESS.contains(&route.as_str()),
+                "{route} is neither in the cross-project table nor project-free"
+            );
+        }
+    }
+
+    let before = crate::common::snapshot_tables(&app).await;
+    for (method, path, body) in &table {
+        let response = send(&app, LIMITED, method.clone(), path, body.as_ref()).await;
+        let problem = expect_problem(response, 403, "forbidden_project").await;
+        assert!(!problem.to_string().contains(LIMITED), "{problem}");
+        assert_eq!(
+            crate::common::snapshot_tables(&app).await,
+            before,
+            "{method} {path} changed the database"
+        );
+    }
+
+    // The list endpoint filters instead: nothing of proj-b, even when asked for it.
+    for query in ["", "?project_id=proj-b", &format!("?run_id={other_run}")] {
+        let page: Value = send(
+            &app,
+            LIMITED,
+            Method::GET,
+            &format!("/v1/refine-jobs{query}"),
+            None,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+        assert_eq!(page["jobs"], json!([]), "{query}: {page}");
+    }
+
+    // The same requests do act for the unrestricted token (the table is not vacuous).
+    let cancel = send(
+        &app,
+        ADMIN,
+        Method::POST,
+        &format!("/v1/refine-jobs/{other_job}/cancel"),
+        None,
+    )
+    .await;
+    assert_eq!(cancel.status(), 200);
+    assert_ne!(
+        crate::common::snapshot_tables(&app).await,
+        before,
+        "an allowed cancel changes the job"
+    );
+
+    app.shutdown().await;
+}
+
+both_backends!(limited_tokens_change_and_see_nothing_of_other_projects);
