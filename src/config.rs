@@ -15,6 +15,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
 use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
+use crate::domain::usage::Prices;
 
 /// Default request body limit: 16 MiB (operations.md).
 pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -230,6 +231,33 @@ pub struct FileConfig {
     pub default_executor: Option<String>,
     #[serde(default)]
     pub executors: BTreeMap<String, ExecutorProfile>,
+    /// `[prices."MODEL"]`: prices calls that report tokens but no cost.
+    #[serde(default)]
+    pub prices: Prices,
+    /// `[budgets]`: the per-project daily spending limits.
+    #[serde(default)]
+    pub budgets: BudgetsConfig,
+}
+
+/// `[budgets]` of the config file (docs/jobs.md, "Usage, cost and budgets").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsConfig {
+    /// Every project's daily limit in US dollars (UTC days); none when absent.
+    pub project_daily_cost_usd: Option<f64>,
+    /// Per-project limits that replace the default one.
+    #[serde(default)]
+    pub projects: BTreeMap<String, f64>,
+}
+
+impl BudgetsConfig {
+    /// The daily limit of `project`, if any.
+    pub fn daily_limit(&self, project: &str) -> Option<f64> {
+        self.projects
+            .get(project)
+            .copied()
+            .or(self.project_daily_cost_usd)
+    }
 }
 
 /// One `api_tokens` entry of the config file.
@@ -401,6 +429,9 @@ pub struct ExecutorProfile {
     pub max_output_bytes: Option<usize>,
     #[serde(default)]
     pub env_allow: Vec<String>,
+    /// `command` only: `text` (default) or `claude-json`.
+    #[serde(default)]
+    pub output: crate::agents::OutputFormat,
 }
 
 pub use crate::db::DatabaseKind;
@@ -430,6 +461,8 @@ pub struct Settings {
     pub prompt_template: String,
     pub default_executor: String,
     pub executors: BTreeMap<String, ExecutorProfile>,
+    pub prices: Prices,
+    pub budgets: BudgetsConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -626,6 +659,29 @@ impl Settings {
             }
         }
 
+        for (model, price) in &file.prices {
+            price.check(model).map_err(|m| invalid("prices", m))?;
+        }
+        let limits = file
+            .budgets
+            .project_daily_cost_usd
+            .iter()
+            .map(|l| ("project_daily_cost_usd".to_owned(), *l))
+            .chain(
+                file.budgets
+                    .projects
+                    .iter()
+                    .map(|(p, l)| (format!("projects.{p}"), *l)),
+            );
+        for (name, limit) in limits {
+            if !limit.is_finite() || limit < 0.0 {
+                return Err(invalid(
+                    "budgets",
+                    format!("[budgets] {name} must be a non-negative number of dollars"),
+                ));
+            }
+        }
+
         Ok(Settings {
             bind,
             database_url,
@@ -647,6 +703,8 @@ impl Settings {
             prompt_template,
             default_executor,
             executors: file.executors,
+            prices: file.prices,
+            budgets: file.budgets,
         })
     }
 

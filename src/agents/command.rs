@@ -40,8 +40,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio_util::sync::CancellationToken;
 
+use super::usage::claude_json;
 use super::{Cancelled, L0Request, L0Run};
 use crate::domain::refine::L0Outcome;
+use crate::domain::usage::L0Usage;
 
 /// How much of an L0's stderr is kept (the tail).
 pub const STDERR_CAP: usize = 64 * 1024;
@@ -54,6 +56,21 @@ pub(crate) struct CommandConfig {
     pub env_allow: Vec<String>,
     pub timeout: Duration,
     pub max_output_bytes: usize,
+    pub output: OutputFormat,
+    /// The profile's `model`: the usage label (and price) when the agent names none.
+    pub model: Option<String>,
+}
+
+/// How a command's stdout is read (`output` in the profile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputFormat {
+    /// stdout is the answer; usage unknown.
+    #[default]
+    Text,
+    /// stdout is a `claude -p --output-format json` envelope: the answer is its
+    /// `result`, the usage and cost come from it, `is_error: true` is a failure.
+    ClaudeJson,
 }
 
 /// Kills the whole process group when dropped (the run future was dropped, or the
@@ -220,6 +237,7 @@ pub(crate) async fn run(
         exit_code: None,
         stderr: None,
         tries: 1,
+        usage: L0Usage::default(),
     };
     let name = &cfg.argv[0];
     let program = match resolve_program(name, std::env::var_os("PATH").as_deref()) {
@@ -380,12 +398,60 @@ pub(crate) async fn run(
         truncated,
         "L0 command ended"
     );
+    let (outcome, usage) = match (cfg.output, outcome) {
+        (OutputFormat::Text, outcome) => (
+            outcome,
+            L0Usage {
+                model: cfg.model.clone(),
+                ..L0Usage::default()
+            },
+        ),
+        (OutputFormat::ClaudeJson, L0Outcome::Answer(stdout)) => {
+            read_envelope(&stdout, cfg.model.as_deref())
+        }
+        (OutputFormat::ClaudeJson, failed) => (
+            failed,
+            L0Usage {
+                model: cfg.model.clone(),
+                ..L0Usage::default()
+            },
+        ),
+    };
     Ok(L0Run {
         outcome,
         exit_code,
         stderr: (!stderr_text.is_empty()).then_some(stderr_text),
         tries: 1,
+        usage,
     })
+}
+
+/// The outcome and usage of a claude-json stdout: the envelope's `result` is the
+/// answer; `is_error: true` fails the L0 (its cost still counts); anything that
+/// is not an envelope fails it with the reason and an excerpt.
+fn read_envelope(stdout: &str, model: Option<&str>) -> (L0Outcome, L0Usage) {
+    match claude_json(stdout, model) {
+        Ok(envelope) if envelope.is_error => {
+            let detail = short_tail(&envelope.result, REASON_STDERR_CHARS);
+            let reason = if detail.is_empty() {
+                "the agent reported an error (is_error: true)".to_owned()
+            } else {
+                format!("the agent reported an error (is_error: true): {detail}")
+            };
+            (L0Outcome::Failed(reason), envelope.usage)
+        }
+        Ok(envelope) => (L0Outcome::Answer(envelope.result), envelope.usage),
+        Err(why) => (
+            L0Outcome::Failed(format!(
+                "output = \"claude-json\": {why}: {}",
+                super::http_api::excerpt(stdout.as_bytes())
+            )),
+            L0Usage {
+                model: model.map(str::to_owned),
+                ..L0Usage::default()
+            },
+        ),
+    }
 }
 
 /// Writes the prompt and closes stdin. A child that exits without reading it

@@ -21,8 +21,10 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::usage::{anthropic_usage, openai_usage};
 use super::{Cancelled, L0Request, L0Run};
 use crate::domain::refine::L0Outcome;
+use crate::domain::usage::L0Usage;
 
 /// Tries per L0 call, the first included.
 pub const MAX_TRIES: u32 = 4;
@@ -192,9 +194,14 @@ impl HttpConfig {
         builder
     }
 
-    /// One try: send, read the capped body, extract the answer.
-    async fn attempt(&self, prompt: &str) -> Result<String, TryError> {
-        let mut response = self.request(prompt).send().await.map_err(send_error)?;
+    /// One try: send, read the capped body, extract the answer. The usage is what
+    /// the body reports, whether the try succeeded or not (a failed try still
+    /// costs what the provider charged for it).
+    async fn attempt(&self, prompt: &str) -> (Result<String, TryError>, Option<L0Usage>) {
+        let mut response = match self.request(prompt).send().await {
+            Ok(r) => r,
+            Err(e) => return (Err(send_error(e)), None),
+        };
         let status = response.status();
         let wait = retry_after(response.headers());
         let cap = if status.is_success() {
@@ -217,29 +224,43 @@ impl HttpConfig {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    return Err(TryError::Transient {
+                    let error = TryError::Transient {
                         message: format!(
                             "HTTP {status}: reading the response failed: {}",
                             describe(&e)
                         ),
                         retry_after: wait,
-                    });
+                    };
+                    return (Err(error), None);
                 }
             }
         }
         drop(response);
+        let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+        let usage = parsed.as_ref().and_then(|v| match self.api {
+            Api::Openai => openai_usage(v, &self.model),
+            Api::Anthropic => anthropic_usage(v, &self.model),
+        });
+        (self.judge(status, wait, &body, over, parsed), usage)
+    }
 
+    /// The answer of a try, or why it has none.
+    fn judge(
+        &self,
+        status: StatusCode,
+        wait: Option<Duration>,
+        body: &[u8],
+        over: bool,
+        parsed: Option<Value>,
+    ) -> Result<String, TryError> {
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
             return Err(TryError::Transient {
-                message: format!("HTTP {status}: {}", excerpt(&body)),
+                message: format!("HTTP {status}: {}", excerpt(body)),
                 retry_after: wait,
             });
         }
         if !status.is_success() {
-            return Err(TryError::Fatal(format!(
-                "HTTP {status}: {}",
-                excerpt(&body)
-            )));
+            return Err(TryError::Fatal(format!("HTTP {status}: {}", excerpt(body))));
         }
         if over {
             return Err(TryError::Fatal(format!(
@@ -247,9 +268,18 @@ impl HttpConfig {
                 self.max_output_bytes
             )));
         }
-        let value: Value = serde_json::from_slice(&body).map_err(|e| {
-            TryError::Fatal(format!("malformed JSON response ({e}): {}", excerpt(&body)))
-        })?;
+        let value = match parsed {
+            Some(v) => v,
+            None => {
+                let e = serde_json::from_slice::<Value>(body)
+                    .err()
+                    .map_or_else(String::new, |e| e.to_string());
+                return Err(TryError::Fatal(format!(
+                    "malformed JSON response ({e}): {}",
+                    excerpt(body)
+                )));
+            }
+        };
         match self.api {
             Api::Openai => openai_answer(&value),
             Api::Anthropic => anthropic_answer(&value),
@@ -270,13 +300,20 @@ impl HttpConfig {
         let timed_out = || format!("timed out after {} s", self.timeout.as_secs_f64());
         let mut last_transient: Option<String> = None;
         let mut tries = 0;
+        let mut usage: Option<L0Usage> = None;
         let outcome = loop {
             tries += 1;
-            let result = tokio::select! {
+            let (result, try_usage) = tokio::select! {
                 _ = cancel.cancelled() => return Err(Cancelled),
                 _ = tokio::time::sleep_until(deadline) => break L0Outcome::Failed(timed_out()),
                 r = self.attempt(&req.prompt) => r,
             };
+            if let Some(u) = try_usage {
+                match &mut usage {
+                    None => usage = Some(u),
+                    Some(total) => total.add_try(&u),
+                }
+            }
             let (message, wait) = match result {
                 Ok(answer) => break L0Outcome::Answer(answer),
                 Err(TryError::Fatal(message)) => break L0Outcome::Failed(message),
@@ -317,6 +354,11 @@ impl HttpConfig {
             exit_code: None,
             stderr: last_transient,
             tries,
+            // No `usage` in any response: tokens unknown, but the model is.
+            usage: usage.unwrap_or_else(|| L0Usage {
+                model: Some(self.model.clone()),
+                ..L0Usage::default()
+            }),
         })
     }
 }

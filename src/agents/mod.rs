@@ -15,6 +15,7 @@
 
 mod command;
 mod http_api;
+mod usage;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +26,10 @@ use uuid::Uuid;
 
 use crate::config::{ConfigError, ExecutorKind, ExecutorProfile, Settings};
 use crate::domain::refine::{Assignment, L0Outcome, L0Packet, builtin_review};
+use crate::domain::usage::{L0Usage, Prices, UsageSource};
 use command::CommandConfig;
+
+pub use command::OutputFormat;
 use http_api::{Api, HttpConfig};
 
 pub use command::STDERR_CAP;
@@ -49,7 +53,7 @@ pub struct L0Request {
 }
 
 /// What one L0 run produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct L0Run {
     pub outcome: L0Outcome,
     /// The process exit code (`command` only; `None` when killed by a signal).
@@ -58,6 +62,8 @@ pub struct L0Run {
     pub stderr: Option<String>,
     /// How many tries it took (retries of transient errors included).
     pub tries: u32,
+    /// What it cost, over all its tries (priced from the table when configured).
+    pub usage: L0Usage,
 }
 
 /// The run was cancelled (job cancel, lost lease or shutdown): the L0 did not
@@ -77,6 +83,8 @@ pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
 pub struct Executor {
     name: String,
     kind: Kind,
+    /// Prices calls that report tokens but no cost (`[prices."MODEL"]`).
+    prices: Arc<Prices>,
 }
 
 #[derive(Debug)]
@@ -98,6 +106,7 @@ impl Executor {
         Executor {
             name: "builtin".into(),
             kind: Kind::Builtin,
+            prices: Arc::default(),
         }
     }
 
@@ -142,6 +151,8 @@ impl Executor {
                     env_allow: profile.env_allow.clone(),
                     timeout,
                     max_output_bytes,
+                    output: profile.output,
+                    model: profile.model.clone().filter(|m| !m.trim().is_empty()),
                 })
             }
             ExecutorKind::Openai | ExecutorKind::Anthropic => {
@@ -183,10 +194,32 @@ impl Executor {
                 Kind::Http(http)
             }
         };
+        if profile.output != OutputFormat::Text && profile.kind != ExecutorKind::Command {
+            return Err(profile_error(
+                name,
+                "output applies to kind \"command\" only",
+            ));
+        }
         Ok(Executor {
             name: name.to_owned(),
             kind,
+            prices: Arc::default(),
         })
+    }
+
+    /// The price table that fills the cost of calls reporting tokens only.
+    pub fn with_prices(mut self, prices: Arc<Prices>) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// The model a profile names (`None` for `builtin`, or a command without one).
+    pub fn model(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Builtin => None,
+            Kind::Command(c) => c.model.as_deref(),
+            Kind::Http(h) => Some(&h.model),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -248,16 +281,28 @@ impl Executor {
         if cancel.is_cancelled() {
             return Err(Cancelled);
         }
-        match &self.kind {
-            Kind::Builtin => Ok(L0Run {
+        let mut run = match &self.kind {
+            Kind::Builtin => L0Run {
                 outcome: L0Outcome::Answer(builtin_review(&req.packet, &req.phase_assignments)),
                 exit_code: None,
                 stderr: None,
                 tries: 1,
-            }),
-            Kind::Command(c) => command::run(c, &self.name, req, cancel).await,
-            Kind::Http(h) => h.run(&self.name, req, cancel).await,
-        }
+                // In-process rules: no model, nothing spent.
+                usage: L0Usage {
+                    input_tokens: Some(0),
+                    output_tokens: Some(0),
+                    cache_read_input_tokens: Some(0),
+                    cache_creation_input_tokens: Some(0),
+                    cost_usd: Some(0.0),
+                    model: None,
+                    source: UsageSource::Reported,
+                },
+            },
+            Kind::Command(c) => command::run(c, &self.name, req, cancel).await?,
+            Kind::Http(h) => h.run(&self.name, req, cancel).await?,
+        };
+        run.usage = std::mem::take(&mut run.usage).priced(&self.prices);
+        Ok(run)
     }
 }
 
@@ -270,12 +315,13 @@ pub struct Executors {
 
 impl Executors {
     pub fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
+        let prices = Arc::new(settings.prices.clone());
         let mut by_name = BTreeMap::new();
         by_name.insert("builtin".to_owned(), Arc::new(Executor::builtin()));
         for (name, profile) in &settings.executors {
             by_name.insert(
                 name.clone(),
-                Arc::new(Executor::from_profile(name, profile)?),
+                Arc::new(Executor::from_profile(name, profile)?.with_prices(prices.clone())),
             );
         }
         Ok(Executors {

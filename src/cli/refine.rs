@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -24,6 +24,7 @@ use crate::domain::refine::{
     Classified, PhaseContext, assignments_from_value, merge_phase_results, parse_context,
     parse_plan, plan_from_value, split_plan,
 };
+use crate::domain::usage::UsageTotals;
 use crate::jobs::engine::{EngineConfig, FinishedL0Run, JobSink, RefineJob, Switches, run_refine};
 use crate::jobs::output::{write_json_atomic, write_result};
 
@@ -36,6 +37,8 @@ struct TerminalSink {
     prefix: String,
     total: usize,
     done: Arc<AtomicUsize>,
+    /// What the L0s cost (shared by the phases of a run).
+    usage: Arc<Mutex<UsageTotals>>,
 }
 
 impl TerminalSink {
@@ -59,6 +62,11 @@ impl JobSink for TerminalSink {
         new_lines: &[String],
     ) -> Result<(), String> {
         self.print_lines(new_lines);
+        if let Ok(mut usage) = self.usage.lock() {
+            for f in finished {
+                usage.add(&f.run.usage, f.prompt_bytes);
+            }
+        }
         for f in finished {
             let n = self.done.fetch_add(1, Ordering::SeqCst) + 1;
             let status = match f.classified {
@@ -81,6 +89,11 @@ impl JobSink for TerminalSink {
     async fn log(&mut self, _log: &[String], new_lines: &[String]) -> Result<(), String> {
         self.print_lines(new_lines);
         Ok(())
+    }
+
+    /// The CLI takes no budget: it runs what it was given.
+    async fn budget_reached(&mut self) -> Result<Option<String>, String> {
+        Ok(None)
     }
 }
 
@@ -107,6 +120,7 @@ async fn refine_one(
     plan: Option<crate::domain::refine::PlanDocument>,
     run_dir: &Path,
     prefix: String,
+    usage: Arc<Mutex<UsageTotals>>,
 ) -> Result<(PathBuf, Value), String> {
     let task_file = context.task_file_path.clone();
     let total = context.assignments.len();
@@ -120,10 +134,12 @@ async fn refine_one(
         prefix,
         total,
         done: Arc::new(AtomicUsize::new(0)),
+        usage,
     };
     let config = EngineConfig {
         template: &settings.prompt_template,
         max_parallel: settings.l0_concurrency,
+        budget_action: Default::default(),
     };
     let switches = Switches::default();
     let interrupt = switches.kill.clone();
@@ -186,6 +202,7 @@ pub fn refine(
             return EXIT_USAGE;
         }
     };
+    let usage = Arc::new(Mutex::new(UsageTotals::default()));
     let result = rt.block_on(refine_one(
         settings,
         executor,
@@ -193,7 +210,9 @@ pub fn refine(
         Some(plan),
         run_dir,
         String::new(),
+        usage.clone(),
     ));
+    print_usage(&usage);
     match result {
         Ok((path, _)) => {
             println!("phase_refined_path = {}", path.display());
@@ -281,6 +300,7 @@ pub fn refine_run(
     };
     let started = Instant::now();
     let phases = contexts.len();
+    let usage = Arc::new(Mutex::new(UsageTotals::default()));
     let results = rt.block_on(async {
         let gate = Arc::new(Semaphore::new(settings.workers as usize));
         let finished = Arc::new(AtomicUsize::new(0));
@@ -292,12 +312,21 @@ pub fn refine_run(
             let executor = executor.clone();
             let plan = plan.clone();
             let run_dir = run_dir.to_path_buf();
+            let usage = usage.clone();
             tasks.spawn(async move {
                 let _permit = gate.acquire_owned().await;
                 let phase_id = context.phase_id.clone();
                 let prefix = format!("[{phase_id}] ");
-                let outcome =
-                    refine_one(&settings, executor, context, Some(plan), &run_dir, prefix).await;
+                let outcome = refine_one(
+                    &settings,
+                    executor,
+                    context,
+                    Some(plan),
+                    &run_dir,
+                    prefix,
+                    usage,
+                )
+                .await;
                 let n = finished.fetch_add(1, Ordering::SeqCst) + 1;
                 match &outcome {
                     Ok(_) => eprintln!("phase {phase_id} done ({n}/{phases} phases)"),
@@ -314,6 +343,7 @@ pub fn refine_run(
         }
         results
     });
+    print_usage(&usage);
     let merged = merge_phase_results(&results, &assignments);
     let mut document = merged.result_value();
     if let Some(object) = document.as_object_mut() {
@@ -348,6 +378,13 @@ pub fn refine_run(
             eprintln!("plangate refine-run: cannot write refined_assignments.json: {e}");
             EXIT_FAILED
         }
+    }
+}
+
+/// The usage totals, on stderr (stdout ends with the result path).
+fn print_usage(usage: &Mutex<UsageTotals>) {
+    if let Ok(usage) = usage.lock() {
+        eprintln!("{}", usage.summary());
     }
 }
 

@@ -21,6 +21,7 @@ pub mod refine_jobs;
 pub mod refine_runs;
 pub mod task_lists;
 pub mod tracks;
+pub mod usage;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -20,6 +20,7 @@ use uuid::Uuid;
 use super::task_lists::now;
 use super::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
+use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
 pub struct NewRefineJob<'a> {
@@ -36,6 +37,8 @@ pub struct NewRefineJob<'a> {
     pub request_hash: Option<&'a str>,
     pub max_attempts: u32,
     pub l0s: Vec<(String, i32)>,
+    /// The job's budget (a run's phase jobs carry the run's; the scope is the run).
+    pub budget: Budget,
 }
 
 /// What a create with an idempotency key found.
@@ -102,6 +105,25 @@ pub struct StoredJob {
     pub error: Option<JobError>,
     /// Bumped by every change; the `id` of the job's last event.
     pub version: i64,
+    /// What its L0 calls cost so far (for a run's phase job: this job's calls).
+    pub usage: UsageTotals,
+    /// Its spending limits; null when the request set none. A run's phase jobs
+    /// show the run's budget, which applies to the whole run.
+    pub budget: Option<Budget>,
+}
+
+/// A budget from its stored columns (`None` when nothing is limited).
+pub(crate) fn budget_of(
+    max_cost_usd: Option<f64>,
+    max_output_tokens: Option<i64>,
+    action: &str,
+) -> Option<Budget> {
+    let budget = Budget {
+        max_cost_usd,
+        max_output_tokens,
+        budget_action: BudgetAction::parse(action).unwrap_or_default(),
+    };
+    budget.is_limited().then_some(budget)
 }
 
 #[derive(FromRow)]
@@ -129,19 +151,22 @@ struct JobRow {
     error_code: Option<String>,
     error_message: Option<String>,
     version: i64,
+    max_cost_usd: Option<f64>,
+    max_output_tokens: Option<i64>,
+    budget_action: String,
 }
 
 const JOB_COLUMNS: &str = "id, kind, status, phase_id, run_id, project_id, team_pk, executor, \
      executor_kind, created_at, started_at, cancel_requested_at, finished_at, updated_at, \
      attempt, max_attempts, l0_total, log, result, phase_refined_path, error_code, \
-     error_message, version";
+     error_message, version, max_cost_usd, max_output_tokens, budget_action";
 
 fn parse_status(id: Uuid, text: &str) -> DbResult<JobStatus> {
     JobStatus::parse(text).ok_or_else(|| DbError::Corrupt(format!("job {id} has status {text:?}")))
 }
 
 impl JobRow {
-    fn into_job(self, mut progress: JobProgress) -> DbResult<StoredJob> {
+    fn into_job(self, mut progress: JobProgress, usage: UsageTotals) -> DbResult<StoredJob> {
         progress.l0_total = i64::from(self.l0_total);
         let error = self.error_code.map(|code| JobError {
             code,
@@ -170,12 +195,18 @@ impl JobRow {
             phase_refined_path: self.phase_refined_path,
             error,
             version: self.version,
+            usage,
+            budget: budget_of(
+                self.max_cost_usd,
+                self.max_output_tokens,
+                &self.budget_action,
+            ),
         })
     }
 }
 
 /// One L0's record as `/assignments` shows it.
-#[derive(Debug, Clone, Serialize, ToSchema, FromRow)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct StoredL0 {
     pub assignment_id: String,
     /// 1-based batch number.
@@ -198,10 +229,73 @@ pub struct StoredL0 {
     pub error: Option<String>,
     /// The start of its answer (or stderr when it gave none).
     pub output_excerpt: Option<String>,
+    /// What the call cost (all its tries); null until its outcome is stored.
+    pub usage: Option<L0Usage>,
+    /// The size of the prompt sent, in bytes (the prompt names the task file,
+    /// never inlines it); null until its outcome is stored.
+    pub prompt_bytes: Option<i64>,
+}
+
+#[derive(FromRow)]
+struct L0Row {
+    assignment_id: String,
+    batch: i32,
+    status: String,
+    attempt: i32,
+    starts: i32,
+    tries: i32,
+    project_id: Option<String>,
+    team_pk: Option<String>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    exit_code: Option<i32>,
+    error: Option<String>,
+    output_excerpt: Option<String>,
+    input_tokens: Option<i64>,
+    output_tokens: Option<i64>,
+    cache_read_input_tokens: Option<i64>,
+    cache_creation_input_tokens: Option<i64>,
+    cost_usd: Option<f64>,
+    usage_model: Option<String>,
+    usage_source: Option<String>,
+    prompt_bytes: Option<i64>,
+}
+
+impl From<L0Row> for StoredL0 {
+    fn from(r: L0Row) -> Self {
+        let usage = r.usage_source.map(|source| L0Usage {
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            cache_read_input_tokens: r.cache_read_input_tokens,
+            cache_creation_input_tokens: r.cache_creation_input_tokens,
+            cost_usd: r.cost_usd,
+            model: r.usage_model,
+            source: UsageSource::parse(&source).unwrap_or_default(),
+        });
+        StoredL0 {
+            assignment_id: r.assignment_id,
+            batch: r.batch,
+            status: r.status,
+            attempt: r.attempt,
+            starts: r.starts,
+            tries: r.tries,
+            project_id: r.project_id,
+            team_pk: r.team_pk,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            exit_code: r.exit_code,
+            error: r.error,
+            output_excerpt: r.output_excerpt,
+            usage,
+            prompt_bytes: r.prompt_bytes,
+        }
+    }
 }
 
 const L0_COLUMNS: &str = "assignment_id, batch, status, attempt, starts, tries, project_id, \
-     team_pk, started_at, finished_at, exit_code, error, output_excerpt";
+     team_pk, started_at, finished_at, exit_code, error, output_excerpt, input_tokens, \
+     output_tokens, cache_read_input_tokens, cache_creation_input_tokens, cost_usd, \
+     usage_model, usage_source, prompt_bytes";
 
 /// An L0 outcome the worker stored: enough to resume without running it again.
 #[derive(Debug, Clone)]
@@ -224,6 +318,9 @@ pub struct ClaimedJob {
     /// L0s whose outcome is stored, natural order.
     pub finished: Vec<FinishedL0>,
     pub cancel_requested: bool,
+    pub project_id: Option<String>,
+    /// The job's (or its run's) budget, if it has one.
+    pub budget: Option<Budget>,
 }
 
 /// The right to write for one job: its id and the token of the current claim.
@@ -251,6 +348,9 @@ pub struct L0Done<'a> {
     pub output_excerpt: Option<&'a str>,
     /// What a resumed job uses instead of running the L0 again.
     pub outcome: &'a Value,
+    /// Stored in the same write as the outcome: counted once, never again.
+    pub usage: &'a L0Usage,
+    pub prompt_bytes: i64,
 }
 
 /// How a worker ends a job.
@@ -261,6 +361,12 @@ pub enum Finish<'a> {
     },
     Failed {
         code: &'a str,
+        message: &'a str,
+    },
+    /// A budget was reached: `failed` with `budget_exceeded`, keeping the result
+    /// of the L0s that finished (the others leave their assignments unchanged).
+    BudgetExceeded {
+        result: &'a Value,
         message: &'a str,
     },
     Cancelled,
@@ -422,8 +528,10 @@ macro_rules! insert_job {
         let inserted = sqlx::query(
             "INSERT INTO refine_jobs (id, status, phase_id, run_id, project_id, team_pk, \
              executor, executor_kind, request, idempotency_key, request_hash, max_attempts, \
-             run_after, l0_total, version, created_at, updated_at) \
-             VALUES ($1, 'queued', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1, $12, $12) \
+             run_after, l0_total, version, created_at, updated_at, max_cost_usd, \
+             max_output_tokens, budget_action) \
+             VALUES ($1, 'queued', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1, $12, $12, \
+             $14, $15, $16) \
              ON CONFLICT (idempotency_key) DO NOTHING",
         )
         .bind(new.id)
@@ -439,6 +547,9 @@ macro_rules! insert_job {
         .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
         .bind($at)
         .bind(i32::try_from(new.l0s.len()).unwrap_or(i32::MAX))
+        .bind(new.budget.max_cost_usd)
+        .bind(new.budget.max_output_tokens)
+        .bind(new.budget.budget_action.as_str())
         .execute(&mut *$tx)
         .await?
         .rows_affected()
@@ -514,6 +625,17 @@ impl Database {
         }
     }
 
+    /// Whether a job holds this idempotency key (a create with it replays).
+    pub async fn refine_job_key_exists(&self, key: &str) -> DbResult<bool> {
+        let n: i64 = on_pool!(self, |pool| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM refine_jobs WHERE idempotency_key = $1")
+                .bind(key)
+                .fetch_one(pool)
+                .await?
+        });
+        Ok(n > 0)
+    }
+
     pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<StoredJob>> {
         let row: Option<JobRow> = on_pool!(self, |pool| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -528,7 +650,13 @@ impl Database {
             let mut conn = pool.acquire().await?;
             progress_of!(conn, id)
         });
-        row.into_job(progress).map(Some)
+        let usage = self
+            .job_usage(&[id])
+            .await?
+            .pop()
+            .map(|(_, u)| u)
+            .unwrap_or_default();
+        row.into_job(progress, usage).map(Some)
     }
 
     /// Newest first (ids are time-ordered v7 uuids), `after` = the last id of the
@@ -594,10 +722,14 @@ impl Database {
         for (id, status, n) in counts {
             add_count(progress.entry(id).or_default(), &status, n);
         }
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let mut usage: HashMap<Uuid, UsageTotals> =
+            self.job_usage(&ids).await?.into_iter().collect();
         rows.into_iter()
             .map(|r| {
                 let p = progress.get(&r.id).copied().unwrap_or_default();
-                r.into_job(p)
+                let u = usage.remove(&r.id).unwrap_or_default();
+                r.into_job(p, u)
             })
             .collect()
     }
@@ -634,14 +766,15 @@ impl Database {
 
     /// Per-L0 records in natural assignment order (`position`).
     pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<StoredL0>> {
-        Ok(on_pool!(self, |pool| {
+        let rows: Vec<L0Row> = on_pool!(self, |pool| {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {L0_COLUMNS} FROM refine_l0_runs WHERE job_id = $1 ORDER BY position"
             )))
             .bind(id)
             .fetch_all(pool)
             .await?
-        }))
+        });
+        Ok(rows.into_iter().map(StoredL0::from).collect())
     }
 
     /// Claims a runnable job for `worker_id`: `FOR UPDATE SKIP LOCKED` in a
@@ -710,11 +843,16 @@ impl Database {
             Json<Value>,
             Json<Vec<String>>,
             bool,
+            Option<String>,
+            Option<f64>,
+            Option<i64>,
+            String,
         );
         let (row, finished): (Option<Claimed>, Vec<(String, Json<Value>)>) =
             on_pool!(self, |pool| {
                 let row = sqlx::query_as(
-                    "SELECT phase_id, run_id, executor, request, log, cancel_requested \
+                    "SELECT phase_id, run_id, executor, request, log, cancel_requested, \
+                 project_id, max_cost_usd, max_output_tokens, budget_action \
                  FROM refine_jobs WHERE id = $1",
                 )
                 .bind(id)
@@ -729,7 +867,19 @@ impl Database {
                 .await?;
                 (row, finished)
             });
-        let Some((phase_id, run_id, executor, request, log, cancel_requested)) = row else {
+        let Some((
+            phase_id,
+            run_id,
+            executor,
+            request,
+            log,
+            cancel_requested,
+            project_id,
+            max_cost_usd,
+            max_output_tokens,
+            budget_action,
+        )) = row
+        else {
             return Ok(None);
         };
         Ok(Some(ClaimedJob {
@@ -748,6 +898,8 @@ impl Database {
                 })
                 .collect(),
             cancel_requested,
+            project_id,
+            budget: budget_of(max_cost_usd, max_output_tokens, &budget_action),
         }))
     }
 
@@ -834,7 +986,10 @@ impl Database {
             for done in dones {
                 sqlx::query(
                     "UPDATE refine_l0_runs SET status = $3, finished_at = $4, tries = $5, \
-                     exit_code = $6, error = $7, output_excerpt = $8, outcome = $9 \
+                     exit_code = $6, error = $7, output_excerpt = $8, outcome = $9, \
+                     input_tokens = $10, output_tokens = $11, cache_read_input_tokens = $12, \
+                     cache_creation_input_tokens = $13, cost_usd = $14, usage_model = $15, \
+                     usage_source = $16, prompt_bytes = $17 \
                      WHERE job_id = $1 AND assignment_id = $2",
                 )
                 .bind(lease.job_id)
@@ -846,6 +1001,14 @@ impl Database {
                 .bind(done.error)
                 .bind(done.output_excerpt)
                 .bind(Json(done.outcome))
+                .bind(done.usage.input_tokens)
+                .bind(done.usage.output_tokens)
+                .bind(done.usage.cache_read_input_tokens)
+                .bind(done.usage.cache_creation_input_tokens)
+                .bind(done.usage.cost_usd)
+                .bind(done.usage.model.as_deref())
+                .bind(done.usage.source.as_str())
+                .bind(done.prompt_bytes)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -926,6 +1089,13 @@ impl Database {
             Finish::Failed { code, message } => {
                 (JobStatus::Failed, None, None, Some(*code), Some(*message))
             }
+            Finish::BudgetExceeded { result, message } => (
+                JobStatus::Failed,
+                Some(*result),
+                None,
+                Some("budget_exceeded"),
+                Some(*message),
+            ),
             Finish::Cancelled => (JobStatus::Cancelled, None, None, None, None),
         };
         on_pool!(self, |pool| {

@@ -14,10 +14,11 @@ use sqlx::types::Json;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::refine_jobs::{Created, NewRefineJob};
+use super::refine_jobs::{Created, NewRefineJob, budget_of};
 use super::task_lists::now;
 use super::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
+use crate::domain::usage::{Budget, UsageTotals};
 
 pub struct NewRefineRun<'a> {
     pub id: Uuid,
@@ -29,6 +30,8 @@ pub struct NewRefineRun<'a> {
     pub request_hash: &'a str,
     /// One per phase, natural phase order; their `run_id` must be `id`.
     pub jobs: Vec<NewRefineJob<'a>>,
+    /// Applies to the whole run (its phase jobs carry it too).
+    pub budget: Budget,
 }
 
 /// A refine run as the API shows it.
@@ -51,6 +54,10 @@ pub struct StoredRun {
     pub result: Option<Value>,
     /// Changes when the run or any of its phase jobs changes.
     pub version: i64,
+    /// What the L0 calls of all its phase jobs cost so far.
+    pub usage: UsageTotals,
+    /// The run's spending limits over all its phase jobs; null when none.
+    pub budget: Option<Budget>,
 }
 
 /// A phase job as the merge sees it.
@@ -60,6 +67,8 @@ pub struct PhaseOutcome {
     pub job_id: Uuid,
     pub status: JobStatus,
     pub result: Option<Value>,
+    /// The job's error code when it failed (`budget_exceeded`, …).
+    pub error_code: Option<String>,
 }
 
 /// What a merge computes from the phase outcomes: the run's final status and result.
@@ -73,8 +82,9 @@ impl Database {
             let mut tx = pool.begin().await?;
             let inserted = sqlx::query(
                 "INSERT INTO refine_runs (id, status, request, executor, project_id, team_pk, \
-                 idempotency_key, request_hash, version, created_at, updated_at) \
-                 VALUES ($1, 'running', $2, $3, $4, $5, $6, $7, 1, $8, $8) \
+                 idempotency_key, request_hash, version, created_at, updated_at, max_cost_usd, \
+                 max_output_tokens, budget_action) \
+                 VALUES ($1, 'running', $2, $3, $4, $5, $6, $7, 1, $8, $8, $9, $10, $11) \
                  ON CONFLICT (idempotency_key) DO NOTHING",
             )
             .bind(new.id)
@@ -85,6 +95,9 @@ impl Database {
             .bind(new.idempotency_key)
             .bind(new.request_hash)
             .bind(at)
+            .bind(new.budget.max_cost_usd)
+            .bind(new.budget.max_output_tokens)
+            .bind(new.budget.budget_action.as_str())
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -129,17 +142,31 @@ impl Database {
             DateTime<Utc>,
             Option<DateTime<Utc>>,
             Option<Json<Value>>,
+            Option<f64>,
+            Option<i64>,
+            String,
         );
         let row: Option<Row> = on_pool!(self, |pool| {
             sqlx::query_as(
-                "SELECT status, project_id, team_pk, executor, created_at, finished_at, result \
-                 FROM refine_runs WHERE id = $1",
+                "SELECT status, project_id, team_pk, executor, created_at, finished_at, result, \
+                 max_cost_usd, max_output_tokens, budget_action FROM refine_runs WHERE id = $1",
             )
             .bind(id)
             .fetch_optional(pool)
             .await?
         });
-        let Some((status, project_id, team_pk, executor, created_at, finished_at, result)) = row
+        let Some((
+            status,
+            project_id,
+            team_pk,
+            executor,
+            created_at,
+            finished_at,
+            result,
+            max_cost_usd,
+            max_output_tokens,
+            budget_action,
+        )) = row
         else {
             return Ok(None);
         };
@@ -160,6 +187,7 @@ impl Database {
             .map(|(phase, job_id, status)| (phase, json!({"job_id": job_id, "status": status})))
             .collect();
         let version = self.refine_run_version(id).await?.map_or(0, |(v, _)| v);
+        let usage = self.run_usage(id).await?;
         Ok(Some(StoredRun {
             id,
             status,
@@ -171,6 +199,8 @@ impl Database {
             finished_at,
             result: result.map(|r| r.0),
             version,
+            usage,
+            budget: budget_of(max_cost_usd, max_output_tokens, &budget_action),
         }))
     }
 
@@ -192,6 +222,17 @@ impl Database {
                 .ok_or_else(|| DbError::Corrupt(format!("run {id} has status {s:?}")))
         })
         .transpose()
+    }
+
+    /// Whether a run holds this idempotency key (a create with it replays).
+    pub async fn refine_run_key_exists(&self, key: &str) -> DbResult<bool> {
+        let n: i64 = on_pool!(self, |pool| {
+            sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE idempotency_key = $1")
+                .bind(key)
+                .fetch_one(pool)
+                .await?
+        });
+        Ok(n > 0)
     }
 
     pub async fn refine_run_exists(&self, id: Uuid) -> DbResult<bool> {
@@ -280,14 +321,15 @@ impl Database {
             if status != "running" && status != "cancelling" {
                 return Ok(None);
             }
-            let jobs: Vec<(String, Uuid, String, Option<Json<Value>>)> = sqlx::query_as(
-                "SELECT phase_id, id, status, result FROM refine_jobs WHERE run_id = $1",
+            type PhaseRow = (String, Uuid, String, Option<Json<Value>>, Option<String>);
+            let jobs: Vec<PhaseRow> = sqlx::query_as(
+                "SELECT phase_id, id, status, result, error_code FROM refine_jobs WHERE run_id = $1",
             )
             .bind(run_id)
             .fetch_all(&mut *tx)
             .await?;
             let mut outcomes = Vec::with_capacity(jobs.len());
-            for (phase_id, job_id, status, result) in jobs {
+            for (phase_id, job_id, status, result, error_code) in jobs {
                 let status = JobStatus::parse(&status).ok_or_else(|| {
                     DbError::Corrupt(format!("job {job_id} has status {status:?}"))
                 })?;
@@ -299,6 +341,7 @@ impl Database {
                     job_id,
                     status,
                     result: result.map(|r| r.0),
+                    error_code,
                 });
             }
             let (final_status, result) = merge(&request.0, &outcomes, status == "cancelling");

@@ -12,4 +12,5 @@ pub mod refine;
 pub mod retry;
 pub mod text;
 pub mod track_state;
+pub mod usage;
 pub mod xorshift;

@@ -85,9 +85,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let bytes = serde_json::to_vec(&self.body()).unwrap_or_default();
         let mut response = (self.status, bytes).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        // A problem that says when to come back says it in the header too.
+        if let Some(secs) = self.extra.get("retry_after_secs").and_then(Value::as_u64) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
     }
 }
@@ -102,6 +105,7 @@ impl From<ServiceError> for ApiError {
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -11,11 +11,12 @@ use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use crate::domain::ids::Ident;
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
-use crate::service::projects::{NewTeam, ProjectStatus, Team};
+use crate::service::projects::{NewTeam, ProjectStatus, ProjectUsage, Team, UsageQuery};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(project_status))
+        .routes(routes!(project_usage))
         .routes(routes!(create_team, list_teams))
 }
 
@@ -48,6 +49,32 @@ async fn project_status(
         state
             .service
             .project_status(&caller, project_id, query.team_pk)
+            .await?,
+    ))
+}
+
+/// What a project's L0 calls cost: totals and sums by executor and model, over
+/// the calls that ended in `[since, until)`. Jobs deleted by retention no longer
+/// count.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/usage", tag = "projects",
+    params(("project_id" = Ident, Path, description = "The project"), UsageQuery),
+    responses(
+        ForbiddenProject,
+        (status = 200, description = "The project's usage", body = ProjectUsage),
+        (status = 400, description = "Unknown query parameter, a bad instant, or `since` after `until`", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn project_usage(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project_id): Path<String>,
+    Query(query): Query<UsageQuery>,
+) -> Result<Json<ProjectUsage>, ApiError> {
+    Ok(Json(
+        state
+            .service
+            .project_usage(&caller, project_id, query)
             .await?,
     ))
 }

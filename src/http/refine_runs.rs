@@ -41,6 +41,9 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 422, description = "`invalid_plan` (FATAL: failed to parse request body: …), `unknown_executor`, \
             `output_not_allowed`, `invalid_field`, `invalid_idempotency_key`, `idempotency_key_reused`",
             body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "`budget_exhausted`: the project's daily limit is spent; the problem carries \
+            `limit_usd`, `spent_usd` and `retry_after_secs`", body = Problem, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Seconds to the next UTC midnight"))),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_refine_run(

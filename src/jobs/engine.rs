@@ -18,6 +18,7 @@ use crate::domain::refine::{
     Assignment, Classified, L0Outcome, NEXT_BATCH, PhaseContext, PlanDocument, RefineOutput,
     batches, build_packets, classify, refine_phase, render_prompt,
 };
+use crate::domain::usage::BudgetAction;
 
 /// Why the engine stopped before producing a result.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,15 @@ pub enum Stop {
     /// The sink refused a write (lost lease, database down for too long).
     #[error("{0}")]
     Sink(String),
+    /// A budget was reached: no further L0 was started. `output` is the phase
+    /// refined with the L0s that finished (the others leave their assignments
+    /// unchanged); `new_lines` what its log adds.
+    #[error("{reason}")]
+    Budget {
+        reason: String,
+        output: Box<RefineOutput>,
+        new_lines: Vec<String>,
+    },
 }
 
 /// Where the engine reports. Errors stop the job ([`Stop::Sink`]).
@@ -55,6 +65,9 @@ pub trait JobSink {
         log: &[String],
         new_lines: &[String],
     ) -> impl Future<Output = Result<(), String>> + Send;
+    /// Asked before each batch and after each write of finished L0s: `Some(why)`
+    /// once a budget is spent (then no further L0 starts).
+    fn budget_reached(&mut self) -> impl Future<Output = Result<Option<String>, String>> + Send;
 }
 
 /// An L0 that ended, with its judgement.
@@ -63,6 +76,8 @@ pub struct FinishedL0Run {
     pub run: L0Run,
     pub classified: Classified,
     pub elapsed: Duration,
+    /// The size of the prompt it was sent, in bytes.
+    pub prompt_bytes: usize,
 }
 
 /// The inputs of one refine job, parsed.
@@ -75,10 +90,12 @@ pub struct RefineJob {
     pub task_file: Option<String>,
 }
 
-/// How the engine runs: prompt template and L0 concurrency (clamped to 1..=6).
+/// How the engine runs: prompt template, L0 concurrency (clamped to 1..=6) and
+/// what a reached budget does to the L0s still running.
 pub struct EngineConfig<'a> {
     pub template: &'a str,
     pub max_parallel: usize,
+    pub budget_action: BudgetAction,
 }
 
 /// Kill switch and drain switch of one run.
@@ -133,6 +150,9 @@ pub async fn run_refine(
         if switches.kill.is_cancelled() {
             return Err(Stop::Killed);
         }
+        if let Some(reason) = sink.budget_reached().await.map_err(Stop::Sink)? {
+            return Err(budget_stop(job, config, &outcomes, &log, reason));
+        }
         sink.batch_started(&todo).await.map_err(Stop::Sink)?;
         let mut running = JoinSet::new();
         for id in todo {
@@ -153,7 +173,8 @@ pub async fn run_refine(
             running.spawn(async move {
                 let started = Instant::now();
                 let run = executor.run(&request, &kill).await;
-                (request.assignment_id, run, started.elapsed())
+                let prompt_bytes = request.prompt.len();
+                (request.assignment_id, run, started.elapsed(), prompt_bytes)
             });
         }
         while let Some(first) = running.join_next().await {
@@ -167,7 +188,7 @@ pub async fn run_refine(
             let mut killed = false;
             for j in joined {
                 match j {
-                    Ok((id, Ok(run), elapsed)) => {
+                    Ok((id, Ok(run), elapsed, prompt_bytes)) => {
                         let classified = classify(&id, &run.outcome);
                         new_lines.extend(classified.log_line(&id));
                         finished.push(FinishedL0Run {
@@ -175,14 +196,16 @@ pub async fn run_refine(
                             run,
                             classified,
                             elapsed,
+                            prompt_bytes,
                         });
                     }
-                    Ok((_, Err(_cancelled), _)) => killed = true,
+                    Ok((_, Err(_cancelled), _, _)) => killed = true,
                     // An executor panicked: a bug, but it costs only this L0.
                     Err(e) => tracing::error!(error = %e, "an L0 task panicked"),
                 }
             }
-            if !finished.is_empty() {
+            let finished_now = !finished.is_empty();
+            if finished_now {
                 log.extend(new_lines.iter().cloned());
                 if let Err(e) = sink.l0s_finished(&finished, &log, &new_lines).await {
                     return Err(stop_running(running, switches, Stop::Sink(e)).await);
@@ -197,6 +220,21 @@ pub async fn run_refine(
                 // Killed: the others are being killed too; collect them and stop.
                 return Err(stop_running(running, switches, Stop::Killed).await);
             }
+            if !finished_now {
+                continue;
+            }
+            // Running L0s finish (their cost is committed) unless the request
+            // asked to kill them; none starts after this batch either way.
+            if config.budget_action == BudgetAction::Kill && !running.is_empty() {
+                match sink.budget_reached().await {
+                    Ok(Some(reason)) => {
+                        let _ = stop_running(running, switches, Stop::Killed).await;
+                        return Err(budget_stop(job, config, &outcomes, &log, reason));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(stop_running(running, switches, Stop::Sink(e)).await),
+                }
+            }
         }
     }
 
@@ -205,12 +243,32 @@ pub async fn run_refine(
     Ok((output, extra))
 }
 
-/// Kills what still runs, waits for it to be reaped, and returns `stop`.
-async fn stop_running(
-    mut running: JoinSet<(String, Result<L0Run, crate::agents::Cancelled>, Duration)>,
-    switches: &Switches,
-    stop: Stop,
+/// The budget stop: the phase refined with the outcomes stored so far.
+fn budget_stop(
+    job: &RefineJob,
+    config: &EngineConfig<'_>,
+    outcomes: &[(String, L0Outcome)],
+    log: &[String],
+    reason: String,
 ) -> Stop {
+    let output = refine_phase(&job.context, outcomes, config.max_parallel);
+    let new_lines = lines_beyond(&output.log, log);
+    Stop::Budget {
+        reason,
+        output: Box::new(output),
+        new_lines,
+    }
+}
+
+type Running = JoinSet<(
+    String,
+    Result<L0Run, crate::agents::Cancelled>,
+    Duration,
+    usize,
+)>;
+
+/// Kills what still runs, waits for it to be reaped, and returns `stop`.
+async fn stop_running(mut running: Running, switches: &Switches, stop: Stop) -> Stop {
     switches.kill.cancel();
     while running.join_next().await.is_some() {}
     stop

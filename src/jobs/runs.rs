@@ -36,8 +36,10 @@ impl StoredRun {
 }
 
 /// The merged result document of a run, and the run's final status: `cancelled`
-/// when it was being cancelled, `failed` when no phase succeeded, else `succeeded`
-/// (failed phases keep their assignments unchanged and are listed).
+/// when it was being cancelled, `failed` when no phase succeeded or a budget was
+/// reached, else `succeeded` (failed phases keep their assignments unchanged and
+/// are listed). A phase stopped by the budget still merges the L0s that finished
+/// (its partial result) and is listed in `budget_exceeded_phases`.
 pub fn merge_run(
     request: &Value,
     outcomes: &[PhaseOutcome],
@@ -52,7 +54,7 @@ pub fn merge_run(
     let results: Vec<(String, Option<Value>)> = outcomes
         .iter()
         .map(|o| {
-            let result = (o.status == JobStatus::Succeeded)
+            let result = (o.status == JobStatus::Succeeded || over_budget(o))
                 .then(|| o.result.clone())
                 .flatten();
             (o.phase_id.clone(), result)
@@ -65,10 +67,11 @@ pub fn merge_run(
     let phases: Map<String, Value> = sorted
         .iter()
         .map(|o| {
-            (
-                o.phase_id.clone(),
-                json!({"job_id": o.job_id, "status": o.status.as_str()}),
-            )
+            let mut entry = json!({"job_id": o.job_id, "status": o.status.as_str()});
+            if let (Some(code), Some(e)) = (&o.error_code, entry.as_object_mut()) {
+                e.insert("error_code".into(), json!(code));
+            }
+            (o.phase_id.clone(), entry)
         })
         .collect();
     let mut document = merged.result_value();
@@ -84,18 +87,30 @@ pub fn merge_run(
                 "empty_phases": stored.as_ref().map(|s| s.empty_phases.clone()).unwrap_or_default(),
             }),
         );
+        let budget_exceeded: Vec<&str> = sorted
+            .iter()
+            .filter(|o| over_budget(o))
+            .map(|o| o.phase_id.as_str())
+            .collect();
+        object.insert("budget_exceeded_phases".into(), json!(budget_exceeded));
         object.insert("conflicts".into(), json!(merged.conflicts));
         object.insert("emptied_work_packages".into(), json!(merged.emptied_wps));
     }
     let any_succeeded = outcomes.iter().any(|o| o.status == JobStatus::Succeeded);
     let status = if cancelling {
         JobStatus::Cancelled
+    } else if outcomes.iter().any(over_budget) {
+        JobStatus::Failed
     } else if any_succeeded || outcomes.is_empty() {
         JobStatus::Succeeded
     } else {
         JobStatus::Failed
     };
     (status, document)
+}
+
+fn over_budget(o: &PhaseOutcome) -> bool {
+    o.status == JobStatus::Failed && o.error_code.as_deref() == Some("budget_exceeded")
 }
 
 /// Merges the run if every phase job is terminal and nobody merged it yet.

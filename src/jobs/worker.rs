@@ -26,6 +26,7 @@ use crate::db::refine_jobs::{ClaimedJob, Finish, L0Done, Lease, LeaseLost};
 use crate::db::{Database, DbError};
 use crate::domain::job::{JobStatus, requeue_backoff};
 use crate::domain::refine::{Classified, L0Outcome};
+use crate::domain::usage::{Budget, utc_day_start};
 
 /// Longest answer excerpt kept in an L0 record.
 const EXCERPT_BYTES: usize = 2048;
@@ -244,6 +245,12 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
         lease,
         attempt: job.attempt,
         executor: executor.kind(),
+        run_id: job.run_id,
+        budget: job.budget,
+        daily_limit: job
+            .project_id
+            .as_deref()
+            .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?))),
     };
     let switches = Switches {
         kill: kill.clone(),
@@ -252,6 +259,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
     let config = EngineConfig {
         template: &pool.settings.prompt_template,
         max_parallel: pool.settings.l0_concurrency,
+        budget_action: job.budget.map(|b| b.budget_action).unwrap_or_default(),
     };
     let outcome = run_refine(
         &refine_job,
@@ -294,6 +302,20 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
                 phase_refined_path: path.as_deref(),
             };
             finish(pool, &job, &done, &output.log, &new_lines).await;
+            return;
+        }
+        Err(Stop::Budget {
+            reason,
+            output,
+            new_lines,
+        }) if !lost.load(Ordering::SeqCst) => {
+            tracing::warn!(%reason, "budget reached: no further L0 starts");
+            metrics::counter!("refine_budget_stops_total").increment(1);
+            let stopped = Finish::BudgetExceeded {
+                result: &output.result,
+                message: &reason,
+            };
+            finish(pool, &job, &stopped, &output.log, &new_lines).await;
             return;
         }
         Err(stop) => stop,
@@ -339,6 +361,8 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
         Stop::Sink(reason) => {
             tracing::warn!(%reason, "job stopped; its lease will expire and another attempt resumes it");
         }
+        // Handled above unless the lease was lost (then nothing may be written).
+        Stop::Budget { .. } => {}
     }
 }
 
@@ -427,6 +451,11 @@ struct DbSink {
     lease: Lease,
     attempt: i32,
     executor: &'static str,
+    /// The budget's scope is the run when the job belongs to one.
+    run_id: Option<Uuid>,
+    budget: Option<Budget>,
+    /// The job's project and its daily limit in dollars, when the config sets one.
+    daily_limit: Option<(String, f64)>,
 }
 
 fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String> {
@@ -468,6 +497,7 @@ impl JobSink for DbSink {
                     .increment(1);
                 metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
                     .record(f.elapsed.as_secs_f64());
+                record_usage_metrics(self.executor, &f.run.usage);
                 let error = f.classified.record(&f.assignment_id).reason;
                 if matches!(f.classified, Classified::Failed(_)) {
                     tracing::warn!(assignment_id = %f.assignment_id, reason = ?error, "L0 failed");
@@ -495,6 +525,8 @@ impl JobSink for DbSink {
                     error: o.error.as_deref(),
                     output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES)),
                     outcome: &o.outcome,
+                    usage: &f.run.usage,
+                    prompt_bytes: i64::try_from(f.prompt_bytes).unwrap_or(i64::MAX),
                 }
             })
             .collect();
@@ -512,6 +544,57 @@ impl JobSink for DbSink {
         let r = retry_db(pool, || pool.db.append_job_log(self.lease, log, new_lines)).await;
         pool.hub.job_changed(self.lease.job_id);
         fenced(r)
+    }
+
+    /// The request's budget (over the run when the job is a run's), then the
+    /// project's daily limit. Unknown costs count as 0 (docs/jobs.md).
+    async fn budget_reached(&mut self) -> Result<Option<String>, String> {
+        let pool = &self.pool;
+        if let Some(budget) = self.budget {
+            let spent = retry_db(pool, || {
+                pool.db.budget_spent(self.lease.job_id, self.run_id)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            if let Some(why) = budget.exceeded(spent) {
+                let scope = if self.run_id.is_some() { "run" } else { "job" };
+                return Ok(Some(format!("the {scope}'s {why}")));
+            }
+        }
+        if let Some((project, limit)) = &self.daily_limit {
+            let since = utc_day_start(Utc::now());
+            let spent = retry_db(pool, || pool.db.project_cost_since(project, since))
+                .await
+                .map_err(|e| e.to_string())?;
+            if spent >= *limit {
+                return Ok(Some(format!(
+                    "project {project}'s daily limit of ${limit} is spent (${spent:.6} today, UTC)"
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// `l0_tokens_total{executor, model, kind}` and `l0_cost_usd_total{executor,
+/// model}` (a gauge that only grows: the metrics crate counts integers only).
+fn record_usage_metrics(executor: &'static str, usage: &crate::domain::usage::L0Usage) {
+    let model = usage.model.clone().unwrap_or_else(|| "unknown".to_owned());
+    let kinds = [
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cache_read", usage.cache_read_input_tokens),
+        ("cache_creation", usage.cache_creation_input_tokens),
+    ];
+    for (kind, tokens) in kinds {
+        if let Some(n) = tokens.filter(|n| *n > 0) {
+            metrics::counter!("l0_tokens_total", "executor" => executor, "model" => model.clone(), "kind" => kind)
+                .increment(u64::try_from(n).unwrap_or(0));
+        }
+    }
+    if let Some(cost) = usage.cost_usd.filter(|c| *c > 0.0) {
+        metrics::gauge!("l0_cost_usd_total", "executor" => executor, "model" => model)
+            .increment(cost);
     }
 }
 

@@ -26,6 +26,8 @@ pub enum ErrorKind {
     PreconditionFailed,
     /// The request is well-formed but unusable (422).
     Unprocessable,
+    /// A limit is spent; `retry_after_secs` says when to come back (429).
+    TooManyRequests,
     /// The database did not answer; retry shortly (503).
     Unavailable,
     /// A bug; details are in the server log only (500).
@@ -37,6 +39,7 @@ pub enum ErrorKind {
 #[serde(rename_all = "snake_case")]
 pub enum ProblemCode {
     BodyTooLarge,
+    BudgetExhausted,
     Conflict,
     DagInvalid,
     DatabaseUnavailable,
@@ -88,6 +91,7 @@ impl ProblemCode {
         use ProblemCode::*;
         match self {
             BodyTooLarge => "body_too_large",
+            BudgetExhausted => "budget_exhausted",
             Conflict => "conflict",
             DagInvalid => "dag_invalid",
             DatabaseUnavailable => "database_unavailable",

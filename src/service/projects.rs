@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::{Caller, ProblemCode, Service, ServiceError};
@@ -68,6 +68,36 @@ pub struct ProjectStatus {
     pub waves: Vec<WaveCounts>,
 }
 
+use crate::db::usage::UsageFilter;
+pub use crate::db::usage::UsageGroup;
+use crate::domain::usage::UsageTotals;
+
+/// The window and cycle of a usage report.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// Calls that ended at or after this instant (RFC 3339).
+    pub since: Option<DateTime<Utc>>,
+    /// Calls that ended before this instant (RFC 3339).
+    pub until: Option<DateTime<Utc>>,
+    /// Only the calls of this cycle.
+    #[param(value_type = Option<Ident>, nullable = false)]
+    pub team_pk: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectUsage {
+    pub project_id: String,
+    pub team_pk: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// All the project's L0 calls in the window.
+    pub usage: UsageTotals,
+    /// The same, by executor profile and model (ordered by executor, then model).
+    pub by_executor_model: Vec<UsageGroup>,
+}
+
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTeam {
@@ -102,6 +132,42 @@ impl Service {
             active_wave: snap.active_wave,
             in_flight: snap.in_flight,
             waves: snap.waves,
+        })
+    }
+
+    /// What a project's L0 calls cost over `[since, until)`: totals and sums by
+    /// executor and model.
+    pub async fn project_usage(
+        &self,
+        caller: &Caller,
+        project_id: String,
+        query: UsageQuery,
+    ) -> Result<ProjectUsage, ServiceError> {
+        let project = Ident::parse("project_id", &project_id)?;
+        caller.check_project(project.as_str())?;
+        let team = Ident::parse_optional("team_pk", query.team_pk.as_deref())?;
+        if let (Some(since), Some(until)) = (query.since, query.until)
+            && since > until
+        {
+            return Err(ServiceError::bad_request(
+                ProblemCode::InvalidQuery,
+                "since must not be after until",
+            )
+            .with("field", "since"));
+        }
+        let filter = UsageFilter {
+            since: query.since,
+            until: query.until,
+            team_pk: team.as_ref().map(|t| t.as_str().to_owned()),
+        };
+        let (usage, by_executor_model) = self.db.project_usage(project.as_str(), &filter).await?;
+        Ok(ProjectUsage {
+            project_id,
+            team_pk: query.team_pk,
+            since: query.since,
+            until: query.until,
+            usage,
+            by_executor_model,
         })
     }
 

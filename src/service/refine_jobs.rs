@@ -12,8 +12,8 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, WAIT_POLL, body_hash, fatal, idempotency_key, input_error, key_reused, l0_rows,
-    opt_str, parse_id, wake_for,
+    Accepted, WAIT_POLL, body_hash, budget_fields, fatal, idempotency_key, input_error, key_reused,
+    l0_rows, opt_str, parse_id, wake_for,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob};
@@ -57,9 +57,21 @@ pub struct CreateRefineJobRequest {
     team_pk: Option<String>,
     /// Same as the `Idempotency-Key` header.
     idempotency_key: Option<String>,
+    /// Start no further L0 once the job's L0 calls have cost this much (US
+    /// dollars; calls of unknown cost count 0). The job then ends `failed` with
+    /// `budget_exceeded`, keeping the outcomes of the L0s that finished.
+    #[schema(exclusive_minimum = 0.0)]
+    max_cost_usd: Option<f64>,
+    /// Start no further L0 once the job's L0 calls have produced this many
+    /// output tokens.
+    #[schema(minimum = 1)]
+    max_output_tokens: Option<i64>,
+    /// What a reached budget does to the L0s still running: let them finish
+    /// (default; their cost is committed) or kill them. Only with a limit.
+    budget_action: Option<crate::domain::usage::BudgetAction>,
 }
 
-const CREATE_FIELDS: [&str; 9] = [
+const CREATE_FIELDS: [&str; 12] = [
     "context",
     "refined_plan",
     "task_text",
@@ -69,6 +81,9 @@ const CREATE_FIELDS: [&str; 9] = [
     "project_id",
     "team_pk",
     "idempotency_key",
+    "max_cost_usd",
+    "max_output_tokens",
+    "budget_action",
 ];
 
 /// List filters and paging.
@@ -118,6 +133,7 @@ struct ValidSubmission {
     run_id: Option<Uuid>,
     idempotency_key: Option<String>,
     request_hash: String,
+    budget: crate::domain::usage::Budget,
 }
 
 impl Service {
@@ -172,6 +188,7 @@ impl Service {
             ),
         };
         let idempotency_key = idempotency_key(key_header, opt_str(&body, "idempotency_key")?)?;
+        let budget = budget_fields(&body)?;
 
         let request_hash = body_hash(&body);
         Ok(ValidSubmission {
@@ -189,6 +206,7 @@ impl Service {
             run_id,
             idempotency_key,
             request_hash,
+            budget,
         })
     }
 
@@ -204,6 +222,14 @@ impl Service {
     ) -> Result<Accepted<StoredJob>, ServiceError> {
         let valid = self.validate_submission(body, key_header)?;
         caller.check_optional_project(valid.project_id.as_ref().map(Ident::as_str))?;
+        // A retry of a create that went through replays it, limit or not.
+        let replay = match valid.idempotency_key.as_deref() {
+            Some(key) => self.db.refine_job_key_exists(key).await?,
+            None => false,
+        };
+        if !replay {
+            self.check_daily_limit(valid.project_id.as_ref()).await?;
+        }
         if let Some(run_id) = valid.run_id
             && !self.db.refine_run_exists(run_id).await?
         {
@@ -227,6 +253,7 @@ impl Service {
             request_hash: Some(&valid.request_hash),
             max_attempts: self.settings.max_attempts,
             l0s: l0_rows(&valid.context, self.settings.l0_concurrency),
+            budget: valid.budget,
         };
         match self.db.create_refine_job(&new).await? {
             Created::New(job) => {

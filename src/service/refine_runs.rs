@@ -8,7 +8,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, body_hash, fatal, idempotency_key, key_reused, l0_rows, opt_str, parse_id,
+    Accepted, body_hash, budget_fields, fatal, idempotency_key, key_reused, l0_rows, opt_str,
+    parse_id,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::refine_jobs::{Created, NewRefineJob};
@@ -38,9 +39,20 @@ pub struct CreateRefineRunRequest {
     team_pk: Option<String>,
     /// Same as the `Idempotency-Key` header.
     idempotency_key: Option<String>,
+    /// Start no further L0 in any phase once the run's L0 calls (all phases)
+    /// have cost this much (US dollars; calls of unknown cost count 0). Phase
+    /// jobs stopped by it end `failed` with `budget_exceeded`; the run ends
+    /// `failed` with what finished merged.
+    #[schema(exclusive_minimum = 0.0)]
+    max_cost_usd: Option<f64>,
+    /// Likewise for the output tokens of all the run's L0 calls.
+    #[schema(minimum = 1)]
+    max_output_tokens: Option<i64>,
+    /// `finish` (default) lets running L0s finish; `kill` kills them.
+    budget_action: Option<crate::domain::usage::BudgetAction>,
 }
 
-const CREATE_FIELDS: [&str; 7] = [
+const CREATE_FIELDS: [&str; 10] = [
     "plan",
     "task_text",
     "executor",
@@ -48,6 +60,9 @@ const CREATE_FIELDS: [&str; 7] = [
     "project_id",
     "team_pk",
     "idempotency_key",
+    "max_cost_usd",
+    "max_output_tokens",
+    "budget_action",
 ];
 
 /// Per phase: its id, the job's stored request and its `(assignment, batch)` rows.
@@ -148,6 +163,15 @@ impl Service {
         let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
         caller.check_optional_project(project_id.as_ref().map(Ident::as_str))?;
         let key = idempotency_key(key_header, opt_str(&body, "idempotency_key")?)?;
+        let budget = budget_fields(&body).map_err(invalid_plan)?;
+        // A retry of a create that went through replays it, limit or not.
+        let replay = match key.as_deref() {
+            Some(key) => self.db.refine_run_key_exists(key).await?,
+            None => false,
+        };
+        if !replay {
+            self.check_daily_limit(project_id.as_ref()).await?;
+        }
         let request_hash = body_hash(&body);
 
         let run_id = Uuid::now_v7();
@@ -192,6 +216,7 @@ impl Service {
                 request_hash: None,
                 max_attempts: self.settings.max_attempts,
                 l0s: l0s.clone(),
+                budget,
             })
             .collect();
         let new = NewRefineRun {
@@ -203,6 +228,7 @@ impl Service {
             idempotency_key: key.as_deref(),
             request_hash: &request_hash,
             jobs,
+            budget,
         };
         match self.db.create_refine_run(&new).await? {
             Created::New(id) => {

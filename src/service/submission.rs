@@ -11,7 +11,9 @@ use uuid::Uuid;
 
 use super::{ProblemCode, Service, ServiceError};
 use crate::agents::Executor;
+use crate::domain::ids::Ident;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
+use crate::domain::usage::Budget;
 use crate::jobs::request::confine;
 
 /// Longest long-poll `wait`, in seconds (docs/jobs.md).
@@ -161,6 +163,16 @@ pub fn canonical_hash(value: &Value) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `max_cost_usd`, `max_output_tokens` and `budget_action` of a body.
+pub(super) fn budget_fields(body: &Map<String, Value>) -> Result<Budget, ServiceError> {
+    Budget::from_fields(
+        body.get("max_cost_usd"),
+        body.get("max_output_tokens"),
+        body.get("budget_action"),
+    )
+    .map_err(|e| fatal(&e).with("field", e.field))
+}
+
 /// `(assignment_id, batch)` in natural order, batches numbered from 1.
 pub(super) fn l0_rows(context: &PhaseContext, max_parallel: usize) -> Vec<(String, i32)> {
     let ids: Vec<String> = context.assignments.iter().map(|a| a.id.clone()).collect();
@@ -175,6 +187,33 @@ pub(super) fn l0_rows(context: &PhaseContext, max_parallel: usize) -> Vec<(Strin
 }
 
 impl Service {
+    /// 429 `budget_exhausted` (with `retry_after_secs` to the next UTC day) when
+    /// the project's daily limit is already spent.
+    pub(super) async fn check_daily_limit(
+        &self,
+        project_id: Option<&Ident>,
+    ) -> Result<(), ServiceError> {
+        let checked = crate::jobs::budget::check_daily_limit(
+            &self.db,
+            &self.settings,
+            project_id.map(Ident::as_str),
+        )
+        .await?;
+        checked.map_err(|spent| {
+            ServiceError::new(
+                super::ErrorKind::TooManyRequests,
+                ProblemCode::BudgetExhausted,
+                format!(
+                    "project {}'s daily limit of ${} is spent (${:.6} today, UTC); retry after the next UTC midnight",
+                    spent.project_id, spent.limit_usd, spent.spent_usd
+                ),
+            )
+            .with("limit_usd", spent.limit_usd)
+            .with("spent_usd", spent.spent_usd)
+            .with("retry_after_secs", spent.retry_after_secs)
+        })
+    }
+
     /// The executor a submission names (else the default); 422 `unknown_executor`.
     pub(super) fn resolve_executor(
         &self,

@@ -60,6 +60,7 @@ fn profile(kind: ExecutorKind) -> ExecutorProfile {
         timeout_secs: None,
         max_output_bytes: None,
         env_allow: vec![],
+        output: Default::default(),
     }
 }
 

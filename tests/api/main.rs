@@ -21,3 +21,4 @@ mod refine_runs;
 mod shutdown;
 mod task_lists;
 mod tracks;
+mod usage;

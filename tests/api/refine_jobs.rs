@@ -55,6 +55,7 @@ fn command(argv: Vec<String>, timeout_secs: u64) -> ExecutorProfile {
         timeout_secs: Some(timeout_secs),
         max_output_bytes: Some(64 * 1024),
         env_allow: vec![],
+        output: Default::default(),
     }
 }
 

@@ -99,6 +99,7 @@ fn command_profile(args: &[&str], timeout_secs: u64) -> ExecutorProfile {
         timeout_secs: Some(timeout_secs),
         max_output_bytes: None,
         env_allow: vec![],
+        output: Default::default(),
     }
 }
 

@@ -1,0 +1,225 @@
+//! Usage storage queries (docs/jobs.md, "Usage, cost and budgets"): every total is
+//! a sum over the L0 rows that carry a stored usage, so a resumed job — which
+//! never re-runs an L0 whose outcome is stored — cannot count a call twice.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::QueryBuilder;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{Database, DbResult};
+use crate::domain::usage::{Spent, UsageTotals};
+
+/// The sums of a totals row, in the order of [`TOTALS`].
+type SumsRow = (i64, i64, i64, i64, i64, f64, i64, i64, i64);
+
+/// The aggregate select list (alias `l` = `refine_l0_runs`). SUM(bigint) is
+/// NUMERIC on Postgres: cast back so both back-ends give INT8.
+const TOTALS: &str = "COUNT(*), \
+    CAST(COALESCE(SUM(l.input_tokens), 0) AS BIGINT), \
+    CAST(COALESCE(SUM(l.output_tokens), 0) AS BIGINT), \
+    CAST(COALESCE(SUM(l.cache_read_input_tokens), 0) AS BIGINT), \
+    CAST(COALESCE(SUM(l.cache_creation_input_tokens), 0) AS BIGINT), \
+    COALESCE(SUM(l.cost_usd), 0.0), \
+    CAST(COALESCE(SUM(CASE WHEN l.cost_usd IS NULL THEN 1 ELSE 0 END), 0) AS BIGINT), \
+    CAST(COALESCE(SUM(CASE WHEN l.input_tokens IS NULL AND l.output_tokens IS NULL \
+        AND l.cache_read_input_tokens IS NULL AND l.cache_creation_input_tokens IS NULL \
+        THEN 1 ELSE 0 END), 0) AS BIGINT), \
+    CAST(COALESCE(SUM(l.prompt_bytes), 0) AS BIGINT)";
+
+fn totals(row: SumsRow) -> UsageTotals {
+    let (calls, input, output, read, write, cost, unpriced, untracked, prompt) = row;
+    UsageTotals::from_sums(
+        calls, input, output, read, write, cost, unpriced, untracked, prompt,
+    )
+}
+
+/// One executor and model's sums in a project.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UsageGroup {
+    /// The executor profile name.
+    pub executor: String,
+    /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
+    pub executor_kind: String,
+    /// The model as the calls reported it (null when none did).
+    pub model: Option<String>,
+    pub usage: UsageTotals,
+}
+
+/// `GET /v1/projects/{project_id}/usage` filters.
+#[derive(Debug, Clone, Default)]
+pub struct UsageFilter {
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    pub team_pk: Option<String>,
+}
+
+impl Database {
+    /// Totals of each job in `job_ids` (jobs without stored usage get zeros).
+    pub async fn job_usage(&self, job_ids: &[Uuid]) -> DbResult<Vec<(Uuid, UsageTotals)>> {
+        if job_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        type JobSumsRow = (Uuid, i64, i64, i64, i64, i64, f64, i64, i64, i64);
+        let rows: Vec<JobSumsRow> = on_pool!(self, |pool| {
+            let mut q = QueryBuilder::new(format!(
+                "SELECT l.job_id, {TOTALS} FROM refine_l0_runs l \
+                     WHERE l.usage_source IS NOT NULL AND l.job_id IN ("
+            ));
+            let mut sep = q.separated(", ");
+            for id in job_ids {
+                sep.push_bind(*id);
+            }
+            q.push(") GROUP BY l.job_id");
+            q.build_query_as().fetch_all(pool).await?
+        });
+        Ok(job_ids
+            .iter()
+            .map(|id| {
+                let found = rows
+                    .iter()
+                    .find(|r| r.0 == *id)
+                    .map(|r| totals((r.1, r.2, r.3, r.4, r.5, r.6, r.7, r.8, r.9)));
+                (*id, found.unwrap_or_default())
+            })
+            .collect())
+    }
+
+    /// Totals over every phase job of a run.
+    pub async fn run_usage(&self, run_id: Uuid) -> DbResult<UsageTotals> {
+        let row: SumsRow = on_pool!(self, |pool| {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {TOTALS} FROM refine_l0_runs l WHERE l.usage_source IS NOT NULL \
+                 AND l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
+            )))
+            .bind(run_id)
+            .fetch_one(pool)
+            .await?
+        });
+        Ok(totals(row))
+    }
+
+    /// A project's sums by executor and model, and overall, for calls that ended
+    /// in `[since, until)` (either bound optional).
+    pub async fn project_usage(
+        &self,
+        project_id: &str,
+        filter: &UsageFilter,
+    ) -> DbResult<(UsageTotals, Vec<UsageGroup>)> {
+        type GroupRow = (
+            String,
+            String,
+            Option<String>,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            f64,
+            i64,
+            i64,
+            i64,
+        );
+        // Expanded once per back-end by `on_pool!`, so the builder's type is known.
+        macro_rules! usage_query {
+            ($select:expr, $group:expr) => {{
+                let mut q = QueryBuilder::new(format!(
+                    "SELECT {}{TOTALS} FROM refine_l0_runs l \
+                     JOIN refine_jobs j ON j.id = l.job_id \
+                     WHERE l.usage_source IS NOT NULL AND l.project_id = ",
+                    $select
+                ));
+                q.push_bind(project_id.to_owned());
+                if let Some(since) = filter.since {
+                    q.push(" AND l.finished_at >= ").push_bind(since);
+                }
+                if let Some(until) = filter.until {
+                    q.push(" AND l.finished_at < ").push_bind(until);
+                }
+                if let Some(team) = &filter.team_pk {
+                    q.push(" AND l.team_pk = ").push_bind(team.clone());
+                }
+                q.push($group);
+                q
+            }};
+        }
+        let (all, groups): (SumsRow, Vec<GroupRow>) = on_pool!(self, |pool| {
+            let all = usage_query!("", "")
+                .build_query_as()
+                .fetch_one(pool)
+                .await?;
+            let groups = usage_query!(
+                "j.executor, j.executor_kind, l.usage_model, ",
+                " GROUP BY j.executor, j.executor_kind, l.usage_model \
+                 ORDER BY j.executor, l.usage_model"
+            )
+            .build_query_as()
+            .fetch_all(pool)
+            .await?;
+            (all, groups)
+        });
+        let groups = groups
+            .into_iter()
+            .map(|g| UsageGroup {
+                executor: g.0,
+                executor_kind: g.1,
+                model: g.2,
+                usage: totals((g.3, g.4, g.5, g.6, g.7, g.8, g.9, g.10, g.11)),
+            })
+            .collect();
+        Ok((totals(all), groups))
+    }
+
+    /// What a budget's scope has spent: the run's phase jobs when `run_id` is set,
+    /// else the job's own L0s. Unknown costs count as 0 (docs/jobs.md).
+    pub async fn budget_spent(&self, job_id: Uuid, run_id: Option<Uuid>) -> DbResult<Spent> {
+        let row: (f64, i64) = on_pool!(self, |pool| {
+            match run_id {
+                Some(run_id) => {
+                    sqlx::query_as(
+                        "SELECT COALESCE(SUM(l.cost_usd), 0.0), \
+                         CAST(COALESCE(SUM(l.output_tokens), 0) AS BIGINT) \
+                         FROM refine_l0_runs l \
+                         WHERE l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)",
+                    )
+                    .bind(run_id)
+                    .fetch_one(pool)
+                    .await?
+                }
+                None => {
+                    sqlx::query_as(
+                        "SELECT COALESCE(SUM(l.cost_usd), 0.0), \
+                         CAST(COALESCE(SUM(l.output_tokens), 0) AS BIGINT) \
+                         FROM refine_l0_runs l WHERE l.job_id = $1",
+                    )
+                    .bind(job_id)
+                    .fetch_one(pool)
+                    .await?
+                }
+            }
+        });
+        Ok(Spent {
+            cost_usd: row.0,
+            output_tokens: row.1,
+        })
+    }
+
+    /// The known cost of a project's calls that ended at or after `since`.
+    pub async fn project_cost_since(
+        &self,
+        project_id: &str,
+        since: DateTime<Utc>,
+    ) -> DbResult<f64> {
+        Ok(on_pool!(self, |pool| {
+            sqlx::query_scalar(
+                "SELECT COALESCE(SUM(cost_usd), 0.0) FROM refine_l0_runs \
+                 WHERE project_id = $1 AND usage_source IS NOT NULL AND finished_at >= $2",
+            )
+            .bind(project_id)
+            .bind(since)
+            .fetch_one(pool)
+            .await?
+        }))
+    }
+}

@@ -1,0 +1,551 @@
+//! What L0 calls cost (docs/jobs.md, "Usage, cost and budgets"): the usage of one
+//! call, pricing from the configured table, totals, budgets and the UTC day of the
+//! per-project daily limit. Pure: no I/O.
+//!
+//! Unknown is never guessed: a field the agent did not report stays `None`; a call
+//! with no cost (reported or priced) makes every total over it `cost_usd: null`,
+//! and `unpriced_calls` says how many such calls there were.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, NaiveTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Where a call's numbers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSource {
+    /// Tokens and cost as the agent reported them.
+    Reported,
+    /// Tokens as reported; the cost computed from the configured price table.
+    Priced,
+    /// Nothing (plain-text command output), or tokens without a price.
+    #[default]
+    Unknown,
+}
+
+impl UsageSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageSource::Reported => "reported",
+            UsageSource::Priced => "priced",
+            UsageSource::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Reported, Self::Priced, Self::Unknown]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+/// The usage of one L0 call (all its tries). `None` = not reported.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct L0Usage {
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+    pub cache_read_input_tokens: Option<i64>,
+    pub cache_creation_input_tokens: Option<i64>,
+    /// US dollars: reported by the agent, or priced from the config's table.
+    pub cost_usd: Option<f64>,
+    /// The model that answered, as the agent named it (else the profile's).
+    pub model: Option<String>,
+    pub source: UsageSource,
+}
+
+fn add_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    }
+}
+
+impl L0Usage {
+    /// Whether any token count is known.
+    pub fn has_tokens(&self) -> bool {
+        self.input_tokens.is_some()
+            || self.output_tokens.is_some()
+            || self.cache_read_input_tokens.is_some()
+            || self.cache_creation_input_tokens.is_some()
+    }
+
+    /// Adds another try of the same call (a failed HTTP try still costs).
+    pub fn add_try(&mut self, other: &L0Usage) {
+        self.input_tokens = add_opt(self.input_tokens, other.input_tokens);
+        self.output_tokens = add_opt(self.output_tokens, other.output_tokens);
+        self.cache_read_input_tokens =
+            add_opt(self.cache_read_input_tokens, other.cache_read_input_tokens);
+        self.cache_creation_input_tokens = add_opt(
+            self.cache_creation_input_tokens,
+            other.cache_creation_input_tokens,
+        );
+        self.cost_usd = match (self.cost_usd, other.cost_usd) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+        if self.model.is_none() {
+            self.model.clone_from(&other.model);
+        }
+        if other.source == UsageSource::Reported || self.source == UsageSource::Reported {
+            self.source = UsageSource::Reported;
+        }
+    }
+
+    /// Fills the cost from `prices` when the agent reported tokens but no cost;
+    /// the source becomes `priced`. A reported cost is kept as it is.
+    pub fn priced(mut self, prices: &Prices) -> Self {
+        if self.cost_usd.is_some() {
+            self.source = UsageSource::Reported;
+            return self;
+        }
+        if !self.has_tokens() {
+            self.source = UsageSource::Unknown;
+            return self;
+        }
+        match self.model.as_deref().and_then(|m| prices.get(m)) {
+            Some(price) => {
+                self.cost_usd = Some(price.cost(&self));
+                self.source = UsageSource::Priced;
+            }
+            // Tokens are real (reported) but the money is unknown.
+            None => self.source = UsageSource::Reported,
+        }
+        self
+    }
+}
+
+/// One model's prices in US dollars per million tokens (`[prices."MODEL"]`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+    /// Cache reads; 0 when the model has no cache pricing.
+    #[serde(default)]
+    pub cache_read_per_mtok: f64,
+    /// Cache writes (creation); 0 when the model has no cache pricing.
+    #[serde(default)]
+    pub cache_write_per_mtok: f64,
+}
+
+impl Price {
+    /// `input_tokens` are the uncached input (Anthropic's meaning; the OpenAI
+    /// parser subtracts the cached part from `prompt_tokens`).
+    pub fn cost(&self, u: &L0Usage) -> f64 {
+        let per = |tokens: Option<i64>, rate: f64| tokens.unwrap_or(0).max(0) as f64 * rate / 1e6;
+        per(u.input_tokens, self.input_per_mtok)
+            + per(u.output_tokens, self.output_per_mtok)
+            + per(u.cache_read_input_tokens, self.cache_read_per_mtok)
+            + per(u.cache_creation_input_tokens, self.cache_write_per_mtok)
+    }
+
+    pub fn check(&self, model: &str) -> Result<(), String> {
+        let rates = [
+            ("input_per_mtok", self.input_per_mtok),
+            ("output_per_mtok", self.output_per_mtok),
+            ("cache_read_per_mtok", self.cache_read_per_mtok),
+            ("cache_write_per_mtok", self.cache_write_per_mtok),
+        ];
+        match rates.iter().find(|(_, r)| !r.is_finite() || *r < 0.0) {
+            Some((name, _)) => Err(format!(
+                "[prices.\"{model}\"] {name} must be a non-negative number"
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The configured price table, by model name. No built-in prices: they change.
+pub type Prices = BTreeMap<String, Price>;
+
+/// Sums over many calls (a job, a run, a project).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, ToSchema)]
+pub struct UsageTotals {
+    /// L0 calls with a stored outcome.
+    pub calls: i64,
+    /// Sums of the counts that were reported (unreported ones add nothing).
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_input_tokens: i64,
+    pub cache_creation_input_tokens: i64,
+    /// The sum, or null when any call's cost is unknown (see `unpriced_calls`).
+    pub cost_usd: Option<f64>,
+    /// The sum of the costs that are known (equals `cost_usd` when it is not null).
+    pub known_cost_usd: f64,
+    /// Calls whose cost is unknown (no reported cost, model not in the price table).
+    pub unpriced_calls: i64,
+    /// Calls that reported no token counts at all.
+    pub untracked_calls: i64,
+    /// Total size of the prompts sent, in bytes.
+    pub prompt_bytes: i64,
+}
+
+impl UsageTotals {
+    /// Totals from SQL sums: `cost_usd` is null as soon as one call is unpriced.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_sums(
+        calls: i64,
+        input_tokens: i64,
+        output_tokens: i64,
+        cache_read_input_tokens: i64,
+        cache_creation_input_tokens: i64,
+        known_cost_usd: f64,
+        unpriced_calls: i64,
+        untracked_calls: i64,
+        prompt_bytes: i64,
+    ) -> Self {
+        UsageTotals {
+            calls,
+            input_tokens,
+            output_tokens,
+            cache_read_input_tokens,
+            cache_creation_input_tokens,
+            cost_usd: (unpriced_calls == 0).then_some(known_cost_usd),
+            known_cost_usd,
+            unpriced_calls,
+            untracked_calls,
+            prompt_bytes,
+        }
+    }
+
+    /// Adds one call (the CLI keeps its totals in memory).
+    pub fn add(&mut self, usage: &L0Usage, prompt_bytes: usize) {
+        self.calls += 1;
+        self.input_tokens += usage.input_tokens.unwrap_or(0);
+        self.output_tokens += usage.output_tokens.unwrap_or(0);
+        self.cache_read_input_tokens += usage.cache_read_input_tokens.unwrap_or(0);
+        self.cache_creation_input_tokens += usage.cache_creation_input_tokens.unwrap_or(0);
+        match usage.cost_usd {
+            Some(c) => self.known_cost_usd += c,
+            None => self.unpriced_calls += 1,
+        }
+        if !usage.has_tokens() {
+            self.untracked_calls += 1;
+        }
+        self.prompt_bytes += i64::try_from(prompt_bytes).unwrap_or(i64::MAX);
+        self.cost_usd = (self.unpriced_calls == 0).then_some(self.known_cost_usd);
+    }
+
+    /// One line for a terminal.
+    pub fn summary(&self) -> String {
+        let cost = match self.cost_usd {
+            Some(c) => format!("${c:.4}"),
+            None => format!(
+                "unknown (${:.4} known; {} of {} calls unpriced)",
+                self.known_cost_usd, self.unpriced_calls, self.calls
+            ),
+        };
+        format!(
+            "usage: {} L0 calls, {} input + {} output tokens ({} cache read, {} cache write), cost {cost}",
+            self.calls,
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_input_tokens,
+            self.cache_creation_input_tokens
+        )
+    }
+}
+
+/// What to do with the L0s still running when a budget is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetAction {
+    /// Let them finish (their cost is already committed); start no more.
+    #[default]
+    Finish,
+    /// Kill them at once.
+    Kill,
+}
+
+impl BudgetAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetAction::Finish => "finish",
+            BudgetAction::Kill => "kill",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "finish" => Some(BudgetAction::Finish),
+            "kill" => Some(BudgetAction::Kill),
+            _ => None,
+        }
+    }
+}
+
+/// A request's spending limits (a job's, or a run's over all its phase jobs).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct Budget {
+    /// Stop once the known cost reaches this (US dollars).
+    pub max_cost_usd: Option<f64>,
+    /// Stop once the output tokens reach this.
+    pub max_output_tokens: Option<i64>,
+    pub budget_action: BudgetAction,
+}
+
+/// What has been spent in a budget's scope.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Spent {
+    pub cost_usd: f64,
+    pub output_tokens: i64,
+}
+
+/// A request's budget field that does not parse: the field and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct BudgetError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl Budget {
+    /// The budget of a request body's `max_cost_usd` (a positive number of
+    /// dollars), `max_output_tokens` (a positive integer) and `budget_action`
+    /// (`"finish"`, the default, or `"kill"`; only with a limit). Null = absent.
+    pub fn from_fields(
+        max_cost_usd: Option<&serde_json::Value>,
+        max_output_tokens: Option<&serde_json::Value>,
+        budget_action: Option<&serde_json::Value>,
+    ) -> Result<Budget, BudgetError> {
+        use serde_json::Value;
+        let present = |v: Option<&Value>| v.filter(|v| !v.is_null()).cloned();
+        let max_cost_usd = match present(max_cost_usd) {
+            None => None,
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() && x > 0.0 => Some(x),
+                _ => {
+                    return Err(BudgetError {
+                        field: "max_cost_usd",
+                        reason: "must be a positive number of US dollars".into(),
+                    });
+                }
+            },
+        };
+        let max_output_tokens = match present(max_output_tokens) {
+            None => None,
+            Some(v) => match v.as_i64() {
+                Some(n) if n > 0 => Some(n),
+                _ => {
+                    return Err(BudgetError {
+                        field: "max_output_tokens",
+                        reason: "must be a positive integer".into(),
+                    });
+                }
+            },
+        };
+        let budget_action = match present(budget_action) {
+            None => BudgetAction::Finish,
+            Some(v) => v
+                .as_str()
+                .and_then(BudgetAction::parse)
+                .ok_or_else(|| BudgetError {
+                    field: "budget_action",
+                    reason: "must be \"finish\" or \"kill\"".into(),
+                })?,
+        };
+        let budget = Budget {
+            max_cost_usd,
+            max_output_tokens,
+            budget_action,
+        };
+        if budget_action != BudgetAction::Finish && !budget.is_limited() {
+            return Err(BudgetError {
+                field: "budget_action",
+                reason: "needs max_cost_usd or max_output_tokens".into(),
+            });
+        }
+        Ok(budget)
+    }
+
+    pub fn is_limited(&self) -> bool {
+        self.max_cost_usd.is_some() || self.max_output_tokens.is_some()
+    }
+
+    /// Why `spent` reaches the budget, or `None` while there is room.
+    pub fn exceeded(&self, spent: Spent) -> Option<String> {
+        if let Some(max) = self.max_cost_usd
+            && spent.cost_usd >= max
+        {
+            return Some(format!(
+                "the budget of ${max} is spent (${:.6} so far)",
+                spent.cost_usd
+            ));
+        }
+        if let Some(max) = self.max_output_tokens
+            && spent.output_tokens >= max
+        {
+            return Some(format!(
+                "the budget of {max} output tokens is spent ({} so far)",
+                spent.output_tokens
+            ));
+        }
+        None
+    }
+}
+
+/// The start of the UTC day holding `now` (the daily limit counts from it).
+pub fn utc_day_start(now: DateTime<Utc>) -> DateTime<Utc> {
+    now.date_naive().and_time(NaiveTime::MIN).and_utc()
+}
+
+/// Whole seconds from `now` to the next UTC midnight (at least 1): `Retry-After`.
+pub fn secs_to_next_utc_day(now: DateTime<Utc>) -> u64 {
+    let next = utc_day_start(now) + Duration::days(1);
+    let ms = u64::try_from((next - now).num_milliseconds()).unwrap_or(0);
+    ms.div_ceil(1000).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn tokens(i: i64, o: i64, r: i64, w: i64) -> L0Usage {
+        L0Usage {
+            input_tokens: Some(i),
+            output_tokens: Some(o),
+            cache_read_input_tokens: Some(r),
+            cache_creation_input_tokens: Some(w),
+            cost_usd: None,
+            model: Some("m".into()),
+            source: UsageSource::Reported,
+        }
+    }
+
+    #[test]
+    fn prices_fill_unreported_costs_only() {
+        let prices: Prices = [(
+            "m".to_owned(),
+            Price {
+                input_per_mtok: 3.0,
+                output_per_mtok: 15.0,
+                cache_read_per_mtok: 0.3,
+                cache_write_per_mtok: 3.75,
+            },
+        )]
+        .into();
+        let u = tokens(1_000_000, 100_000, 2_000_000, 0).priced(&prices);
+        assert_eq!(u.source, UsageSource::Priced);
+        assert!((u.cost_usd.unwrap() - (3.0 + 1.5 + 0.6)).abs() < 1e-9);
+
+        let mut reported = tokens(1, 1, 0, 0);
+        reported.cost_usd = Some(0.5);
+        let r = reported.priced(&prices);
+        assert_eq!((r.cost_usd, r.source), (Some(0.5), UsageSource::Reported));
+
+        let mut other = tokens(1, 1, 0, 0);
+        other.model = Some("unpriced".into());
+        let o = other.priced(&prices);
+        assert_eq!((o.cost_usd, o.source), (None, UsageSource::Reported));
+
+        let nothing = L0Usage::default().priced(&prices);
+        assert_eq!(nothing.source, UsageSource::Unknown);
+    }
+
+    #[test]
+    fn tries_add_up_and_unknowns_stay_unknown() {
+        let mut a = L0Usage::default();
+        a.add_try(&L0Usage::default());
+        assert_eq!(a.input_tokens, None);
+        assert_eq!(a.cost_usd, None);
+        let mut b = tokens(10, 5, 0, 0);
+        b.cost_usd = Some(0.25);
+        a.add_try(&b);
+        a.add_try(&b);
+        assert_eq!((a.input_tokens, a.output_tokens), (Some(20), Some(10)));
+        assert_eq!(a.cost_usd, Some(0.5));
+    }
+
+    #[test]
+    fn totals_are_null_when_one_call_is_unpriced() {
+        let mut t = UsageTotals::default();
+        let mut priced = tokens(10, 5, 0, 0);
+        priced.cost_usd = Some(1.0);
+        t.add(&priced, 100);
+        assert_eq!(t.cost_usd, Some(1.0));
+        t.add(&L0Usage::default(), 50);
+        assert_eq!(t.cost_usd, None);
+        assert_eq!(
+            (
+                t.calls,
+                t.unpriced_calls,
+                t.untracked_calls,
+                t.known_cost_usd,
+                t.prompt_bytes
+            ),
+            (2, 1, 1, 1.0, 150)
+        );
+        assert!(t.summary().contains("unpriced"));
+    }
+
+    #[test]
+    fn budgets_trip_at_the_limit() {
+        let b = Budget {
+            max_cost_usd: Some(0.02),
+            max_output_tokens: Some(100),
+            budget_action: BudgetAction::Finish,
+        };
+        assert!(b.exceeded(Spent::default()).is_none());
+        let at_cost = Spent {
+            cost_usd: 0.02,
+            output_tokens: 0,
+        };
+        assert!(b.exceeded(at_cost).unwrap().contains("$0.02"));
+        let at_tokens = Spent {
+            cost_usd: 0.0,
+            output_tokens: 100,
+        };
+        assert!(b.exceeded(at_tokens).unwrap().contains("100 output tokens"));
+        assert!(!Budget::default().is_limited());
+    }
+
+    #[test]
+    fn budget_fields_parse_or_name_the_field() {
+        use serde_json::json;
+        let b = Budget::from_fields(Some(&json!(0.5)), Some(&json!(100)), Some(&json!("kill")))
+            .unwrap();
+        assert_eq!(
+            b,
+            Budget {
+                max_cost_usd: Some(0.5),
+                max_output_tokens: Some(100),
+                budget_action: BudgetAction::Kill
+            }
+        );
+        assert_eq!(
+            Budget::from_fields(None, None, Some(&json!(null))).unwrap(),
+            Budget::default()
+        );
+        let field = |c: Option<serde_json::Value>,
+                     t: Option<serde_json::Value>,
+                     a: Option<serde_json::Value>| {
+            Budget::from_fields(c.as_ref(), t.as_ref(), a.as_ref())
+                .unwrap_err()
+                .field
+        };
+        assert_eq!(field(Some(json!(0)), None, None), "max_cost_usd");
+        assert_eq!(field(Some(json!("1")), None, None), "max_cost_usd");
+        assert_eq!(field(None, Some(json!(1.5)), None), "max_output_tokens");
+        assert_eq!(field(None, Some(json!(-1)), None), "max_output_tokens");
+        assert_eq!(
+            field(Some(json!(1)), None, Some(json!("stop"))),
+            "budget_action"
+        );
+        assert_eq!(field(None, None, Some(json!("kill"))), "budget_action");
+    }
+
+    #[test]
+    fn retry_after_reaches_the_next_utc_midnight() {
+        let now = Utc.with_ymd_and_hms(2026, 3, 1, 23, 59, 30).unwrap();
+        assert_eq!(secs_to_next_utc_day(now), 30);
+        assert_eq!(
+            utc_day_start(now),
+            Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).unwrap()
+        );
+        let midnight = Utc.with_ymd_and_hms(2026, 3, 2, 0, 0, 0).unwrap();
+        assert_eq!(secs_to_next_utc_day(midnight), 86_400);
+    }
+}

@@ -1,0 +1,1155 @@
+//! What L0 calls cost (docs/jobs.md, "Usage, cost and budgets"), end to end: real
+//! child processes printing `claude -p --output-format json` envelopes
+//! (`tests/fixtures/l0/l0.sh claude-json`), real local HTTP servers speaking the
+//! Anthropic and OpenAI APIs, the real server on both back-ends, and the CLI.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common::{
+    Backend, FreshDatabase, TestApp, expect_problem, settings_for, spawn_app_with,
+};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use plangate::agents::{Executor, L0Request, L0Run};
+use plangate::config::{ExecutorKind, ExecutorProfile, Settings};
+use plangate::domain::refine::{Assignment, L0Outcome, L0Packet};
+use plangate::domain::usage::{Price, UsageSource};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+// ------------------------------------------------------------------ helpers
+
+fn script() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/l0/l0.sh")
+        .display()
+        .to_string()
+}
+
+fn profile(kind: ExecutorKind) -> ExecutorProfile {
+    ExecutorProfile {
+        kind,
+        argv: vec![],
+        base_url: None,
+        model: None,
+        api_key_env: None,
+        timeout_secs: Some(60),
+        max_output_bytes: None,
+        env_allow: vec![],
+        output: Default::default(),
+    }
+}
+
+/// `l0.sh [--record DIR] ARGS…`, reading its stdout as `output`.
+fn command(record: Option<&Path>, args: &[&str], claude_json: bool) -> ExecutorProfile {
+    let mut p = profile(ExecutorKind::Command);
+    p.argv = vec![script()];
+    if let Some(dir) = record {
+        p.argv.push("--record".into());
+        p.argv.push(dir.display().to_string());
+    }
+    p.argv.extend(args.iter().map(|a| a.to_string()));
+    if claude_json {
+        p.output = plangate::agents::OutputFormat::ClaudeJson;
+    }
+    p
+}
+
+fn prices() -> Arc<plangate::domain::usage::Prices> {
+    Arc::new(
+        [(
+            "claude-fake".to_owned(),
+            Price {
+                input_per_mtok: 3.0,
+                output_per_mtok: 15.0,
+                cache_read_per_mtok: 0.3,
+                cache_write_per_mtok: 3.75,
+            },
+        )]
+        .into(),
+    )
+}
+
+fn request(assignment_id: &str) -> L0Request {
+    L0Request {
+        job_id: Uuid::from_u128(7),
+        phase_id: "P1".into(),
+        assignment_id: assignment_id.into(),
+        task_file: None,
+        prompt: "Review it.".into(),
+        packet: Arc::new(L0Packet {
+            target_assignment_id: assignment_id.into(),
+            phase_id: "P1".into(),
+            assignment: Assignment::new(assignment_id),
+            peer_summaries: vec![],
+            phase: None,
+            task_file_path: None,
+            instructions: String::new(),
+        }),
+        phase_assignments: Arc::from(vec![Assignment::new(assignment_id)]),
+    }
+}
+
+async fn run_l0(e: &Executor, id: &str) -> L0Run {
+    e.run(&request(id), &CancellationToken::new())
+        .await
+        .expect("not cancelled")
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+// ------------------------------------------------------------- executors
+
+#[tokio::test]
+async fn claude_json_envelope_with_cost_is_reported() {
+    let e = Executor::from_profile(
+        "cj",
+        &command(None, &["claude-json", "0.0123", "1000", "200"], true),
+    )
+    .unwrap()
+    .with_prices(prices());
+    let run = run_l0(&e, "P1-A1").await;
+    let L0Outcome::Answer(text) = &run.outcome else {
+        panic!("{run:?}")
+    };
+    assert!(text.starts_with("I reviewed assignment P1-A1"), "{text}");
+    assert!(
+        text.contains("{\"missing_dep\": \"X\""),
+        "the result string is unescaped"
+    );
+    let u = &run.usage;
+    assert_eq!(u.source, UsageSource::Reported);
+    assert_eq!(
+        u.cost_usd,
+        Some(0.0123),
+        "a reported cost is kept, not re-priced"
+    );
+    assert_eq!(
+        (
+            u.input_tokens,
+            u.output_tokens,
+            u.cache_read_input_tokens,
+            u.cache_creation_input_tokens
+        ),
+        (Some(1000), Some(200), Some(5), Some(7))
+    );
+    assert_eq!(u.model.as_deref(), Some("claude-fake"));
+}
+
+#[tokio::test]
+async fn claude_json_without_cost_is_priced_from_the_table_or_stays_unknown() {
+    let p = command(None, &["claude-json", "none", "1000000", "100000"], true);
+    let priced = Executor::from_profile("cj", &p)
+        .unwrap()
+        .with_prices(prices());
+    let run = run_l0(&priced, "P1-A1").await;
+    assert_eq!(run.usage.source, UsageSource::Priced);
+    // 1M input × $3 + 100k output × $15 + 5 cache reads × $0.3 + 7 writes × $3.75 per MTok.
+    let expected = 3.0 + 1.5 + 5.0 * 0.3 / 1e6 + 7.0 * 3.75 / 1e6;
+    assert!(
+        close(run.usage.cost_usd.unwrap(), expected),
+        "{:?}",
+        run.usage
+    );
+
+    let unpriced = Executor::from_profile("cj", &p).unwrap();
+    let run = run_l0(&unpriced, "P1-A1").await;
+    assert_eq!(run.usage.cost_usd, None, "no built-in prices");
+    assert_eq!(
+        run.usage.output_tokens,
+        Some(100_000),
+        "tokens are still known"
+    );
+}
+
+#[tokio::test]
+async fn claude_json_garbage_and_is_error_fail_the_l0() {
+    let garbage = Executor::from_profile("cj", &command(None, &["garbage"], true)).unwrap();
+    let run = run_l0(&garbage, "P1-A1").await;
+    let L0Outcome::Failed(reason) = &run.outcome else {
+        panic!("garbage must fail: {run:?}")
+    };
+    assert!(
+        reason.contains("claude-json") && reason.contains("Lorem ipsum"),
+        "{reason}"
+    );
+    assert_eq!(run.usage.source, UsageSource::Unknown);
+    assert_eq!(run.usage.cost_usd, None);
+
+    let error = Executor::from_profile("cj", &command(None, &["claude-json-error"], true)).unwrap();
+    let run = run_l0(&error, "P1-A1").await;
+    let L0Outcome::Failed(reason) = &run.outcome else {
+        panic!("is_error must fail: {run:?}")
+    };
+    assert!(
+        reason.contains("is_error") && reason.contains("the model refused"),
+        "{reason}"
+    );
+    assert_eq!(
+        run.usage.cost_usd,
+        Some(0.002),
+        "a failed call's cost still counts"
+    );
+
+    // Plain text stays the default: the same envelope is an answer as it is.
+    let text = Executor::from_profile("t", &command(None, &["claude-json", "0.5"], false)).unwrap();
+    let run = run_l0(&text, "P1-A1").await;
+    assert!(matches!(&run.outcome, L0Outcome::Answer(a) if a.starts_with('{')));
+    assert_eq!(run.usage.source, UsageSource::Unknown);
+
+    // `output` is for commands only.
+    let mut api = profile(ExecutorKind::Openai);
+    api.model = Some("m".into());
+    api.output = plangate::agents::OutputFormat::ClaudeJson;
+    assert!(Executor::from_profile("x", &api).is_err());
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Api {
+    Openai,
+    Anthropic,
+}
+
+struct FakeApi {
+    api: Api,
+    hits: AtomicUsize,
+    /// Fail the first try with a 500 that still reports usage.
+    fail_first: bool,
+}
+
+fn answer(id: &str) -> String {
+    format!(
+        "assignment_id = {id}\nchanges = []\ndependency_corrections = []\nwp_proposal_adjustments = []\n"
+    )
+}
+
+async fn fake_handle(State(fake): State<Arc<FakeApi>>, body: Bytes) -> Response {
+    let n = fake.hits.fetch_add(1, Ordering::SeqCst);
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let prompt = body["messages"][0]["content"].as_str().unwrap_or("");
+    // The assignment id is in the rendered prompt.
+    let id = prompt
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        .find(|w| w.starts_with("P1-A"))
+        .unwrap_or("P1-A1")
+        .to_owned();
+    let usage = match fake.api {
+        Api::Anthropic => json!({"input_tokens": 1000, "output_tokens": 100,
+            "cache_creation_input_tokens": 10, "cache_read_input_tokens": 20}),
+        Api::Openai => json!({"prompt_tokens": 1000, "completion_tokens": 100,
+            "prompt_tokens_details": {"cached_tokens": 200}}),
+    };
+    if fake.fail_first && n == 0 {
+        let error = json!({"type": "error", "error": {"type": "overloaded_error"}, "usage": usage});
+        return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(error)).into_response();
+    }
+    let reply = match fake.api {
+        Api::Anthropic => json!({"id": "msg", "type": "message", "model": "claude-fake",
+            "content": [{"type": "text", "text": answer(&id)}], "usage": usage}),
+        Api::Openai => json!({"id": "c", "model": "gpt-fake",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer(&id)}}],
+            "usage": usage}),
+    };
+    axum::Json(reply).into_response()
+}
+
+async fn fake_api(api: Api, fail_first: bool) -> (String, Arc<FakeApi>) {
+    let fake = Arc::new(FakeApi {
+        api,
+        hits: AtomicUsize::new(0),
+        fail_first,
+    });
+    let app = axum::Router::new()
+        .fallback(fake_handle)
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = match api {
+        Api::Openai => format!("http://{addr}/v1"),
+        Api::Anthropic => format!("http://{addr}"),
+    };
+    (base, fake)
+}
+
+fn api_profile(api: Api, base: &str) -> ExecutorProfile {
+    let mut p = profile(match api {
+        Api::Openai => ExecutorKind::Openai,
+        Api::Anthropic => ExecutorKind::Anthropic,
+    });
+    p.base_url = Some(base.to_owned());
+    p.model = Some(match api {
+        Api::Openai => "gpt-fake".into(),
+        Api::Anthropic => "claude-fake".into(),
+    });
+    p
+}
+
+#[tokio::test]
+async fn api_usage_is_read_and_failed_tries_still_count() {
+    for api in [Api::Anthropic, Api::Openai] {
+        let (base, fake) = fake_api(api, true).await;
+        let e = Executor::from_profile("api", &api_profile(api, &base))
+            .unwrap()
+            .with_backoff(Duration::from_millis(1), Duration::from_millis(5))
+            .with_prices(prices());
+        let run = run_l0(&e, "P1-A1").await;
+        assert!(
+            matches!(run.outcome, L0Outcome::Answer(_)),
+            "{api:?}: {run:?}"
+        );
+        assert_eq!(run.tries, 2);
+        assert_eq!(fake.hits.load(Ordering::SeqCst), 2);
+        let u = &run.usage;
+        match api {
+            Api::Anthropic => {
+                // Both tries: the failed one reported usage too.
+                assert_eq!(
+                    (
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_creation_input_tokens,
+                        u.cache_read_input_tokens
+                    ),
+                    (Some(2000), Some(200), Some(20), Some(40))
+                );
+                assert_eq!(u.source, UsageSource::Priced);
+                let expected = (2000.0 * 3.0 + 200.0 * 15.0 + 40.0 * 0.3 + 20.0 * 3.75) / 1e6;
+                assert!(close(u.cost_usd.unwrap(), expected), "{u:?}");
+                assert_eq!(u.model.as_deref(), Some("claude-fake"));
+            }
+            Api::Openai => {
+                // prompt_tokens include the cached ones: input = 1000 - 200 per try.
+                assert_eq!(
+                    (
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_read_input_tokens,
+                        u.cache_creation_input_tokens
+                    ),
+                    (Some(1600), Some(200), Some(400), None)
+                );
+                assert_eq!(u.model.as_deref(), Some("gpt-fake"));
+                assert_eq!(u.cost_usd, None, "gpt-fake has no price");
+                assert_eq!(u.source, UsageSource::Reported);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- server
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    record: PathBuf,
+}
+
+impl Dirs {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let record = tmp.path().join("record");
+        std::fs::create_dir_all(&record).unwrap();
+        Dirs { _tmp: tmp, record }
+    }
+
+    /// Assignment ids whose fixture started, in start order.
+    fn started(&self) -> Vec<String> {
+        std::fs::read_to_string(self.record.join("events"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("start "))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Executors: `cj` (claude-json, $0.01 per call), `cj-unpriced` (claude-json with
+/// no cost, model not in the table), `cj-priced` (no cost, priced), `plain` (text),
+/// `anthropic` (the fake API server at `fake_base`).
+fn configure(s: &mut Settings, dirs: &Dirs, fake_base: Option<&str>) {
+    let rec = Some(dirs.record.as_path());
+    s.executors.insert(
+        "cj".into(),
+        command(rec, &["claude-json", "0.01", "1000", "200"], true),
+    );
+    s.executors.insert(
+        "cj-unpriced".into(),
+        command(
+            rec,
+            &["claude-json", "none", "1000", "200", "claude-unpriced"],
+            true,
+        ),
+    );
+    s.executors.insert(
+        "cj-priced".into(),
+        command(rec, &["claude-json", "none", "1000000", "0"], true),
+    );
+    s.executors
+        .insert("plain".into(), command(rec, &["valid"], false));
+    if let Some(base) = fake_base {
+        s.executors
+            .insert("anthropic".into(), api_profile(Api::Anthropic, base));
+    }
+    s.prices = (*prices()).clone();
+}
+
+fn assignment(id: &str) -> Value {
+    json!({
+        "id": id, "phase_id": "P1", "name": format!("Assignment {id}"),
+        "goal": "Do one thing.", "technical_approach": "Small steps.",
+        "dependency_notes": "", "overlap_notes": "",
+        "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": [format!("src/{id}.rs")]}]
+    })
+}
+
+fn plan() -> Value {
+    json!({"phases": [{"id": "P1", "name": "One", "goal": "g", "scope": "s",
+        "technical_approach": "t", "relationship_notes": "", "ordering": 1}]})
+}
+
+fn job_body(ids: &[&str], executor: &str, extra: Value) -> Value {
+    let assignments: Vec<Value> = ids.iter().map(|id| assignment(id)).collect();
+    let mut body = json!({
+        "context": {"schema_version": 1, "phase_id": "P1", "assignments": assignments, "peer_summaries": []},
+        "refined_plan": plan(),
+        "task_text": "The task.",
+        "executor": executor,
+    });
+    if let (Some(b), Value::Object(more)) = (body.as_object_mut(), extra) {
+        b.extend(more);
+    }
+    body
+}
+
+async fn submit(app: &TestApp, body: &Value) -> String {
+    let response = app.post_json("/v1/refine-jobs", body).await;
+    assert_eq!(response.status(), 202, "{:?}", response.text().await);
+    let job: Value = response.json().await.unwrap();
+    job["id"].as_str().unwrap().to_owned()
+}
+
+async fn wait_job(app: &TestApp, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let job: Value = app
+            .get(&format!("/v1/refine-jobs/{id}?wait=5"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let status = job["status"].as_str().unwrap_or_default().to_owned();
+        if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "job {id} still {status}");
+    }
+}
+
+async fn assignments(app: &TestApp, id: &str) -> Vec<Value> {
+    let v: Value = app
+        .get(&format!("/v1/refine-jobs/{id}/assignments"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    v.as_array().unwrap().clone()
+}
+
+fn cost(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a cost: {v}"))
+}
+
+both_backends!(
+    assignments_jobs_and_projects_show_usage,
+    budget_hit_mid_batch_starts_no_further_l0,
+    budget_kill_stops_running_l0s,
+    run_budget_spans_its_phases_and_merges_what_finished,
+    daily_limit_refuses_with_429_until_the_next_utc_day,
+    resumed_job_counts_each_l0_once,
+    prompt_size_does_not_grow_with_the_task_text,
+);
+
+async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
+    let dirs = Dirs::new();
+    let (base, _fake) = fake_api(Api::Anthropic, false).await;
+    let app = spawn_app_with(backend, |s| configure(s, &dirs, Some(&base))).await;
+
+    let ids = ["P1-A1", "P1-A2", "P1-A3"];
+    let project = json!({"project_id": "alpha", "team_pk": "t1"});
+    let reported = submit(&app, &job_body(&ids, "cj", project.clone())).await;
+    let unpriced = submit(&app, &job_body(&ids[..2], "cj-unpriced", project.clone())).await;
+    let priced = submit(
+        &app,
+        &job_body(
+            &ids[..1],
+            "cj-priced",
+            json!({"project_id": "alpha", "team_pk": "t2"}),
+        ),
+    )
+    .await;
+    let api = submit(&app, &job_body(&ids[..2], "anthropic", project.clone())).await;
+    let other = submit(
+        &app,
+        &job_body(&ids[..1], "cj", json!({"project_id": "beta"})),
+    )
+    .await;
+    for id in [&reported, &unpriced, &priced, &api, &other] {
+        let job = wait_job(&app, id).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+
+    // Per L0: the envelope's numbers.
+    let rows = assignments(&app, &reported).await;
+    assert_eq!(rows.len(), 3);
+    for row in &rows {
+        assert_eq!(row["status"], "valid", "{row}");
+        let u = &row["usage"];
+        assert_eq!(u["source"], "reported");
+        assert!(close(cost(&u["cost_usd"]), 0.01));
+        assert_eq!(u["input_tokens"], 1000);
+        assert_eq!(u["output_tokens"], 200);
+        assert_eq!(u["cache_read_input_tokens"], 5);
+        assert_eq!(u["cache_creation_input_tokens"], 7);
+        assert_eq!(u["model"], "claude-fake");
+        assert!(row["prompt_bytes"].as_i64().unwrap() > 100, "{row}");
+    }
+    let job = wait_job(&app, &reported).await;
+    let t = &job["usage"];
+    assert_eq!(t["calls"], 3);
+    assert!(close(cost(&t["cost_usd"]), 0.03), "{t}");
+    assert_eq!(
+        (t["input_tokens"].as_i64(), t["output_tokens"].as_i64()),
+        (Some(3000), Some(600))
+    );
+    assert_eq!(t["unpriced_calls"], 0);
+    assert_eq!(job["budget"], Value::Null);
+
+    // Unknown costs are null, never guessed; totals say how many.
+    let rows = assignments(&app, &unpriced).await;
+    assert_eq!(rows[0]["usage"]["cost_usd"], Value::Null);
+    assert_eq!(rows[0]["usage"]["source"], "reported");
+    let job = wait_job(&app, &unpriced).await;
+    assert_eq!(job["usage"]["cost_usd"], Value::Null);
+    assert_eq!(job["usage"]["unpriced_calls"], 2);
+    assert_eq!(job["usage"]["output_tokens"], 400);
+
+    // Priced from the table: 1M input tokens at $3/MTok (+ the cache tokens).
+    let rows = assignments(&app, &priced).await;
+    assert_eq!(rows[0]["usage"]["source"], "priced");
+    let expected_priced = 3.0 + (5.0 * 0.3 + 7.0 * 3.75) / 1e6;
+    assert!(close(cost(&rows[0]["usage"]["cost_usd"]), expected_priced));
+
+    // The Anthropic API through a local fake server.
+    let rows = assignments(&app, &api).await;
+    assert_eq!(rows[0]["usage"]["input_tokens"], 1000);
+    assert_eq!(rows[0]["usage"]["source"], "priced");
+    let api_call = (1000.0 * 3.0 + 100.0 * 15.0 + 20.0 * 0.3 + 10.0 * 3.75) / 1e6;
+    assert!(close(cost(&rows[0]["usage"]["cost_usd"]), api_call));
+
+    // The project: by executor and model, and overall.
+    let usage: Value = app
+        .get("/v1/projects/alpha/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["usage"]["calls"], 3 + 2 + 1 + 2, "{usage}");
+    assert_eq!(
+        usage["usage"]["cost_usd"],
+        Value::Null,
+        "two calls are unpriced"
+    );
+    assert_eq!(usage["usage"]["unpriced_calls"], 2);
+    let known = 0.03 + expected_priced + 2.0 * api_call;
+    assert!(
+        close(cost(&usage["usage"]["known_cost_usd"]), known),
+        "{usage}"
+    );
+    let groups = usage["by_executor_model"].as_array().unwrap();
+    let group = |executor: &str| {
+        groups
+            .iter()
+            .find(|g| g["executor"] == executor)
+            .unwrap_or_else(|| panic!("no {executor} in {usage}"))
+    };
+    assert_eq!(group("cj")["usage"]["calls"], 3);
+    assert_eq!(group("cj")["model"], "claude-fake");
+    assert_eq!(group("cj")["executor_kind"], "command");
+    assert_eq!(group("cj-unpriced")["usage"]["cost_usd"], Value::Null);
+    assert_eq!(group("cj-unpriced")["model"], "claude-unpriced");
+    assert_eq!(group("anthropic")["executor_kind"], "anthropic");
+    assert!(close(
+        cost(&group("anthropic")["usage"]["cost_usd"]),
+        2.0 * api_call
+    ));
+    assert_eq!(groups.len(), 4);
+
+    // Filters: the cycle, and the time window.
+    let t2: Value = app
+        .get("/v1/projects/alpha/usage?team_pk=t2")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(t2["usage"]["calls"], 1);
+    assert!(close(cost(&t2["usage"]["cost_usd"]), expected_priced));
+    let future: Value = app
+        .get("/v1/projects/alpha/usage?since=2999-01-01T00:00:00Z")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(future["usage"]["calls"], 0);
+    assert!(close(cost(&future["usage"]["cost_usd"]), 0.0));
+    let past: Value = app
+        .get("/v1/projects/alpha/usage?since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(past["usage"]["calls"], 8);
+    let beta: Value = app
+        .get("/v1/projects/beta/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(close(cost(&beta["usage"]["cost_usd"]), 0.01));
+
+    // Bad queries are clear 4xx.
+    expect_problem(
+        app.get("/v1/projects/alpha/usage?since=yesterday").await,
+        400,
+        "invalid_query",
+    )
+    .await;
+    expect_problem(
+        app.get("/v1/projects/alpha/usage?since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z")
+            .await,
+        400,
+        "invalid_query",
+    )
+    .await;
+    expect_problem(
+        app.get("/v1/projects/alpha/usage?bogus=1").await,
+        400,
+        "invalid_query",
+    )
+    .await;
+    expect_problem(
+        app.get("/v1/projects/%20/usage").await,
+        422,
+        "invalid_field",
+    )
+    .await;
+
+    // Prometheus.
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let tokens = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("l0_tokens_total{")
+                && l.contains("executor=\"command\"")
+                && l.contains("model=\"claude-fake\"")
+                && l.contains("kind=\"output\"")
+        })
+        .unwrap_or_else(|| panic!("no l0_tokens_total:\n{metrics}"));
+    assert!(
+        tokens.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 600.0,
+        "{tokens}"
+    );
+    assert!(
+        metrics.lines().any(|l| l.starts_with("l0_cost_usd_total{")
+            && l.contains("executor=\"anthropic\"")
+            && l.contains("model=\"claude-fake\"")),
+        "{metrics}"
+    );
+    app.shutdown().await;
+}
+
+async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.l0_concurrency = 2;
+    })
+    .await;
+    // Batches of 2: $0.02 is spent after the first, over the $0.015 budget.
+    let ids = ["P1-A1", "P1-A2", "P1-A3", "P1-A4", "P1-A5"];
+    let id = submit(&app, &job_body(&ids, "cj", json!({"max_cost_usd": 0.015}))).await;
+    let job = wait_job(&app, &id).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
+    assert!(
+        job["error"]["message"].as_str().unwrap().contains("$0.015"),
+        "{job}"
+    );
+    assert_eq!(job["budget"]["max_cost_usd"], 0.015);
+    assert_eq!(job["budget"]["budget_action"], "finish");
+    assert_eq!(job["usage"]["calls"], 2);
+    assert!(close(cost(&job["usage"]["cost_usd"]), 0.02));
+
+    let mut started = dirs.started();
+    started.sort();
+    assert_eq!(
+        started,
+        ["P1-A1", "P1-A2"],
+        "the L0s not yet started never start"
+    );
+    let rows = assignments(&app, &id).await;
+    let statuses: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(
+        statuses,
+        ["valid", "valid", "pending", "pending", "pending"]
+    );
+    // The finished outcomes are kept: the partial result has every assignment,
+    // the reviewed ones refined, the others unchanged.
+    let result = &job["result"];
+    assert_eq!(result["assignments"].as_array().unwrap().len(), 5, "{job}");
+
+    // Output tokens too: 200 per call, a budget of 100 stops after the first batch.
+    let id = submit(
+        &app,
+        &job_body(&ids[..3], "cj", json!({"max_output_tokens": 100})),
+    )
+    .await;
+    let job = wait_job(&app, &id).await;
+    assert_eq!(job["error"]["code"], "budget_exceeded");
+    assert_eq!(job["usage"]["output_tokens"], 400);
+
+    // Bad budgets are refused, naming the field, and nothing is queued.
+    for (extra, field) in [
+        (json!({"max_cost_usd": 0}), "max_cost_usd"),
+        (json!({"max_cost_usd": "1"}), "max_cost_usd"),
+        (json!({"max_output_tokens": 1.5}), "max_output_tokens"),
+        (json!({"budget_action": "kill"}), "budget_action"),
+        (
+            json!({"max_cost_usd": 1, "budget_action": "stop"}),
+            "budget_action",
+        ),
+    ] {
+        let p = expect_problem(
+            app.post_json("/v1/refine-jobs", &job_body(&ids[..1], "cj", extra))
+                .await,
+            422,
+            "invalid_context",
+        )
+        .await;
+        assert_eq!(p["field"], field, "{p}");
+    }
+    app.shutdown().await;
+}
+
+async fn budget_kill_stops_running_l0s(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
+    let started = Instant::now();
+    let body = job_body(
+        &["P1-A1", "P1-A2-slow"],
+        "cj",
+        json!({"max_cost_usd": 0.005, "budget_action": "kill"}),
+    );
+    let id = submit(&app, &body).await;
+    let job = wait_job(&app, &id).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the slow L0 was not killed"
+    );
+    assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
+    assert_eq!(job["budget"]["budget_action"], "kill");
+    let rows = assignments(&app, &id).await;
+    assert_eq!(rows[0]["status"], "valid");
+    assert_eq!(rows[1]["status"], "failed", "{rows:?}");
+    assert_eq!(
+        rows[1]["usage"],
+        Value::Null,
+        "a killed call's cost is unknown"
+    );
+    assert_eq!(job["usage"]["calls"], 1);
+    // Its process group is gone.
+    let pid: i32 = std::fs::read_to_string(dirs.record.join("P1-A2-slow.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let mut gone = false;
+    for _ in 0..60 {
+        // SAFETY: signal 0 only checks the process exists.
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the slow L0's sleep survived");
+    app.shutdown().await;
+}
+
+async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) {
+    let dirs = Dirs::new();
+    // One worker, one L0 at a time: P1's two L0s spend $0.02, so P2 never starts.
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.workers = 1;
+        s.l0_concurrency = 1;
+    })
+    .await;
+    let phase = |id: &str, n: i64| {
+        json!({"id": id, "name": id, "goal": "g", "scope": "s", "technical_approach": "t",
+               "relationship_notes": "", "ordering": n})
+    };
+    let a = |id: &str, phase: &str| {
+        let mut v = assignment(id);
+        v["phase_id"] = json!(phase);
+        v
+    };
+    let body = json!({
+        "plan": {"phases": [phase("P1", 1), phase("P2", 2)],
+                 "assignments": [a("P1-A1", "P1"), a("P1-A2", "P1"), a("P2-A1", "P2"), a("P2-A2", "P2")]},
+        "executor": "cj",
+        "max_cost_usd": 0.015,
+        "project_id": "alpha",
+    });
+    let response = app.post_json("/v1/refine-runs", &body).await;
+    assert_eq!(response.status(), 202, "{:?}", response.text().await);
+    let run: Value = response.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    assert_eq!(run["budget"]["max_cost_usd"], 0.015);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run = loop {
+        let run: Value = app
+            .get(&format!("/v1/refine-runs/{run_id}?wait=5"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        if run["result"].is_object() {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "{run}");
+    };
+    assert_eq!(run["status"], "failed", "{run}");
+    let result = &run["result"];
+    assert_eq!(
+        result["budget_exceeded_phases"].as_array().unwrap().len(),
+        1,
+        "{result}"
+    );
+    assert_eq!(
+        result["assignments"].as_array().unwrap().len(),
+        4,
+        "{result}"
+    );
+    assert_eq!(run["usage"]["calls"], 2);
+    assert!(close(cost(&run["usage"]["cost_usd"]), 0.02));
+    let phases = result["phases"].as_object().unwrap();
+    let over: Vec<&Value> = phases
+        .values()
+        .filter(|p| p["error_code"] == "budget_exceeded")
+        .collect();
+    assert_eq!(over.len(), 1, "{result}");
+    assert_eq!(dirs.started().len(), 2);
+    app.shutdown().await;
+}
+
+async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.budgets.project_daily_cost_usd = Some(0.015);
+        s.budgets.projects.insert("generous".into(), 100.0);
+    })
+    .await;
+    let ids = ["P1-A1", "P1-A2"];
+    // Under the limit when it starts; $0.02 spent by its end.
+    let keyed = job_body(
+        &ids,
+        "cj",
+        json!({"project_id": "alpha", "idempotency_key": "k1"}),
+    );
+    let first = submit(&app, &keyed).await;
+    wait_job(&app, &first).await;
+    // A retry of that create still replays it.
+    let replay = app.post_json("/v1/refine-jobs", &keyed).await;
+    assert_eq!(replay.status(), 202);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+
+    let before = chrono::Utc::now();
+    let response = app
+        .post_json(
+            "/v1/refine-jobs",
+            &job_body(&ids, "cj", json!({"project_id": "alpha"})),
+        )
+        .await;
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let p = expect_problem(response, 429, "budget_exhausted").await;
+    let midnight = (before + chrono::Duration::days(1))
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc();
+    let expected = (midnight - before).num_seconds() as u64;
+    assert!(
+        retry_after.abs_diff(expected) <= 5,
+        "{retry_after} vs {expected}"
+    );
+    assert_eq!(p["retry_after_secs"], retry_after);
+    assert_eq!(p["limit_usd"], 0.015);
+    assert!(close(cost(&p["spent_usd"]), 0.02));
+
+    // Runs too; nothing was created.
+    let run = json!({"plan": {"phases": [{"id": "P1", "name": "One", "goal": "g", "scope": "s",
+        "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
+        "assignments": [assignment("P1-A1")]}, "executor": "cj", "project_id": "alpha"});
+    expect_problem(
+        app.post_json("/v1/refine-runs", &run).await,
+        429,
+        "budget_exhausted",
+    )
+    .await;
+    let jobs: Value = app
+        .get("/v1/refine-jobs?project_id=alpha")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1);
+
+    // Another project, a project with its own limit, and no project: unaffected.
+    submit(&app, &job_body(&ids, "cj", json!({"project_id": "beta"}))).await;
+    submit(
+        &app,
+        &job_body(&ids, "cj", json!({"project_id": "generous"})),
+    )
+    .await;
+    submit(&app, &job_body(&ids, "cj", json!({}))).await;
+    app.shutdown().await;
+}
+
+/// A second server on the same database (the first one "crashed").
+async fn serve_on(
+    database: &FreshDatabase,
+    tweak: impl FnOnce(&mut Settings),
+) -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut settings = settings_for(&database.url);
+    tweak(&mut settings);
+    let db = plangate::open_database(&settings).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        plangate::serve(listener, settings, db, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    (format!("http://{addr}"), stop, server)
+}
+
+async fn resumed_job_counts_each_l0_once(backend: Backend) {
+    use plangate::db::refine_jobs::{L0Done, LeaseLost};
+    use plangate::domain::usage::L0Usage;
+
+    let dirs = Dirs::new();
+    // No workers: the test plays the worker that crashes.
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.workers = 0;
+    })
+    .await;
+    let id = submit(
+        &app,
+        &job_body(&["P1-A1", "P1-A2"], "cj", json!({"project_id": "alpha"})),
+    )
+    .await;
+    let job_id: Uuid = id.parse().unwrap();
+    let lease_until = chrono::Utc::now() + chrono::Duration::milliseconds(200);
+    let claimed = app
+        .db
+        .claim_refine_job(Uuid::new_v4(), lease_until)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.lease.job_id, job_id);
+    let both = ["P1-A1".to_owned(), "P1-A2".to_owned()];
+    app.db
+        .l0s_started(claimed.lease, &both, claimed.attempt)
+        .await
+        .unwrap()
+        .unwrap();
+    // P1-A1 ends and is stored with its cost; then the worker dies mid P1-A2.
+    let usage = L0Usage {
+        input_tokens: Some(10),
+        output_tokens: Some(5),
+        cache_read_input_tokens: None,
+        cache_creation_input_tokens: None,
+        cost_usd: Some(0.5),
+        model: Some("claude-fake".into()),
+        source: UsageSource::Reported,
+    };
+    let outcome = json!({"answer": "assignment_id = P1-A1\nchanges = []\ndependency_corrections = []\nwp_proposal_adjustments = []\n"});
+    let done = L0Done {
+        assignment_id: "P1-A1",
+        status: "valid",
+        tries: 1,
+        exit_code: Some(0),
+        error: None,
+        output_excerpt: None,
+        outcome: &outcome,
+        usage: &usage,
+        prompt_bytes: 123,
+    };
+    let stored: Result<(), LeaseLost> = app
+        .db
+        .l0s_finished(claimed.lease, &[done], &[], &[])
+        .await
+        .unwrap();
+    stored.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reaped = app
+        .db
+        .reap_expired_refine_jobs(|_| Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(reaped.requeued, 1);
+
+    // Another server resumes it: only P1-A2 runs again.
+    let (base, stop, server) = serve_on(&app.database, |s| configure(s, &dirs, None)).await;
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let job = loop {
+        let job: Value = client
+            .get(format!("{base}/v1/refine-jobs/{id}?wait=5"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if job["status"] == "succeeded" || job["status"] == "failed" {
+            break job;
+        }
+        assert!(Instant::now() < deadline, "{job}");
+    };
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(dirs.started(), ["P1-A2"], "the stored L0 did not run again");
+    assert_eq!(job["usage"]["calls"], 2);
+    assert!(close(cost(&job["usage"]["cost_usd"]), 0.51), "{job}");
+    let usage: Value = client
+        .get(format!("{base}/v1/projects/alpha/usage"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(close(cost(&usage["usage"]["cost_usd"]), 0.51), "{usage}");
+    let _ = stop.send(());
+    let _ = server.await;
+    app.shutdown().await;
+}
+
+async fn prompt_size_does_not_grow_with_the_task_text(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
+    let small = "Ship it.".to_owned();
+    let large = "The task, in great detail. ".repeat(40_000); // ~1 MiB
+    let mut sizes = Vec::new();
+    for text in [&small, &large] {
+        let mut body = job_body(&["P1-A1"], "plain", json!({}));
+        body["task_text"] = json!(text);
+        let id = submit(&app, &body).await;
+        wait_job(&app, &id).await;
+        let rows = assignments(&app, &id).await;
+        sizes.push(rows[0]["prompt_bytes"].as_i64().unwrap());
+        let prompt = std::fs::read_to_string(dirs.record.join("P1-A1.prompt")).unwrap();
+        assert!(
+            !prompt.contains("great detail"),
+            "the prompt inlines the task"
+        );
+        assert_eq!(
+            prompt.len() as i64,
+            rows[0]["prompt_bytes"].as_i64().unwrap()
+        );
+    }
+    assert_eq!(sizes[0], sizes[1], "prompt size grew with the task text");
+    assert!(
+        sizes[1] < 16 * 1024,
+        "{sizes:?} for a {} byte task",
+        large.len()
+    );
+    app.shutdown().await;
+}
+
+// -------------------------------------------------------------------- CLI
+
+#[test]
+fn cli_refine_prints_the_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("plangate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[executors.cj]\nkind = \"command\"\nargv = [\"{}\", \"claude-json\", \"0.25\", \"100\", \"20\"]\noutput = \"claude-json\"\ntimeout_secs = 30\n\n[prices.\"claude-fake\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
+            script()
+        ),
+    )
+    .unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_plangate"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("PLANGATE_") || key == "DATABASE_URL" {
+            command.env_remove(key);
+        }
+    }
+    let output = command
+        .current_dir(&fixtures)
+        .arg("refine")
+        .arg(fixtures.join("context_P2.json"))
+        .arg(fixtures.join("refined_plan.json"))
+        .arg(dir.path().join("run"))
+        .arg("--executor")
+        .arg("cj")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("phase_refined_path = "),
+        "{stdout}"
+    );
+    // The example phase has three assignments, $0.25 each.
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("usage: "))
+        .unwrap_or_else(|| panic!("no usage line:\n{stderr}"));
+    assert_eq!(
+        line,
+        "usage: 3 L0 calls, 300 input + 60 output tokens (15 cache read, 21 cache write), cost $0.7500"
+    );
+}
