@@ -8,7 +8,8 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use crate::domain::storable::{find_nul, may_hold_nul};
-use crate::error::ApiError;
+use crate::http::problem::ApiError;
+use crate::service::ProblemCode;
 
 /// `axum::Json` whose rejection is an [`ApiError`].
 #[derive(Debug, Clone, Copy, Default, FromRequest)]
@@ -34,7 +35,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJson<T> {
         if !is_json(request.headers()) {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ProblemCode::UnsupportedMediaType,
                 "Expected request with `Content-Type: application/json`",
             ));
         }
@@ -43,9 +44,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJson<T> {
             .map_err(|rejection| {
                 let status = rejection.status();
                 let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                    "body_too_large"
+                    ProblemCode::BodyTooLarge
                 } else {
-                    "invalid_body"
+                    ProblemCode::InvalidBody
                 };
                 ApiError::new(status, code, rejection.body_text())
             })?;
@@ -86,8 +87,10 @@ pub fn refuse_nul(body: &[u8]) -> Result<(), ApiError> {
     };
     match find_nul(&value) {
         None => Ok(()),
-        Some(at) => Err(ApiError::unprocessable("invalid_field", at.message())
-            .with("field", at.pointer.clone())),
+        Some(at) => Err(
+            ApiError::unprocessable(ProblemCode::InvalidField, at.message())
+                .with("field", at.pointer.clone()),
+        ),
     }
 }
 
@@ -103,11 +106,11 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         let status = rejection.status();
         let code = match &rejection {
-            JsonRejection::MissingJsonContentType(_) => "unsupported_media_type",
-            JsonRejection::JsonSyntaxError(_) => "malformed_json",
-            JsonRejection::JsonDataError(_) => "invalid_body",
-            _ if status == StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-            _ => "invalid_body",
+            JsonRejection::MissingJsonContentType(_) => ProblemCode::UnsupportedMediaType,
+            JsonRejection::JsonSyntaxError(_) => ProblemCode::MalformedJson,
+            JsonRejection::JsonDataError(_) => ProblemCode::InvalidBody,
+            _ if status == StatusCode::PAYLOAD_TOO_LARGE => ProblemCode::BodyTooLarge,
+            _ => ProblemCode::InvalidBody,
         };
         // `body_text` names the JSON path and the line/column of the problem.
         ApiError::new(status, code, rejection.body_text())
@@ -116,12 +119,12 @@ impl From<JsonRejection> for ApiError {
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::bad_request("invalid_path", rejection.body_text())
+        ApiError::bad_request(ProblemCode::InvalidPath, rejection.body_text())
     }
 }
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::bad_request("invalid_query", rejection.body_text())
+        ApiError::bad_request(ProblemCode::InvalidQuery, rejection.body_text())
     }
 }

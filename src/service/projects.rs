@@ -1,0 +1,213 @@
+//! Projects: per-cycle status snapshots and teams (cycles).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::{Caller, ProblemCode, Service, ServiceError};
+use crate::db::DbError;
+use crate::domain::dispatch::{WaveCounts, snapshot};
+use crate::domain::ids::Ident;
+
+use crate::db::task_lists::{StatusScope as Scope, TeamRecord};
+
+/// Which rows a status snapshot covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusScope {
+    /// Only the tasks stamped with the requested `team_pk`.
+    Cycle,
+    /// Every task of the project (no `team_pk` asked, or none stored for it).
+    Project,
+}
+
+impl From<Scope> for StatusScope {
+    fn from(scope: Scope) -> Self {
+        match scope {
+            Scope::Cycle => StatusScope::Cycle,
+            Scope::Project => StatusScope::Project,
+        }
+    }
+}
+
+/// A registered cycle (team) of a project.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Team {
+    pub id: Uuid,
+    pub project_id: String,
+    pub team_pk: String,
+    pub lead_role: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<TeamRecord> for Team {
+    fn from(r: TeamRecord) -> Self {
+        Team {
+            id: r.id,
+            project_id: r.project_id,
+            team_pk: r.team_pk,
+            lead_role: r.lead_role,
+            created_at: r.created_at,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectStatus {
+    pub project_id: String,
+    /// The team_pk asked for (null when none was).
+    pub team_pk: Option<String>,
+    pub scope: StatusScope,
+    /// Tasks by status; every status is present.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// Lowest wave with a non-terminal task; null when all are terminal.
+    pub active_wave: Option<i64>,
+    /// Tasks running now.
+    pub in_flight: u64,
+    pub waves: Vec<WaveCounts>,
+}
+
+use crate::db::usage::UsageFilter;
+pub use crate::db::usage::UsageGroup;
+use crate::domain::usage::UsageTotals;
+
+/// The window and cycle of a usage report.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// Calls that ended at or after this instant (RFC 3339).
+    pub since: Option<DateTime<Utc>>,
+    /// Calls that ended before this instant (RFC 3339).
+    pub until: Option<DateTime<Utc>>,
+    /// Only the calls of this cycle.
+    #[param(value_type = Option<Ident>, nullable = false)]
+    pub team_pk: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectUsage {
+    pub project_id: String,
+    pub team_pk: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// All the project's L0 calls in the window.
+    pub usage: UsageTotals,
+    /// The same, by executor profile and model (ordered by executor, then model).
+    pub by_executor_model: Vec<UsageGroup>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTeam {
+    #[schema(value_type = Ident)]
+    pub team_pk: String,
+    #[schema(value_type = Option<Ident>)]
+    pub lead_role: Option<String>,
+}
+
+impl Service {
+    /// Status snapshot of a project, or of one of its cycles (falling back to the
+    /// whole project when the cycle has no tasks).
+    pub async fn project_status(
+        &self,
+        caller: &Caller,
+        project_id: String,
+        team_pk: Option<String>,
+    ) -> Result<ProjectStatus, ServiceError> {
+        let project = Ident::parse("project_id", &project_id)?;
+        caller.check_project(project.as_str())?;
+        let team = Ident::parse_optional("team_pk", team_pk.as_deref())?;
+        let (scope, rows) = self
+            .db
+            .status_rows(project.as_str(), team.as_ref().map(Ident::as_str))
+            .await?;
+        let snap = snapshot(rows);
+        Ok(ProjectStatus {
+            project_id,
+            team_pk,
+            scope: scope.into(),
+            counts: snap.counts,
+            active_wave: snap.active_wave,
+            in_flight: snap.in_flight,
+            waves: snap.waves,
+        })
+    }
+
+    /// What a project's L0 calls cost over `[since, until)`: totals and sums by
+    /// executor and model.
+    pub async fn project_usage(
+        &self,
+        caller: &Caller,
+        project_id: String,
+        query: UsageQuery,
+    ) -> Result<ProjectUsage, ServiceError> {
+        let project = Ident::parse("project_id", &project_id)?;
+        caller.check_project(project.as_str())?;
+        let team = Ident::parse_optional("team_pk", query.team_pk.as_deref())?;
+        if let (Some(since), Some(until)) = (query.since, query.until)
+            && since > until
+        {
+            return Err(ServiceError::bad_request(
+                ProblemCode::InvalidQuery,
+                "since must not be after until",
+            )
+            .with("field", "since"));
+        }
+        let filter = UsageFilter {
+            since: query.since,
+            until: query.until,
+            team_pk: team.as_ref().map(|t| t.as_str().to_owned()),
+        };
+        let (usage, by_executor_model) = self.db.project_usage(project.as_str(), &filter).await?;
+        Ok(ProjectUsage {
+            project_id,
+            team_pk: query.team_pk,
+            since: query.since,
+            until: query.until,
+            usage,
+            by_executor_model,
+        })
+    }
+
+    /// Register a cycle (team) of a project; `team_exists` when it already is.
+    pub async fn create_team(
+        &self,
+        caller: &Caller,
+        project_id: &str,
+        team: NewTeam,
+    ) -> Result<Team, ServiceError> {
+        let project = Ident::parse("project_id", project_id)?;
+        caller.check_project(project.as_str())?;
+        let team_pk = Ident::parse("team_pk", &team.team_pk)?;
+        let lead_role = Ident::parse_optional("lead_role", team.lead_role.as_deref())?;
+        match self
+            .db
+            .create_team(
+                project.as_str(),
+                team_pk.as_str(),
+                lead_role.as_ref().map(Ident::as_str),
+            )
+            .await
+        {
+            Ok(team) => Ok(team.into()),
+            Err(DbError::Conflict(detail)) => {
+                Err(ServiceError::conflict(ProblemCode::TeamExists, detail))
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// The teams registered for a project, oldest first.
+    pub async fn teams(
+        &self,
+        caller: &Caller,
+        project_id: &str,
+    ) -> Result<Vec<Team>, ServiceError> {
+        let project = Ident::parse("project_id", project_id)?;
+        caller.check_project(project.as_str())?;
+        let teams = self.db.teams(project.as_str()).await?;
+        Ok(teams.into_iter().map(Team::from).collect())
+    }
+}
