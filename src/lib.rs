@@ -11,6 +11,7 @@ pub mod domain;
 pub mod error;
 pub mod http;
 pub mod jobs;
+pub mod mcp;
 pub mod telemetry;
 
 use std::future::Future;
