@@ -9,7 +9,7 @@ use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use rmcp::model::{ClientJsonRpcMessage, ErrorCode};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ErrorCode};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
@@ -74,6 +74,9 @@ async fn reject_malformed_jsonrpc(request: Request, next: Next) -> Response {
     next.run(Request::from_parts(parts, Body::from(bytes))).await
 }
 
+/// The methods plangate's server answers (tools only; no prompts or resources).
+const SERVED_METHODS: [&str; 5] = ["initialize", "ping", "server/discover", "tools/list", "tools/call"];
+
 fn malformed(bytes: &Bytes) -> Option<Response> {
     let value: Value = match serde_json::from_slice(bytes) {
         Ok(value) => value,
@@ -85,7 +88,18 @@ fn malformed(bytes: &Bytes) -> Option<Response> {
             ));
         }
     };
-    let error = serde_json::from_value::<ClientJsonRpcMessage>(value.clone()).err()?;
+    let error = match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+        // The SDK reads a served method whose params do not fit as a custom request,
+        // which it would answer "method not found": they are invalid params.
+        Ok(ClientJsonRpcMessage::Request(request)) => match &request.request {
+            ClientRequest::CustomRequest(custom) if SERVED_METHODS.contains(&custom.method.as_str()) => {
+                format!("the params do not fit {}", custom.method)
+            }
+            _ => return None,
+        },
+        Ok(_) => return None,
+        Err(error) => error.to_string(),
+    };
     let id = value
         .get("id")
         .filter(|id| id.is_string() || id.is_number())

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::handler::server::common::schema_for_input;
-use rmcp::model::{CallToolResult, Content, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -219,6 +219,7 @@ fn any_object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Sch
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidateArgs {
+    #[serde(default)]
     #[schemars(schema_with = "task_array")]
     pub tasks: Option<Value>,
     /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
@@ -236,6 +237,7 @@ pub struct CreateArgs {
     pub team_pk: Option<String>,
     /// Who submits the list (an agent or person id).
     pub created_by: String,
+    #[serde(default)]
     #[schemars(schema_with = "task_array")]
     pub tasks: Option<Value>,
     /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
@@ -249,6 +251,7 @@ pub struct CreateArgs {
 pub struct ReadyArgs {
     /// The server id of the task list (create_task_list's task_list_id).
     pub task_list_id: Uuid,
+    #[serde(default)]
     #[schemars(schema_with = "ready_mode_schema")]
     pub mode: Option<ReadyMode>,
 }
@@ -260,6 +263,7 @@ pub struct SetStatusArgs {
     pub task_id: Uuid,
     #[schemars(schema_with = "task_status_schema")]
     pub status: TaskStatus,
+    #[serde(default)]
     #[schemars(schema_with = "abandon_category_schema")]
     pub abandon_category: Option<AbandonCategory>,
     /// Free text for people, at most 65536 characters.
@@ -294,6 +298,7 @@ pub struct PlanLoopArgs {
     pub phases: Value,
     #[schemars(schema_with = "plan_tasks_schema")]
     pub tasks: Value,
+    #[serde(default)]
     #[schemars(schema_with = "completed_tracks_schema")]
     pub completed_tracks: Option<Value>,
     /// The text of tracks.md instead of completed_tracks.
@@ -347,6 +352,7 @@ pub struct TrackStepArgs {
     pub step: String,
     /// "start" (sets the step IN_PROGRESS) or "complete" (with outcome).
     pub action: StepAction,
+    #[serde(default)]
     #[schemars(schema_with = "outcome_schema")]
     pub outcome: Option<StepOutcome>,
     /// With start: who works on the step.
@@ -447,8 +453,8 @@ pub async fn call(
         "mcp tool call"
     );
     match outcome {
-        Ok(Answer::Json(value)) => CallToolResult::success(vec![Content::text(value.to_string())]),
-        Ok(Answer::Text(text)) => CallToolResult::success(vec![Content::text(text)]),
+        Ok(Answer::Json(value)) => CallToolResult::success(vec![ContentBlock::text(value.to_string())]),
+        Ok(Answer::Text(text)) => CallToolResult::success(vec![ContentBlock::text(text)]),
         Err(error) => tool_error(&error),
     }
 }
@@ -474,7 +480,7 @@ fn tool_error(error: &ServiceError) -> CallToolResult {
     for (key, value) in &error.extra {
         body.insert(key.clone(), value.clone());
     }
-    CallToolResult::error(vec![Content::text(Value::Object(body).to_string())])
+    CallToolResult::error(vec![ContentBlock::text(Value::Object(body).to_string())])
 }
 
 /// `tasks` as the gate reads it (entries that are not task objects are gate
