@@ -71,11 +71,18 @@ async fn reject_malformed_jsonrpc(request: Request, next: Next) -> Response {
     if let Some(rejection) = malformed(&bytes) {
         return rejection;
     }
-    next.run(Request::from_parts(parts, Body::from(bytes))).await
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
 }
 
 /// The methods plangate's server answers (tools only; no prompts or resources).
-const SERVED_METHODS: [&str; 5] = ["initialize", "ping", "server/discover", "tools/list", "tools/call"];
+const SERVED_METHODS: [&str; 5] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+];
 
 fn malformed(bytes: &Bytes) -> Option<Response> {
     let value: Value = match serde_json::from_slice(bytes) {
@@ -92,7 +99,9 @@ fn malformed(bytes: &Bytes) -> Option<Response> {
         // The SDK reads a served method whose params do not fit as a custom request,
         // which it would answer "method not found": they are invalid params.
         Ok(ClientJsonRpcMessage::Request(request)) => match &request.request {
-            ClientRequest::CustomRequest(custom) if SERVED_METHODS.contains(&custom.method.as_str()) => {
+            ClientRequest::CustomRequest(custom)
+                if SERVED_METHODS.contains(&custom.method.as_str()) =>
+            {
                 format!("the params do not fit {}", custom.method)
             }
             _ => return None,

@@ -95,7 +95,9 @@ impl PlangateMcp {
                 .and_then(|parts| parts.extensions.get::<Caller>())
                 .cloned()
                 .ok_or_else(|| {
-                    tracing::error!("no Caller on an MCP request: the auth middleware is not installed");
+                    tracing::error!(
+                        "no Caller on an MCP request: the auth middleware is not installed"
+                    );
                     ErrorData::internal_error("internal error; see the server log", None)
                 }),
         }

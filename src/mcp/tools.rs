@@ -13,12 +13,13 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::db::task_lists::StoredTaskList;
 use crate::domain::dispatch::{AbandonCategory, ReadyMode, TaskStatus};
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
 use crate::domain::track_state::{Completion, StepOutcome};
-use crate::service::task_lists::{CreateTaskListRequest, TaskUpdate, ValidateRequest};
+use crate::service::task_lists::{
+    CreateTaskListRequest, StoredTaskList, TaskUpdate, ValidateRequest,
+};
 use crate::service::tracks::{Precondition, TrackVersion};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
@@ -453,7 +454,9 @@ pub async fn call(
         "mcp tool call"
     );
     match outcome {
-        Ok(Answer::Json(value)) => CallToolResult::success(vec![ContentBlock::text(value.to_string())]),
+        Ok(Answer::Json(value)) => {
+            CallToolResult::success(vec![ContentBlock::text(value.to_string())])
+        }
         Ok(Answer::Text(text)) => CallToolResult::success(vec![ContentBlock::text(text)]),
         Err(error) => tool_error(&error),
     }
@@ -663,8 +666,10 @@ async fn track_step(
         .if_match
         .map_or(Precondition::None, Precondition::Revision);
     let refuse = |field: &str, detail: &str| {
-        Err(ServiceError::unprocessable(ProblemCode::InvalidField, detail.to_owned())
-            .with("field", field))
+        Err(
+            ServiceError::unprocessable(ProblemCode::InvalidField, detail.to_owned())
+                .with("field", field),
+        )
     };
     let version: TrackVersion = match args.action {
         StepAction::Start => {
@@ -762,7 +767,10 @@ async fn refine_status(
         job = service.refine_job(caller, &id, Some(step)).await?;
     }
     let mut answer = json!({"status": job.status, "progress": job.progress});
-    if let Some(result) = job.result.filter(|_| job.status == crate::domain::job::JobStatus::Succeeded) {
+    if let Some(result) = job
+        .result
+        .filter(|_| job.status == crate::domain::job::JobStatus::Succeeded)
+    {
         answer["result"] = result;
     }
     if let Some(error) = job.error {

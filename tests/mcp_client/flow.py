@@ -29,7 +29,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 TOKEN = "mcp-flow-token-0123456789"
 LIMITED = "mcp-flow-limited-0123456789"
 ALL_TOOLS = {
@@ -141,7 +141,7 @@ async def flow(client: Client, label: str, project: str, track_id: str, server_r
           and status["counts"]["failed"] == 1 and status["counts"]["abandoned"] == 1
           and status["in_flight"] == 1, f"{label}: status {status}")
 
-    request = json.loads((FIXTURES / "loop_plan_request.json").read_text())
+    request = json.loads((EXAMPLES / "loop_plan_request.json").read_text())
     plan = await calls.call("plan_loop", request)
     check(isinstance(plan, dict) and plan.get("dag"), f"{label}: plan {str(plan)[:300]}")
     markdown = await calls.call("plan_loop", dict(request, format="markdown"))
@@ -170,10 +170,10 @@ async def flow(client: Client, label: str, project: str, track_id: str, server_r
 
     # The refine job: over stdio nothing but the `plangate mcp` process runs it.
     check(server_running() == (not label.startswith("stdio")), f"{label}: server state")
-    context = json.loads((FIXTURES / "refine" / "context_P2.json").read_text())
+    context = json.loads((EXAMPLES / "context_P2.json").read_text())
     context.pop("task_file_path", None)
-    refined_plan = json.loads((FIXTURES / "refine" / "refined_plan.json").read_text())
-    task_text = (FIXTURES / "refine" / "task_input.md").read_text()
+    refined_plan = json.loads((EXAMPLES / "refined_plan.json").read_text())
+    task_text = (EXAMPLES / "task_input.md").read_text()
     submission = {"context": context, "refined_plan": refined_plan, "task_text": task_text,
                   "executor": "builtin", "project_id": project, "idempotency_key": f"k-{label}"}
     job = await calls.call("start_refine", submission)
@@ -233,7 +233,7 @@ class Server:
         return self.process.poll() is None
 
     def put_track(self, track_id: str) -> None:
-        document = json.loads((FIXTURES / "metadata_v1.json").read_text())
+        document = json.loads((EXAMPLES / "metadata_v1.json").read_text())
         document["track_id"] = track_id
         request = urllib.request.Request(
             f"{self.base}/v1/tracks/{track_id}", data=json.dumps(document).encode(), method="PUT",

@@ -3,9 +3,7 @@
 //! JSON-RPC and oversized requests get, and the tools' input schemas. The whole
 //! flow is driven by the official Python SDK (`.ci/mcp.sh`).
 
-mod common;
-
-use common::{Backend, TestApp, expect_problem};
+use crate::common::{self, Backend, TestApp, expect_problem};
 use plangate::config::ApiToken;
 use serde_json::{Value, json};
 
@@ -23,7 +21,12 @@ async fn spawn(backend: Backend) -> TestApp {
 }
 
 /// POST one raw body to an MCP endpoint, as a Streamable HTTP client does.
-async fn post_raw(app: &TestApp, path: &str, token: Option<&str>, body: String) -> reqwest::Response {
+async fn post_raw(
+    app: &TestApp,
+    path: &str,
+    token: Option<&str>,
+    body: String,
+) -> reqwest::Response {
     let mut request = app
         .client
         .post(app.url(path))
@@ -50,7 +53,13 @@ async fn rpc(app: &TestApp, path: &str, token: &str, method: &str, params: Value
 }
 
 /// Call a tool; answers (is_error, the JSON its text carries).
-async fn call_tool(app: &TestApp, path: &str, token: &str, name: &str, arguments: Value) -> (bool, Value) {
+async fn call_tool(
+    app: &TestApp,
+    path: &str,
+    token: &str,
+    name: &str,
+    arguments: Value,
+) -> (bool, Value) {
     let message = rpc(
         app,
         path,
@@ -123,9 +132,8 @@ async fn limited_tokens_stay_in_their_projects(app: TestApp) {
     assert_eq!(admin_tools, limited_tools);
 
     // ...and its calls are limited as on REST.
-    let create = |project: &str| {
-        json!({"project_id": project, "created_by": "pm", "tasks": two_tasks()})
-    };
+    let create =
+        |project: &str| json!({"project_id": project, "created_by": "pm", "tasks": two_tasks()});
     let (error, own) = call_tool(&app, "/mcp", LIMITED, "create_task_list", create("proj-a")).await;
     assert!(!error, "{own}");
     let (error, other) = call_tool(&app, "/mcp", ADMIN, "create_task_list", create("proj-b")).await;
@@ -133,24 +141,47 @@ async fn limited_tokens_stay_in_their_projects(app: TestApp) {
     let other_list = other["task_list_id"].clone();
     let other_task = other["tasks"][0]["id"].clone();
 
-    let (error, refused) = call_tool(&app, "/mcp", LIMITED, "create_task_list", create("proj-b")).await;
+    let (error, refused) =
+        call_tool(&app, "/mcp", LIMITED, "create_task_list", create("proj-b")).await;
     assert!(error, "{refused}");
     assert_eq!(refused["code"], "forbidden_project", "{refused}");
     for (path, tool, arguments) in [
         ("/mcp", "ready_tasks", json!({"task_list_id": other_list})),
-        ("/mcp/readonly", "ready_tasks", json!({"task_list_id": other_list})),
+        (
+            "/mcp/readonly",
+            "ready_tasks",
+            json!({"task_list_id": other_list}),
+        ),
         ("/mcp", "project_status", json!({"project_id": "proj-b"})),
-        ("/mcp", "set_task_status", json!({"task_id": other_task, "status": "running"})),
+        (
+            "/mcp",
+            "set_task_status",
+            json!({"task_id": other_task, "status": "running"}),
+        ),
     ] {
         let (error, refused) = call_tool(&app, path, LIMITED, tool, arguments).await;
         assert!(error, "{tool}: {refused}");
         assert_eq!(refused["code"], "forbidden_project", "{tool}: {refused}");
     }
     // The refused status change changed nothing.
-    let (error, ready) = call_tool(&app, "/mcp", ADMIN, "ready_tasks", json!({"task_list_id": other_list})).await;
+    let (error, ready) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "ready_tasks",
+        json!({"task_list_id": other_list}),
+    )
+    .await;
     assert!(!error, "{ready}");
     assert_eq!(ready["tasks"][0]["id"], other_task, "{ready}");
-    let (_, status) = call_tool(&app, "/mcp", ADMIN, "project_status", json!({"project_id": "proj-b"})).await;
+    let (_, status) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "project_status",
+        json!({"project_id": "proj-b"}),
+    )
+    .await;
     assert_eq!(status["counts"]["running"], 0, "{status}");
     app.shutdown().await;
 }
@@ -159,7 +190,13 @@ async fn the_read_only_surface_changes_nothing(app: TestApp) {
     let names = tool_names(&rpc(&app, "/mcp/readonly", ADMIN, "tools/list", json!({})).await);
     assert_eq!(
         names,
-        ["plan_loop", "project_status", "ready_tasks", "refine_status", "validate_task_list"]
+        [
+            "plan_loop",
+            "project_status",
+            "ready_tasks",
+            "refine_status",
+            "validate_task_list"
+        ]
     );
     let answer = rpc(
         &app,
@@ -170,14 +207,27 @@ async fn the_read_only_surface_changes_nothing(app: TestApp) {
     )
     .await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
-    let (_, status) = call_tool(&app, "/mcp", ADMIN, "project_status", json!({"project_id": "proj-a"})).await;
+    let (_, status) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "project_status",
+        json!({"project_id": "proj-a"}),
+    )
+    .await;
     assert_eq!(status["counts"]["pending"], 0, "{status}");
     app.shutdown().await;
 }
 
 async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
     // Not JSON: a parse error.
-    let response = post_raw(&app, "/mcp", Some(ADMIN), "{\"jsonrpc\": \"2.0\", ".to_owned()).await;
+    let response = post_raw(
+        &app,
+        "/mcp",
+        Some(ADMIN),
+        "{\"jsonrpc\": \"2.0\", ".to_owned(),
+    )
+    .await;
     assert_eq!(response.status(), 400);
     let message: Value = response.json().await.expect("JSON-RPC error");
     assert_eq!(message["error"]["code"], -32700, "{message}");
@@ -193,25 +243,51 @@ async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
     let answer = rpc(&app, "/mcp", ADMIN, "tasks/explode", json!({})).await;
     assert_eq!(answer["error"]["code"], -32601, "{answer}");
     // A known method with unusable params: invalid params.
-    for params in [json!("x"), json!({"name": 5}), json!({"name": "ready_tasks", "arguments": [1]})] {
+    for params in [
+        json!("x"),
+        json!({"name": 5}),
+        json!({"name": "ready_tasks", "arguments": [1]}),
+    ] {
         let answer = rpc(&app, "/mcp", ADMIN, "tools/call", params.clone()).await;
         assert_eq!(answer["error"]["code"], -32602, "{params}: {answer}");
     }
     // An unknown tool: invalid params (the MCP spec's answer).
-    let answer = rpc(&app, "/mcp", ADMIN, "tools/call", json!({"name": "drop_tables", "arguments": {}})).await;
+    let answer = rpc(
+        &app,
+        "/mcp",
+        ADMIN,
+        "tools/call",
+        json!({"name": "drop_tables", "arguments": {}}),
+    )
+    .await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     // Arguments of the wrong type: a tool error with the REST code.
     for (tool, arguments) in [
         ("ready_tasks", json!({"task_list_id": "not-a-uuid"})),
         ("ready_tasks", json!({"task_list_id": 5})),
-        ("set_task_status", json!({"task_id": "0190c2b4-0000-7000-8000-000000000000", "status": "finished"})),
-        ("validate_task_list", json!({"tasks": two_tasks(), "bogus": true})),
-        ("refine_status", json!({"job_id": "0190c2b4-0000-7000-8000-000000000000", "wait_seconds": -1})),
-        ("track_step", json!({"track_id": "t", "step": "PLAN", "action": "jump"})),
+        (
+            "set_task_status",
+            json!({"task_id": "0190c2b4-0000-7000-8000-000000000000", "status": "finished"}),
+        ),
+        (
+            "validate_task_list",
+            json!({"tasks": two_tasks(), "bogus": true}),
+        ),
+        (
+            "refine_status",
+            json!({"job_id": "0190c2b4-0000-7000-8000-000000000000", "wait_seconds": -1}),
+        ),
+        (
+            "track_step",
+            json!({"track_id": "t", "step": "PLAN", "action": "jump"}),
+        ),
     ] {
         let (error, problem) = call_tool(&app, "/mcp", ADMIN, tool, arguments.clone()).await;
         assert!(error, "{tool} {arguments}: {problem}");
-        assert_eq!(problem["code"], "invalid_body", "{tool} {arguments}: {problem}");
+        assert_eq!(
+            problem["code"], "invalid_body",
+            "{tool} {arguments}: {problem}"
+        );
     }
     // Refusals of the service carry the REST code.
     let (error, problem) = call_tool(&app, "/mcp", ADMIN, "validate_task_list", json!({})).await;
@@ -222,7 +298,14 @@ async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
     assert!(error);
     assert_eq!(problem["code"], "not_found", "{problem}");
     // The server still answers after all of it.
-    let (error, _) = call_tool(&app, "/mcp", ADMIN, "validate_task_list", json!({"tasks": two_tasks()})).await;
+    let (error, _) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "validate_task_list",
+        json!({"tasks": two_tasks()}),
+    )
+    .await;
     assert!(!error);
     app.shutdown().await;
 }
@@ -248,7 +331,10 @@ async fn every_schema_says_what_is_required(app: TestApp) {
             .iter()
             .find(|t| t["name"] == name)
             .unwrap_or_else(|| panic!("no tool {name}"));
-        assert!(tool["description"].as_str().is_some_and(|d| d.len() > 20), "{tool}");
+        assert!(
+            tool["description"].as_str().is_some_and(|d| d.len() > 20),
+            "{tool}"
+        );
         let schema = &tool["inputSchema"];
         assert_eq!(schema["type"], "object", "{name}");
         let mut listed: Vec<&str> = schema["required"]
@@ -260,7 +346,9 @@ async fn every_schema_says_what_is_required(app: TestApp) {
         let properties = schema["properties"].as_object().expect("properties");
         for (field, property) in properties {
             assert!(
-                property["description"].as_str().is_some_and(|d| !d.is_empty()),
+                property["description"]
+                    .as_str()
+                    .is_some_and(|d| !d.is_empty()),
                 "{name}.{field} has no description: {property}"
             );
         }
