@@ -57,6 +57,20 @@ pub enum Command {
     /// Refine a whole plan in-process: split into phase contexts, run the phases
     /// in parallel, merge into RUN_DIR/refined_assignments.json.
     RefineRun(RefineRunArgs),
+    /// Serve the MCP tools over stdio for a local agent, in-process on the configured
+    /// database with the refine workers (`claude mcp add plangate -- plangate mcp`).
+    /// stdout carries JSON-RPC only; logs go to stderr.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Offer only the tools that change nothing (validate_task_list, ready_tasks,
+    /// project_status, plan_loop, refine_status).
+    #[arg(long)]
+    pub read_only: bool,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 #[derive(Debug, Args)]

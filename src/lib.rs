@@ -10,6 +10,7 @@ pub mod db;
 pub mod domain;
 pub mod http;
 pub mod jobs;
+pub mod mcp;
 pub mod service;
 pub mod telemetry;
 
@@ -106,6 +107,41 @@ pub async fn serve(
     db.close().await;
     tracing::info!("plangate stopped");
     Ok(())
+}
+
+/// `plangate mcp`: the MCP tools over stdio (docs/mcp.md), in-process on `db` with
+/// the refine workers running here too, so a job started over stdio finishes with
+/// no server. Ends when the client closes stdin; running L0s then get the shutdown
+/// grace, as at a server's shutdown.
+pub async fn serve_mcp_stdio(
+    settings: Settings,
+    db: Database,
+    surface: mcp::Surface,
+) -> Result<(), StartError> {
+    let settings = Arc::new(settings);
+    let executors = agents::Executors::from_settings(&settings)?;
+    let service = service::Service::new(db.clone(), settings.clone(), executors.clone());
+    let stop_workers = tokio_util::sync::CancellationToken::new();
+    let workers = jobs::start(
+        db.clone(),
+        settings.clone(),
+        executors,
+        service.hub().clone(),
+        stop_workers.clone(),
+    );
+    tracing::info!(database = ?db.kind(), "plangate mcp starting");
+    let outcome = mcp::run_stdio(service.clone(), surface, &settings).await;
+    if let Err(e) = &outcome {
+        tracing::error!(error = %e, "the MCP session ended with an error");
+    }
+    service.begin_shutdown();
+    stop_workers.cancel();
+    if workers.await.is_err() {
+        tracing::error!("the job workers panicked");
+    }
+    db.close().await;
+    tracing::info!("plangate mcp stopped");
+    Ok(outcome?)
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -1,12 +1,12 @@
 //! Command-line entry points: `serve` (the default), `migrate`, `validate`, `plan`,
-//! `openapi`, `health`.
+//! `openapi`, `refine`, `refine-run`, `mcp`, `health`.
 //! Every failure at start is one line on stderr and a non-zero exit.
 
 use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
-use crate::config::{Cli, Command, PlanOutput, ServeArgs, Settings, ValidateFormat};
+use crate::config::{Cli, Command, McpArgs, PlanOutput, ServeArgs, Settings, ValidateFormat};
 
 pub mod health;
 pub mod plan;
@@ -89,6 +89,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => fail(format!("unhealthy: {e}")),
             }
         }
+        Some(Command::Mcp(args)) => mcp(&args),
         Some(Command::Openapi) => match crate::http::openapi().to_pretty_json() {
             Ok(text) => {
                 println!("{text}");
@@ -202,6 +203,35 @@ fn serve(args: &ServeArgs) -> ExitCode {
             Err(e) => return fail(format!("cannot listen on {}: {e}", settings.bind)),
         };
         match crate::serve(listener, settings, db, crate::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        }
+    })
+}
+
+/// `plangate mcp [--read-only]`: the MCP tools over stdio (docs/mcp.md).
+fn mcp(args: &McpArgs) -> ExitCode {
+    let settings = match Settings::resolve(&args.serve) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    // Logs go to stderr (telemetry writes nowhere else): stdout is the protocol's.
+    crate::telemetry::init(settings.log_format);
+    let surface = if args.read_only {
+        crate::mcp::Surface::ReadOnly
+    } else {
+        crate::mcp::Surface::Full
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    rt.block_on(async move {
+        let db = match crate::open_database(&settings).await {
+            Ok(db) => db,
+            Err(e) => return fail(format!("cannot open the database: {e}")),
+        };
+        match crate::serve_mcp_stdio(settings, db, surface).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }

@@ -1,4 +1,4 @@
-//! Bearer-token auth for `/v1` routes when `PLANGATE_API_TOKENS` is set, and the
+//! Bearer-token auth for `/v1` and `/mcp` routes when `PLANGATE_API_TOKENS` is set, and the
 //! per-project limits of a token. Ops routes and docs stay open so probes and
 //! people browsing the API need no token.
 //!
@@ -48,7 +48,7 @@ pub async fn require_token(
     next: Next,
 ) -> Response {
     let tokens = &state.settings.api_tokens;
-    if tokens.is_empty() || !request.uri().path().starts_with("/v1/") {
+    if tokens.is_empty() || !needs_token(request.uri().path()) {
         request.extensions_mut().insert(Caller::unrestricted());
         return next.run(request).await;
     }
@@ -76,6 +76,11 @@ pub async fn require_token(
     };
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// `/v1` and the MCP endpoints (docs/mcp.md: same tokens, same project limits).
+fn needs_token(path: &str) -> bool {
+    path.starts_with("/v1/") || path == "/mcp" || path.starts_with("/mcp/")
 }
 
 fn unauthorized(detail: &str) -> Response {

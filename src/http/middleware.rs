@@ -92,16 +92,19 @@ async fn record_metrics(request: Request, next: Next) -> Response {
 /// Layers below the handlers (body limit, timeout) answer with bare status codes;
 /// clients were promised problem+json for every error, so dress them here, once.
 async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
+    let is_mcp = request.uri().path().starts_with("/mcp");
     let response = next.run(request).await;
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
-    let is_problem = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
-    if is_problem {
+    let content_type = response.headers().get(header::CONTENT_TYPE);
+    let is_problem =
+        content_type.is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    // MCP answers what it cannot dispatch with a JSON-RPC error body: keep it.
+    let is_jsonrpc =
+        is_mcp && content_type.is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_problem || is_jsonrpc {
         return response;
     }
     let (code, detail) = match status {

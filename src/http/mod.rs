@@ -125,6 +125,8 @@ pub fn app(state: AppState) -> Router {
             }),
         )
         .merge(docs)
+        // MCP (docs/mcp.md): behind the same auth and stack as `/v1`.
+        .merge(crate::mcp::router(&state.service, &state.settings))
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed);
     let router = router.layer(axum::middleware::from_fn_with_state(

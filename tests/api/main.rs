@@ -15,6 +15,7 @@ mod gating_props;
 mod health_cli;
 mod loop_plan_props;
 mod loop_plans;
+mod mcp;
 mod ops;
 mod query_plans;
 mod refine_cli;

@@ -1,0 +1,147 @@
+//! MCP adapter (docs/mcp.md): the same use cases as `/v1`, as tools for LLM agent
+//! sessions, over Streamable HTTP (`/mcp`, `/mcp/readonly`) and stdio (`plangate
+//! mcp`). Thin like `http/`: parse the arguments, call the [`Service`], shape a
+//! compact answer; refusals become tool errors carrying the REST problem `code`.
+//!
+//! The official SDK (`rmcp`) does the protocol. Over HTTP it runs stateless with
+//! JSON responses: no session, so any replica answers any request, and a
+//! `tools/call` needs no `initialize` before it on its connection.
+
+mod http;
+mod stdio;
+mod tools;
+
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+
+use crate::config::Settings;
+use crate::service::{Caller, Service};
+
+pub use http::router;
+pub use stdio::run_stdio;
+pub use tools::ToolName;
+
+/// Which tools a connection sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// All ten tools.
+    Full,
+    /// Only the tools that change nothing (`/mcp/readonly`, `plangate mcp --read-only`).
+    ReadOnly,
+}
+
+impl Surface {
+    fn offers(self, tool: ToolName) -> bool {
+        self == Surface::Full || tool.is_read_only()
+    }
+}
+
+/// Where callers come from, which decides who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Behind the `/v1` bearer middleware, which puts a [`Caller`] on the request.
+    Http,
+    /// The local user of `plangate mcp`, who owns the database: unrestricted.
+    Stdio,
+}
+
+/// One MCP server: the service, the tool surface and the transport.
+#[derive(Clone)]
+pub struct PlangateMcp {
+    service: Service,
+    surface: Surface,
+    transport: Transport,
+    /// Longest `refine_status` wait: 60 s, less under an HTTP request timeout.
+    max_wait: std::time::Duration,
+}
+
+const INSTRUCTIONS: &str = "plangate gates planner task lists (a DAG of tasks with reads/writes) \
+and dispatches them in waves, plans track loops and refines plans with L0 agents. Typical flow: \
+validate_task_list, create_task_list, then loop ready_tasks / set_task_status (with the server \
+`id` of each task) until project_status shows nothing left. Errors are tool errors whose JSON \
+carries a stable `code`.";
+
+impl PlangateMcp {
+    fn new(service: Service, surface: Surface, transport: Transport, settings: &Settings) -> Self {
+        let cap = tools::MAX_WAIT;
+        let max_wait = match transport {
+            // Leave a second for the answer before the request timeout (408) hits.
+            Transport::Http => cap.min(
+                settings
+                    .request_timeout
+                    .saturating_sub(std::time::Duration::from_secs(1)),
+            ),
+            Transport::Stdio => cap,
+        };
+        PlangateMcp {
+            service,
+            surface,
+            transport,
+            max_wait,
+        }
+    }
+
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        match self.transport {
+            Transport::Stdio => Ok(Caller::unrestricted()),
+            Transport::Http => context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<Caller>())
+                .cloned()
+                .ok_or_else(|| {
+                    tracing::error!(
+                        "no Caller on an MCP request: the auth middleware is not installed"
+                    );
+                    ErrorData::internal_error("internal error; see the server log", None)
+                }),
+        }
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        ToolName::ALL
+            .into_iter()
+            .filter(|tool| self.surface.offers(*tool))
+            .map(ToolName::describe)
+            .collect()
+    }
+}
+
+impl ServerHandler for PlangateMcp {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("plangate", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // An unknown tool is a protocol error (invalid params), as the MCP spec says;
+        // a tool hidden by the read-only surface is unknown there.
+        let tool = ToolName::parse(&request.name)
+            .filter(|tool| self.surface.offers(*tool))
+            .ok_or_else(|| {
+                ErrorData::invalid_params(format!("unknown tool: {}", request.name), None)
+            })?;
+        let caller = self.caller(&context)?;
+        let arguments = request.arguments.unwrap_or_default();
+        let result = tools::call(&self.service, &caller, tool, arguments, self.max_wait).await;
+        Ok(result.into())
+    }
+}

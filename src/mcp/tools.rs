@@ -1,0 +1,792 @@
+//! The ten tools: their names, descriptions and input schemas (from the argument
+//! types, so the two cannot drift), and the thin call into the service with a
+//! compact answer (ids, counts, the next action; not whole documents).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::common::schema_for_input;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::domain::dispatch::{AbandonCategory, ReadyMode, TaskStatus};
+use crate::domain::gating::ParsedTaskList;
+use crate::domain::loop_plan::LoopPlanRequest;
+use crate::domain::track_state::{Completion, StepOutcome};
+use crate::service::task_lists::{
+    CreateTaskListRequest, StoredTaskList, TaskUpdate, ValidateRequest,
+};
+use crate::service::tracks::{Precondition, TrackVersion};
+use crate::service::{Caller, ProblemCode, Service, ServiceError};
+
+/// Longest `refine_status` wait (the issue's long-poll bound).
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Every tool plangate offers over MCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolName {
+    ValidateTaskList,
+    CreateTaskList,
+    ReadyTasks,
+    SetTaskStatus,
+    ProjectStatus,
+    PlanLoop,
+    TrackStep,
+    StartRefine,
+    RefineStatus,
+    CancelRefine,
+}
+
+impl ToolName {
+    pub const ALL: [ToolName; 10] = [
+        ToolName::ValidateTaskList,
+        ToolName::CreateTaskList,
+        ToolName::ReadyTasks,
+        ToolName::SetTaskStatus,
+        ToolName::ProjectStatus,
+        ToolName::PlanLoop,
+        ToolName::TrackStep,
+        ToolName::StartRefine,
+        ToolName::RefineStatus,
+        ToolName::CancelRefine,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolName::ValidateTaskList => "validate_task_list",
+            ToolName::CreateTaskList => "create_task_list",
+            ToolName::ReadyTasks => "ready_tasks",
+            ToolName::SetTaskStatus => "set_task_status",
+            ToolName::ProjectStatus => "project_status",
+            ToolName::PlanLoop => "plan_loop",
+            ToolName::TrackStep => "track_step",
+            ToolName::StartRefine => "start_refine",
+            ToolName::RefineStatus => "refine_status",
+            ToolName::CancelRefine => "cancel_refine",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|tool| tool.as_str() == name)
+    }
+
+    /// Changes nothing: offered on the read-only surface.
+    pub fn is_read_only(self) -> bool {
+        matches!(
+            self,
+            ToolName::ValidateTaskList
+                | ToolName::ReadyTasks
+                | ToolName::ProjectStatus
+                | ToolName::PlanLoop
+                | ToolName::RefineStatus
+        )
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            ToolName::ValidateTaskList => {
+                "Gate a planner task list without storing it. Answers {valid, errors[{code, \
+                 message, task_ids}], warnings, waves}; waves lists task ids per wave."
+            }
+            ToolName::CreateTaskList => {
+                "Gate a task list and store it if it passes. Answers {task_list_id, waves, \
+                 tasks[{id, task_id}]}: `id` is the server id that ready_tasks and \
+                 set_task_status use. A rejection is a tool error `dag_invalid` or \
+                 `synthesis_failure` with `errors`, `attempt`, `escalate` and `reprompt` (the \
+                 exact text to re-prompt the planner with)."
+            }
+            ToolName::ReadyTasks => {
+                "Tasks to dispatch now. Answers {wave, tasks[{id, task_id, assigned_persona, \
+                 description, writes, reads}]}; wave is null when nothing is left to do."
+            }
+            ToolName::SetTaskStatus => {
+                "Move a task: pending -> running -> done | failed; any unfinished task -> \
+                 abandoned (with abandon_category). failed/abandoned abandon every unfinished \
+                 dependent. Answers {task{id, task_id, status}, cascaded[server ids]}."
+            }
+            ToolName::ProjectStatus => {
+                "Status snapshot of a project or one of its cycles: counts by status, active \
+                 wave, tasks in flight, per-wave counts."
+            }
+            ToolName::PlanLoop => {
+                "Build a loop plan from a task DAG: topological levels, parallel groups with \
+                 file conflicts, overlap with completed tracks. format \"markdown\" answers the \
+                 plan.md text; \"json\" (default) the plan."
+            }
+            ToolName::TrackStep => {
+                "Start or complete the current loop step of a track (metadata.json v2). \
+                 Answers {status, current_step, step_status, revision, legal_next}; pass \
+                 `revision` back as if_match to refuse a change made by someone else."
+            }
+            ToolName::StartRefine => {
+                "Queue a durable refine job for one phase (L0 fan-out, validation, WP \
+                 ownership). Answers {job_id, status}; follow it with refine_status."
+            }
+            ToolName::RefineStatus => {
+                "A refine job's status and progress, waiting up to wait_seconds (at most 60) \
+                 for it to change. Answers {status, progress, result?}; result \
+                 ({schema_version, assignments}) once it succeeded."
+            }
+            ToolName::CancelRefine => {
+                "Cancel a refine job (running L0s are stopped). Answers {status}."
+            }
+        }
+    }
+
+    fn input_schema(self) -> Arc<JsonObject> {
+        let schema = match self {
+            ToolName::ValidateTaskList => schema_for_input::<ValidateArgs>(),
+            ToolName::CreateTaskList => schema_for_input::<CreateArgs>(),
+            ToolName::ReadyTasks => schema_for_input::<ReadyArgs>(),
+            ToolName::SetTaskStatus => schema_for_input::<SetStatusArgs>(),
+            ToolName::ProjectStatus => schema_for_input::<ProjectStatusArgs>(),
+            ToolName::PlanLoop => schema_for_input::<PlanLoopArgs>(),
+            ToolName::TrackStep => schema_for_input::<TrackStepArgs>(),
+            ToolName::StartRefine => schema_for_input::<StartRefineArgs>(),
+            ToolName::RefineStatus => schema_for_input::<RefineStatusArgs>(),
+            ToolName::CancelRefine => schema_for_input::<CancelRefineArgs>(),
+        };
+        // Every argument type is a struct, so the schema is an object: a failure
+        // here is a programming error caught by the tests, not by a client.
+        schema.unwrap_or_else(|e| {
+            tracing::error!(tool = self.as_str(), error = %e, "tool input schema is not an object");
+            Arc::new(JsonObject::new())
+        })
+    }
+
+    /// The tool as `tools/list` shows it.
+    pub fn describe(self) -> Tool {
+        let mut annotations = ToolAnnotations::new().read_only(self.is_read_only());
+        if !self.is_read_only() {
+            annotations = annotations.destructive(false);
+        }
+        Tool::new(self.as_str(), self.description(), self.input_schema()).annotate(annotations)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Arguments. Doc comments become the schema's descriptions; fields that are not
+// `Option` (and have no default) are `required`.
+
+/// A JSON array of task objects (`task_id`, `assigned_persona`, `description`,
+/// `depends_on`, `reads`, `writes`, ...).
+fn task_array(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {"type": "object"},
+        "description": "The task list: an array of task objects (task_id, assigned_persona, \
+                        description, depends_on, reads, writes, parallel_group, ...). Give \
+                        this or planner_output."
+    })
+}
+
+fn enum_schema(values: &[&str], description: &str) -> Schema {
+    json_schema!({"type": "string", "enum": values, "description": description})
+}
+
+fn task_status_schema(_: &mut SchemaGenerator) -> Schema {
+    let values: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+    enum_schema(
+        &values,
+        "Target status: pending -> running -> done | failed; any unfinished -> abandoned.",
+    )
+}
+
+fn abandon_category_schema(_: &mut SchemaGenerator) -> Schema {
+    let values: Vec<&str> = AbandonCategory::ALL.iter().map(|c| c.as_str()).collect();
+    enum_schema(
+        &values,
+        "Why the task is abandoned: required with status abandoned, refused otherwise.",
+    )
+}
+
+fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
+    let values: Vec<&str> = ReadyMode::ALL.iter().map(|m| m.as_str()).collect();
+    enum_schema(
+        &values,
+        "barrier (default): the pending tasks of the lowest unfinished wave; pipeline: any \
+         pending task whose dependencies are done and whose writes are free.",
+    )
+}
+
+fn any_object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Schema {
+    move |_| json_schema!({"type": "object", "description": description})
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateArgs {
+    #[serde(default)]
+    #[schemars(schema_with = "task_array")]
+    pub tasks: Option<Value>,
+    /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
+    pub planner_output: Option<String>,
+    /// Repository paths that already exist (they satisfy reads).
+    pub existing_files: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateArgs {
+    /// The project the list belongs to (letters, digits, `.`, `_`, `-`).
+    pub project_id: String,
+    /// The orchestrator's id of this planning cycle; omit for the project-wide flow.
+    pub team_pk: Option<String>,
+    /// Who submits the list (an agent or person id).
+    pub created_by: String,
+    #[serde(default)]
+    #[schemars(schema_with = "task_array")]
+    pub tasks: Option<Value>,
+    /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
+    pub planner_output: Option<String>,
+    /// Repository paths that already exist (they satisfy reads).
+    pub existing_files: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadyArgs {
+    /// The server id of the task list (create_task_list's task_list_id).
+    pub task_list_id: Uuid,
+    #[serde(default)]
+    #[schemars(schema_with = "ready_mode_schema")]
+    pub mode: Option<ReadyMode>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetStatusArgs {
+    /// The server id of the task (`id` in create_task_list / ready_tasks), not its task_id.
+    pub task_id: Uuid,
+    #[schemars(schema_with = "task_status_schema")]
+    pub status: TaskStatus,
+    #[serde(default)]
+    #[schemars(schema_with = "abandon_category_schema")]
+    pub abandon_category: Option<AbandonCategory>,
+    /// Free text for people, at most 65536 characters.
+    pub notes: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectStatusArgs {
+    /// The project.
+    pub project_id: String,
+    /// Scope the snapshot to this cycle (falls back to the whole project when the
+    /// cycle has no tasks).
+    pub team_pk: Option<String>,
+}
+
+/// Answer format of plan_loop.
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanFormat {
+    #[default]
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PlanLoopArgs {
+    #[schemars(schema_with = "track_schema")]
+    pub track: Value,
+    #[schemars(schema_with = "phases_schema")]
+    pub phases: Value,
+    #[schemars(schema_with = "plan_tasks_schema")]
+    pub tasks: Value,
+    #[serde(default)]
+    #[schemars(schema_with = "completed_tracks_schema")]
+    pub completed_tracks: Option<Value>,
+    /// The text of tracks.md instead of completed_tracks.
+    pub tracks_md: Option<String>,
+    /// "json" (default): the plan as JSON; "markdown": the plan.md text.
+    pub format: Option<PlanFormat>,
+}
+
+fn track_schema(generator: &mut SchemaGenerator) -> Schema {
+    any_object(
+        "The track being planned: {id, name, spec? (one-line summary), dependencies? (track ids)}.",
+    )(generator)
+}
+
+fn object_array(description: &'static str) -> Schema {
+    json_schema!({"type": "array", "items": {"type": "object"}, "description": description})
+}
+
+fn phases_schema(_: &mut SchemaGenerator) -> Schema {
+    object_array("The track's phases: [{number, name}].")
+}
+
+fn plan_tasks_schema(_: &mut SchemaGenerator) -> Schema {
+    object_array(
+        "The tasks: [{id (e.g. \"1.2\"), name, description?, files?, depends_on?, phase (a phase \
+         number), acceptance?, type?, duration?}].",
+    )
+}
+
+fn completed_tracks_schema(_: &mut SchemaGenerator) -> Schema {
+    object_array(
+        "Tracks already completed, to report overlap: [{id, name?, deliverables (paths or \
+         feature names)}]. Give this or tracks_md (or neither).",
+    )
+}
+
+/// start or complete.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StepAction {
+    Start,
+    Complete,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrackStepArgs {
+    /// The track (letters, digits, `.`, `_`, `-`); it must have been imported.
+    pub track_id: String,
+    /// PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC.
+    pub step: String,
+    /// "start" (sets the step IN_PROGRESS) or "complete" (with outcome).
+    pub action: StepAction,
+    #[serde(default)]
+    #[schemars(schema_with = "outcome_schema")]
+    pub outcome: Option<StepOutcome>,
+    /// With start: who works on the step.
+    pub agent: Option<String>,
+    /// The `revision` a previous answer returned, as is: the change applies only if
+    /// nobody changed the track since (else a `stale_etag` error).
+    pub if_match: Option<i64>,
+}
+
+fn outcome_schema(_: &mut SchemaGenerator) -> Schema {
+    enum_schema(
+        &["PASSED", "FAILED", "BLOCKED"],
+        "With action complete (required there): how the step ended.",
+    )
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartRefineArgs {
+    /// The phase context (context_{phase_id}.json): phase_id, assignments,
+    /// peer_summaries, task_text or task_file_path.
+    #[schemars(schema_with = "context_schema")]
+    pub context: Value,
+    /// The refined plan (PlanDocument) with its phases.
+    #[schemars(schema_with = "plan_schema")]
+    pub refined_plan: Value,
+    /// The task inline (the L0s get a server-side copy's path).
+    pub task_text: Option<String>,
+    /// Executor profile name (e.g. "builtin"); the server's default when absent.
+    pub executor: Option<String>,
+    /// The project the job belongs to (required for a project-limited token).
+    pub project_id: Option<String>,
+    /// The planning cycle.
+    pub team_pk: Option<String>,
+    /// Repeat a submission safely: the same key and arguments answer the same job.
+    pub idempotency_key: Option<String>,
+}
+
+fn context_schema(generator: &mut SchemaGenerator) -> Schema {
+    any_object(
+        "The phase context (context_{phase_id}.json): phase_id, assignments, peer_summaries, \
+         task_text or task_file_path.",
+    )(generator)
+}
+
+fn plan_schema(generator: &mut SchemaGenerator) -> Schema {
+    any_object("The refined plan (PlanDocument) with its phases.")(generator)
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RefineStatusArgs {
+    /// The job (start_refine's job_id).
+    pub job_id: Uuid,
+    /// Wait up to this many seconds (0-60) for the job to change before answering.
+    #[schemars(range(min = 0, max = 60))]
+    pub wait_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRefineArgs {
+    /// The job (start_refine's job_id).
+    pub job_id: Uuid,
+}
+
+// ---------------------------------------------------------------------------
+// Calls.
+
+/// Run one tool; every refusal is a tool error carrying the REST problem's `code`.
+pub async fn call(
+    service: &Service,
+    caller: &Caller,
+    tool: ToolName,
+    arguments: JsonObject,
+    max_wait: Duration,
+) -> CallToolResult {
+    let started = std::time::Instant::now();
+    let outcome = match tool {
+        ToolName::ValidateTaskList => validate_task_list(service, caller, parse(arguments)).await,
+        ToolName::CreateTaskList => create_task_list(service, caller, parse(arguments)).await,
+        ToolName::ReadyTasks => ready_tasks(service, caller, parse(arguments)).await,
+        ToolName::SetTaskStatus => set_task_status(service, caller, parse(arguments)).await,
+        ToolName::ProjectStatus => project_status(service, caller, parse(arguments)).await,
+        ToolName::PlanLoop => plan_loop(service, caller, parse(arguments)).await,
+        ToolName::TrackStep => track_step(service, caller, parse(arguments)).await,
+        ToolName::StartRefine => start_refine(service, caller, parse(arguments)).await,
+        ToolName::RefineStatus => refine_status(service, caller, parse(arguments), max_wait).await,
+        ToolName::CancelRefine => cancel_refine(service, caller, parse(arguments)).await,
+    };
+    let outcome_label = if outcome.is_ok() { "ok" } else { "error" };
+    metrics::counter!("mcp_tool_calls_total", "tool" => tool.as_str(), "outcome" => outcome_label)
+        .increment(1);
+    tracing::info!(
+        tool = tool.as_str(),
+        outcome = outcome_label,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "mcp tool call"
+    );
+    match outcome {
+        Ok(Answer::Json(value)) => {
+            CallToolResult::success(vec![ContentBlock::text(value.to_string())])
+        }
+        Ok(Answer::Text(text)) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        Err(error) => tool_error(&error),
+    }
+}
+
+enum Answer {
+    Json(Value),
+    Text(String),
+}
+
+/// Arguments of the wrong shape: `invalid_body`, as a JSON body of the wrong shape
+/// is on REST; serde's message names the field.
+fn parse<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ServiceError> {
+    serde_json::from_value(Value::Object(arguments)).map_err(|e| {
+        ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
+    })
+}
+
+/// `{code, detail, ...extra}`: the REST problem without its HTTP members.
+fn tool_error(error: &ServiceError) -> CallToolResult {
+    let mut body = serde_json::Map::new();
+    body.insert("code".into(), Value::from(error.code.as_str()));
+    body.insert("detail".into(), Value::from(error.detail.clone()));
+    for (key, value) in &error.extra {
+        body.insert(key.clone(), value.clone());
+    }
+    CallToolResult::error(vec![ContentBlock::text(Value::Object(body).to_string())])
+}
+
+/// `tasks` as the gate reads it (entries that are not task objects are gate
+/// violations, not malformed arguments).
+fn task_list(tasks: Option<Value>) -> Result<Option<ParsedTaskList>, ServiceError> {
+    tasks
+        .map(|value| {
+            serde_json::from_value(value).map_err(|e| {
+                ServiceError::unprocessable(ProblemCode::InvalidBody, format!("tasks: {e}"))
+                    .with("field", "tasks")
+            })
+        })
+        .transpose()
+}
+
+async fn validate_task_list(
+    service: &Service,
+    caller: &Caller,
+    args: Result<ValidateArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let report = service.validate_task_list(
+        caller,
+        ValidateRequest {
+            tasks: task_list(args.tasks)?,
+            planner_output: args.planner_output,
+            existing_files: args.existing_files.unwrap_or_default(),
+        },
+    )?;
+    Ok(Answer::Json(json!({
+        "valid": report.valid,
+        "errors": report.errors,
+        "warnings": report.warnings,
+        "waves": report.waves,
+    })))
+}
+
+/// Task ids per wave, in wave order then submission order.
+fn waves(list: &StoredTaskList) -> Vec<Vec<&str>> {
+    let mut by_wave: std::collections::BTreeMap<i64, Vec<&str>> = Default::default();
+    for task in &list.tasks {
+        by_wave
+            .entry(task.parallel_group)
+            .or_default()
+            .push(&task.task_id);
+    }
+    by_wave.into_values().collect()
+}
+
+async fn create_task_list(
+    service: &Service,
+    caller: &Caller,
+    args: Result<CreateArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let list = service
+        .create_task_list(
+            caller,
+            CreateTaskListRequest {
+                project_id: args.project_id,
+                team_pk: args.team_pk,
+                created_by: args.created_by,
+                tasks: task_list(args.tasks)?,
+                planner_output: args.planner_output,
+                existing_files: args.existing_files.unwrap_or_default(),
+            },
+        )
+        .await?;
+    let tasks: Vec<Value> = list
+        .tasks
+        .iter()
+        .map(|task| json!({"id": task.id, "task_id": task.task_id}))
+        .collect();
+    Ok(Answer::Json(json!({
+        "task_list_id": list.id,
+        "waves": waves(&list),
+        "tasks": tasks,
+    })))
+}
+
+async fn ready_tasks(
+    service: &Service,
+    caller: &Caller,
+    args: Result<ReadyArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let ready = service
+        .ready_tasks(caller, args.task_list_id, args.mode.unwrap_or_default())
+        .await?;
+    let tasks: Vec<Value> = ready
+        .tasks
+        .iter()
+        .map(|task| {
+            json!({
+                "id": task.id,
+                "task_id": task.task_id,
+                "assigned_persona": task.assigned_persona,
+                "description": task.description,
+                "writes": task.writes,
+                "reads": task.reads,
+            })
+        })
+        .collect();
+    Ok(Answer::Json(json!({"wave": ready.wave, "tasks": tasks})))
+}
+
+async fn set_task_status(
+    service: &Service,
+    caller: &Caller,
+    args: Result<SetStatusArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let updated = service
+        .update_task(
+            caller,
+            args.task_id,
+            TaskUpdate {
+                status: args.status,
+                abandon_category: args.abandon_category,
+                notes: args.notes,
+            },
+        )
+        .await?;
+    let task = &updated.task;
+    let mut compact = json!({
+        "id": task.id,
+        "task_id": task.task_id,
+        "status": task.status,
+    });
+    if let Some(category) = task.abandon_category {
+        compact["abandon_category"] = json!(category);
+    }
+    Ok(Answer::Json(
+        json!({"task": compact, "cascaded": updated.cascaded}),
+    ))
+}
+
+async fn project_status(
+    service: &Service,
+    caller: &Caller,
+    args: Result<ProjectStatusArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let status = service
+        .project_status(caller, args.project_id, args.team_pk)
+        .await?;
+    Ok(Answer::Json(json!(status)))
+}
+
+async fn plan_loop(
+    service: &Service,
+    caller: &Caller,
+    args: Result<PlanLoopArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let request = json!({
+        "track": args.track,
+        "phases": args.phases,
+        "tasks": args.tasks,
+        "completed_tracks": args.completed_tracks,
+        "tracks_md": args.tracks_md,
+    });
+    let request: LoopPlanRequest = serde_json::from_value(request).map_err(|e| {
+        ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
+    })?;
+    let plan = service.generate_loop_plan(caller, &request)?;
+    Ok(match args.format.unwrap_or_default() {
+        PlanFormat::Json => Answer::Json(json!(plan)),
+        PlanFormat::Markdown => Answer::Text(service.render_plan_markdown(&plan)),
+    })
+}
+
+async fn track_step(
+    service: &Service,
+    caller: &Caller,
+    args: Result<TrackStepArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let precondition = args
+        .if_match
+        .map_or(Precondition::None, Precondition::Revision);
+    let refuse = |field: &str, detail: &str| {
+        Err(
+            ServiceError::unprocessable(ProblemCode::InvalidField, detail.to_owned())
+                .with("field", field),
+        )
+    };
+    let version: TrackVersion = match args.action {
+        StepAction::Start => {
+            if args.outcome.is_some() {
+                return refuse("outcome", "outcome goes with action complete, not start");
+            }
+            let Some(agent) = args.agent.as_deref() else {
+                return refuse("agent", "agent is required with action start");
+            };
+            service
+                .start_step(caller, &args.track_id, &args.step, agent, precondition)
+                .await?
+        }
+        StepAction::Complete => {
+            if args.agent.is_some() {
+                return refuse("agent", "agent goes with action start, not complete");
+            }
+            let Some(outcome) = args.outcome else {
+                return refuse("outcome", "outcome is required with action complete");
+            };
+            service
+                .complete_step(
+                    caller,
+                    &args.track_id,
+                    &args.step,
+                    &Completion::new(outcome),
+                    precondition,
+                )
+                .await?
+        }
+    };
+    let meta = &version.metadata;
+    Ok(Answer::Json(json!({
+        "status": meta.status,
+        "current_step": meta.loop_state.current_step,
+        "step_status": meta.loop_state.step_status,
+        "revision": version.revision,
+        "legal_next": crate::domain::track_state::legal_next_steps(meta),
+    })))
+}
+
+async fn start_refine(
+    service: &Service,
+    caller: &Caller,
+    args: Result<StartRefineArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    // The REST body, so the submission is checked (and hashed for idempotency) the
+    // same way whichever transport brought it.
+    let mut body = serde_json::Map::new();
+    body.insert("context".into(), args.context);
+    body.insert("refined_plan".into(), args.refined_plan);
+    let optional = [
+        ("task_text", args.task_text),
+        ("executor", args.executor),
+        ("project_id", args.project_id),
+        ("team_pk", args.team_pk),
+        ("idempotency_key", args.idempotency_key),
+    ];
+    for (field, value) in optional {
+        if let Some(value) = value {
+            body.insert(field.into(), Value::String(value));
+        }
+    }
+    let bytes = serde_json::to_vec(&Value::Object(body)).map_err(|e| {
+        ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
+    })?;
+    let accepted = service.create_refine_job(caller, &bytes, None).await?;
+    Ok(Answer::Json(json!({
+        "job_id": accepted.value.id,
+        "status": accepted.value.status,
+    })))
+}
+
+async fn refine_status(
+    service: &Service,
+    caller: &Caller,
+    args: Result<RefineStatusArgs, ServiceError>,
+    max_wait: Duration,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let id = args.job_id.to_string();
+    let wait = Duration::from_secs(args.wait_seconds.unwrap_or(0)).min(max_wait);
+    let mut job = service.refine_job(caller, &id, None).await?;
+    // The service's long-poll is bounded (docs/jobs.md); wait in its steps until the
+    // job changes or the caller's wait is over.
+    let deadline = tokio::time::Instant::now() + wait;
+    let first_version = job.version;
+    while !job.status.is_terminal() && job.version == first_version {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let step = left.as_secs().clamp(1, crate::service::MAX_WAIT_SECS);
+        job = service.refine_job(caller, &id, Some(step)).await?;
+    }
+    let mut answer = json!({"status": job.status, "progress": job.progress});
+    if let Some(result) = job
+        .result
+        .filter(|_| job.status == crate::domain::job::JobStatus::Succeeded)
+    {
+        answer["result"] = result;
+    }
+    if let Some(error) = job.error {
+        answer["error"] = json!(error);
+    }
+    Ok(Answer::Json(answer))
+}
+
+async fn cancel_refine(
+    service: &Service,
+    caller: &Caller,
+    args: Result<CancelRefineArgs, ServiceError>,
+) -> Result<Answer, ServiceError> {
+    let args = args?;
+    let job = service
+        .cancel_refine_job(caller, &args.job_id.to_string())
+        .await?;
+    Ok(Answer::Json(json!({"status": job.status})))
+}

@@ -1,0 +1,424 @@
+//! The MCP endpoint over real HTTP on both databases (docs/mcp.md): bearer auth as
+//! for `/v1`, project limits on tool calls, the read-only surface, what malformed
+//! JSON-RPC and oversized requests get, and the tools' input schemas. The whole
+//! flow is driven by the official Python SDK (`.ci/mcp.sh`).
+
+use crate::common::{self, Backend, TestApp, expect_problem};
+use plangate::config::ApiToken;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
+const LIMITED: &str = "limited-token-bbbbbbbbbb";
+
+async fn spawn(backend: Backend) -> TestApp {
+    common::spawn_app_with(backend, |s| {
+        s.api_tokens = vec![
+            ApiToken::unrestricted(ADMIN),
+            ApiToken::limited(LIMITED, &["proj-a"]),
+        ];
+    })
+    .await
+}
+
+/// POST one raw body to an MCP endpoint, as a Streamable HTTP client does.
+async fn post_raw(
+    app: &TestApp,
+    path: &str,
+    token: Option<&str>,
+    body: String,
+) -> reqwest::Response {
+    let mut request = app
+        .client
+        .post(app.url(path))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.expect("POST /mcp")
+}
+
+/// A JSON-RPC request on a fresh connection, with no `initialize` before it
+/// (stateless). Answers the JSON-RPC response object.
+async fn rpc(app: &TestApp, path: &str, token: &str, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let response = post_raw(app, path, Some(token), body.to_string()).await;
+    let status = response.status().as_u16();
+    assert!(status < 500, "{method}: status {status}");
+    let message: Value = response.json().await.expect("JSON-RPC answer");
+    assert_eq!(message["jsonrpc"], "2.0", "{message}");
+    assert_eq!(message["id"], 7, "{message}");
+    message
+}
+
+/// Call a tool; answers (is_error, the JSON its text carries).
+async fn call_tool(
+    app: &TestApp,
+    path: &str,
+    token: &str,
+    name: &str,
+    arguments: Value,
+) -> (bool, Value) {
+    let message = rpc(
+        app,
+        path,
+        token,
+        "tools/call",
+        json!({"name": name, "arguments": arguments}),
+    )
+    .await;
+    let result = &message["result"];
+    assert!(result.is_object(), "tools/call {name}: {message}");
+    let text = result["content"][0]["text"].as_str().expect("text content");
+    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+    (result["isError"] == true, value)
+}
+
+fn tool_names(list: &Value) -> Vec<String> {
+    let mut names: Vec<String> = list["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|tool| tool["name"].as_str().expect("name").to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn two_tasks() -> Value {
+    json!([
+        {"task_id": "t-1", "assigned_persona": "dev", "parallel_group": 1, "writes": ["a.py"], "description": "x"},
+        {"task_id": "t-2", "assigned_persona": "rev", "parallel_group": 2, "depends_on": ["t-1"], "reads": ["a.py"], "description": "y"},
+    ])
+}
+
+async fn tokens_are_checked_as_on_v1(app: TestApp) {
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    for path in ["/mcp", "/mcp/readonly"] {
+        for token in [None, Some("not-a-token")] {
+            let response = post_raw(&app, path, token, list.clone()).await;
+            assert_eq!(
+                response
+                    .headers()
+                    .get("www-authenticate")
+                    .and_then(|v| v.to_str().ok()),
+                Some("Bearer"),
+                "{path} with {token:?}"
+            );
+            expect_problem(response, 401, "unauthorized").await;
+        }
+    }
+    // No OAuth metadata is published: clients then use the static header.
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-authorization-server",
+    ] {
+        expect_problem(app.get(path).await, 404, "route_not_found").await;
+    }
+    // The same tokens as /v1 pass.
+    for token in [ADMIN, LIMITED] {
+        let answer = rpc(&app, "/mcp", token, "tools/list", json!({})).await;
+        assert_eq!(tool_names(&answer).len(), 10, "{answer}");
+    }
+    app.shutdown().await;
+}
+
+async fn limited_tokens_stay_in_their_projects(app: TestApp) {
+    // A project-limited token sees the same tools...
+    let admin_tools = tool_names(&rpc(&app, "/mcp", ADMIN, "tools/list", json!({})).await);
+    let limited_tools = tool_names(&rpc(&app, "/mcp", LIMITED, "tools/list", json!({})).await);
+    assert_eq!(admin_tools, limited_tools);
+
+    // ...and its calls are limited as on REST.
+    let create =
+        |project: &str| json!({"project_id": project, "created_by": "pm", "tasks": two_tasks()});
+    let (error, own) = call_tool(&app, "/mcp", LIMITED, "create_task_list", create("proj-a")).await;
+    assert!(!error, "{own}");
+    let (error, other) = call_tool(&app, "/mcp", ADMIN, "create_task_list", create("proj-b")).await;
+    assert!(!error, "{other}");
+    let other_list = other["task_list_id"].clone();
+    let other_task = other["tasks"][0]["id"].clone();
+
+    let (error, refused) =
+        call_tool(&app, "/mcp", LIMITED, "create_task_list", create("proj-b")).await;
+    assert!(error, "{refused}");
+    assert_eq!(refused["code"], "forbidden_project", "{refused}");
+    for (path, tool, arguments) in [
+        ("/mcp", "ready_tasks", json!({"task_list_id": other_list})),
+        (
+            "/mcp/readonly",
+            "ready_tasks",
+            json!({"task_list_id": other_list}),
+        ),
+        ("/mcp", "project_status", json!({"project_id": "proj-b"})),
+        (
+            "/mcp",
+            "set_task_status",
+            json!({"task_id": other_task, "status": "running"}),
+        ),
+    ] {
+        let (error, refused) = call_tool(&app, path, LIMITED, tool, arguments).await;
+        assert!(error, "{tool}: {refused}");
+        assert_eq!(refused["code"], "forbidden_project", "{tool}: {refused}");
+    }
+    // The refused status change changed nothing.
+    let (error, ready) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "ready_tasks",
+        json!({"task_list_id": other_list}),
+    )
+    .await;
+    assert!(!error, "{ready}");
+    assert_eq!(ready["tasks"][0]["id"], other_task, "{ready}");
+    let (_, status) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "project_status",
+        json!({"project_id": "proj-b"}),
+    )
+    .await;
+    assert_eq!(status["counts"]["running"], 0, "{status}");
+    app.shutdown().await;
+}
+
+async fn the_read_only_surface_changes_nothing(app: TestApp) {
+    let names = tool_names(&rpc(&app, "/mcp/readonly", ADMIN, "tools/list", json!({})).await);
+    assert_eq!(
+        names,
+        [
+            "plan_loop",
+            "project_status",
+            "ready_tasks",
+            "refine_status",
+            "validate_task_list"
+        ]
+    );
+    let answer = rpc(
+        &app,
+        "/mcp/readonly",
+        ADMIN,
+        "tools/call",
+        json!({"name": "create_task_list", "arguments": {"project_id": "proj-a", "created_by": "pm", "tasks": two_tasks()}}),
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    let (_, status) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "project_status",
+        json!({"project_id": "proj-a"}),
+    )
+    .await;
+    assert_eq!(status["counts"]["pending"], 0, "{status}");
+    app.shutdown().await;
+}
+
+async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
+    // Not JSON: a parse error.
+    let response = post_raw(
+        &app,
+        "/mcp",
+        Some(ADMIN),
+        "{\"jsonrpc\": \"2.0\", ".to_owned(),
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let message: Value = response.json().await.expect("JSON-RPC error");
+    assert_eq!(message["error"]["code"], -32700, "{message}");
+    assert_eq!(message["id"], Value::Null);
+    // JSON that is no JSON-RPC message: an invalid request.
+    for body in [json!([1, 2]), json!({"hello": "world"}), json!("text")] {
+        let response = post_raw(&app, "/mcp", Some(ADMIN), body.to_string()).await;
+        assert_eq!(response.status(), 400, "{body}");
+        let message: Value = response.json().await.expect("JSON-RPC error");
+        assert_eq!(message["error"]["code"], -32600, "{body}: {message}");
+    }
+    // An unknown method: method not found.
+    let answer = rpc(&app, "/mcp", ADMIN, "tasks/explode", json!({})).await;
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
+    // A known method with unusable params: invalid params.
+    for params in [
+        json!("x"),
+        json!({"name": 5}),
+        json!({"name": "ready_tasks", "arguments": [1]}),
+    ] {
+        let answer = rpc(&app, "/mcp", ADMIN, "tools/call", params.clone()).await;
+        assert_eq!(answer["error"]["code"], -32602, "{params}: {answer}");
+    }
+    // An unknown tool: invalid params (the MCP spec's answer).
+    let answer = rpc(
+        &app,
+        "/mcp",
+        ADMIN,
+        "tools/call",
+        json!({"name": "drop_tables", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // Arguments of the wrong type: a tool error with the REST code.
+    for (tool, arguments) in [
+        ("ready_tasks", json!({"task_list_id": "not-a-uuid"})),
+        ("ready_tasks", json!({"task_list_id": 5})),
+        (
+            "set_task_status",
+            json!({"task_id": "0190c2b4-0000-7000-8000-000000000000", "status": "finished"}),
+        ),
+        (
+            "validate_task_list",
+            json!({"tasks": two_tasks(), "bogus": true}),
+        ),
+        (
+            "refine_status",
+            json!({"job_id": "0190c2b4-0000-7000-8000-000000000000", "wait_seconds": -1}),
+        ),
+        (
+            "track_step",
+            json!({"track_id": "t", "step": "PLAN", "action": "jump"}),
+        ),
+    ] {
+        let (error, problem) = call_tool(&app, "/mcp", ADMIN, tool, arguments.clone()).await;
+        assert!(error, "{tool} {arguments}: {problem}");
+        assert_eq!(
+            problem["code"], "invalid_body",
+            "{tool} {arguments}: {problem}"
+        );
+    }
+    // Refusals of the service carry the REST code.
+    let (error, problem) = call_tool(&app, "/mcp", ADMIN, "validate_task_list", json!({})).await;
+    assert!(error);
+    assert_eq!(problem["code"], "invalid_body", "{problem}");
+    let missing = json!({"task_list_id": "0190c2b4-0000-7000-8000-000000000000"});
+    let (error, problem) = call_tool(&app, "/mcp", ADMIN, "ready_tasks", missing).await;
+    assert!(error);
+    assert_eq!(problem["code"], "not_found", "{problem}");
+    // The server still answers after all of it.
+    let (error, _) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "validate_task_list",
+        json!({"tasks": two_tasks()}),
+    )
+    .await;
+    assert!(!error);
+    app.shutdown().await;
+}
+
+async fn every_schema_says_what_is_required(app: TestApp) {
+    let list = rpc(&app, "/mcp", ADMIN, "tools/list", json!({})).await;
+    let required_by_tool = [
+        ("validate_task_list", vec![]),
+        ("create_task_list", vec!["created_by", "project_id"]),
+        ("ready_tasks", vec!["task_list_id"]),
+        ("set_task_status", vec!["status", "task_id"]),
+        ("project_status", vec!["project_id"]),
+        ("plan_loop", vec!["phases", "tasks", "track"]),
+        ("track_step", vec!["action", "step", "track_id"]),
+        ("start_refine", vec!["context", "refined_plan"]),
+        ("refine_status", vec!["job_id"]),
+        ("cancel_refine", vec!["job_id"]),
+    ];
+    let tools = list["result"]["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), required_by_tool.len());
+    for (name, required) in required_by_tool {
+        let tool = tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no tool {name}"));
+        assert!(
+            tool["description"].as_str().is_some_and(|d| d.len() > 20),
+            "{tool}"
+        );
+        let schema = &tool["inputSchema"];
+        assert_eq!(schema["type"], "object", "{name}");
+        let mut listed: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        listed.sort();
+        assert_eq!(listed, required, "{name}: {schema}");
+        let properties = schema["properties"].as_object().expect("properties");
+        for (field, property) in properties {
+            assert!(
+                property["description"]
+                    .as_str()
+                    .is_some_and(|d| !d.is_empty()),
+                "{name}.{field} has no description: {property}"
+            );
+        }
+        let read_only = tool["annotations"]["readOnlyHint"] == true;
+        let expected = matches!(
+            name,
+            "validate_task_list" | "ready_tasks" | "project_status" | "plan_loop" | "refine_status"
+        );
+        assert_eq!(read_only, expected, "{name}");
+    }
+    app.shutdown().await;
+}
+
+async fn oversized_requests_are_413(app: TestApp) {
+    let big = "x".repeat(8 * 1024);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "validate_task_list", "arguments": {"planner_output": big}}});
+    let response = post_raw(&app, "/mcp", Some(ADMIN), body.to_string()).await;
+    expect_problem(response, 413, "body_too_large").await;
+    // Chunked (no Content-Length): the same status.
+    let chunks = vec![Ok::<_, std::io::Error>(body.to_string().into_bytes())];
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await;
+    // The body may be lost to a reset once the server has answered; the status is
+    // the contract.
+    if let Ok(response) = response {
+        assert_eq!(response.status(), 413);
+    }
+    // A request under the limit still works.
+    let answer = rpc(&app, "/mcp", ADMIN, "tools/list", json!({})).await;
+    assert_eq!(tool_names(&answer).len(), 10);
+    app.shutdown().await;
+}
+
+async fn small_limit(backend: Backend) -> TestApp {
+    common::spawn_app_with(backend, |s| {
+        s.api_tokens = vec![ApiToken::unrestricted(ADMIN)];
+        s.body_limit = 4096;
+    })
+    .await
+}
+
+macro_rules! on_both {
+    ($($name:ident => $spawn:expr),+ $(,)?) => {$(
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name($spawn(Backend::Sqlite).await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name($spawn(Backend::Postgres).await).await;
+            }
+        }
+    )+};
+}
+
+on_both! {
+    tokens_are_checked_as_on_v1 => spawn,
+    limited_tokens_stay_in_their_projects => spawn,
+    the_read_only_surface_changes_nothing => spawn,
+    malformed_jsonrpc_gets_jsonrpc_errors => spawn,
+    every_schema_says_what_is_required => spawn,
+    oversized_requests_are_413 => small_limit,
+}
