@@ -11,7 +11,9 @@ pub mod domain;
 pub mod error;
 pub mod http;
 pub mod jobs;
+pub mod service;
 pub mod telemetry;
+pub mod ui;
 
 use std::future::Future;
 use std::sync::Arc;

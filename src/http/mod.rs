@@ -143,6 +143,7 @@ pub fn app(state: AppState) -> Router {
             }),
         )
         .merge(docs)
+        .merge(crate::ui::router(state.clone()))
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed);
     let router = router.layer(axum::middleware::from_fn_with_state(
