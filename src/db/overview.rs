@@ -67,12 +67,12 @@ pub struct TrackRow {
 
 /// `AND <column> IN (...)` for a project-limited reader; rows with no project are
 /// for unrestricted readers only.
-fn push_allowed<'a, DB: sqlx::Database>(
-    q: &mut QueryBuilder<'a, DB>,
+fn push_allowed<DB: sqlx::Database>(
+    q: &mut QueryBuilder<DB>,
     column: &str,
-    allowed: Option<&'a [String]>,
+    allowed: Option<&[String]>,
 ) where
-    String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'e> String: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
 {
     let Some(allowed) = allowed else { return };
     if allowed.is_empty() {

@@ -96,11 +96,14 @@ async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
     if !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
-    let is_problem = response
+    // The dashboard answers its errors as HTML pages meant for people: keep them.
+    let is_dressed = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
-    if is_problem {
+        .is_some_and(|v| {
+            v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()) || v.as_bytes().starts_with(b"text/html")
+        });
+    if is_dressed {
         return response;
     }
     let (code, detail) = match status {
