@@ -44,7 +44,11 @@ async fn time_get(client: &reqwest::Client, url: &str) -> (Duration, usize) {
     for _ in 0..ROUNDS {
         let started = Instant::now();
         let response = client.get(url).send().await.expect("GET");
-        assert!(response.status().is_success(), "{url}: {}", response.status());
+        assert!(
+            response.status().is_success(),
+            "{url}: {}",
+            response.status()
+        );
         size = response.bytes().await.expect("body").len();
         samples.push(started.elapsed());
     }
@@ -62,7 +66,9 @@ async fn main() {
     };
     let settings = Settings::merge(&args, FileConfig::default()).expect("settings");
     let db = plangate::open_database(&settings).await.expect("database");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(plangate::serve(listener, settings, db, async {
@@ -70,7 +76,8 @@ async fn main() {
     }));
 
     let client = reqwest::Client::new();
-    let body = json!({"project_id": "bench", "team_pk": "c1", "created_by": "bench", "tasks": tasks()});
+    let body =
+        json!({"project_id": "bench", "team_pk": "c1", "created_by": "bench", "tasks": tasks()});
     let created: Value = client
         .post(format!("{base}/v1/task-lists"))
         .json(&body)

@@ -120,18 +120,20 @@ impl Database {
         });
         Ok(lists
             .into_iter()
-            .map(|(id, project_id, team_pk, created_by, created_at)| ListCounts {
-                counts: counts
-                    .iter()
-                    .filter(|(list, _, _)| *list == id)
-                    .map(|(_, s, n)| (s.clone(), *n))
-                    .collect(),
-                id,
-                project_id,
-                team_pk,
-                created_by,
-                created_at,
-            })
+            .map(
+                |(id, project_id, team_pk, created_by, created_at)| ListCounts {
+                    counts: counts
+                        .iter()
+                        .filter(|(list, _, _)| *list == id)
+                        .map(|(_, s, n)| (s.clone(), *n))
+                        .collect(),
+                    id,
+                    project_id,
+                    team_pk,
+                    created_by,
+                    created_at,
+                },
+            )
             .collect())
     }
 
@@ -143,7 +145,8 @@ impl Database {
     ) -> DbResult<Vec<(String, i64)>> {
         let table = if runs { "refine_runs" } else { "refine_jobs" };
         Ok(on_pool!(self, |pool| {
-            let mut q = QueryBuilder::new(format!("SELECT status, COUNT(*) FROM {table} WHERE TRUE"));
+            let mut q =
+                QueryBuilder::new(format!("SELECT status, COUNT(*) FROM {table} WHERE TRUE"));
             push_allowed(&mut q, "project_id", allowed);
             q.push(" GROUP BY status ORDER BY status");
             q.build_query_as().fetch_all(pool).await?

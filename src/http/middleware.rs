@@ -101,7 +101,8 @@ async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| {
-            v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()) || v.as_bytes().starts_with(b"text/html")
+            v.as_bytes().starts_with(PROBLEM_JSON.as_bytes())
+                || v.as_bytes().starts_with(b"text/html")
         });
     if is_dressed {
         return response;

@@ -7,9 +7,21 @@ use axum::response::{IntoResponse, Response};
 
 /// `(name, content type, bytes)`.
 pub const ASSETS: [(&str, &str, &[u8]); 3] = [
-    ("app.css", "text/css; charset=utf-8", include_bytes!("assets/app.css")),
-    ("app.js", "text/javascript; charset=utf-8", include_bytes!("assets/app.js")),
-    ("icon.svg", "image/svg+xml", include_bytes!("assets/icon.svg")),
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_bytes!("assets/app.css"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("assets/app.js"),
+    ),
+    (
+        "icon.svg",
+        "image/svg+xml",
+        include_bytes!("assets/icon.svg"),
+    ),
 ];
 
 /// Total bytes of the embedded assets.

@@ -100,7 +100,9 @@ fn present(value: &Option<String>) -> Option<&str> {
 type Page = Result<Response, Response>;
 
 async fn overview(State(state): State<AppState>, Extension(scope): Extension<Scope>) -> Page {
-    let overview = service::overview(&state.db, &scope).await.map_err(failure)?;
+    let overview = service::overview(&state.db, &scope)
+        .await
+        .map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
         pages::overview_page(&overview, chrome(&state)),
@@ -174,10 +176,8 @@ async fn task_list_events(
                         Ok(s) => s,
                         Err(_) => return None,
                     };
-                    let changed: Vec<&TaskState> = states
-                        .iter()
-                        .filter(|s| !seen.states.contains(s))
-                        .collect();
+                    let changed: Vec<&TaskState> =
+                        states.iter().filter(|s| !seen.states.contains(s)).collect();
                     if !changed.is_empty() || seen.wave != Some(wave) {
                         let data = serde_json::json!({
                             "wave": wave,
@@ -216,15 +216,16 @@ fn job_query(form: &JobsForm) -> Result<JobQuery, DashboardError> {
             message: "one of queued, running, cancelling, succeeded, failed, cancelled".to_owned(),
         })?),
     };
-    let date = match present(&form.date) {
-        None => None,
-        Some(d) => Some(NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
-            DashboardError::Invalid {
-                field: "date",
-                message: "a day as YYYY-MM-DD".to_owned(),
-            }
-        })?),
-    };
+    let date =
+        match present(&form.date) {
+            None => None,
+            Some(d) => Some(NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
+                DashboardError::Invalid {
+                    field: "date",
+                    message: "a day as YYYY-MM-DD".to_owned(),
+                }
+            })?),
+        };
     let before = present(&form.before)
         .map(|b| parse_id(b, "before"))
         .transpose()?;
@@ -257,9 +258,7 @@ async fn job(
     Path(raw): Path<String>,
 ) -> Page {
     let id = parse_id(&raw, "job id").map_err(failure)?;
-    let view = service::job(&state.db, &scope, id)
-        .await
-        .map_err(failure)?;
+    let view = service::job(&state.db, &scope, id).await.map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
         pages::jobs::job_page(&view, chrome(&state)),
@@ -273,9 +272,7 @@ async fn cancel_job(
 ) -> Page {
     let id = parse_id(&raw, "job id").map_err(failure)?;
     // The project check comes first: a refused viewer changes nothing.
-    service::job(&state.db, &scope, id)
-        .await
-        .map_err(failure)?;
+    service::job(&state.db, &scope, id).await.map_err(failure)?;
     crate::http::refine_jobs::cancel_job(&state, id)
         .await
         .map_err(|e| {
@@ -317,9 +314,7 @@ async fn run(
     Path(raw): Path<String>,
 ) -> Page {
     let id = parse_id(&raw, "run id").map_err(failure)?;
-    let view = service::run(&state.db, &scope, id)
-        .await
-        .map_err(failure)?;
+    let view = service::run(&state.db, &scope, id).await.map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
         pages::jobs::run_page(&view, chrome(&state)),
@@ -363,7 +358,11 @@ struct LoginForm {
     next: Option<String>,
 }
 
-async fn login(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let next = session::safe_next(form.next.as_deref());
     let tokens = &state.settings.api_tokens;
     let Some(token) = session::token_matching(&form.token, tokens) else {

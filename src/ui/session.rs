@@ -91,7 +91,13 @@ pub fn is_https(headers: &HeaderMap) -> bool {
     headers
         .get("x-forwarded-proto")
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').next().unwrap_or("").trim().eq_ignore_ascii_case("https"))
+        .is_some_and(|v| {
+            v.split(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("https")
+        })
 }
 
 pub fn set_cookie(value: &str, https: bool, clear: bool) -> HeaderValue {
@@ -107,9 +113,7 @@ pub fn set_cookie(value: &str, https: bool, clear: bool) -> HeaderValue {
 /// present (its host must be the `Host` the request was sent to); a browser that
 /// sends none still sends `Sec-Fetch-Site`. A request with neither is refused.
 pub fn same_origin(headers: &HeaderMap) -> bool {
-    let site = headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok());
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
     if matches!(site, Some("cross-site" | "same-site")) {
         return false;
     }

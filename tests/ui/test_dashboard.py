@@ -248,6 +248,9 @@ def test_dag_follows_status_changes_live(server, browser, output, backend):
     expect(page.locator('svg.dag g.node[data-task="T2"] text.st')).to_have_text("done")
     expect(page.locator('tr[data-task="T2"] .st')).to_have_text("done")
     expect(page.locator("#active-wave")).to_have_text("2")
+    expect(page.locator('svg.dag g.wave[data-wave="2"]')).to_have_class(re.compile(r"\bactive\b"))
+    expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("failed")
+    expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("done")
     assert page.evaluate("window.__still_here === true"), "the page reloaded"
     shot(page, output, "task-list-after")
     watched.assert_clean()

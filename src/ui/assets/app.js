@@ -27,6 +27,23 @@
       if (!index.has(key)) index.set(key, []);
       index.get(key).push(tagged[i]);
     }
+    // The wave cards' counts come from the server: re-read them after a change.
+    var first = true;
+    var pending = null;
+    var refreshWaves = function () {
+      if (pending) return;
+      pending = setTimeout(function () {
+        pending = null;
+        fetch(window.location.href, { credentials: "same-origin" })
+          .then(function (r) { return r.text(); })
+          .then(function (html) {
+            var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("waves");
+            var mine = document.getElementById("waves");
+            if (fresh && mine) mine.replaceWith(fresh);
+          })
+          .catch(function () {});
+      }, 500);
+    };
     var tasks = new EventSource(board.dataset.events);
     tasks.addEventListener("tasks", function (e) {
       var msg = JSON.parse(e.data);
@@ -46,6 +63,14 @@
       });
       var active = document.getElementById("active-wave");
       if (active) active.textContent = msg.wave === null ? "none (nothing left to do)" : String(msg.wave);
+      document.querySelectorAll("svg.dag g.wave[data-wave]").forEach(function (g) {
+        var on = String(msg.wave) === g.dataset.wave;
+        g.classList.toggle("active", on);
+        var text = g.querySelector(".wave-label");
+        if (text) text.textContent = "wave " + g.dataset.wave + (on ? " (active)" : "");
+      });
+      if (!first) refreshWaves();
+      first = false;
       board.dataset.live = "1";
     });
   }

@@ -97,7 +97,7 @@ pub fn full(view: &TaskListView) -> Markup {
             @for (col, wave) in waves.keys().enumerate() {
                 @let x = PAD + col as i64 * (NODE_W + GAP_X);
                 @let active = view.active_wave == Some(*wave);
-                g class={ "wave" @if active { " active" } } {
+                g class={ "wave" @if active { " active" } } data-wave=(wave) {
                     rect.wave-bg x=(x - 4) y="4" width=(NODE_W + 8) height=(height - 8) rx="8" {}
                     text.wave-label x=(x) y="24" { "wave " (wave) @if active { " (active)" } }
                 }

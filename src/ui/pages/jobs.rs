@@ -158,7 +158,12 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
             }
         }
     };
-    layout(&format!("Refine job {}", job.id), Section::Jobs, chrome, body)
+    layout(
+        &format!("Refine job {}", job.id),
+        Section::Jobs,
+        chrome,
+        body,
+    )
 }
 
 pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
@@ -203,7 +208,10 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
         .map(|r| {
             r.iter()
                 .filter(|(k, _)| {
-                    !matches!(k.as_str(), "assignments" | "phases" | "schema_version" | "conflict_count")
+                    !matches!(
+                        k.as_str(),
+                        "assignments" | "phases" | "schema_version" | "conflict_count"
+                    )
                 })
                 .collect()
         })
@@ -253,5 +261,10 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
             }
         }
     };
-    layout(&format!("Refine run {}", run.id), Section::Runs, chrome, body)
+    layout(
+        &format!("Refine run {}", run.id),
+        Section::Runs,
+        chrome,
+        body,
+    )
 }

@@ -217,10 +217,5 @@ pub fn login_page(next: &str, failed: bool, auth_on: bool) -> Markup {
             p.hint { "The token is checked once; the browser keeps a session cookie, never the token." }
         }
     };
-    layout(
-        "Sign in",
-        Section::None,
-        Chrome { signed_in: false },
-        body,
-    )
+    layout("Sign in", Section::None, Chrome { signed_in: false }, body)
 }

@@ -29,7 +29,7 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
             }
             section aria-labelledby="waves-h" {
                 h2 #waves-h { "Waves" }
-                ol.waves {
+                ol.waves #waves {
                     @for (w, tasks) in &waves {
                         li class={ "wave-card" @if view.active_wave == Some(*w) { " active" } } data-wave=(w) {
                             a href={ "?wave=" (w) } { "Wave " (w) }
