@@ -201,8 +201,9 @@ class Watched:
 
     def _failed(self, request):
         failure = request.failure or ""
-        # An event stream torn down by navigation is aborted by the browser itself.
-        if "ERR_ABORTED" in failure and request.url.endswith("/events"):
+        # Navigating away aborts an open event stream and a favicon still loading:
+        # the browser's doing, not a failure of the page.
+        if "ERR_ABORTED" in failure and request.url.endswith(("/events", "/icon.svg")):
             return
         self.problems.append(f"request failed: {request.url} {failure}")
 
