@@ -1,5 +1,5 @@
-//! Page rendering: pure functions from service values to HTML (maud escapes every
-//! value; `PreEscaped` is used only for fixed markup written here).
+//! Page rendering: pure functions from service values to HTML. maud escapes every
+//! interpolated value; nothing here uses its raw-HTML escape hatch (`PreEscaped`).
 
 pub mod dag;
 pub mod jobs;
