@@ -403,11 +403,7 @@ pub struct ExecutorProfile {
     pub env_allow: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DatabaseKind {
-    Postgres,
-    Sqlite,
-}
+pub use crate::db::DatabaseKind;
 
 /// The validated settings the server runs with.
 #[derive(Debug, Clone)]
@@ -661,16 +657,8 @@ impl Settings {
 }
 
 pub fn database_kind(url: &str) -> Result<DatabaseKind, ConfigError> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(DatabaseKind::Postgres)
-    } else if url.starts_with("sqlite:") {
-        Ok(DatabaseKind::Sqlite)
-    } else {
-        Err(invalid(
-            "DATABASE_URL",
-            "must start with sqlite:// or postgres://",
-        ))
-    }
+    DatabaseKind::of_url(url)
+        .ok_or_else(|| invalid("DATABASE_URL", "must start with sqlite:// or postgres://"))
 }
 
 #[cfg(test)]

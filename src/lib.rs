@@ -8,7 +8,6 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod domain;
-pub mod error;
 pub mod http;
 pub mod jobs;
 pub mod service;
@@ -61,14 +60,15 @@ pub async fn serve(
     // Install the recorder before the first request so no request goes uncounted.
     http::ops::metrics_handle();
     let executors = agents::Executors::from_settings(&settings)?;
-    let state = AppState::new(db.clone(), settings.clone(), executors.clone());
+    let service = service::Service::new(db.clone(), settings.clone(), executors.clone());
+    let state = AppState::new(service.clone());
     let app = http::app(state.clone());
     let stop_workers = tokio_util::sync::CancellationToken::new();
     let workers = jobs::start(
         db.clone(),
         settings.clone(),
         executors,
-        state.hub.clone(),
+        service.hub().clone(),
         stop_workers.clone(),
     );
 

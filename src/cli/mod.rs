@@ -47,7 +47,7 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(u8::try_from(status).unwrap_or(2))
         }
         Some(Command::Refine(args)) => {
-            let Some(settings) = cli_settings(args.config.clone()) else {
+            let Some(settings) = cli_settings(&cli.serve, args.config.clone()) else {
                 return ExitCode::from(2);
             };
             let status = refine::refine(
@@ -60,7 +60,7 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(u8::try_from(status).unwrap_or(2))
         }
         Some(Command::RefineRun(args)) => {
-            let Some(settings) = cli_settings(args.config.clone()) else {
+            let Some(settings) = cli_settings(&cli.serve, args.config.clone()) else {
                 return ExitCode::from(2);
             };
             let status = refine::refine_run(
@@ -82,17 +82,11 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 /// Settings for the in-process commands: the environment (`PLANGATE_WORKERS`,
-/// `PLANGATE_L0_CONCURRENCY`, `PLANGATE_PROMPT_TEMPLATE`, ...), then the config
-/// file, then the defaults — as for the server, minus its flags.
-fn cli_settings(config: Option<std::path::PathBuf>) -> Option<Settings> {
-    #[derive(clap::Parser)]
-    struct FromEnv {
-        #[command(flatten)]
-        serve: ServeArgs,
-    }
-    let mut args = <FromEnv as clap::Parser>::try_parse_from(["plangate"])
-        .map(|e| e.serve)
-        .unwrap_or_default();
+/// `PLANGATE_L0_CONCURRENCY`, `PLANGATE_PROMPT_TEMPLATE`, ...) as parsed with the
+/// command line, then the config file, then the defaults — as for the server,
+/// minus its flags.
+fn cli_settings(env: &ServeArgs, config: Option<std::path::PathBuf>) -> Option<Settings> {
+    let mut args = env.clone();
     args.config = config.or(args.config);
     match Settings::resolve(&args) {
         Ok(settings) => Some(settings),
@@ -101,6 +95,62 @@ fn cli_settings(config: Option<std::path::PathBuf>) -> Option<Settings> {
             None
         }
     }
+}
+
+/// Parses the command line and the `PLANGATE_*` environment. A malformed variable
+/// is an error that names the variable (clap alone names the flag it stands for).
+pub fn parse() -> Result<Cli, ExitCode> {
+    use clap::{CommandFactory, Parser};
+    Cli::try_parse().map_err(|error| match malformed_variable(&error, &Cli::command()) {
+        Some(message) => {
+            eprintln!("plangate: {message}");
+            ExitCode::from(2)
+        }
+        None => {
+            let _ = error.print();
+            ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
+        }
+    })
+}
+
+/// "invalid PLANGATE_X=value: reason" when `error` is about a value that came
+/// from an environment variable.
+fn malformed_variable(error: &clap::Error, command: &clap::Command) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        error.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let Some(ContextValue::String(value)) = error.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let variable = env_of(command, long)?;
+    // Only when the variable holds the refused value (not a flag on the line).
+    if std::env::var_os(&variable).as_deref() != Some(std::ffi::OsStr::new(value)) {
+        return None;
+    }
+    let reason = std::error::Error::source(error)
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    Some(format!(
+        "invalid {}={value:?}{reason}",
+        variable.to_string_lossy()
+    ))
+}
+
+/// The environment variable behind `--long` in `command` or its subcommands.
+fn env_of(command: &clap::Command, long: &str) -> Option<std::ffi::OsString> {
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env().map(ToOwned::to_owned))
+        .or_else(|| command.get_subcommands().find_map(|c| env_of(c, long)))
 }
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {

@@ -16,6 +16,7 @@ macro_rules! on_pool {
     };
 }
 
+pub mod notify;
 pub mod overview;
 pub mod refine_jobs;
 pub mod refine_runs;
@@ -29,8 +30,6 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-
-use crate::config::{DatabaseKind, database_kind};
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -75,6 +74,25 @@ impl From<sqlx::Error> for DbError {
 
 pub type DbResult<T> = Result<T, DbError>;
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseKind {
+    Postgres,
+    Sqlite,
+}
+
+impl DatabaseKind {
+    /// The back-end a database URL names, by its scheme.
+    pub fn of_url(url: &str) -> Option<Self> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(DatabaseKind::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Some(DatabaseKind::Sqlite)
+        } else {
+            None
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum Database {
     Postgres(PgPool),
@@ -87,7 +105,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 impl Database {
     /// Connect eagerly so that a wrong URL fails at start, not at the first request.
     pub async fn connect(url: &str) -> DbResult<Self> {
-        let kind = database_kind(url).map_err(|e| DbError::Url(e.to_string()))?;
+        let kind = DatabaseKind::of_url(url).ok_or_else(|| {
+            DbError::Url("invalid DATABASE_URL: must start with sqlite:// or postgres://".into())
+        })?;
         match kind {
             DatabaseKind::Postgres => {
                 let options = PgConnectOptions::from_str(url)
@@ -155,31 +175,6 @@ impl Database {
             return Err(DbError::Conflict(format!(
                 "{applied} of {expected} migrations applied"
             )));
-        }
-        Ok(())
-    }
-
-    /// Tells the other replicas' workers a job was queued (Postgres NOTIFY; a
-    /// no-op on SQLite, which is single-node).
-    pub async fn notify_job_queued(&self) -> DbResult<()> {
-        if let Database::Postgres(pool) = self {
-            sqlx::query("SELECT pg_notify($1, '')")
-                .bind(crate::jobs::listen::QUEUED_CHANNEL)
-                .execute(pool)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Tells the replica running `job_id` to kill its L0s now (its heartbeat would
-    /// see the cancel later anyway).
-    pub async fn notify_job_cancel(&self, job_id: uuid::Uuid) -> DbResult<()> {
-        if let Database::Postgres(pool) = self {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(crate::jobs::listen::CANCEL_CHANNEL)
-                .bind(job_id.to_string())
-                .execute(pool)
-                .await?;
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{Database, DbError, DbResult};
 use crate::domain::dispatch::{
-    self, AbandonCategory, DispatchTask, IllegalTransition, ReadyMode, TaskStatus, Transition,
+    self, AbandonCategory, DispatchTask, IllegalTransition, TaskStatus, Transition,
 };
 use crate::domain::gating::Task;
 
@@ -664,16 +664,4 @@ impl Database {
             .await?
         }))
     }
-}
-
-/// The pure readiness rule over a stored list.
-pub fn ready_tasks(list: &StoredTaskList, mode: ReadyMode) -> (Option<i64>, Vec<StoredTask>) {
-    let view = dispatch_view(&list.tasks);
-    let ready = dispatch::ready(mode, &view);
-    let tasks = ready
-        .tasks
-        .into_iter()
-        .filter_map(|i| list.tasks.get(i).cloned())
-        .collect();
-    (ready.wave, tasks)
 }

@@ -2,14 +2,8 @@
 //! per-project limits of a token. Ops routes and docs stay open so probes and
 //! people browsing the API need no token.
 //!
-//! The middleware puts a [`Caller`] on every request. A handler that touches a
-//! project takes `caller: Caller` as an extractor and calls
-//! [`Caller::check_project`] with the project of the resource *before* it changes
-//! anything (403 `forbidden_project` otherwise); a handler that lists resources
-//! across projects filters with [`Caller::allowed_projects`] (or
-//! [`Caller::may_access`]). Routes that name no project need nothing.
-
-use std::sync::Arc;
+//! The middleware puts a [`Caller`] on every request; handlers take it as an
+//! extractor and pass it to the use case, which checks it (`service/`).
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -18,83 +12,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use crate::error::ApiError;
-
-/// Who is calling, as far as authorisation goes: the projects the presented token
-/// may act on. Every request carries one (unrestricted when auth is off or the
-/// token has no limit). Cheap to clone.
-///
-/// ```ignore
-/// async fn handler(caller: Caller, Path(project_id): Path<String>) -> Result<_, ApiError> {
-///     caller.check_project(&project_id)?;   // 403 forbidden_project
-///     // ...
-/// }
-/// ```
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// `None`: every project. `Some`: only these (never empty).
-    projects: Option<Arc<[String]>>,
-}
-
-impl Caller {
-    /// A caller that may act on every project (auth off, or an unlimited token).
-    pub fn unrestricted() -> Self {
-        Caller { projects: None }
-    }
-
-    /// A caller limited to `projects`.
-    pub fn limited_to(projects: Arc<[String]>) -> Self {
-        Caller {
-            projects: Some(projects),
-        }
-    }
-
-    /// Whether the caller may act on `project_id`.
-    pub fn may_access(&self, project_id: &str) -> bool {
-        match &self.projects {
-            None => true,
-            Some(allowed) => allowed.iter().any(|p| p == project_id),
-        }
-    }
-
-    /// `Ok` when the caller may act on `project_id`, else 403 problem+json with code
-    /// `forbidden_project`. Call it before reading or changing anything of the project
-    /// beyond what is needed to learn which project a resource belongs to.
-    pub fn check_project(&self, project_id: &str) -> Result<(), ApiError> {
-        if self.may_access(project_id) {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden_project",
-                format!("this token may not act on project {project_id:?}"),
-            ))
-        }
-    }
-
-    /// [`Caller::check_project`] for resources whose project is optional (refine
-    /// jobs and runs): one with no project is for unrestricted callers only, so a
-    /// limited token must name one of its projects.
-    pub fn check_optional_project(&self, project_id: Option<&str>) -> Result<(), ApiError> {
-        match (project_id, &self.projects) {
-            (Some(p), _) => self.check_project(p),
-            (None, None) => Ok(()),
-            (None, Some(_)) => Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden_project",
-                "this token is limited to some projects: the resource must name one of them \
-                 in project_id",
-            )),
-        }
-    }
-
-    /// For list endpoints: `None` when every project is allowed, else the allowed
-    /// project ids (filter with them, e.g. `project_id = ANY($1)`). Rows that belong
-    /// to no project are for unrestricted callers only.
-    pub fn allowed_projects(&self) -> Option<&[String]> {
-        self.projects.as_deref()
-    }
-}
+use crate::http::problem::ApiError;
+pub use crate::service::Caller;
+use crate::service::ProblemCode;
 
 /// Handlers take `caller: Caller`. The auth middleware always inserts one, so a
 /// missing one is a wiring bug: refuse (500) rather than let the request through.
@@ -106,7 +26,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
             tracing::error!("no Caller on the request: the auth middleware is not installed");
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
+                ProblemCode::Internal,
                 "internal error; see the server log",
             )
         })
@@ -171,7 +91,7 @@ pub async fn require_token(
 
 fn unauthorized(detail: &str) -> Response {
     let mut response =
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+        ApiError::new(StatusCode::UNAUTHORIZED, ProblemCode::Unauthorized, detail).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer"),
@@ -188,21 +108,5 @@ mod tests {
         assert!(constant_time_eq(b"abcdefgh", b"abcdefgh"));
         assert!(!constant_time_eq(b"abcdefgh", b"abcdefgX"));
         assert!(!constant_time_eq(b"abcdefgh", b"abcdefg"));
-    }
-
-    #[test]
-    fn callers_check_projects() {
-        let all = Caller::unrestricted();
-        assert!(all.check_project("anything").is_ok());
-        assert_eq!(all.allowed_projects(), None);
-        let some = Caller::limited_to(vec!["a".to_owned(), "b".to_owned()].into());
-        assert!(some.check_project("b").is_ok());
-        let err = some.check_project("c").unwrap_err();
-        assert_eq!(err.status, StatusCode::FORBIDDEN);
-        assert_eq!(err.code, "forbidden_project");
-        assert_eq!(
-            some.allowed_projects(),
-            Some(&["a".to_owned(), "b".to_owned()][..])
-        );
     }
 }

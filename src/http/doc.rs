@@ -5,7 +5,7 @@
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
 use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
 
-use crate::error::PROBLEM_JSON;
+use crate::http::problem::PROBLEM_JSON;
 
 /// Routes that never touch the database, so never answer 503.
 const STATELESS: &[&str] = &["/v1/task-lists/validate", "/v1/loop-plans/"];

@@ -6,7 +6,8 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::http::problem::ApiError;
+use crate::service::ProblemCode;
 
 /// `axum::Json` whose rejection is an [`ApiError`].
 #[derive(Debug, Clone, Copy, Default, FromRequest)]
@@ -31,11 +32,11 @@ impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
         let status = rejection.status();
         let code = match &rejection {
-            JsonRejection::MissingJsonContentType(_) => "unsupported_media_type",
-            JsonRejection::JsonSyntaxError(_) => "malformed_json",
-            JsonRejection::JsonDataError(_) => "invalid_body",
-            _ if status == StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
-            _ => "invalid_body",
+            JsonRejection::MissingJsonContentType(_) => ProblemCode::UnsupportedMediaType,
+            JsonRejection::JsonSyntaxError(_) => ProblemCode::MalformedJson,
+            JsonRejection::JsonDataError(_) => ProblemCode::InvalidBody,
+            _ if status == StatusCode::PAYLOAD_TOO_LARGE => ProblemCode::BodyTooLarge,
+            _ => ProblemCode::InvalidBody,
         };
         // `body_text` names the JSON path and the line/column of the problem.
         ApiError::new(status, code, rejection.body_text())
@@ -44,12 +45,12 @@ impl From<JsonRejection> for ApiError {
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::bad_request("invalid_path", rejection.body_text())
+        ApiError::bad_request(ProblemCode::InvalidPath, rejection.body_text())
     }
 }
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::bad_request("invalid_query", rejection.body_text())
+        ApiError::bad_request(ProblemCode::InvalidQuery, rejection.body_text())
     }
 }

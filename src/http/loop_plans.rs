@@ -1,18 +1,18 @@
 //! `/v1/loop-plans`: generate a loop plan (JSON or plan.md) and parse a plan.md back.
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::auth::Caller;
 use super::extract::Json;
-use crate::domain::loop_plan::{
-    self, Dag, LoopPlan, LoopPlanRequest, PlanError, PlanErrorKind, Progress,
-};
-use crate::error::{ApiError, JsonBodyRejections, Problem};
+use crate::domain::loop_plan::{LoopPlan, LoopPlanRequest};
+use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
+use crate::service::ProblemCode;
+use crate::service::loop_plans::ParsedPlanResponse;
 
 const MARKDOWN: &str = "text/markdown; charset=utf-8";
 
@@ -20,19 +20,6 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(generate))
         .routes(routes!(parse))
-}
-
-fn plan_error(err: PlanError) -> ApiError {
-    let code = match err.kind {
-        PlanErrorKind::InvalidRequest => "invalid_body",
-        PlanErrorKind::InvalidPlanMarkdown => "invalid_plan_markdown",
-        PlanErrorKind::InvalidTracksMarkdown => "invalid_tracks_md",
-    };
-    let problem = ApiError::unprocessable(code, err.message);
-    match err.line {
-        Some(line) => problem.with("line", line),
-        None => problem,
-    }
 }
 
 fn wants_markdown(headers: &HeaderMap) -> bool {
@@ -51,21 +38,29 @@ fn content_type(headers: &HeaderMap) -> &str {
 
 /// The request as JSON (the default) or YAML (`application/yaml`, `text/yaml`), the
 /// two forms `plangate plan` reads too.
-fn read_request(headers: &HeaderMap, body: &Bytes) -> Result<LoopPlanRequest, ApiError> {
+fn read_request(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<LoopPlanRequest, ApiError> {
     let kind = content_type(headers);
     if ["application/yaml", "application/x-yaml", "text/yaml"]
         .iter()
         .any(|yaml| kind.starts_with(yaml))
     {
         let text = std::str::from_utf8(body).map_err(|e| {
-            ApiError::bad_request("invalid_utf8", format!("the body is not UTF-8: {e}"))
+            ApiError::bad_request(
+                ProblemCode::InvalidUtf8,
+                format!("the body is not UTF-8: {e}"),
+            )
         })?;
-        return loop_plan::parse_request_yaml(text).map_err(plan_error);
+        return Ok(state.service.parse_loop_plan_yaml(caller, text)?);
     }
     if !kind.starts_with("application/json") {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ProblemCode::UnsupportedMediaType,
             "send the request as application/json or application/yaml",
         ));
     }
@@ -90,35 +85,19 @@ fn read_request(headers: &HeaderMap, body: &Bytes) -> Result<LoopPlanRequest, Ap
          content((LoopPlan = "application/json"), (String = "text/markdown"))),
         (status = 422, description = "Invalid DAG or unreadable tracks_md (`dag_invalid`, with `errors`)", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn generate(headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let request = read_request(&headers, &body)?;
-    let plan = loop_plan::plan(&request);
-    if !plan.is_valid() {
-        let first = plan
-            .errors
-            .first()
-            .map(|e| e.message.clone())
-            .unwrap_or_default();
-        return Err(ApiError::unprocessable(
-            "dag_invalid",
-            format!("the task DAG is invalid: {first}"),
-        )
-        .with(
-            "errors",
-            serde_json::to_value(&plan.errors).unwrap_or_default(),
-        ));
-    }
+async fn generate(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request = read_request(&state, &caller, &headers, &body)?;
+    let plan = state.service.generate_loop_plan(&caller, &request)?;
     if wants_markdown(&headers) {
-        let text = loop_plan::render_markdown(&plan);
+        let text = state.service.render_plan_markdown(&plan);
         return Ok(([(header::CONTENT_TYPE, MARKDOWN)], text).into_response());
     }
     Ok(Json(plan).into_response())
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ParsedPlanResponse {
-    pub dag: Dag,
-    pub progress: Progress,
 }
 
 /// Read a plan.md back: its YAML DAG block and the task markers `[ ]`, `[~]`,
@@ -131,21 +110,25 @@ pub struct ParsedPlanResponse {
         (status = 415, description = "Not text/markdown or text/plain", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Not a readable plan.md (`line` says where)", body = Problem, content_type = "application/problem+json"),
     ))]
-async fn parse(headers: HeaderMap, body: Bytes) -> Result<Json<ParsedPlanResponse>, ApiError> {
+async fn parse(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<ParsedPlanResponse>, ApiError> {
     let kind = content_type(&headers);
     if !(kind.starts_with("text/markdown") || kind.starts_with("text/plain")) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ProblemCode::UnsupportedMediaType,
             "send the plan.md as text/markdown",
         ));
     }
     let text = std::str::from_utf8(&body).map_err(|e| {
-        ApiError::bad_request("invalid_utf8", format!("the body is not UTF-8: {e}"))
+        ApiError::bad_request(
+            ProblemCode::InvalidUtf8,
+            format!("the body is not UTF-8: {e}"),
+        )
     })?;
-    let parsed = loop_plan::parse_markdown(text).map_err(plan_error)?;
-    Ok(Json(ParsedPlanResponse {
-        dag: parsed.dag,
-        progress: parsed.progress,
-    }))
+    Ok(Json(state.service.parse_plan_markdown(&caller, text)?))
 }

@@ -20,7 +20,8 @@ use tracing::Level;
 
 use super::AppState;
 use crate::config::Settings;
-use crate::error::{ApiError, PROBLEM_JSON};
+use crate::http::problem::{ApiError, PROBLEM_JSON};
+use crate::service::ProblemCode;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -109,18 +110,18 @@ async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
     }
     let (code, detail) = match status {
         StatusCode::PAYLOAD_TOO_LARGE => (
-            "body_too_large",
+            ProblemCode::BodyTooLarge,
             "the request body exceeds the configured limit",
         ),
         StatusCode::REQUEST_TIMEOUT => (
-            "timeout",
+            ProblemCode::Timeout,
             "the request took longer than the configured timeout",
         ),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => (
-            "unsupported_media_type",
+            ProblemCode::UnsupportedMediaType,
             "send the body as application/json",
         ),
-        _ => ("error", "the request failed"),
+        _ => (ProblemCode::Error, "the request failed"),
     };
     let mut problem = ApiError::new(status, code, detail).into_response();
     // Keep headers such as Allow or Retry-After that the inner layer set.
@@ -141,7 +142,7 @@ fn panic_to_problem(payload: Box<dyn Any + Send + 'static>) -> Response<Body> {
     tracing::error!(panic = message, "handler panicked");
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
+        ProblemCode::Internal,
         "internal error; see the server log",
     )
     .into_response()
@@ -150,7 +151,7 @@ fn panic_to_problem(payload: Box<dyn Any + Send + 'static>) -> Response<Body> {
 pub async fn not_found(uri: Uri) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
-        "route_not_found",
+        ProblemCode::RouteNotFound,
         format!("no route for {}; see /docs for the API", uri.path()),
     )
 }
@@ -158,7 +159,7 @@ pub async fn not_found(uri: Uri) -> ApiError {
 pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+        ProblemCode::MethodNotAllowed,
         format!("{method} is not allowed on {}", uri.path()),
     )
 }

@@ -1,6 +1,6 @@
 //! HTTP transport: the router, its one middleware stack, and one module per resource.
-//! Handlers are thin: extract (typed, with problem+json rejections), call the domain
-//! or the database, map the result.
+//! Handlers are thin: extract (typed, with problem+json rejections), call one
+//! use case of [`Service`], map the answer. Nothing here touches storage.
 
 pub mod auth;
 mod doc;
@@ -8,6 +8,7 @@ pub mod extract;
 pub mod loop_plans;
 pub mod middleware;
 pub mod ops;
+pub mod problem;
 pub mod projects;
 pub mod refine_jobs;
 pub mod refine_runs;
@@ -16,55 +17,36 @@ pub mod tasks;
 pub mod tracks;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::agents::Executors;
 use crate::config::Settings;
-use crate::db::Database;
-use crate::jobs::JobsHub;
+use crate::service::Service;
 
 /// Shared by every handler. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    pub db: Database,
+    /// The use cases.
+    pub service: Service,
     pub settings: Arc<Settings>,
-    pub executors: Executors,
-    /// Wake-ups and kill switches shared with this process's job workers.
-    pub hub: Arc<JobsHub>,
-    shutting_down: Arc<AtomicBool>,
 }
 
 impl AppState {
-    pub fn new(db: Database, settings: Arc<Settings>, executors: Executors) -> Self {
-        AppState {
-            db,
-            settings,
-            executors,
-            hub: Arc::new(JobsHub::default()),
-            shutting_down: Arc::new(AtomicBool::new(false)),
-        }
+    pub fn new(service: Service) -> Self {
+        let settings = service.settings().clone();
+        AppState { service, settings }
     }
 
-    /// A job was queued: wake this process's workers now and the other
-    /// replicas' through NOTIFY (a hint; they poll anyway).
-    pub async fn wake_workers(&self) {
-        self.hub.queued.notify_waiters();
-        if let Err(e) = self.db.notify_job_queued().await {
-            tracing::debug!(error = %e, "queue notification failed; workers will poll");
-        }
-    }
-
-    /// From now on `/readyz` answers 503 so load balancers drain this replica.
+    /// From now on `/readyz` answers 503 so load balancers drain this replica (and
+    /// long-polls and event streams end).
     pub fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
+        self.service.begin_shutdown();
     }
 
     pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
+        self.service.is_shutting_down()
     }
 }
 

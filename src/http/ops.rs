@@ -15,7 +15,8 @@ use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use super::AppState;
 use super::extract::Json;
-use crate::error::ApiError;
+use crate::http::problem::ApiError;
+use crate::service::ProblemCode;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -53,18 +54,23 @@ async fn healthz() -> Json<Health> {
     responses(
         (status = 200, description = "Ready to serve", body = Health),
         (status = 503, description = "Database unreachable, migrations missing, or shutting down",
-         body = crate::error::Problem, content_type = "application/problem+json"),
+         body = crate::http::problem::Problem, content_type = "application/problem+json"),
     ))]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    let unavailable =
-        |detail: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", detail);
+    let unavailable = |detail: String| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProblemCode::NotReady,
+            detail,
+        )
+    };
     if state.is_shutting_down() {
         return Err(unavailable("shutting down".into()));
     }
     // A database that hangs must not hang the probe; and while it restarts, the
     // pool would wait for it to come back and answer 200 late — a replica whose
     // database cannot answer a trivial query within half a second is not ready.
-    match tokio::time::timeout(Duration::from_millis(500), state.db.check_ready()).await {
+    match tokio::time::timeout(Duration::from_millis(500), state.service.check_ready()).await {
         Ok(Ok(())) => Ok(Json(Health { status: "ok" })),
         Ok(Err(e)) => Err(unavailable(format!("database not ready: {e}"))),
         Err(_) => Err(unavailable("database did not answer within 0.5 s".into())),
@@ -120,9 +126,10 @@ mod tests {
             ..Default::default()
         };
         let settings = Settings::merge(&args, FileConfig::default()).unwrap();
-        let db = crate::open_database(&settings).await.unwrap();
-        let executors = crate::agents::Executors::from_settings(&settings).unwrap();
-        let state = AppState::new(db, Arc::new(settings), executors);
+        let service = crate::service::Service::open(Arc::new(settings))
+            .await
+            .unwrap();
+        let state = AppState::new(service);
         let router = app(state.clone());
         let ready = |router: axum::Router| async move {
             let request = Request::get("/readyz").body(Body::empty()).unwrap();

@@ -2,18 +2,16 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query};
-use crate::db::DbError;
-use crate::db::task_lists::{StatusScope, Team};
-use crate::domain::dispatch::{WaveCounts, snapshot};
 use crate::domain::ids::Ident;
-use crate::error::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::service::projects::{NewTeam, ProjectStatus, Team};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -31,21 +29,6 @@ pub struct StatusQuery {
     pub team_pk: Option<String>,
 }
 
-#[derive(Serialize, ToSchema)]
-pub struct ProjectStatus {
-    pub project_id: String,
-    /// The team_pk asked for (null when none was).
-    pub team_pk: Option<String>,
-    pub scope: StatusScope,
-    /// Tasks by status; every status is present.
-    pub counts: std::collections::BTreeMap<String, u64>,
-    /// Lowest wave with a non-terminal task; null when all are terminal.
-    pub active_wave: Option<i64>,
-    /// Tasks running now.
-    pub in_flight: u64,
-    pub waves: Vec<WaveCounts>,
-}
-
 /// Status snapshot of a project or of one of its cycles.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/status", tag = "projects",
     params(("project_id" = Ident, Path, description = "The project"), StatusQuery),
@@ -61,32 +44,12 @@ async fn project_status(
     Path(project_id): Path<String>,
     Query(query): Query<StatusQuery>,
 ) -> Result<Json<ProjectStatus>, ApiError> {
-    let project = Ident::parse("project_id", &project_id)?;
-    caller.check_project(project.as_str())?;
-    let team = Ident::parse_optional("team_pk", query.team_pk.as_deref())?;
-    let (scope, rows) = state
-        .db
-        .status_rows(project.as_str(), team.as_ref().map(Ident::as_str))
-        .await?;
-    let snap = snapshot(rows);
-    Ok(Json(ProjectStatus {
-        project_id,
-        team_pk: query.team_pk,
-        scope,
-        counts: snap.counts,
-        active_wave: snap.active_wave,
-        in_flight: snap.in_flight,
-        waves: snap.waves,
-    }))
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewTeam {
-    #[schema(value_type = Ident)]
-    pub team_pk: String,
-    #[schema(value_type = Option<Ident>)]
-    pub lead_role: Option<String>,
+    Ok(Json(
+        state
+            .service
+            .project_status(&caller, project_id, query.team_pk)
+            .await?,
+    ))
 }
 
 /// Register a cycle (team) of a project. A project may host several.
@@ -106,23 +69,11 @@ async fn create_team(
     Path(project_id): Path<String>,
     Json(team): Json<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
-    let project = Ident::parse("project_id", &project_id)?;
-    caller.check_project(project.as_str())?;
-    let team_pk = Ident::parse("team_pk", &team.team_pk)?;
-    let lead_role = Ident::parse_optional("lead_role", team.lead_role.as_deref())?;
-    match state
-        .db
-        .create_team(
-            project.as_str(),
-            team_pk.as_str(),
-            lead_role.as_ref().map(Ident::as_str),
-        )
-        .await
-    {
-        Ok(team) => Ok((StatusCode::CREATED, Json(team))),
-        Err(DbError::Conflict(detail)) => Err(ApiError::conflict("team_exists", detail)),
-        Err(other) => Err(other.into()),
-    }
+    let team = state
+        .service
+        .create_team(&caller, &project_id, team)
+        .await?;
+    Ok((StatusCode::CREATED, Json(team)))
 }
 
 /// The teams registered for a project, oldest first.
@@ -138,7 +89,5 @@ async fn list_teams(
     caller: Caller,
     Path(project_id): Path<String>,
 ) -> Result<Json<Vec<Team>>, ApiError> {
-    let project = Ident::parse("project_id", &project_id)?;
-    caller.check_project(project.as_str())?;
-    Ok(Json(state.db.teams(project.as_str()).await?))
+    Ok(Json(state.service.teams(&caller, &project_id).await?))
 }

@@ -11,18 +11,11 @@ use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
+use super::auth::Caller;
 use super::extract::{Json, Path};
-use crate::db::DbError;
-use crate::db::task_lists::now;
-use crate::db::tracks::{StoredTrack, WriteOutcome};
-use crate::domain::track_state::{
-    self, Completion, Metadata, Step, StepStart, TrackError, TrackErrorCode, TrackId,
-    TransitionCode, TransitionError,
-};
-use crate::error::{ApiError, JsonBodyRejections, Problem};
-
-/// Compare-and-set retries for writers that sent no `If-Match`.
-const MAX_WRITE_RETRIES: usize = 8;
+use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
+use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
+use crate::service::tracks::{Precondition, TrackVersion};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -31,81 +24,30 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(complete_step))
 }
 
-fn track_id(raw: &str) -> Result<TrackId, ApiError> {
-    TrackId::parse(raw).map_err(|e| ApiError::bad_request("invalid_track_id", e.message))
-}
-
-fn track_error(err: TrackError) -> ApiError {
-    let code = match err.code {
-        TrackErrorCode::InvalidTrackId => "invalid_track_id",
-        TrackErrorCode::InvalidMetadata => "invalid_metadata",
-        TrackErrorCode::UnsupportedVersion => "unsupported_version",
-        TrackErrorCode::TrackIdMismatch => "track_id_mismatch",
+/// `If-Match` as a precondition: none when absent or blank, `Exists` for `*` (or
+/// an empty list of tags, which RFC 9110 `#entity-tag` allows), else the revision;
+/// a tag that is not one of ours can never match, so it is an impossible revision.
+fn precondition(headers: &HeaderMap) -> Precondition {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Precondition::None;
     };
-    ApiError::unprocessable(code, err.message)
-}
-
-fn transition_error(err: TransitionError) -> ApiError {
-    let (status, code) = match err.code {
-        TransitionCode::IllegalTransition => (StatusCode::CONFLICT, "illegal_transition"),
-        TransitionCode::UnknownStep => (StatusCode::CONFLICT, "unknown_step"),
-        TransitionCode::TrackClosed => (StatusCode::CONFLICT, "track_closed"),
-        TransitionCode::InvalidInput => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-    };
-    ApiError::new(status, code, err.message)
-        .with("current_step", err.current_step)
-        .with("step_status", err.step_status)
-        .with("legal", err.legal)
-}
-
-/// `If-Match` as a revision: `None` when absent or `*`; a tag that is not one of
-/// ours can never match, so it is kept as an impossible revision.
-fn if_match(headers: &HeaderMap) -> Option<i64> {
-    let value = headers
-        .get(header::IF_MATCH)?
-        .to_str()
-        .unwrap_or("\"invalid\"")
-        .trim();
-    // An empty list of tags (RFC 9110 `#entity-tag` allows it) sets no condition.
+    if value.as_bytes().iter().all(u8::is_ascii_whitespace) {
+        return Precondition::None;
+    }
+    let value = value.to_str().unwrap_or("\"invalid\"").trim();
     if value == "*" || value.is_empty() {
-        return None;
+        return Precondition::Exists;
     }
     let tag = value.trim_start_matches("W/").trim_matches('"');
-    Some(tag.parse::<i64>().unwrap_or(-1))
+    Precondition::Revision(tag.parse::<i64>().unwrap_or(-1))
 }
 
-fn precondition_failed(current: Option<i64>) -> ApiError {
-    let detail = match current {
-        Some(revision) => format!(
-            "If-Match does not name the current version (ETag \"{revision}\"); read the track again and retry"
-        ),
-        None => "the track does not exist".to_owned(),
-    };
-    ApiError::new(StatusCode::PRECONDITION_FAILED, "stale_etag", detail)
-}
-
-fn respond(status: StatusCode, metadata: &Metadata, revision: i64) -> Response {
-    let mut response = (status, Json(metadata)).into_response();
-    if let Ok(etag) = HeaderValue::from_str(&format!("\"{revision}\"")) {
+fn respond(status: StatusCode, track: &TrackVersion) -> Response {
+    let mut response = (status, Json(&track.metadata)).into_response();
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", track.revision)) {
         response.headers_mut().insert(header::ETAG, etag);
     }
     response
-}
-
-fn decode(track: &StoredTrack) -> Result<Metadata, ApiError> {
-    serde_json::from_value(track.metadata.clone()).map_err(|e| {
-        ApiError::from(DbError::Corrupt(format!(
-            "stored track metadata does not parse: {e}"
-        )))
-    })
-}
-
-fn encode(metadata: &Metadata) -> Result<Value, ApiError> {
-    serde_json::to_value(metadata).map_err(|e| {
-        ApiError::from(DbError::Corrupt(format!(
-            "metadata does not serialise: {e}"
-        )))
-    })
 }
 
 /// Import (create or replace) a track's metadata; v1 documents are upgraded to v2.
@@ -126,40 +68,21 @@ fn encode(metadata: &Metadata) -> Result<Value, ApiError> {
     ))]
 async fn put_track(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
     headers: HeaderMap,
     Json(document): Json<Value>,
 ) -> Result<Response, ApiError> {
-    let id = track_id(&raw_id)?;
-    let metadata = track_state::import_for_track(&id, document, now()).map_err(track_error)?;
-    let conditional = headers
-        .get(header::IF_MATCH)
-        .is_some_and(|v| !v.as_bytes().iter().all(u8::is_ascii_whitespace));
-    let expected = match (conditional, if_match(&headers)) {
-        (false, _) => None,
-        (true, Some(revision)) => Some(Some(revision)),
-        // `If-Match: *` (RFC 9110): replace only a track that exists, whatever its
-        // version — so pin the one stored now.
-        (true, None) => match state.db.track(id.as_str()).await? {
-            Some(track) => Some(Some(track.revision)),
-            None => return Err(precondition_failed(None)),
-        },
+    let track = state
+        .service
+        .import_track(&caller, &raw_id, document, precondition(&headers))
+        .await?;
+    let status = if track.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
     };
-    match state
-        .db
-        .put_track(id.as_str(), &encode(&metadata)?, expected)
-        .await?
-    {
-        WriteOutcome::Written { revision, created } => {
-            let status = if created {
-                StatusCode::CREATED
-            } else {
-                StatusCode::OK
-            };
-            Ok(respond(status, &metadata, revision))
-        }
-        WriteOutcome::Stale { current } => Err(precondition_failed(current)),
-    }
+    Ok(respond(status, &track))
 }
 
 /// A track's metadata v2, with its version as `ETag`.
@@ -172,61 +95,11 @@ async fn put_track(
     ))]
 async fn get_track(
     State(state): State<AppState>,
+    caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = track_id(&raw_id)?;
-    let track = state
-        .db
-        .track(id.as_str())
-        .await?
-        .ok_or_else(|| ApiError::not_found("track", id.as_str()))?;
-    Ok(respond(StatusCode::OK, &decode(&track)?, track.revision))
-}
-
-/// Read, apply a pure transition, compare-and-set; re-read and re-apply when
-/// another writer got in between (unless the client pinned a version).
-async fn apply_step(
-    state: &AppState,
-    raw_id: &str,
-    raw_step: &str,
-    headers: &HeaderMap,
-    transition: impl Fn(&Metadata, Step) -> Result<Metadata, TransitionError>,
-) -> Result<Response, ApiError> {
-    let id = track_id(raw_id)?;
-    let pinned = if_match(headers);
-    for _ in 0..MAX_WRITE_RETRIES {
-        let track = state
-            .db
-            .track(id.as_str())
-            .await?
-            .ok_or_else(|| ApiError::not_found("track", id.as_str()))?;
-        if let Some(expected) = pinned
-            && expected != track.revision
-        {
-            return Err(precondition_failed(Some(track.revision)));
-        }
-        let current = decode(&track)?;
-        let step = Step::parse(raw_step)
-            .ok_or_else(|| transition_error(track_state::unknown_step(&current, raw_step)))?;
-        let next = transition(&current, step).map_err(transition_error)?;
-        match state
-            .db
-            .update_track(id.as_str(), &encode(&next)?, track.revision)
-            .await?
-        {
-            WriteOutcome::Written { revision, .. } => {
-                return Ok(respond(StatusCode::OK, &next, revision));
-            }
-            WriteOutcome::Stale { current } if pinned.is_some() => {
-                return Err(precondition_failed(current));
-            }
-            WriteOutcome::Stale { .. } => continue,
-        }
-    }
-    Err(ApiError::conflict(
-        "write_contention",
-        "the track changed under every retry; try again",
-    ))
+    let track = state.service.track(&caller, &raw_id).await?;
+    Ok(respond(StatusCode::OK, &track))
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).
@@ -247,14 +120,22 @@ async fn apply_step(
     ))]
 async fn start_step(
     State(state): State<AppState>,
+    caller: Caller,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
     Json(body): Json<StepStart>,
 ) -> Result<Response, ApiError> {
-    apply_step(&state, &raw_id, &raw_step, &headers, |meta, step| {
-        track_state::start_step(meta, step, &body.agent, now())
-    })
-    .await
+    let track = state
+        .service
+        .start_step(
+            &caller,
+            &raw_id,
+            &raw_step,
+            &body.agent,
+            precondition(&headers),
+        )
+        .await?;
+    Ok(respond(StatusCode::OK, &track))
 }
 
 /// Complete the current step with PASSED, FAILED or BLOCKED; the loop advances as
@@ -276,12 +157,14 @@ async fn start_step(
     ))]
 async fn complete_step(
     State(state): State<AppState>,
+    caller: Caller,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
     Json(body): Json<Completion>,
 ) -> Result<Response, ApiError> {
-    apply_step(&state, &raw_id, &raw_step, &headers, |meta, step| {
-        track_state::complete_step(meta, step, &body, now())
-    })
-    .await
+    let track = state
+        .service
+        .complete_step(&caller, &raw_id, &raw_step, &body, precondition(&headers))
+        .await?;
+    Ok(respond(StatusCode::OK, &track))
 }

@@ -1,10 +1,9 @@
 //! Durable background jobs (jobs.md): the refine engine ([`engine`]), the worker
 //! pool with its claim loop, heartbeat, reaper and retention ([`worker`]), the
-//! Postgres wake-ups ([`listen`]), stored requests and confined paths
+//! stored requests and confined paths
 //! ([`request`]) and result files ([`output`]).
 
 pub mod engine;
-pub mod listen;
 pub mod output;
 pub mod request;
 pub mod runs;

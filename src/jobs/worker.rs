@@ -21,6 +21,7 @@ use super::engine::{
 use super::request::StoredRequest;
 use crate::agents::Executors;
 use crate::config::Settings;
+use crate::db::notify::Notice;
 use crate::db::refine_jobs::{ClaimedJob, Finish, L0Done, Lease, LeaseLost};
 use crate::db::{Database, DbError};
 use crate::domain::job::{JobStatus, requeue_backoff};
@@ -125,12 +126,15 @@ pub fn start(
     let background = CancellationToken::new();
     let mut background_tasks = JoinSet::new();
     background_tasks.spawn(reaper(pool.clone(), background.clone()));
-    if let Database::Postgres(pg) = &pool.db {
-        background_tasks.spawn(super::listen::listen(
-            pg.clone(),
-            pool.hub.clone(),
-            background.clone(),
-        ));
+    if let Database::Postgres(_) = &pool.db {
+        let (db, hub, stop) = (pool.db.clone(), pool.hub.clone(), background.clone());
+        background_tasks.spawn(async move {
+            let on_notice = |notice| match notice {
+                Notice::Queued => hub.queued.notify_waiters(),
+                Notice::Cancel(id) => hub.cancel_local(id),
+            };
+            db.listen(on_notice, stop).await;
+        });
     }
     tokio::spawn(async move {
         let mut workers = JoinSet::new();

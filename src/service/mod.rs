@@ -1,4 +1,117 @@
-//! Use cases, transport-neutral: typed input and the caller's project scope in,
-//! typed output or one error out. Adapters (`http`, `mcp`, `ui`) call these.
+//! The use cases, transport-neutral: the one place that orchestrates `domain`,
+//! `db` and `jobs`. HTTP (`http/`), MCP (`mcp/`) and the dashboard (`ui/`) are thin
+//! adapters over these functions and never touch `db/` themselves.
+//!
+//! # Contract
+//! - Every use case is a method of [`Service`] (cheap to clone; build one per
+//!   process with [`Service::new`]) that takes the [`Caller`] first, then typed
+//!   input, and returns typed output or one [`ServiceError`].
+//! - Authorization is checked here, once, *before* anything is read or changed
+//!   beyond what is needed to learn which project a resource belongs to: a caller
+//!   limited to other projects gets `ErrorKind::Forbidden` /
+//!   `ProblemCode::ForbiddenProject`.
+//! - [`ServiceError`] carries an [`ErrorKind`] (the transport picks its status from
+//!   it), a [`ProblemCode`] (the stable `code`), a `detail` for people and `extra`
+//!   members (`field`, `errors`, …) to pass on unchanged.
+//!
+//! # Use cases
+//! - task lists and dispatch ([`task_lists`]): `validate_task_list`,
+//!   `create_task_list` (a gate rejection is a 422 with the retry verdict),
+//!   `task_list`, `ready_tasks`, `task_graph`, `update_task`.
+//! - projects ([`projects`]): `project_status`, `create_team`, `teams`.
+//! - loop plans ([`loop_plans`]): `generate_loop_plan`, `render_plan_markdown`,
+//!   `parse_loop_plan_yaml`, `parse_plan_markdown`.
+//! - tracks ([`tracks`]): `track`, `import_track`, `start_step`, `complete_step`.
+//! - refine jobs ([`refine_jobs`]): `create_refine_job`, `refine_job` (with
+//!   long-poll `wait`), `refine_jobs` (list), `refine_job_result`,
+//!   `refine_job_assignments`, `refine_job_events` (a stream), `cancel_refine_job`.
+//! - refine runs ([`refine_runs`]): `create_refine_run`, `refine_run` (with
+//!   `wait`), `refine_run_result`, `cancel_refine_run`.
+//! - operations: [`Service::check_ready`], [`Service::begin_shutdown`].
 
+mod caller;
 pub mod dashboard;
+mod error;
+pub mod loop_plans;
+pub mod projects;
+pub mod refine_jobs;
+pub mod refine_runs;
+mod submission;
+pub mod task_lists;
+pub mod tracks;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use caller::Caller;
+pub use error::{ErrorKind, ProblemCode, ServiceError};
+pub use submission::{Accepted, MAX_WAIT_SECS, canonical_hash};
+
+use crate::agents::Executors;
+use crate::config::Settings;
+use crate::db::{Database, DbError};
+use crate::jobs::JobsHub;
+
+/// What every use case needs: storage, settings, executors and this process's job
+/// hub. Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    db: Database,
+    settings: Arc<Settings>,
+    executors: Executors,
+    /// Wake-ups and kill switches shared with this process's job workers.
+    hub: Arc<JobsHub>,
+    shutting_down: Arc<AtomicBool>,
+}
+
+impl Service {
+    pub fn new(db: Database, settings: Arc<Settings>, executors: Executors) -> Self {
+        Service {
+            db,
+            settings,
+            executors,
+            hub: Arc::new(JobsHub::default()),
+            shutting_down: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Opens the configured database (applying its migrations) and executors: a
+    /// service for processes and tests that build their own transport.
+    pub async fn open(settings: Arc<Settings>) -> Result<Self, crate::StartError> {
+        let db = crate::open_database(&settings).await?;
+        let executors = Executors::from_settings(&settings)?;
+        Ok(Service::new(db, settings, executors))
+    }
+
+    pub fn settings(&self) -> &Arc<Settings> {
+        &self.settings
+    }
+
+    /// The hub this process's job workers must share (see `jobs::start`).
+    pub fn hub(&self) -> &Arc<JobsHub> {
+        &self.hub
+    }
+
+    /// From now on long-polls and event streams end early and readiness fails.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Whether the database answers and its migrations are applied.
+    pub async fn check_ready(&self) -> Result<(), DbError> {
+        self.db.check_ready().await
+    }
+
+    /// A job was queued: wake this process's workers now and the other
+    /// replicas' through NOTIFY (a hint; they poll anyway).
+    async fn wake_workers(&self) {
+        self.hub.queued.notify_waiters();
+        if let Err(e) = self.db.notify_job_queued().await {
+            tracing::debug!(error = %e, "queue notification failed; workers will poll");
+        }
+    }
+}

@@ -22,7 +22,8 @@ use uuid::Uuid;
 
 use crate::domain::job::JobStatus;
 use crate::http::AppState;
-use crate::service::dashboard::{self as service, DashboardError, JobQuery, Scope, TaskState};
+use crate::service::dashboard::{DashboardError, JobQuery, TaskState};
+use crate::service::{Caller, ErrorKind};
 use pages::{Chrome, error_page, respond};
 
 /// How often a live task list looks for changes.
@@ -99,8 +100,10 @@ fn present(value: &Option<String>) -> Option<&str> {
 
 type Page = Result<Response, Response>;
 
-async fn overview(State(state): State<AppState>, Extension(scope): Extension<Scope>) -> Page {
-    let overview = service::overview(&state.db, &scope)
+async fn overview(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Page {
+    let overview = state
+        .service
+        .dashboard_overview(&caller)
         .await
         .map_err(failure)?;
     Ok(respond(
@@ -116,7 +119,7 @@ struct WaveQuery {
 
 async fn task_list(
     State(state): State<AppState>,
-    Extension(scope): Extension<Scope>,
+    Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
     Query(query): Query<WaveQuery>,
 ) -> Page {
@@ -130,7 +133,9 @@ async fn task_list(
             })
         })?),
     };
-    let view = service::task_list(&state.db, &scope, id)
+    let view = state
+        .service
+        .dashboard_task_list(&caller, id)
         .await
         .map_err(failure)?;
     Ok(respond(
@@ -143,11 +148,13 @@ async fn task_list(
 /// the first with every task, later ones with the tasks that changed.
 async fn task_list_events(
     State(state): State<AppState>,
-    Extension(scope): Extension<Scope>,
+    Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Response> {
     let id = parse_id(&raw, "task list id").map_err(failure)?;
-    service::task_list_marker(&state.db, &scope, id)
+    state
+        .service
+        .dashboard_task_list_marker(&caller, id)
         .await
         .map_err(failure)?;
     struct Seen {
@@ -161,18 +168,18 @@ async fn task_list_events(
         wave: None,
     };
     let stream = futures::stream::unfold(
-        (state, scope, seen),
-        move |(state, scope, mut seen)| async move {
+        (state, caller, seen),
+        move |(state, caller, mut seen)| async move {
             loop {
                 if state.is_shutting_down() {
                     return None;
                 }
-                let marker = match service::task_list_marker(&state.db, &scope, id).await {
+                let marker = match state.service.dashboard_task_list_marker(&caller, id).await {
                     Ok(m) => m,
                     Err(_) => return None,
                 };
                 if seen.marker != Some(marker) {
-                    let (states, wave) = match service::task_list_states(&state.db, id).await {
+                    let (states, wave) = match state.service.dashboard_task_states(id).await {
                         Ok(s) => s,
                         Err(_) => return None,
                     };
@@ -189,7 +196,7 @@ async fn task_list_events(
                         seen.wave = Some(wave);
                         seen.states = states;
                         let event = Event::default().event("tasks").data(data.to_string());
-                        return Some((Ok(event), (state, scope, seen)));
+                        return Some((Ok(event), (state, caller, seen)));
                     }
                     seen.marker = Some(marker);
                 }
@@ -239,11 +246,13 @@ fn job_query(form: &JobsForm) -> Result<JobQuery, DashboardError> {
 
 async fn jobs(
     State(state): State<AppState>,
-    Extension(scope): Extension<Scope>,
+    Extension(caller): Extension<Caller>,
     Query(form): Query<JobsForm>,
 ) -> Page {
     let query = job_query(&form).map_err(failure)?;
-    let page = service::jobs(&state.db, &scope, &query)
+    let page = state
+        .service
+        .dashboard_jobs(&caller, &query)
         .await
         .map_err(failure)?;
     Ok(respond(
@@ -254,11 +263,15 @@ async fn jobs(
 
 async fn job(
     State(state): State<AppState>,
-    Extension(scope): Extension<Scope>,
+    Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
 ) -> Page {
     let id = parse_id(&raw, "job id").map_err(failure)?;
-    let view = service::job(&state.db, &scope, id).await.map_err(failure)?;
+    let view = state
+        .service
+        .dashboard_job(&caller, id)
+        .await
+        .map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
         pages::jobs::job_page(&view, chrome(&state)),
@@ -267,20 +280,24 @@ async fn job(
 
 async fn cancel_job(
     State(state): State<AppState>,
-    Extension(scope): Extension<Scope>,
+    Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
 ) -> Page {
     let id = parse_id(&raw, "job id").map_err(failure)?;
-    // The project check comes first: a refused viewer changes nothing.
-    service::job(&state.db, &scope, id).await.map_err(failure)?;
-    crate::http::refine_jobs::cancel_job(&state, id)
+    // The service checks the caller's project before it changes anything.
+    state
+        .service
+        .cancel_refine_job(&caller, &id.to_string())
         .await
         .map_err(|e| {
-            error_page(
-                e.status,
-                "Cancel failed",
-                &format!("The job could not be cancelled: {}", e.detail),
-            )
+            let status = match e.kind {
+                ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+                ErrorKind::NotFound => StatusCode::NOT_FOUND,
+                ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+                _ => StatusCode::CONFLICT,
+            };
+            error_page(status, "Cancel refused", &e.detail)
         })?;
     Ok(Redirect::to(&format!("/ui/jobs/{id}")).into_response())
 }
@@ -292,14 +309,16 @@ struct RunsForm {
 
 async fn runs(
     State(state): State<AppState>,
-    Extension(scope): Extension<Scope>,
+    Extension(caller): Extension<Caller>,
     Query(form): Query<RunsForm>,
 ) -> Page {
     let before = present(&form.before)
         .map(|b| parse_id(b, "before"))
         .transpose()
         .map_err(failure)?;
-    let page = service::runs(&state.db, &scope, before)
+    let page = state
+        .service
+        .dashboard_runs(&caller, before)
         .await
         .map_err(failure)?;
     Ok(respond(
@@ -310,11 +329,15 @@ async fn runs(
 
 async fn run(
     State(state): State<AppState>,
-    Extension(scope): Extension<Scope>,
+    Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
 ) -> Page {
     let id = parse_id(&raw, "run id").map_err(failure)?;
-    let view = service::run(&state.db, &scope, id).await.map_err(failure)?;
+    let view = state
+        .service
+        .dashboard_run(&caller, id)
+        .await
+        .map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
         pages::jobs::run_page(&view, chrome(&state)),
@@ -322,7 +345,7 @@ async fn run(
 }
 
 async fn tracks(State(state): State<AppState>) -> Page {
-    let tracks = service::tracks(&state.db).await.map_err(failure)?;
+    let tracks = state.service.dashboard_tracks().await.map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
         pages::tracks::tracks_page(&tracks, chrome(&state)),
@@ -330,7 +353,9 @@ async fn tracks(State(state): State<AppState>) -> Page {
 }
 
 async fn track(State(state): State<AppState>, Path(track_id): Path<String>) -> Page {
-    let view = service::track(&state.db, &track_id)
+    let view = state
+        .service
+        .dashboard_track(&track_id)
         .await
         .map_err(failure)?;
     Ok(respond(

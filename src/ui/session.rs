@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::config::ApiToken;
 use crate::http::AppState;
-use crate::service::dashboard::Scope;
+use crate::service::Caller;
 
 pub const COOKIE: &str = "plangate_session";
 
@@ -79,10 +79,10 @@ pub fn token_matching<'a>(presented: &str, tokens: &'a [ApiToken]) -> Option<&'a
     matched
 }
 
-pub fn scope_of(token: &ApiToken) -> Scope {
+pub fn caller_of(token: &ApiToken) -> Caller {
     match token.projects() {
-        None => Scope::unrestricted(),
-        Some(projects) => Scope::limited_to(projects.clone()),
+        None => Caller::unrestricted(),
+        Some(projects) => Caller::limited_to(projects.clone()),
     }
 }
 
@@ -152,7 +152,7 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// Puts the viewer's [`Scope`] on the request, or sends them to the login form;
+/// Puts the viewer's [`Caller`] on the request, or sends them to the login form;
 /// refuses cross-site `POST`s before any handler runs.
 pub async fn require_session(
     State(state): State<AppState>,
@@ -170,16 +170,16 @@ pub async fn require_session(
     }
     let tokens = &state.settings.api_tokens;
     if tokens.is_empty() || open {
-        let scope = match token_from_cookie(request.headers(), tokens) {
-            Some(token) => scope_of(token),
-            None => Scope::unrestricted(),
+        let caller = match token_from_cookie(request.headers(), tokens) {
+            Some(token) => caller_of(token),
+            None => Caller::unrestricted(),
         };
-        request.extensions_mut().insert(scope);
+        request.extensions_mut().insert(caller);
         return next.run(request).await;
     }
     match token_from_cookie(request.headers(), tokens) {
         Some(token) => {
-            request.extensions_mut().insert(scope_of(token));
+            request.extensions_mut().insert(caller_of(token));
             next.run(request).await
         }
         None if request.method() == Method::GET && !path.ends_with("/events") => {

@@ -1,6 +1,6 @@
 //! Test harness: the real server on 127.0.0.1:0 against a fresh database per test —
-//! a new SQLite file or a new Postgres database on the machine's server.
-#![allow(dead_code)]
+//! a new SQLite file or a new Postgres database on the machine's server — and the
+//! one way to run a test on both back-ends, [`both_backends!`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -185,19 +185,67 @@ pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings))
     }
 }
 
-/// Run an `async fn(TestApp)` once against SQLite and once against Postgres:
-/// `both_backends!(my_test);` defines `my_test::sqlite` and `my_test::postgres`.
-#[macro_export]
+/// What a test function receives, built fresh for one back-end: the bare
+/// [`Backend`] (for tests that configure their own server) or a running [`TestApp`].
+/// A test module may implement it for its own fixture.
+pub trait Fixture: Sized {
+    fn set_up(backend: Backend) -> impl std::future::Future<Output = Self>;
+}
+
+impl Fixture for Backend {
+    async fn set_up(backend: Backend) -> Self {
+        backend
+    }
+}
+
+impl Fixture for TestApp {
+    async fn set_up(backend: Backend) -> Self {
+        spawn_app(backend).await
+    }
+}
+
+/// An `async fn` of one or two fixtures; `Args` only tells the two shapes apart.
+pub trait BackendTest<Args> {
+    fn run(self, backend: Backend) -> impl std::future::Future<Output = ()>;
+}
+
+impl<F, Fut, A> BackendTest<(A,)> for F
+where
+    F: FnOnce(A) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+    A: Fixture,
+{
+    async fn run(self, backend: Backend) {
+        self(A::set_up(backend).await).await
+    }
+}
+
+impl<F, Fut, A, B> BackendTest<(A, B)> for F
+where
+    F: FnOnce(A, B) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+    (A, B): Fixture,
+{
+    async fn run(self, backend: Backend) {
+        let (a, b) = <(A, B)>::set_up(backend).await;
+        self(a, b).await
+    }
+}
+
+/// Run each named `async fn` once against SQLite and once against Postgres:
+/// `both_backends!(my_test);` defines the tests `my_test::sqlite` and
+/// `my_test::postgres`. The function takes a [`TestApp`], a [`Backend`] (to set up
+/// its own server) or any other [`Fixture`].
 macro_rules! both_backends {
     ($($name:ident),+ $(,)?) => {$(
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                super::$name($crate::common::spawn_app($crate::common::Backend::Sqlite).await).await;
+                $crate::common::BackendTest::run(super::$name, $crate::common::Backend::Sqlite).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                super::$name($crate::common::spawn_app($crate::common::Backend::Postgres).await).await;
+                $crate::common::BackendTest::run(super::$name, $crate::common::Backend::Postgres).await;
             }
         }
     )+};

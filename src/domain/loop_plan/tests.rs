@@ -2,29 +2,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
-/// `shared/examples/loop_plan_request.json`, read from the checkout when present (so
-/// the test follows the example) and from this copy otherwise.
-const EXAMPLE_REQUEST: &str = r#"{
-  "track": {"id": "auth-cache_20261130", "name": "Per-tenant token cache", "spec": "Cache tokens per tenant and retry idempotent calls", "dependencies": ["tenancy_20261120"]},
-  "phases": [{"number": 1, "name": "Core"}, {"number": 2, "name": "Polish"}],
-  "tasks": [
-    {"id": "1.1", "name": "Token cache", "description": "TTL cache per tenant", "files": ["src/auth/cache.py"], "depends_on": [], "phase": 1, "acceptance": "cache hit avoids a token request"},
-    {"id": "1.2", "name": "Retry middleware", "description": "backoff for idempotent calls", "files": ["src/http/retry.py"], "depends_on": [], "phase": 1},
-    {"id": "1.3", "name": "Wire client", "description": "use cache and retry", "files": ["src/http/client.py", "src/auth/cache.py"], "depends_on": ["1.1", "1.2"], "phase": 1},
-    {"id": "1.10", "name": "Cache tests", "description": "unit tests", "files": ["tests/test_cache.py"], "depends_on": ["1.1"], "phase": 1},
-    {"id": "2.1", "name": "Docs", "description": "document tenancy auth", "files": ["docs/auth.md"], "depends_on": ["1.3"], "phase": 2},
-    {"id": "2.2", "name": "Stripe webhook auth", "description": "authenticate stripe webhook calls", "files": ["src/api/webhooks.py", "src/http/client.py"], "depends_on": ["1.3"], "phase": 2}
-  ],
-  "completed_tracks": [{"id": "tenancy_20261120", "name": "Tenancy", "deliverables": ["src/tenancy/model.py"]}]
-}"#;
-
 fn example_request() -> LoopPlanRequest {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/examples/loop_plan_request.json"
-    ))
-    .unwrap_or_else(|_| EXAMPLE_REQUEST.to_owned());
-    parse_request_json(&text).unwrap()
+    parse_request_json(include_str!("../../../examples/loop_plan_request.json")).unwrap()
 }
 
 fn request(tasks: Value) -> LoopPlanRequest {

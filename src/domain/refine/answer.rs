@@ -1,4 +1,4 @@
-//! The L0 answer format (refine.md §3) and its validation.
+//! The L0 answer format (docs/spec/refine.md §3) and its validation.
 //!
 //! An answer is `key = value` lines. A key counts only at the start of a line
 //! (after indentation), so prose that merely mentions `changes` is ignored; the text
@@ -271,7 +271,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const EXAMPLE: &str = include_str!("testdata/l0_answer_example.txt");
+    const EXAMPLE: &str = include_str!("../../../examples/l0_answer_example.txt");
 
     #[test]
     fn parses_the_example_answer() {

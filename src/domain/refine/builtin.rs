@@ -1,4 +1,4 @@
-//! The `builtin` L0 executor (refine.md §2): a deterministic **heuristic** reviewer,
+//! The `builtin` L0 executor (docs/spec/refine.md §2): a deterministic **heuristic** reviewer,
 //! not an LLM. It reads no task file and proposes no free-text `changes`; it only
 //! finds two mechanical problems:
 //!
@@ -177,8 +177,9 @@ mod tests {
     use crate::domain::refine::packet::build_packets;
 
     fn example() -> (Vec<L0Packet>, Vec<Assignment>) {
-        let context = parse_context("c", include_str!("testdata/context_P2.json")).unwrap();
-        let plan = parse_plan("p", include_str!("testdata/refined_plan.json")).unwrap();
+        let context =
+            parse_context("c", include_str!("../../../examples/context_P2.json")).unwrap();
+        let plan = parse_plan("p", include_str!("../../../examples/refined_plan.json")).unwrap();
         (build_packets(&context, Some(&plan)), context.assignments)
     }
 

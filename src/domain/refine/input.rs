@@ -1,4 +1,4 @@
-//! Typed phase contexts and plan documents (refine.md §1), read from JSON with
+//! Typed phase contexts and plan documents (docs/spec/refine.md §1), read from JSON with
 //! field-precise errors. Known fields are typed; every other key is kept verbatim and
 //! re-emitted at its original position, so a refine never reorders or drops data.
 
@@ -172,7 +172,7 @@ pub struct Assignment {
     key_order: Vec<String>,
 }
 
-/// The fields an L0 `changes` entry may set (refine.md §5).
+/// The fields an L0 `changes` entry may set (docs/spec/refine.md §5).
 pub const EDITABLE_FIELDS: [&str; 5] = [
     "name",
     "goal",
@@ -424,7 +424,7 @@ impl PlanDocument {
     }
 }
 
-/// Reads a phase context. Rejects (refine.md §1) malformed JSON, a missing or empty
+/// Reads a phase context. Rejects (docs/spec/refine.md §1) malformed JSON, a missing or empty
 /// `assignments`, an assignment without `id`, duplicate or malformed ids.
 pub fn parse_context(input: &str, text: &str) -> Result<PhaseContext, RefineInputError> {
     let value = Reader { input }.json(text)?;
@@ -735,8 +735,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const CONTEXT: &str = include_str!("testdata/context_P2.json");
-    const PLAN: &str = include_str!("testdata/refined_plan.json");
+    const CONTEXT: &str = include_str!("../../../examples/context_P2.json");
+    const PLAN: &str = include_str!("../../../examples/refined_plan.json");
 
     fn fatal(text: &str) -> String {
         parse_context("request body", text).unwrap_err().to_string()

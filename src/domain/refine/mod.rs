@@ -1,4 +1,4 @@
-//! Refine jobs and refine runs (spec `refine.md`), pure: no files, clock or processes.
+//! Refine jobs and refine runs (`docs/spec/refine.md`), pure: no files, clock or processes.
 //!
 //! Flow of a refine job: [`parse_context`] (+ [`parse_plan`]) → [`build_packets`] →
 //! [`render_prompt`] per L0, run in [`batches`] by an executor (or [`builtin_review`])

@@ -1,4 +1,4 @@
-//! L0 context packets and the prompt built from them (refine.md §2).
+//! L0 context packets and the prompt built from them (docs/spec/refine.md §2).
 //!
 //! The prompt names the task *file*; the task text is never inlined (inlining it
 //! into every L0 prompt is what blew the reference pipeline's token budget).
@@ -145,8 +145,8 @@ mod tests {
     use super::*;
     use crate::domain::refine::input::{parse_context, parse_plan};
 
-    const CONTEXT: &str = include_str!("testdata/context_P2.json");
-    const PLAN: &str = include_str!("testdata/refined_plan.json");
+    const CONTEXT: &str = include_str!("../../../examples/context_P2.json");
+    const PLAN: &str = include_str!("../../../examples/refined_plan.json");
 
     fn packets() -> Vec<L0Packet> {
         let context = parse_context("context_P2.json", CONTEXT).unwrap();

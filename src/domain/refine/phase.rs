@@ -1,4 +1,4 @@
-//! The L1 step of one phase (refine.md §2–§6): batches, L0 answer classification,
+//! The L1 step of one phase (docs/spec/refine.md §2–§6): batches, L0 answer classification,
 //! WP ownership conflicts, `remove` adjustments, changes and dependency corrections.
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,7 +11,7 @@ use super::answer::{L0Answer, scan};
 use super::input::{Assignment, PhaseContext};
 use crate::domain::natural::natural_cmp;
 
-/// The ceiling on concurrent L0s (refine.md §2); configuration may only lower it.
+/// The ceiling on concurrent L0s (docs/spec/refine.md §2); configuration may only lower it.
 pub const MAX_PARALLEL: usize = 6;
 
 /// The log line between two batches.
@@ -97,7 +97,7 @@ impl Classified {
         }
     }
 
-    /// The job-log line (verbatim from refine.md §3), none for a valid answer.
+    /// The job-log line (verbatim from docs/spec/refine.md §3), none for a valid answer.
     pub fn log_line(&self, assignment_id: &str) -> Option<String> {
         match self {
             Classified::Valid(_) => None,
@@ -212,7 +212,7 @@ pub fn result_value(assignments: &[Assignment]) -> Value {
     json!({"schema_version": 1, "assignments": list})
 }
 
-/// Intra-phase WP ownership (refine.md §4): walking assignments in natural order,
+/// Intra-phase WP ownership (docs/spec/refine.md §4): walking assignments in natural order,
 /// a WP sharing a file with a WP an earlier assignment kept is removed. WPs of one
 /// assignment never conflict with each other. Returns the removed WPs per
 /// assignment index, so a later `remove` of one of them is not "unknown".
@@ -305,7 +305,7 @@ fn apply_removals(
     }
 }
 
-/// `changes` first, then `dependency_corrections` (refine.md §5).
+/// `changes` first, then `dependency_corrections` (docs/spec/refine.md §5).
 fn apply_answer(a: &mut Assignment, answer: &L0Answer, log: &mut Vec<String>) {
     for change in &answer.changes {
         match a.editable_field_mut(&change.field) {

@@ -1,4 +1,4 @@
-//! Refine runs, the L2 step (refine.md §7): split a whole plan into phase contexts,
+//! Refine runs, the L2 step (docs/spec/refine.md §7): split a whole plan into phase contexts,
 //! and merge the phase results back with cross-phase file ownership.
 
 use std::collections::{BTreeMap, HashMap, HashSet};

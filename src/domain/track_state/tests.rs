@@ -3,15 +3,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
-const METADATA_V1: &str = r#"{"track_id": "auth-cache_20261130", "type": "feature", "status": "new", "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z", "description": "Per-tenant token cache"}"#;
-
 fn metadata_v1() -> Value {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/examples/metadata_v1.json"
-    ))
-    .unwrap_or_else(|_| METADATA_V1.to_owned());
-    serde_json::from_str(&text).unwrap()
+    serde_json::from_str(include_str!("../../../examples/metadata_v1.json")).unwrap()
 }
 
 /// Minute `n` after 2026-12-01T10:00:00Z.

@@ -5,8 +5,8 @@ use crate::domain::refine::builtin::builtin_review;
 use crate::domain::refine::input::parse_context;
 use crate::domain::refine::packet::build_packets;
 
-const CONTEXT: &str = include_str!("../testdata/context_P2.json");
-const ANSWER: &str = include_str!("../testdata/l0_answer_example.txt");
+const CONTEXT: &str = include_str!("../../../../examples/context_P2.json");
+const ANSWER: &str = include_str!("../../../../examples/l0_answer_example.txt");
 
 fn example() -> PhaseContext {
     parse_context("context_P2.json", CONTEXT).unwrap()

@@ -2,9 +2,7 @@
 //! project answers 403 `forbidden_project` for other projects' resources, before it
 //! changes anything; routes without a project take any valid token.
 
-mod common;
-
-use common::{Backend, TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem};
 use plangate::config::ApiToken;
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
@@ -13,7 +11,7 @@ const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
 const LIMITED: &str = "limited-token-bbbbbbbbbb";
 
 async fn spawn(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
+    crate::common::spawn_app_with(backend, |s| {
         s.api_tokens = vec![
             ApiToken::unrestricted(ADMIN),
             ApiToken::limited(LIMITED, &["proj-a", "proj-c"]),
@@ -237,15 +235,7 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
     app.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn limited_tokens_stay_in_their_projects_sqlite() {
-    limited_tokens_stay_in_their_projects(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn limited_tokens_stay_in_their_projects_postgres() {
-    limited_tokens_stay_in_their_projects(Backend::Postgres).await;
-}
+both_backends!(limited_tokens_stay_in_their_projects);
 
 #[test]
 fn the_openapi_document_lists_403_where_a_project_is_named() {

@@ -2,9 +2,9 @@
 //! edges and team_pk, retry/escalation accounting, transitions with cascade,
 //! barrier vs pipeline readiness, status scoping, teams, and bad input.
 
-mod common;
+use std::collections::BTreeSet;
 
-use common::{TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem};
 use serde_json::{Value, json};
 
 fn task(
@@ -83,11 +83,7 @@ async fn status_of(app: &TestApp, list_id: &str) -> std::collections::HashMap<St
 }
 
 async fn validate_reports_every_violation_in_gate_order(app: TestApp) {
-    let planner_output = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/examples/planner_output.md"
-    ))
-    .unwrap_or_else(|_| include_str!("fixtures/planner_output.md").to_owned());
+    let planner_output = include_str!("../../examples/planner_output.md");
     let ok: Value = app
         .post_json(
             "/v1/task-lists/validate",
@@ -839,12 +835,60 @@ async fn large_lists_persist_in_batches(app: TestApp) {
         })
         .collect();
     let list = create(&app, "big", None, Value::Array(tasks)).await;
-    assert_eq!(list["tasks"].as_array().unwrap().len(), n);
+    let id = list["id"].as_str().unwrap().to_owned();
+    // Read back what the database holds, not the POST echo: every row and edge.
+    let (ids, edges) = stored_tasks_and_edges(&app, &id).await;
+    let expected_ids: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    assert_eq!(ids, expected_ids);
+    let expected_edges: BTreeSet<(String, String)> = (100..n)
+        .map(|i| (format!("t{i}"), format!("t{}", i - 100)))
+        .collect();
+    assert_eq!(edges.len(), n - 100);
+    assert_eq!(edges, expected_edges);
+    let fetched: Value = app
+        .get(&format!("/v1/task-lists/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fetched["tasks"].as_array().unwrap().len(), n);
     assert_eq!(
-        list["tasks"][n - 1]["depends_on"],
+        fetched["tasks"][n - 1]["depends_on"],
         json!([format!("t{}", n - 101)])
     );
     app.shutdown().await;
+}
+
+/// The task ids of a stored list in submission order, and its edges as
+/// `(task, depends_on)` pairs of task ids, straight from the database.
+async fn stored_tasks_and_edges(
+    app: &TestApp,
+    list_id: &str,
+) -> (Vec<String>, BTreeSet<(String, String)>) {
+    use sqlx::Connection as _;
+    let list_id = uuid::Uuid::parse_str(list_id).unwrap();
+    let tasks = "SELECT task_id FROM tasks WHERE task_list_id = $1 ORDER BY position";
+    let edges = "SELECT t.task_id, d.task_id FROM task_dependencies e \
+                 JOIN tasks t ON t.id = e.task_id JOIN tasks d ON d.id = e.depends_on \
+                 WHERE t.task_list_id = $1";
+    let url = &app.database.url;
+    let (ids, pairs): (Vec<String>, Vec<(String, String)>) = match app.backend {
+        Backend::Sqlite => {
+            let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+            let ids = sqlx::query_scalar(tasks).bind(list_id).fetch_all(&mut conn);
+            let ids = ids.await.unwrap();
+            let pairs = sqlx::query_as(edges).bind(list_id).fetch_all(&mut conn);
+            (ids, pairs.await.unwrap())
+        }
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            let ids = sqlx::query_scalar(tasks).bind(list_id).fetch_all(&mut conn);
+            let ids = ids.await.unwrap();
+            let pairs = sqlx::query_as(edges).bind(list_id).fetch_all(&mut conn);
+            (ids, pairs.await.unwrap())
+        }
+    };
+    (ids, pairs.into_iter().collect())
 }
 
 both_backends!(

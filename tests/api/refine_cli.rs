@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/refine")
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
 }
 
 fn script() -> String {
@@ -29,7 +29,7 @@ fn plangate() -> Command {
         }
     }
     // The example context names its task file relative to its own directory.
-    command.current_dir(fixtures());
+    command.current_dir(examples());
     command
 }
 
@@ -102,12 +102,12 @@ timeout_secs = 30
 #[test]
 fn refine_with_the_builtin_executor() {
     let run_dir = tempfile::tempdir().unwrap();
-    let context = fixtures().join("context_P2.json");
+    let context = examples().join("context_P2.json");
     let before = std::fs::read(&context).unwrap();
     let (code, stdout, stderr) = run(plangate().args([
         "refine".as_ref(),
         context.as_os_str(),
-        fixtures().join("refined_plan.json").as_os_str(),
+        examples().join("refined_plan.json").as_os_str(),
         run_dir.path().as_os_str(),
     ]));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -179,8 +179,8 @@ fn refine_with_a_command_executor_from_the_config() {
     let run_dir = dir.path().join("run");
     let (code, stdout, stderr) = run(plangate().args([
         "refine".as_ref(),
-        fixtures().join("context_P2.json").as_os_str(),
-        fixtures().join("refined_plan.json").as_os_str(),
+        examples().join("context_P2.json").as_os_str(),
+        examples().join("refined_plan.json").as_os_str(),
         run_dir.as_os_str(),
         "--config".as_ref(),
         cfg.as_os_str(),
@@ -212,8 +212,8 @@ fn refine_with_a_command_executor_from_the_config() {
     let run_dir = dir.path().join("run-failing");
     let (code, stdout, stderr) = run(plangate().args([
         "refine".as_ref(),
-        fixtures().join("context_P2.json").as_os_str(),
-        fixtures().join("refined_plan.json").as_os_str(),
+        examples().join("context_P2.json").as_os_str(),
+        examples().join("refined_plan.json").as_os_str(),
         run_dir.as_os_str(),
         "--config".as_ref(),
         cfg.as_os_str(),
@@ -244,8 +244,8 @@ fn refine_prints_as_it_goes() {
     let mut child = plangate()
         .args([
             "refine".as_ref(),
-            fixtures().join("context_P2.json").as_os_str(),
-            fixtures().join("refined_plan.json").as_os_str(),
+            examples().join("context_P2.json").as_os_str(),
+            examples().join("refined_plan.json").as_os_str(),
             dir.path().join("run").as_os_str(),
             "--config".as_ref(),
             cfg.as_os_str(),
@@ -330,7 +330,7 @@ fn refine_rejects_a_bad_context() {
         let (code, stdout, stderr) = run(plangate().args([
             "refine".as_ref(),
             context.as_os_str(),
-            fixtures().join("refined_plan.json").as_os_str(),
+            examples().join("refined_plan.json").as_os_str(),
             run_dir.as_os_str(),
         ]));
         assert_eq!(code, 2, "{name}: stdout {stdout} stderr {stderr}");
@@ -343,7 +343,7 @@ fn refine_rejects_a_bad_context() {
     let (code, _, stderr) = run(plangate().args([
         "refine".as_ref(),
         dir.path().join("missing.json").as_os_str(),
-        fixtures().join("refined_plan.json").as_os_str(),
+        examples().join("refined_plan.json").as_os_str(),
         dir.path().join("run").as_os_str(),
     ]));
     assert_eq!(code, 2, "{stderr}");
@@ -359,8 +359,8 @@ fn refine_rejects_an_unknown_executor() {
         let (code, stdout, stderr) = run(plangate()
             .args([
                 "refine".as_ref(),
-                fixtures().join("context_P2.json").as_os_str(),
-                fixtures().join("refined_plan.json").as_os_str(),
+                examples().join("context_P2.json").as_os_str(),
+                examples().join("refined_plan.json").as_os_str(),
                 run_dir.as_os_str(),
                 "--executor".as_ref(),
                 "nope".as_ref(),

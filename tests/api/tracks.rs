@@ -1,9 +1,7 @@
 //! Track loop state over HTTP on both databases: v1 import, the seed's transitions,
 //! bounds, illegal steps, and optimistic concurrency with ETag / If-Match.
 
-mod common;
-
-use common::{TestApp, expect_problem};
+use crate::common::{TestApp, expect_problem};
 use serde_json::{Value, json};
 
 const TRACK: &str = "auth-cache_20261130";

@@ -24,12 +24,13 @@ const ANTHROPIC_KEY: &str = "test-anthropic-key-77c1";
 
 static ENV: Once = Once::new();
 
-/// Sets the variables these tests rely on, once, before any test reads the
-/// environment (every test calls this first).
+/// Sets the variables these tests rely on, once (every test here calls this first).
+/// The names (`PLANGATE_TEST_*`) are read only by these tests' executor profiles.
 fn init() {
     ENV.call_once(|| {
-        // SAFETY: runs once, while every other test thread is blocked in this
-        // `call_once` before touching the environment.
+        // SAFETY: the test binary's threads read the environment only through std
+        // (`env::var`, `Command::spawn`), which takes the same lock as `set_var`;
+        // nothing here calls libc's getenv directly (hosts are IP literals).
         unsafe {
             std::env::set_var("PLANGATE_TEST_ALLOWED", "allowed-value");
             std::env::set_var("PLANGATE_TEST_SECRET", "secret-value");

@@ -2,13 +2,11 @@
 //! Postgres: a whole plan split into phase jobs that run in parallel on the worker
 //! pool and are merged exactly once with cross-phase file ownership.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Backend, TestApp, expect_problem, spawn_app_with};
+use crate::common::{Backend, TestApp, expect_problem, spawn_app_with};
 use plangate::config::{ExecutorKind, ExecutorProfile, Settings};
 use serde_json::{Value, json};
 
@@ -81,23 +79,6 @@ fn natural_phase_ids(n: usize) -> Vec<String> {
 
 // ---------------------------------------------------------------------------
 // Harness
-
-/// Defines `name::sqlite` and `name::postgres` calling `async fn name(Backend)`
-/// (for tests that configure the server themselves).
-macro_rules! on_both {
-    ($($name:ident),+ $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(super::Backend::Sqlite).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$name(super::Backend::Postgres).await;
-            }
-        }
-    )+};
-}
 
 fn script() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1042,9 +1023,6 @@ both_backends!(
     duplicates_and_cross_phase_file_ownership,
     idempotent_create,
     unassigned_and_empty_phases_are_reported,
-);
-
-on_both!(
     failed_phase_keeps_its_assignments,
     every_phase_failing_fails_the_run,
     phases_run_in_parallel_up_to_the_worker_limit,

@@ -8,15 +8,13 @@
 //! lines to `DIR/events`; assignment ids are unique per test so the lines can be
 //! counted per L0. Servers are SIGKILLed / SIGTERMed on purpose and killed on drop.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Backend, FreshDatabase};
+use crate::common::{Backend, FreshDatabase};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio::process::{Child, Command};

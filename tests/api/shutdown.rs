@@ -1,11 +1,9 @@
 //! Graceful shutdown: an in-flight request finishes after the signal; readiness
 //! turns 503 while draining; the server then stops.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Backend, spawn_app};
+use crate::common::{Backend, spawn_app};
 
 async fn in_flight_request_finishes_after_the_signal(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -57,12 +55,4 @@ fn tokio_stream_from<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_flight_request_finishes_after_the_signal_sqlite() {
-    in_flight_request_finishes_after_the_signal(Backend::Sqlite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_flight_request_finishes_after_the_signal_postgres() {
-    in_flight_request_finishes_after_the_signal(Backend::Postgres).await;
-}
+both_backends!(in_flight_request_finishes_after_the_signal);

@@ -1,14 +1,12 @@
 //! Loop plans over HTTP on both databases: JSON and plan.md generation, the parse
 //! round trip, and invalid DAGs / documents.
 
-mod common;
-
-use common::{TestApp, expect_problem};
+use crate::common::{TestApp, expect_problem};
 use serde_json::{Value, json};
 
-/// A copy of ../shared/examples/loop_plan_request.json.
+/// `examples/loop_plan_request.json`: a track, phases, tasks and a completed track.
 fn example() -> Value {
-    serde_json::from_str(include_str!("fixtures/loop_plan_request.json")).unwrap()
+    serde_json::from_str(include_str!("../../examples/loop_plan_request.json")).unwrap()
 }
 
 async fn generate_groups_every_level_in_natural_order(app: TestApp) {
@@ -260,7 +258,7 @@ fn plan_command_prints_markdown_and_json() {
     let bin = env!("CARGO_BIN_EXE_plangate");
     let file = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/loop_plan_request.json"
+        "/examples/loop_plan_request.json"
     );
     let md = std::process::Command::new(bin)
         .args(["plan", file])

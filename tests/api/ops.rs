@@ -1,9 +1,10 @@
 //! The foundation: ops routes, problem+json for every error, request ids, metrics,
 //! compression, docs, migrations and start-up failures — on both databases.
 
-mod common;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
-use common::{Backend, FreshDatabase, TestApp, expect_problem};
+use crate::common::{Backend, FreshDatabase, TestApp, expect_problem};
 use serde_json::Value;
 
 async fn healthz_and_readyz_answer_ok(app: TestApp) {
@@ -137,10 +138,145 @@ async fn openapi_document_is_served(app: TestApp) {
 }
 
 async fn migrations_created_the_schema(app: TestApp) {
+    let url = app.database.url.clone();
+    let created = schema(&url).await;
+    let tables: BTreeSet<String> = created.keys().cloned().collect();
+    assert_eq!(tables, tables_in_migrations(app.backend));
+    assert_eq!(
+        applied_migrations(&url).await,
+        migration_files(app.backend).len()
+    );
     // Applied at start; a second run (another replica, `plangate migrate`) is a no-op.
     app.db.migrate().await.expect("migrations are idempotent");
     app.db.check_ready().await.expect("ready after migrating");
+    assert_eq!(schema(&url).await, created);
+    assert_eq!(
+        applied_migrations(&url).await,
+        migration_files(app.backend).len()
+    );
     app.shutdown().await;
+}
+
+/// SQL is written once for both back-ends: the same tables with the same columns.
+#[tokio::test]
+async fn both_databases_get_the_same_tables_and_columns() {
+    let sqlite = FreshDatabase::new(Backend::Sqlite).await;
+    let postgres = FreshDatabase::new(Backend::Postgres).await;
+    for database in [&sqlite, &postgres] {
+        let db = plangate::db::Database::connect(&database.url)
+            .await
+            .unwrap();
+        db.migrate().await.unwrap();
+        db.close().await;
+    }
+    let (sqlite, postgres) = (schema(&sqlite.url).await, schema(&postgres.url).await);
+    assert!(sqlite.contains_key("tasks"), "{sqlite:?}");
+    assert_eq!(sqlite, postgres);
+}
+
+fn migration_dir(backend: Backend) -> PathBuf {
+    let kind = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(kind)
+}
+
+fn migration_files(backend: Backend) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(migration_dir(backend))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The tables the migration files create (and do not drop again).
+fn tables_in_migrations(backend: Backend) -> BTreeSet<String> {
+    let mut tables = BTreeSet::new();
+    for file in migration_files(backend) {
+        let sql = std::fs::read_to_string(&file).unwrap().to_lowercase();
+        let words: Vec<&str> = sql
+            .split(|c: char| c.is_whitespace() || c == '(' || c == ';')
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, pair) in words.windows(2).enumerate() {
+            if pair[1] != "table" || !["create", "drop"].contains(&pair[0]) {
+                continue;
+            }
+            let name = words[i + 2..]
+                .iter()
+                .find(|w| !["if", "not", "exists"].contains(w))
+                .unwrap();
+            if pair[0] == "create" {
+                tables.insert(name.to_string());
+            } else {
+                tables.remove(*name);
+            }
+        }
+    }
+    assert!(
+        !tables.is_empty(),
+        "no CREATE TABLE in {backend:?} migrations"
+    );
+    tables
+}
+
+/// Table name → its column names (sorted), as the database itself reports them;
+/// sqlx's bookkeeping table aside.
+async fn schema(url: &str) -> BTreeMap<String, Vec<String>> {
+    use sqlx::Connection as _;
+    let rows: Vec<(String, String)> = if url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query_as(
+            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p \
+             WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' \
+             AND m.name <> '_sqlx_migrations'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query_as(
+            "SELECT table_name::text, column_name::text FROM information_schema.columns \
+             WHERE table_schema = 'public' AND table_name <> '_sqlx_migrations'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+    };
+    let mut tables: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (table, column) in rows {
+        tables.entry(table).or_default().push(column);
+    }
+    for columns in tables.values_mut() {
+        columns.sort();
+    }
+    tables
+}
+
+/// How many migrations sqlx recorded as applied successfully.
+async fn applied_migrations(url: &str) -> usize {
+    use sqlx::Connection as _;
+    let query = "SELECT COUNT(*) FROM _sqlx_migrations WHERE success";
+    let count: i64 = if url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(query)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        sqlx::query_scalar(query)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    };
+    usize::try_from(count).unwrap()
 }
 
 both_backends!(
@@ -212,28 +348,58 @@ fn unreadable_or_bad_config_fails_at_start_with_one_line() {
     assert!(String::from_utf8_lossy(&bad_bind.stderr).contains("PLANGATE_BIND"));
 }
 
-#[tokio::test]
-async fn migrate_command_applies_migrations_on_both_databases() {
-    for backend in [Backend::Sqlite, Backend::Postgres] {
-        let database = FreshDatabase::new(backend).await;
-        for _ in 0..2 {
+/// A malformed `PLANGATE_*` variable stops every command with one line naming the
+/// variable; nothing falls back silently to the defaults.
+#[test]
+fn a_malformed_variable_is_an_error_that_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("missing.json");
+    for command in [
+        vec!["serve"],
+        vec!["migrate"],
+        vec!["refine", "c.json", "p.json", "run"],
+        vec!["refine-run", "plan.json", "run"],
+    ] {
+        for (variable, value) in [("PLANGATE_WORKERS", "many"), ("PLANGATE_LEASE_SECS", "-1")] {
             let output = plangate()
-                .args(["migrate", "--database-url", &database.url])
-                .env("PLANGATE_LOG_FORMAT", "json")
+                .current_dir(dir.path())
+                .args(&command)
+                .env(variable, value)
+                .env("DATABASE_URL", format!("sqlite://{}", file.display()))
                 .output()
                 .unwrap();
+            assert_eq!(output.status.code(), Some(2), "{command:?} {variable}");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
             assert!(
-                output.status.success(),
-                "{backend:?}: {}",
-                String::from_utf8_lossy(&output.stderr)
+                stderr.starts_with(&format!("plangate: invalid {variable}=\"{value}\"")),
+                "{command:?}: {stderr}"
             );
         }
-        let db = plangate::db::Database::connect(&database.url)
-            .await
-            .unwrap();
-        db.check_ready().await.expect("schema present");
-        db.close().await;
     }
+    assert!(!file.exists(), "no command ran");
+}
+
+async fn migrate_command_applies_migrations(backend: Backend) {
+    let database = FreshDatabase::new(backend).await;
+    for _ in 0..2 {
+        let output = plangate()
+            .args(["migrate", "--database-url", &database.url])
+            .env("PLANGATE_LOG_FORMAT", "json")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{backend:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let tables: BTreeSet<String> = schema(&database.url).await.into_keys().collect();
+    assert_eq!(tables, tables_in_migrations(backend), "{backend:?}");
+    assert_eq!(
+        applied_migrations(&database.url).await,
+        migration_files(backend).len()
+    );
 }
 
 #[test]
@@ -248,41 +414,38 @@ fn openapi_snapshot_matches_the_code() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn v1_routes_need_a_token_when_tokens_are_configured() {
-    for backend in [Backend::Sqlite, Backend::Postgres] {
-        let app = common::spawn_app_with(backend, |s| {
-            s.api_tokens = vec!["token-aaaaaaaaaaaaaaaa".into()];
-        })
-        .await;
-        let body = serde_json::json!({"tasks": []});
-        let none = app.post_json("/v1/task-lists/validate", &body).await;
-        assert_eq!(none.headers()["www-authenticate"], "Bearer");
-        expect_problem(none, 401, "unauthorized").await;
-        let wrong = app
-            .client
-            .post(app.url("/v1/task-lists/validate"))
-            .bearer_auth("token-bbbbbbbbbbbbbbbb")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        expect_problem(wrong, 401, "unauthorized").await;
-        let right = app
-            .client
-            .post(app.url("/v1/task-lists/validate"))
-            .bearer_auth("token-aaaaaaaaaaaaaaaa")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(right.status(), 200);
-        // Ops routes and docs stay open.
-        for open in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
-            assert_eq!(app.get(open).await.status(), 200, "{open}");
-        }
-        app.shutdown().await;
+async fn v1_routes_need_a_token_when_tokens_are_configured(backend: Backend) {
+    let app = crate::common::spawn_app_with(backend, |s| {
+        s.api_tokens = vec!["token-aaaaaaaaaaaaaaaa".into()];
+    })
+    .await;
+    let body = serde_json::json!({"tasks": []});
+    let none = app.post_json("/v1/task-lists/validate", &body).await;
+    assert_eq!(none.headers()["www-authenticate"], "Bearer");
+    expect_problem(none, 401, "unauthorized").await;
+    let wrong = app
+        .client
+        .post(app.url("/v1/task-lists/validate"))
+        .bearer_auth("token-bbbbbbbbbbbbbbbb")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    expect_problem(wrong, 401, "unauthorized").await;
+    let right = app
+        .client
+        .post(app.url("/v1/task-lists/validate"))
+        .bearer_auth("token-aaaaaaaaaaaaaaaa")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 200);
+    // Ops routes and docs stay open.
+    for open in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
+        assert_eq!(app.get(open).await.status(), 200, "{open}");
     }
+    app.shutdown().await;
 }
 
 /// Every JSON route, with a path that reaches its handler.
@@ -358,4 +521,8 @@ async fn every_json_route_answers_bad_bodies_with_problems(app: TestApp) {
     app.shutdown().await;
 }
 
-both_backends!(every_json_route_answers_bad_bodies_with_problems);
+both_backends!(
+    every_json_route_answers_bad_bodies_with_problems,
+    migrate_command_applies_migrations,
+    v1_routes_need_a_token_when_tokens_are_configured,
+);

@@ -1,13 +1,14 @@
 //! The HTTP layer's one error type, mapped once to RFC 9457 problem+json.
 //!
-//! Handlers return `Result<_, ApiError>`; storage errors convert with `?` and become
-//! 503 (database unavailable) or 500 (a bug, logged, with no detail leaked).
+//! Handlers return `Result<_, ApiError>`; a [`ServiceError`] converts with `?`, its
+//! kind choosing the status (503 when the database is unavailable, 500 for a bug,
+//! logged with no detail leaked).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::db::DbError;
+use crate::service::{ErrorKind, ProblemCode, ServiceError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -15,14 +16,14 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 pub struct ApiError {
     pub status: StatusCode,
     /// Stable machine-readable code clients switch on.
-    pub code: &'static str,
+    pub code: ProblemCode,
     pub detail: String,
     /// Extra members of the problem object (`errors`, `attempt`, …).
     pub extra: Map<String, Value>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ProblemCode, detail: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -31,23 +32,23 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn bad_request(code: ProblemCode, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, detail)
     }
 
-    pub fn unprocessable(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn unprocessable(code: ProblemCode, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail)
     }
 
     pub fn not_found(what: &str, id: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ProblemCode::NotFound,
             format!("{what} {id:?} does not exist"),
         )
     }
 
-    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn conflict(code: ProblemCode, detail: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, detail)
     }
 
@@ -59,11 +60,11 @@ impl ApiError {
     /// The problem document; `type` is a stable URN per code.
     pub fn body(&self) -> Value {
         let mut body = json!({
-            "type": format!("urn:plangate:problem:{}", self.code),
+            "type": format!("urn:plangate:problem:{}", self.code.as_str()),
             "title": self.status.canonical_reason().unwrap_or("Error"),
             "status": self.status.as_u16(),
             "detail": self.detail,
-            "code": self.code,
+            "code": self.code.as_str(),
         });
         if let Value::Object(map) = &mut body {
             for (k, v) in &self.extra {
@@ -91,33 +92,24 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A client-sent identifier that does not parse: 422 naming the field.
-impl From<crate::domain::ids::IdError> for ApiError {
-    fn from(err: crate::domain::ids::IdError) -> Self {
-        ApiError::unprocessable("invalid_field", err.to_string()).with("field", err.field)
-    }
-}
-
-impl From<DbError> for ApiError {
-    fn from(err: DbError) -> Self {
-        match err {
-            DbError::Unavailable(e) => {
-                tracing::warn!(error = %e, "database unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "database_unavailable",
-                    "the database is not reachable; retry shortly",
-                )
-            }
-            DbError::Conflict(detail) => ApiError::conflict("conflict", detail),
-            other => {
-                tracing::error!(error = %other, "storage error");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal storage error; see the server log",
-                )
-            }
+/// A use case's refusal, mapped once: its kind chooses the status.
+impl From<ServiceError> for ApiError {
+    fn from(err: ServiceError) -> Self {
+        let status = match err.kind {
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError {
+            status,
+            code: err.code,
+            detail: err.detail,
+            extra: err.extra,
         }
     }
 }
@@ -133,7 +125,7 @@ pub struct Problem {
     /// What went wrong, for a person.
     pub detail: String,
     /// What went wrong, for a program: switch on this.
-    pub code: String,
+    pub code: ProblemCode,
 }
 
 /// The answers a JSON-body route can give before its handler runs (malformed JSON,

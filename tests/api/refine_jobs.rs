@@ -2,12 +2,10 @@
 //! (`tests/fixtures/l0/`): the log lines, per-L0 records, batches and the 6-L0
 //! ceiling, cancel, idempotency, `?wait`, SSE, file output and bad input.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{Backend, TestApp, expect_problem, spawn_app_with};
+use crate::common::{Backend, TestApp, expect_problem, spawn_app_with};
 use futures::StreamExt as _;
 use plangate::config::{ExecutorKind, ExecutorProfile};
 use serde_json::{Value, json};
@@ -188,26 +186,15 @@ fn max_concurrency(dir: &Path) -> usize {
     max as usize
 }
 
-macro_rules! refine_tests {
-    ($($name:ident),+ $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let dirs = super::Dirs::new();
-                let app = super::app(super::Backend::Sqlite, &dirs).await;
-                super::$name(app, dirs).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                let dirs = super::Dirs::new();
-                let app = super::app(super::Backend::Postgres, &dirs).await;
-                super::$name(app, dirs).await;
-            }
-        }
-    )+};
+/// The refine tests get a server whose executors are the fixtures, and its dirs.
+impl crate::common::Fixture for (TestApp, Dirs) {
+    async fn set_up(backend: Backend) -> Self {
+        let dirs = Dirs::new();
+        (app(backend, &dirs).await, dirs)
+    }
 }
 
-refine_tests!(
+both_backends!(
     every_kind_of_l0_costs_only_its_own_suggestions,
     eight_assignments_make_two_batches_of_at_most_six,
     cancel_kills_running_l0s_and_is_idempotent,

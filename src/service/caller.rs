@@ -1,0 +1,95 @@
+//! Who is calling, as far as authorization goes. Transports build a [`Caller`]
+//! (HTTP from the bearer token, MCP likewise) and pass it to every use case, which
+//! checks it once, before it reads or changes anything of a project.
+
+use std::sync::Arc;
+
+use super::error::{ErrorKind, ProblemCode, ServiceError};
+
+/// The projects the presented token may act on. Unrestricted when auth is off or
+/// the token has no limit. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// `None`: every project. `Some`: only these (never empty).
+    projects: Option<Arc<[String]>>,
+}
+
+impl Caller {
+    /// A caller that may act on every project (auth off, or an unlimited token).
+    pub fn unrestricted() -> Self {
+        Caller { projects: None }
+    }
+
+    /// A caller limited to `projects`.
+    pub fn limited_to(projects: Arc<[String]>) -> Self {
+        Caller {
+            projects: Some(projects),
+        }
+    }
+
+    /// Whether the caller may act on `project_id`.
+    pub fn may_access(&self, project_id: &str) -> bool {
+        match &self.projects {
+            None => true,
+            Some(allowed) => allowed.iter().any(|p| p == project_id),
+        }
+    }
+
+    /// `Ok` when the caller may act on `project_id`, else `forbidden_project`.
+    pub fn check_project(&self, project_id: &str) -> Result<(), ServiceError> {
+        if self.may_access(project_id) {
+            Ok(())
+        } else {
+            Err(ServiceError::new(
+                ErrorKind::Forbidden,
+                ProblemCode::ForbiddenProject,
+                format!("this token may not act on project {project_id:?}"),
+            ))
+        }
+    }
+
+    /// [`Caller::check_project`] for resources whose project is optional (refine
+    /// jobs and runs): one with no project is for unrestricted callers only, so a
+    /// limited token must name one of its projects.
+    pub fn check_optional_project(&self, project_id: Option<&str>) -> Result<(), ServiceError> {
+        match (project_id, &self.projects) {
+            (Some(p), _) => self.check_project(p),
+            (None, None) => Ok(()),
+            (None, Some(_)) => Err(ServiceError::new(
+                ErrorKind::Forbidden,
+                ProblemCode::ForbiddenProject,
+                "this token is limited to some projects: the resource must name one of them \
+                 in project_id",
+            )),
+        }
+    }
+
+    /// For list use cases: `None` when every project is allowed, else the allowed
+    /// project ids. Rows that belong to no project are for unrestricted callers only.
+    pub fn allowed_projects(&self) -> Option<&[String]> {
+        self.projects.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn callers_check_projects() {
+        let all = Caller::unrestricted();
+        assert!(all.check_project("anything").is_ok());
+        assert_eq!(all.allowed_projects(), None);
+        let some = Caller::limited_to(vec!["a".to_owned(), "b".to_owned()].into());
+        assert!(some.check_project("b").is_ok());
+        let err = some.check_project("c").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Forbidden);
+        assert_eq!(err.code, ProblemCode::ForbiddenProject);
+        assert!(some.check_optional_project(None).is_err());
+        assert!(all.check_optional_project(None).is_ok());
+        assert_eq!(
+            some.allowed_projects(),
+            Some(&["a".to_owned(), "b".to_owned()][..])
+        );
+    }
+}

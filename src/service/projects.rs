@@ -1,0 +1,103 @@
+//! Projects: per-cycle status snapshots and teams (cycles).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{Caller, ProblemCode, Service, ServiceError};
+use crate::db::DbError;
+use crate::domain::dispatch::{WaveCounts, snapshot};
+use crate::domain::ids::Ident;
+
+pub use crate::db::task_lists::{StatusScope, Team};
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectStatus {
+    pub project_id: String,
+    /// The team_pk asked for (null when none was).
+    pub team_pk: Option<String>,
+    pub scope: StatusScope,
+    /// Tasks by status; every status is present.
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// Lowest wave with a non-terminal task; null when all are terminal.
+    pub active_wave: Option<i64>,
+    /// Tasks running now.
+    pub in_flight: u64,
+    pub waves: Vec<WaveCounts>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTeam {
+    #[schema(value_type = Ident)]
+    pub team_pk: String,
+    #[schema(value_type = Option<Ident>)]
+    pub lead_role: Option<String>,
+}
+
+impl Service {
+    /// Status snapshot of a project, or of one of its cycles (falling back to the
+    /// whole project when the cycle has no tasks).
+    pub async fn project_status(
+        &self,
+        caller: &Caller,
+        project_id: String,
+        team_pk: Option<String>,
+    ) -> Result<ProjectStatus, ServiceError> {
+        let project = Ident::parse("project_id", &project_id)?;
+        caller.check_project(project.as_str())?;
+        let team = Ident::parse_optional("team_pk", team_pk.as_deref())?;
+        let (scope, rows) = self
+            .db
+            .status_rows(project.as_str(), team.as_ref().map(Ident::as_str))
+            .await?;
+        let snap = snapshot(rows);
+        Ok(ProjectStatus {
+            project_id,
+            team_pk,
+            scope,
+            counts: snap.counts,
+            active_wave: snap.active_wave,
+            in_flight: snap.in_flight,
+            waves: snap.waves,
+        })
+    }
+
+    /// Register a cycle (team) of a project; `team_exists` when it already is.
+    pub async fn create_team(
+        &self,
+        caller: &Caller,
+        project_id: &str,
+        team: NewTeam,
+    ) -> Result<Team, ServiceError> {
+        let project = Ident::parse("project_id", project_id)?;
+        caller.check_project(project.as_str())?;
+        let team_pk = Ident::parse("team_pk", &team.team_pk)?;
+        let lead_role = Ident::parse_optional("lead_role", team.lead_role.as_deref())?;
+        match self
+            .db
+            .create_team(
+                project.as_str(),
+                team_pk.as_str(),
+                lead_role.as_ref().map(Ident::as_str),
+            )
+            .await
+        {
+            Ok(team) => Ok(team),
+            Err(DbError::Conflict(detail)) => {
+                Err(ServiceError::conflict(ProblemCode::TeamExists, detail))
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// The teams registered for a project, oldest first.
+    pub async fn teams(
+        &self,
+        caller: &Caller,
+        project_id: &str,
+    ) -> Result<Vec<Team>, ServiceError> {
+        let project = Ident::parse("project_id", project_id)?;
+        caller.check_project(project.as_str())?;
+        Ok(self.db.teams(project.as_str()).await?)
+    }
+}

@@ -1,0 +1,503 @@
+//! Refine jobs: submit a phase refine (idempotent with a key), read it (with a
+//! long-poll), list, result, per-L0 records, the event stream, cancel. The work
+//! itself happens in `jobs/`, on whichever replica claims it.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::submission::{
+    Accepted, WAIT_POLL, body_hash, fatal, idempotency_key, input_error, key_reused, l0_rows,
+    opt_str, parse_id, wake_for,
+};
+use super::{Caller, ProblemCode, Service, ServiceError};
+use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob};
+use crate::domain::ids::Ident;
+use crate::domain::job::JobStatus;
+use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
+use crate::jobs::request::StoredRequest;
+
+pub use crate::db::refine_jobs::{StoredJob, StoredL0};
+
+const MAX_PAGE_SIZE: u32 = 100;
+const DEFAULT_PAGE_SIZE: u32 = 20;
+/// Events read from storage per look.
+const EVENT_BATCH: i64 = 200;
+
+/// The submission (documentation schema; the handler reads the body itself so
+/// that every parse failure is the seed's `FATAL: failed to parse request body`).
+#[allow(dead_code)]
+#[derive(Deserialize, ToSchema)]
+pub struct CreateRefineJobRequest {
+    /// The phase context (`context_{phase_id}.json`): `phase_id`, `assignments`,
+    /// `peer_summaries`, optional `task_file_path` (read only inside
+    /// `PLANGATE_WORKSPACE_ROOT`) or `task_text`.
+    #[schema(value_type = Object)]
+    context: Value,
+    /// The refined plan (PlanDocument) with its `phases`.
+    #[schema(value_type = Object)]
+    refined_plan: Value,
+    /// The task inline; the L0s get a server-side copy's path, never the text.
+    task_text: Option<String>,
+    /// Executor profile name; the server's `default_executor` when absent.
+    executor: Option<String>,
+    /// Write `{output_dir}/refine_contexts/{phase_id}_result.json` too (inside
+    /// `PLANGATE_OUTPUT_ROOT`).
+    output_dir: Option<String>,
+    /// The refine run this job belongs to.
+    run_id: Option<Uuid>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
+    project_id: Option<String>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
+    team_pk: Option<String>,
+    /// Same as the `Idempotency-Key` header.
+    idempotency_key: Option<String>,
+}
+
+const CREATE_FIELDS: [&str; 9] = [
+    "context",
+    "refined_plan",
+    "task_text",
+    "executor",
+    "output_dir",
+    "run_id",
+    "project_id",
+    "team_pk",
+    "idempotency_key",
+];
+
+/// List filters and paging.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct JobListQuery {
+    pub status: Option<JobStatus>,
+    #[param(pattern = "^[A-Za-z0-9_-]+$")]
+    pub phase_id: Option<String>,
+    pub run_id: Option<Uuid>,
+    #[param(value_type = Option<crate::domain::ids::Ident>)]
+    pub project_id: Option<String>,
+    #[param(value_type = Option<crate::domain::ids::Ident>)]
+    pub team_pk: Option<String>,
+    /// 1 to 100 (default 20).
+    #[param(minimum = 1, maximum = 100)]
+    pub page_size: Option<u32>,
+    /// `next_page_token` of the previous page.
+    #[param(value_type = Option<Uuid>)]
+    pub page_token: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct JobPage {
+    /// Newest first.
+    pub jobs: Vec<StoredJob>,
+    /// Pass as `page_token` for the next page; null on the last page.
+    pub next_page_token: Option<String>,
+}
+
+/// One event of a job's stream: `state`, `progress` or `log`, numbered.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobStreamEvent {
+    /// The job's event number (resume after it).
+    pub id: i64,
+    pub event: String,
+    pub data: Value,
+}
+
+/// A validated submission, ready to insert.
+struct ValidSubmission {
+    context: crate::domain::refine::PhaseContext,
+    request: StoredRequest,
+    executor: std::sync::Arc<crate::agents::Executor>,
+    project_id: Option<Ident>,
+    team_pk: Option<Ident>,
+    run_id: Option<Uuid>,
+    idempotency_key: Option<String>,
+    request_hash: String,
+}
+
+impl Service {
+    /// Parses and checks a submission: nothing is queued unless all of it is usable.
+    fn validate_submission(
+        &self,
+        body: &[u8],
+        key_header: Option<&[u8]>,
+    ) -> Result<ValidSubmission, ServiceError> {
+        let value: Value = serde_json::from_slice(body).map_err(fatal)?;
+        let Value::Object(body) = value else {
+            return Err(fatal("the body must be a JSON object"));
+        };
+        if let Some(unknown) = body.keys().find(|k| !CREATE_FIELDS.contains(&k.as_str())) {
+            return Err(fatal(format!(
+                "unknown field {unknown:?} (expected one of {})",
+                CREATE_FIELDS.join(", ")
+            ))
+            .with("field", unknown.as_str()));
+        }
+        let context_value = body
+            .get("context")
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| fatal("context: missing").with("field", "context"))?;
+        let context = context_from_value("request body", context_value)
+            .map_err(|e| input_error(e, "context"))?;
+        let plan_value = body
+            .get("refined_plan")
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| fatal("refined_plan: missing").with("field", "refined_plan"))?;
+        plan_from_value("request body", plan_value).map_err(|e| input_error(e, "refined_plan"))?;
+
+        let executor = self.resolve_executor(opt_str(&body, "executor")?)?;
+
+        let task_text = opt_str(&body, "task_text")?.map(str::to_owned);
+        let task_file_path = match context.task_file_path.as_deref() {
+            None => None,
+            Some(_) if task_text.is_some() => {
+                return Err(fatal("give task_text or context.task_file_path, not both")
+                    .with("field", "task_text"));
+            }
+            Some(path) => Some(self.confine_task_file(path)?),
+        };
+        let output_dir = self.confine_output_dir(opt_str(&body, "output_dir")?)?;
+        let project_id = Ident::parse_optional("project_id", opt_str(&body, "project_id")?)?;
+        let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
+        let run_id = match opt_str(&body, "run_id")? {
+            None => None,
+            Some(text) => Some(
+                text.parse::<Uuid>()
+                    .map_err(|_| fatal("run_id: must be a UUID").with("field", "run_id"))?,
+            ),
+        };
+        let idempotency_key = idempotency_key(key_header, opt_str(&body, "idempotency_key")?)?;
+
+        let request_hash = body_hash(&body);
+        Ok(ValidSubmission {
+            request: StoredRequest {
+                context: context_value.clone(),
+                refined_plan: Some(plan_value.clone()),
+                task_file_path,
+                task_text,
+                output_dir,
+            },
+            context,
+            executor,
+            project_id,
+            team_pk,
+            run_id,
+            idempotency_key,
+            request_hash,
+        })
+    }
+
+    /// Submit a refine job for one phase: the JSON body as sent and the raw
+    /// `Idempotency-Key` (a transport header, if any). A retry with the same key and
+    /// body answers the original job (`replayed`); another body is
+    /// `idempotency_key_reused`.
+    pub async fn create_refine_job(
+        &self,
+        caller: &Caller,
+        body: &[u8],
+        key_header: Option<&[u8]>,
+    ) -> Result<Accepted<StoredJob>, ServiceError> {
+        let valid = self.validate_submission(body, key_header)?;
+        caller.check_optional_project(valid.project_id.as_ref().map(Ident::as_str))?;
+        if let Some(run_id) = valid.run_id
+            && !self.db.refine_run_exists(run_id).await?
+        {
+            return Err(ServiceError::unprocessable(
+                ProblemCode::UnknownRun,
+                format!("run_id {run_id} names no refine run"),
+            )
+            .with("field", "run_id"));
+        }
+        let request = valid.request.to_value();
+        let new = NewRefineJob {
+            id: Uuid::now_v7(),
+            phase_id: &valid.context.phase_id,
+            run_id: valid.run_id,
+            project_id: valid.project_id.as_ref().map(Ident::as_str),
+            team_pk: valid.team_pk.as_ref().map(Ident::as_str),
+            executor: valid.executor.name(),
+            executor_kind: valid.executor.kind(),
+            request: &request,
+            idempotency_key: valid.idempotency_key.as_deref(),
+            request_hash: Some(&valid.request_hash),
+            max_attempts: self.settings.max_attempts,
+            l0s: l0_rows(&valid.context, self.settings.l0_concurrency),
+        };
+        match self.db.create_refine_job(&new).await? {
+            Created::New(job) => {
+                metrics::counter!("refine_jobs_created_total").increment(1);
+                self.wake_workers().await;
+                Ok(Accepted {
+                    value: job,
+                    replayed: false,
+                })
+            }
+            Created::Existing(job) => Ok(Accepted {
+                value: job,
+                replayed: true,
+            }),
+            Created::KeyReused => Err(key_reused()),
+        }
+    }
+
+    /// The job, if the caller may see its project.
+    async fn load_job(&self, caller: &Caller, id: Uuid) -> Result<StoredJob, ServiceError> {
+        let job = self
+            .db
+            .refine_job(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("refine job", &id.to_string()))?;
+        caller.check_optional_project(job.project_id.as_deref())?;
+        Ok(job)
+    }
+
+    /// A refine job. With `wait` seconds (at most 30) the answer comes as soon as
+    /// the job changes state or progresses, or after the wait, unchanged.
+    pub async fn refine_job(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+        wait: Option<u64>,
+    ) -> Result<StoredJob, ServiceError> {
+        let id = parse_id(raw_id, "job")?;
+        let job = self.load_job(caller, id).await?;
+        let wait = wait.unwrap_or(0);
+        if wait == 0 || job.status.is_terminal() {
+            return Ok(job);
+        }
+        self.wait_until_changed(
+            Duration::from_secs(wait),
+            |j| j == id,
+            || async {
+                Ok(self
+                    .db
+                    .refine_job_version(id)
+                    .await?
+                    .is_none_or(|(v, s)| v != job.version || s.is_terminal()))
+            },
+        )
+        .await?;
+        self.load_job(caller, id).await
+    }
+
+    /// Refine jobs the caller may see, newest first, filtered, in cursor pages.
+    pub async fn refine_jobs(
+        &self,
+        caller: &Caller,
+        query: JobListQuery,
+    ) -> Result<JobPage, ServiceError> {
+        let page_size = query.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
+        if !(1..=MAX_PAGE_SIZE).contains(&page_size) {
+            return Err(ServiceError::bad_request(
+                ProblemCode::InvalidQuery,
+                format!("page_size must be between 1 and {MAX_PAGE_SIZE}"),
+            ));
+        }
+        let after = match query.page_token.as_deref() {
+            None => None,
+            Some(token) => Some(token.parse::<Uuid>().map_err(|_| {
+                ServiceError::bad_request(
+                    ProblemCode::InvalidQuery,
+                    "page_token is not a token this server issued",
+                )
+            })?),
+        };
+        let filter_id = |field: &'static str, value: Option<String>| {
+            Ident::parse_optional(field, value.as_deref())
+                .map(|id| id.map(|i| i.as_str().to_owned()))
+                .map_err(|e| {
+                    ServiceError::bad_request(ProblemCode::InvalidQuery, e.to_string())
+                        .with("field", field)
+                })
+        };
+        if let Some(phase) = query.phase_id.as_deref().filter(|p| !is_valid_id(p)) {
+            return Err(ServiceError::bad_request(
+                ProblemCode::InvalidQuery,
+                format!("phase_id {phase:?} is not an id ([A-Za-z0-9_-]+)"),
+            )
+            .with("field", "phase_id"));
+        }
+        let filter = JobFilter {
+            status: query.status,
+            phase_id: query.phase_id,
+            run_id: query.run_id,
+            project_id: filter_id("project_id", query.project_id)?,
+            team_pk: filter_id("team_pk", query.team_pk)?,
+            allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
+        };
+        let mut jobs = self.db.refine_jobs(&filter, page_size + 1, after).await?;
+        let next_page_token = if jobs.len() > page_size as usize {
+            jobs.truncate(page_size as usize);
+            jobs.last().map(|j| j.id.to_string())
+        } else {
+            None
+        };
+        Ok(JobPage {
+            jobs,
+            next_page_token,
+        })
+    }
+
+    /// The result document `{schema_version: 1, assignments}` of a succeeded job;
+    /// `job_not_succeeded` (with `job_status`) before.
+    pub async fn refine_job_result(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<Value, ServiceError> {
+        let job = self.load_job(caller, parse_id(raw_id, "job")?).await?;
+        match (job.status, job.result) {
+            (JobStatus::Succeeded, Some(result)) => Ok(result),
+            (status, _) => Err(ServiceError::conflict(
+                ProblemCode::JobNotSucceeded,
+                format!(
+                    "the job is {}; a result exists once it has succeeded",
+                    status.as_str()
+                ),
+            )
+            .with("job_status", status.as_str())),
+        }
+    }
+
+    /// Per-L0 records, in natural assignment order.
+    pub async fn refine_job_assignments(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<Vec<StoredL0>, ServiceError> {
+        let id = parse_id(raw_id, "job")?;
+        self.load_job(caller, id).await?;
+        Ok(self.db.refine_job_l0s(id).await?)
+    }
+
+    /// The job's events after `last_event_id` (raw, as a transport received it;
+    /// absent = from the start), then new ones as they come; the stream ends after
+    /// the terminal `state` event (or when the server shuts down).
+    pub async fn refine_job_events(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+        last_event_id: Option<&[u8]>,
+    ) -> Result<BoxStream<'static, JobStreamEvent>, ServiceError> {
+        let id = parse_id(raw_id, "job")?;
+        self.load_job(caller, id).await?;
+        let after = match last_event_id {
+            None => 0,
+            Some(raw) => super::submission::header_text(raw)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    ServiceError::bad_request(
+                        ProblemCode::InvalidLastEventId,
+                        "Last-Event-ID must be an event number",
+                    )
+                })?,
+        };
+        let stream = futures::stream::unfold(
+            (self.clone(), after, false),
+            move |(service, mut after, mut done)| async move {
+                let mut last_look = false;
+                loop {
+                    if done {
+                        return None;
+                    }
+                    let events = match service.db.refine_job_events(id, after, EVENT_BATCH).await {
+                        Ok(events) => events,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "event stream: reading events failed");
+                            return None;
+                        }
+                    };
+                    if !events.is_empty() {
+                        let mut out = Vec::with_capacity(events.len());
+                        for e in events {
+                            after = e.seq;
+                            let terminal = e.event == "state"
+                                && e.data
+                                    .0
+                                    .get("status")
+                                    .and_then(Value::as_str)
+                                    .and_then(JobStatus::parse)
+                                    .is_some_and(JobStatus::is_terminal);
+                            done |= terminal;
+                            out.push(JobStreamEvent {
+                                id: e.seq,
+                                event: e.event,
+                                data: e.data.0,
+                            });
+                        }
+                        return Some((futures::stream::iter(out), (service, after, done)));
+                    }
+                    if last_look {
+                        return None;
+                    }
+                    match service.db.refine_job_version(id).await {
+                        Ok(Some((_, status))) if !status.is_terminal() => {}
+                        // Terminal: its last events were committed with the status,
+                        // maybe just after the read above, so read once more.
+                        Ok(Some(_)) => {
+                            last_look = true;
+                            continue;
+                        }
+                        // Deleted or unreadable: end.
+                        _ => return None,
+                    }
+                    if service.is_shutting_down() {
+                        return None;
+                    }
+                    let mut wakeups = service.hub.subscribe();
+                    let ours = |j: Uuid| j == id;
+                    tokio::select! {
+                        _ = wake_for(&mut wakeups, &ours) => {}
+                        _ = tokio::time::sleep(WAIT_POLL) => {}
+                    }
+                }
+            },
+        );
+        Ok(stream.flatten().boxed())
+    }
+
+    /// Cancel a job. Idempotent: a terminal job is returned unchanged; a queued one
+    /// is cancelled at once; a running one goes `cancelling` while its L0 process
+    /// groups are killed, then `cancelled`.
+    pub async fn cancel_refine_job(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<StoredJob, ServiceError> {
+        let id = parse_id(raw_id, "job")?;
+        // Authorization before the cancel: a refused caller changes nothing.
+        self.load_job(caller, id).await?;
+        self.cancel_job(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("refine job", &id.to_string()))?;
+        self.load_job(caller, id).await
+    }
+
+    /// Cancels one job: wakes its worker (here, or on another replica through
+    /// NOTIFY), and merges its run when that was the run's last job. `None` for an
+    /// unknown job.
+    pub(super) async fn cancel_job(&self, id: Uuid) -> Result<Option<JobStatus>, ServiceError> {
+        let Some(status) = self.db.cancel_refine_job(id).await? else {
+            return Ok(None);
+        };
+        if status == JobStatus::Cancelling {
+            self.hub.cancel_local(id);
+            if let Err(e) = self.db.notify_job_cancel(id).await {
+                tracing::warn!(error = %e, "cancel notification failed; the worker's heartbeat will see it");
+            }
+        }
+        if status == JobStatus::Cancelled
+            && let Some(run_id) = self.db.refine_job(id).await?.and_then(|j| j.run_id)
+        {
+            crate::jobs::runs::merge_if_due(&self.db, run_id).await?;
+        }
+        self.hub.job_changed(id);
+        Ok(Some(status))
+    }
+}

@@ -1,0 +1,294 @@
+//! Refine runs: split a whole plan into one refine job per phase, run them in
+//! parallel on the worker pool (any replica), merge once when the last one ends.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::submission::{
+    Accepted, body_hash, fatal, idempotency_key, key_reused, l0_rows, opt_str, parse_id,
+};
+use super::{Caller, ProblemCode, Service, ServiceError};
+use crate::db::refine_jobs::{Created, NewRefineJob};
+use crate::db::refine_runs::NewRefineRun;
+use crate::domain::ids::Ident;
+use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
+use crate::jobs::request::StoredRequest;
+use crate::jobs::runs::StoredRun as RunRequest;
+
+pub use crate::db::refine_runs::StoredRun;
+
+/// The submission (documentation schema; the handler reads the body itself).
+#[allow(dead_code)]
+#[derive(ToSchema)]
+pub struct CreateRefineRunRequest {
+    /// `{task?, source_dir?, phases: [PhaseElaborated], assignments: [AssignmentElaborated]}`.
+    #[schema(value_type = Object)]
+    plan: Value,
+    /// The task inline (else the plan's `task` when it is a string).
+    task_text: Option<String>,
+    executor: Option<String>,
+    /// Each phase's result is also written under it (inside `PLANGATE_OUTPUT_ROOT`).
+    output_dir: Option<String>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
+    project_id: Option<String>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
+    team_pk: Option<String>,
+    /// Same as the `Idempotency-Key` header.
+    idempotency_key: Option<String>,
+}
+
+const CREATE_FIELDS: [&str; 7] = [
+    "plan",
+    "task_text",
+    "executor",
+    "output_dir",
+    "project_id",
+    "team_pk",
+    "idempotency_key",
+];
+
+/// Per phase: its id, the job's stored request and its `(assignment, batch)` rows.
+type PhaseJobRequest = (String, Value, Vec<(String, i32)>);
+
+/// A submission error of a run: the job's FATAL, coded `invalid_plan`.
+fn invalid_plan(e: ServiceError) -> ServiceError {
+    ServiceError {
+        code: ProblemCode::InvalidPlan,
+        ..e
+    }
+}
+
+impl Service {
+    /// The run, if the caller may see its project.
+    async fn load_run(&self, caller: &Caller, id: Uuid) -> Result<StoredRun, ServiceError> {
+        let run = self
+            .db
+            .refine_run(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("refine run", &id.to_string()))?;
+        caller.check_optional_project(run.project_id.as_deref())?;
+        Ok(run)
+    }
+
+    /// Submit a whole plan (the JSON body as sent, and the raw `Idempotency-Key`
+    /// if any): one refine job per phase, run in parallel, merged once.
+    pub async fn create_refine_run(
+        &self,
+        caller: &Caller,
+        body: &[u8],
+        key_header: Option<&[u8]>,
+    ) -> Result<Accepted<StoredRun>, ServiceError> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| invalid_plan(fatal(e)))?;
+        let Value::Object(body) = value else {
+            return Err(invalid_plan(fatal("the body must be a JSON object")));
+        };
+        if let Some(unknown) = body.keys().find(|k| !CREATE_FIELDS.contains(&k.as_str())) {
+            return Err(invalid_plan(fatal(format!(
+                "unknown field {unknown:?} (expected one of {})",
+                CREATE_FIELDS.join(", ")
+            ))));
+        }
+        let plan_value = body.get("plan").filter(|v| v.is_object()).ok_or_else(|| {
+            invalid_plan(fatal("plan: missing or not an object")).with("field", "plan")
+        })?;
+        let fail = |e: crate::domain::refine::RefineInputError| {
+            let path = e
+                .path
+                .clone()
+                .map_or_else(|| "plan".to_owned(), |p| format!("plan.{p}"));
+            invalid_plan(fatal(format!("{path}: {}", e.reason))).with("field", path)
+        };
+        let plan = plan_from_value("request body", plan_value).map_err(fail)?;
+        if plan.phases.is_empty() {
+            return Err(invalid_plan(fatal(
+                "plan.phases: empty list; at least one phase is required",
+            ))
+            .with("field", "plan.phases"));
+        }
+        let assignments_value = plan_value.get("assignments").ok_or_else(|| {
+            invalid_plan(fatal("plan.assignments: missing")).with("field", "plan.assignments")
+        })?;
+        let assignments = assignments_from_value("request body", "assignments", assignments_value)
+            .map_err(fail)?;
+        // An assignment naming a phase the plan lacks is an error (nothing is
+        // created); one without a phase is reported in the result's `skipped`.
+        if let Some((i, a)) = assignments.iter().enumerate().find(|(_, a)| {
+            a.phase_id
+                .as_deref()
+                .is_some_and(|p| plan.phase(p).is_none())
+        }) {
+            let field = format!("plan.assignments[{i}].phase_id");
+            return Err(invalid_plan(fatal(format!(
+                "{field}: assignment {} names phase {:?}, which the plan does not have",
+                a.id,
+                a.phase_id.as_deref().unwrap_or_default()
+            )))
+            .with("field", field));
+        }
+        let split = split_plan(&plan, &assignments);
+        if split.contexts.is_empty() {
+            return Err(invalid_plan(fatal(
+                "plan.assignments: no assignment belongs to a phase of the plan",
+            ))
+            .with("field", "plan.assignments"));
+        }
+
+        let executor = self.resolve_executor(opt_str(&body, "executor")?)?;
+        let task_text = opt_str(&body, "task_text")?.map(str::to_owned).or_else(|| {
+            plan.extra
+                .get("task")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        let output_dir = self.confine_output_dir(opt_str(&body, "output_dir")?)?;
+        let project_id = Ident::parse_optional("project_id", opt_str(&body, "project_id")?)?;
+        let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
+        caller.check_optional_project(project_id.as_ref().map(Ident::as_str))?;
+        let key = idempotency_key(key_header, opt_str(&body, "idempotency_key")?)?;
+        let request_hash = body_hash(&body);
+
+        let run_id = Uuid::now_v7();
+        let run_request = serde_json::to_value(RunRequest::new(plan_value.clone(), &split))
+            .unwrap_or(Value::Null);
+        // The plan without `assignments`: each L0 gets its phase from it, not the
+        // whole plan.
+        let mut plan_for_jobs = plan_value.clone();
+        if let Some(o) = plan_for_jobs.as_object_mut() {
+            o.remove("assignments");
+        }
+        let job_requests: Vec<PhaseJobRequest> = split
+            .contexts
+            .iter()
+            .map(|context| {
+                let request = StoredRequest {
+                    context: context.to_value(),
+                    refined_plan: Some(plan_for_jobs.clone()),
+                    task_file_path: None,
+                    task_text: task_text.clone(),
+                    output_dir: output_dir.clone(),
+                };
+                (
+                    context.phase_id.clone(),
+                    request.to_value(),
+                    l0_rows(context, self.settings.l0_concurrency),
+                )
+            })
+            .collect();
+        let jobs = job_requests
+            .iter()
+            .map(|(phase_id, request, l0s)| NewRefineJob {
+                id: Uuid::now_v7(),
+                phase_id,
+                run_id: Some(run_id),
+                project_id: project_id.as_ref().map(Ident::as_str),
+                team_pk: team_pk.as_ref().map(Ident::as_str),
+                executor: executor.name(),
+                executor_kind: executor.kind(),
+                request,
+                idempotency_key: None,
+                request_hash: None,
+                max_attempts: self.settings.max_attempts,
+                l0s: l0s.clone(),
+            })
+            .collect();
+        let new = NewRefineRun {
+            id: run_id,
+            request: &run_request,
+            executor: executor.name(),
+            project_id: project_id.as_ref().map(Ident::as_str),
+            team_pk: team_pk.as_ref().map(Ident::as_str),
+            idempotency_key: key.as_deref(),
+            request_hash: &request_hash,
+            jobs,
+        };
+        match self.db.create_refine_run(&new).await? {
+            Created::New(id) => {
+                metrics::counter!("refine_runs_created_total").increment(1);
+                self.wake_workers().await;
+                Ok(Accepted {
+                    value: self.load_run(caller, id).await?,
+                    replayed: false,
+                })
+            }
+            Created::Existing(id) => Ok(Accepted {
+                value: self.load_run(caller, id).await?,
+                replayed: true,
+            }),
+            Created::KeyReused => Err(key_reused()),
+        }
+    }
+
+    /// A refine run: its phase jobs and, once merged, its result. With `wait`
+    /// seconds the answer comes as soon as the run or one of its jobs changes.
+    pub async fn refine_run(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+        wait: Option<u64>,
+    ) -> Result<StoredRun, ServiceError> {
+        let id = parse_id(raw_id, "run")?;
+        let run = self.load_run(caller, id).await?;
+        let wait = wait.unwrap_or(0);
+        if wait == 0 || run.status.is_terminal() {
+            return Ok(run);
+        }
+        // Any job may be one of the run's: wake on every change, re-check the version.
+        self.wait_until_changed(
+            Duration::from_secs(wait),
+            |_| true,
+            || async {
+                Ok(self
+                    .db
+                    .refine_run_version(id)
+                    .await?
+                    .is_none_or(|(v, s)| v != run.version || s.is_terminal()))
+            },
+        )
+        .await?;
+        self.load_run(caller, id).await
+    }
+
+    /// The merged result; `run_not_finished` (with `run_status`) before.
+    pub async fn refine_run_result(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<Value, ServiceError> {
+        let run = self.load_run(caller, parse_id(raw_id, "run")?).await?;
+        match run.result {
+            Some(result) => Ok(result),
+            None => Err(ServiceError::conflict(
+                ProblemCode::RunNotFinished,
+                format!(
+                    "the run is {}; its result exists once every phase job has ended",
+                    run.status.as_str()
+                ),
+            )
+            .with("run_status", run.status.as_str())),
+        }
+    }
+
+    /// Cancel a run: every phase job not yet ended is cancelled; the run ends
+    /// `cancelled` (with what finished merged) once they have. Idempotent.
+    pub async fn cancel_refine_run(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<StoredRun, ServiceError> {
+        let id = parse_id(raw_id, "run")?;
+        self.load_run(caller, id).await?;
+        let jobs = self
+            .db
+            .cancel_refine_run(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("refine run", &id.to_string()))?;
+        for job_id in jobs {
+            self.cancel_job(job_id).await?;
+        }
+        crate::jobs::runs::merge_if_due(&self.db, id).await?;
+        self.load_run(caller, id).await
+    }
+}

@@ -1,0 +1,286 @@
+//! What refine-job and refine-run submissions share: the FATAL-style parse errors,
+//! executor and output-directory resolution, idempotency keys and body hashes, the
+//! L0 batch layout and long-polling.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::{ProblemCode, Service, ServiceError};
+use crate::agents::Executor;
+use crate::domain::refine::{PhaseContext, RefineInputError, batches};
+use crate::jobs::request::confine;
+
+/// Longest long-poll `wait`, in seconds (docs/jobs.md).
+pub const MAX_WAIT_SECS: u64 = 30;
+/// How often a waiting request looks at the database when nothing local woke it
+/// (the job may be worked by another replica).
+pub(super) const WAIT_POLL: Duration = Duration::from_millis(200);
+const MAX_IDEMPOTENCY_KEY_BYTES: usize = 256;
+
+/// A create that may have been a replay of an earlier one with the same
+/// idempotency key and body.
+#[derive(Debug, Clone)]
+pub struct Accepted<T> {
+    pub value: T,
+    /// True when the key named an earlier create with the same body: `value` is
+    /// that create's resource (HTTP: `Idempotent-Replayed: true`).
+    pub replayed: bool,
+}
+
+/// `FATAL: failed to parse request body: {detail}` as a 422 `invalid_context`.
+pub(super) fn fatal(detail: impl std::fmt::Display) -> ServiceError {
+    ServiceError::unprocessable(
+        ProblemCode::InvalidContext,
+        format!("FATAL: failed to parse request body: {detail}"),
+    )
+}
+
+pub(super) fn input_error(e: RefineInputError, prefix: &str) -> ServiceError {
+    let path = e.path.as_ref().map(|p| format!("{prefix}.{p}"));
+    let detail = match &path {
+        Some(p) => format!("{p}: {}", e.reason),
+        None => format!("{prefix}: {}", e.reason),
+    };
+    let err = fatal(detail);
+    match path {
+        Some(p) => err.with("field", p),
+        None => err.with("field", prefix),
+    }
+}
+
+/// An optional string member; anything else is a FATAL naming the field.
+pub(super) fn opt_str<'a>(
+    body: &'a Map<String, Value>,
+    field: &str,
+) -> Result<Option<&'a str>, ServiceError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(fatal(format!("{field}: must be a string")).with("field", field)),
+    }
+}
+
+pub(super) fn key_reused() -> ServiceError {
+    ServiceError::unprocessable(
+        ProblemCode::IdempotencyKeyReused,
+        "this Idempotency-Key was used with a different body",
+    )
+}
+
+/// An `{id}` that must be a UUID; 400 `invalid_path` naming what it is.
+pub(super) fn parse_id(raw: &str, what: &str) -> Result<Uuid, ServiceError> {
+    raw.parse().map_err(|_| {
+        ServiceError::bad_request(
+            ProblemCode::InvalidPath,
+            format!("{raw:?} is not a {what} id (UUID)"),
+        )
+    })
+}
+
+/// Visible ASCII (and tab), as an HTTP header value must be to be read as text.
+pub(super) fn header_text(raw: &[u8]) -> Option<&str> {
+    raw.iter()
+        .all(|&b| b == b'\t' || (32..127).contains(&b))
+        .then(|| std::str::from_utf8(raw).ok())
+        .flatten()
+}
+
+/// The key from the `Idempotency-Key` header (raw bytes) or the body field (equal
+/// if both).
+pub(super) fn idempotency_key(
+    header: Option<&[u8]>,
+    field: Option<&str>,
+) -> Result<Option<String>, ServiceError> {
+    let header = match header {
+        None => None,
+        Some(raw) => Some(header_text(raw).ok_or_else(|| {
+            ServiceError::bad_request(
+                ProblemCode::InvalidIdempotencyKey,
+                "Idempotency-Key must be visible ASCII",
+            )
+        })?),
+    };
+    let key = match (header, field) {
+        (Some(h), Some(f)) if h != f => {
+            return Err(ServiceError::unprocessable(
+                ProblemCode::InvalidIdempotencyKey,
+                "the Idempotency-Key header and the idempotency_key field differ",
+            ));
+        }
+        (Some(k), _) | (None, Some(k)) => Some(k),
+        (None, None) => None,
+    };
+    match key {
+        Some(k)
+            if k.trim().is_empty()
+                || k.len() > MAX_IDEMPOTENCY_KEY_BYTES
+                || k.chars().any(char::is_control) =>
+        {
+            Err(ServiceError::unprocessable(
+                ProblemCode::InvalidIdempotencyKey,
+                format!(
+                    "an idempotency key is 1 to {MAX_IDEMPOTENCY_KEY_BYTES} bytes without control characters"
+                ),
+            ))
+        }
+        other => Ok(other.map(str::to_owned)),
+    }
+}
+
+/// The idempotency hash of a submission: the body without its `idempotency_key`.
+pub(super) fn body_hash(body: &Map<String, Value>) -> String {
+    let mut hashed = body.clone();
+    hashed.remove("idempotency_key");
+    canonical_hash(&Value::Object(hashed))
+}
+
+/// SHA-256 of the body with object keys sorted, so a retry that reorders keys is
+/// still "the same body". Stable across replicas and releases.
+pub fn canonical_hash(value: &Value) -> String {
+    fn canonical(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), canonical(&m[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+            other => other.clone(),
+        }
+    }
+    let bytes = serde_json::to_vec(&canonical(value)).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `(assignment_id, batch)` in natural order, batches numbered from 1.
+pub(super) fn l0_rows(context: &PhaseContext, max_parallel: usize) -> Vec<(String, i32)> {
+    let ids: Vec<String> = context.assignments.iter().map(|a| a.id.clone()).collect();
+    batches(&ids, max_parallel)
+        .into_iter()
+        .enumerate()
+        .flat_map(|(i, b)| {
+            let n = i32::try_from(i + 1).unwrap_or(i32::MAX);
+            b.into_iter().map(move |id| (id, n))
+        })
+        .collect()
+}
+
+impl Service {
+    /// The executor a submission names (else the default); 422 `unknown_executor`.
+    pub(super) fn resolve_executor(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Arc<Executor>, ServiceError> {
+        self.executors.resolve(name).ok_or_else(|| {
+            ServiceError::unprocessable(
+                ProblemCode::UnknownExecutor,
+                format!(
+                    "executor {:?} is not configured (configured: {})",
+                    name.unwrap_or_default(),
+                    self.executors.names().collect::<Vec<_>>().join(", ")
+                ),
+            )
+            .with("field", "executor")
+        })
+    }
+
+    /// `output_dir` resolved inside `PLANGATE_OUTPUT_ROOT`; 422 `output_not_allowed`
+    /// when the server has no root or the path leaves it.
+    pub(super) fn confine_output_dir(
+        &self,
+        dir: Option<&str>,
+    ) -> Result<Option<String>, ServiceError> {
+        let Some(dir) = dir else { return Ok(None) };
+        let not_allowed = |detail: String| {
+            ServiceError::unprocessable(ProblemCode::OutputNotAllowed, detail)
+                .with("field", "output_dir")
+        };
+        let root = self.settings.output_root.as_deref().ok_or_else(|| {
+            not_allowed("output_dir is set but the server has no PLANGATE_OUTPUT_ROOT".into())
+        })?;
+        let resolved = confine(root, dir, false)
+            .map_err(|reason| not_allowed(format!("output_dir: {reason}")))?;
+        Ok(Some(resolved.display().to_string()))
+    }
+
+    /// `context.task_file_path` resolved inside `PLANGATE_WORKSPACE_ROOT`; 422
+    /// `task_file_not_allowed` otherwise.
+    pub(super) fn confine_task_file(&self, path: &str) -> Result<String, ServiceError> {
+        let not_allowed = |detail: String| {
+            ServiceError::unprocessable(ProblemCode::TaskFileNotAllowed, detail)
+                .with("field", "context.task_file_path")
+        };
+        let root = self.settings.workspace_root.as_deref().ok_or_else(|| {
+            not_allowed(
+                "context.task_file_path is set but the server has no PLANGATE_WORKSPACE_ROOT; \
+                 send task_text instead"
+                    .into(),
+            )
+        })?;
+        let resolved = confine(root, path, true)
+            .map_err(|reason| not_allowed(format!("context.task_file_path: {reason}")))?;
+        Ok(resolved.display().to_string())
+    }
+
+    /// Long-poll: returns once `changed()` says so, or after `wait` (capped at 30 s
+    /// and kept inside the request timeout). Local writes wake it at once; changes
+    /// made by another replica are seen by polling.
+    pub(super) async fn wait_until_changed<F, Fut>(
+        &self,
+        wait: Duration,
+        concerns: impl Fn(Uuid) -> bool,
+        mut changed: F,
+    ) -> Result<(), ServiceError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool, ServiceError>>,
+    {
+        let mut wakeups = self.hub.subscribe();
+        let cap = Duration::from_secs(MAX_WAIT_SECS).min(
+            self.settings
+                .request_timeout
+                .saturating_sub(Duration::from_secs(1)),
+        );
+        let deadline = tokio::time::Instant::now() + wait.min(cap);
+        loop {
+            if changed().await? || self.is_shutting_down() {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = wake_for(&mut wakeups, &concerns) => {}
+                _ = tokio::time::sleep(WAIT_POLL) => {}
+                _ = tokio::time::sleep_until(deadline) => return Ok(()),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Resolves when a wake-up concerns us (or some were missed: check again).
+pub(super) async fn wake_for(
+    wakeups: &mut tokio::sync::broadcast::Receiver<Uuid>,
+    concerns: &impl Fn(Uuid) -> bool,
+) {
+    loop {
+        match wakeups.recv().await {
+            Ok(id) if concerns(id) => return,
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+            // Closed: never again; the caller's poll and deadline still run.
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                std::future::pending::<()>().await
+            }
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! Task lists and dispatch: gate (dry run), persist with the retry verdict, read,
+//! ready tasks, graph, task status changes with cascade-abandon.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{Caller, ProblemCode, Service, ServiceError};
+use crate::db::task_lists::{NewTaskList, TaskChange, TransitionOutcome, dispatch_view};
+use crate::domain::dispatch::{
+    self, AbandonCategory, GraphFormat, GraphNode, ReadyMode, TaskStatus, render_graph,
+};
+use crate::domain::gating::{
+    self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport,
+};
+use crate::domain::ids::Ident;
+use crate::domain::retry;
+
+pub use crate::db::task_lists::{StoredTask, StoredTaskList};
+
+/// Notes are free text for people; the bound keeps rows small. Characters (what
+/// JSON Schema's `maxLength` counts), so the OpenAPI document states it exactly.
+pub const MAX_NOTES_CHARS: usize = 64 * 1024;
+
+/// A dry-run gate: nothing is stored, no retry is counted.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValidateRequest {
+    /// The task list as a JSON array of task objects. Give this or `planner_output`.
+    /// Entries that are not task objects are gate violations (`synthesis_failure`),
+    /// not malformed requests.
+    #[schema(value_type = Object, required = false)]
+    pub tasks: Option<ParsedTaskList>,
+    /// The planner's raw text; the last ```json (or untagged) fence wins.
+    #[schema(value_type = String, required = false)]
+    pub planner_output: Option<String>,
+    /// Repository paths that pre-exist (satisfy reads).
+    #[serde(default)]
+    pub existing_files: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTaskListRequest {
+    #[schema(value_type = Ident)]
+    pub project_id: String,
+    /// The orchestrator's id of this planning cycle; omit for the project-wide flow.
+    #[schema(value_type = Option<Ident>)]
+    pub team_pk: Option<String>,
+    #[schema(value_type = Ident)]
+    pub created_by: String,
+    /// The task list as a JSON array of task objects. Give this or `planner_output`.
+    /// Entries that are not task objects are gate violations (`synthesis_failure`),
+    /// not malformed requests.
+    #[schema(value_type = Object, required = false)]
+    pub tasks: Option<ParsedTaskList>,
+    /// The planner's raw text; the last ```json (or untagged) fence wins.
+    #[schema(value_type = String, required = false)]
+    pub planner_output: Option<String>,
+    #[serde(default)]
+    pub existing_files: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ReadyResponse {
+    pub mode: ReadyMode,
+    /// Barrier: the active wave; pipeline: the lowest wave offered. Null when
+    /// nothing is left to do.
+    pub wave: Option<i64>,
+    pub tasks: Vec<StoredTask>,
+}
+
+/// A status change of one task.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskUpdate {
+    /// Target status: pending → running → done | failed; any non-terminal → abandoned.
+    pub status: TaskStatus,
+    /// Required with `abandoned`, refused otherwise.
+    pub abandon_category: Option<AbandonCategory>,
+    pub notes: Option<String>,
+}
+
+/// The schema states the pairing rule the handler enforces: `abandon_category` is
+/// required with `abandoned` and absent (or null) otherwise — so that every body the
+/// schema allows passes the handler's checks, and the other way round.
+impl utoipa::PartialSchema for TaskUpdate {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            AdditionalProperties, ObjectBuilder, OneOfBuilder, SchemaType, Type,
+        };
+        let status = |targets: &[TaskStatus]| {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .enum_values(Some(targets.iter().map(|s| s.as_str())))
+        };
+        let notes = ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .max_length(Some(MAX_NOTES_CHARS))
+            .description(Some("Free text for people, at most 65536 characters."))
+            .build();
+        let closed = || Some(AdditionalProperties::FreeForm(false));
+        let abandon = ObjectBuilder::new()
+            .title(Some("abandon"))
+            .property("status", status(&[TaskStatus::Abandoned]))
+            .property(
+                "abandon_category",
+                <AbandonCategory as utoipa::PartialSchema>::schema(),
+            )
+            .property("notes", notes.clone())
+            .required("status")
+            .required("abandon_category")
+            .additional_properties(closed());
+        let others: Vec<TaskStatus> = TaskStatus::ALL
+            .into_iter()
+            .filter(|s| *s != TaskStatus::Abandoned)
+            .collect();
+        let move_on = ObjectBuilder::new()
+            .title(Some("transition"))
+            .property("status", status(&others))
+            .property(
+                "abandon_category",
+                ObjectBuilder::new().schema_type(Type::Null),
+            )
+            .property("notes", notes)
+            .required("status")
+            .additional_properties(closed());
+        OneOfBuilder::new()
+            .description(Some(
+                "Target status: pending → running → done | failed; any non-terminal → \
+                 abandoned. `abandon_category` is required with `abandoned` and refused \
+                 otherwise.",
+            ))
+            .item(abandon)
+            .item(move_on)
+            .into()
+    }
+}
+
+impl ToSchema for TaskUpdate {}
+
+#[derive(Serialize, ToSchema)]
+pub struct TaskUpdated {
+    #[serde(flatten)]
+    pub task: StoredTask,
+    /// Server ids of the dependents this change abandoned (category `blocked`).
+    pub cascaded: Vec<Uuid>,
+}
+
+/// Read straight into tasks while the body is parsed (no intermediate JSON tree):
+/// the gate's answer must cost little more than reading the request.
+fn source(
+    tasks: Option<ParsedTaskList>,
+    planner_output: &Option<String>,
+) -> Result<TaskListSource<'_>, ServiceError> {
+    match (tasks, planner_output) {
+        (Some(tasks), None) => Ok(TaskListSource::Parsed(tasks)),
+        (None, Some(text)) => Ok(TaskListSource::PlannerOutput(text)),
+        (Some(_), Some(_)) => Err(ServiceError::unprocessable(
+            ProblemCode::InvalidBody,
+            "give either `tasks` or `planner_output`, not both",
+        )),
+        (None, None) => Err(ServiceError::unprocessable(
+            ProblemCode::InvalidBody,
+            "missing field `tasks` (a JSON array) or `planner_output` (the planner's text)",
+        )),
+    }
+}
+
+fn count_outcome(validation: &Validation, route: &'static str) {
+    let outcome = match validation.outcome {
+        Outcome::Valid => "valid",
+        Outcome::SynthesisFailure => "synthesis_failure",
+        Outcome::DagInvalid => "dag_invalid",
+    };
+    metrics::counter!("gating_outcomes_total", "route" => route, "outcome" => outcome).increment(1);
+    for error in &validation.errors {
+        metrics::counter!("gating_violations_total", "code" => error.code.to_string()).increment(1);
+    }
+}
+
+/// The 422 of a rejected list: every violation, the retry verdict and the re-prompt.
+fn rejection(validation: &Validation, rejections: u32) -> ServiceError {
+    let synthesis_failure = matches!(validation.outcome, Outcome::SynthesisFailure);
+    let verdict = retry::verdict(synthesis_failure, rejections);
+    let (code, detail) = if synthesis_failure {
+        (
+            ProblemCode::SynthesisFailure,
+            "the planner output could not be read as a task list",
+        )
+    } else {
+        (
+            ProblemCode::DagInvalid,
+            "the task list violates the DAG gates",
+        )
+    };
+    let report = validation.report();
+    let first = validation
+        .errors
+        .first()
+        .map(|e| e.message.as_str())
+        .unwrap_or("");
+    ServiceError::unprocessable(code, format!("{detail}: {first}"))
+        .with(
+            "errors",
+            serde_json::to_value(&report.errors).unwrap_or_default(),
+        )
+        .with(
+            "warnings",
+            serde_json::to_value(&report.warnings).unwrap_or_default(),
+        )
+        .with("attempt", verdict.attempt)
+        .with("escalate", verdict.escalate)
+        .with(
+            "escalation",
+            serde_json::to_value(verdict.escalation).unwrap_or_default(),
+        )
+        .with("reprompt", validation.reprompt())
+}
+
+impl Service {
+    /// Gate a task list without storing it. Touches no project, so any caller may.
+    pub fn validate_task_list(
+        &self,
+        _caller: &Caller,
+        request: ValidateRequest,
+    ) -> Result<ValidationReport, ServiceError> {
+        let source = source(request.tasks, &request.planner_output)?;
+        let validation = gating::validate(source, &request.existing_files);
+        count_outcome(&validation, "validate");
+        Ok(validation.report())
+    }
+
+    /// Gate a task list and, if it passes, store it all or nothing. A rejection is
+    /// counted per `(project_id, team_pk)` and answered with the retry verdict.
+    pub async fn create_task_list(
+        &self,
+        caller: &Caller,
+        request: CreateTaskListRequest,
+    ) -> Result<StoredTaskList, ServiceError> {
+        let project_id = Ident::parse("project_id", &request.project_id)?;
+        // Before the gate: a refused caller must not move the project's retry count.
+        caller.check_project(project_id.as_str())?;
+        let team_pk = Ident::parse_optional("team_pk", request.team_pk.as_deref())?;
+        let created_by = Ident::parse("created_by", &request.created_by)?;
+        let source = source(request.tasks, &request.planner_output)?;
+        let validation = gating::validate(source, &request.existing_files);
+        count_outcome(&validation, "create");
+
+        let team = team_pk.as_ref().map(Ident::as_str);
+        if !validation.is_valid() {
+            let rejections = self.db.record_rejection(project_id.as_str(), team).await?;
+            return Err(rejection(&validation, rejections));
+        }
+        Ok(self
+            .db
+            .create_task_list(NewTaskList {
+                project_id: project_id.as_str(),
+                team_pk: team,
+                created_by: created_by.as_str(),
+                tasks: &validation.tasks,
+            })
+            .await?)
+    }
+
+    /// The list as created, with current task statuses.
+    pub async fn task_list(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<StoredTaskList, ServiceError> {
+        let list = self
+            .db
+            .task_list(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
+        caller.check_project(&list.project_id)?;
+        Ok(list)
+    }
+
+    /// Tasks ready to dispatch now.
+    pub async fn ready_tasks(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        mode: ReadyMode,
+    ) -> Result<ReadyResponse, ServiceError> {
+        let list = self.task_list(caller, id).await?;
+        let view = dispatch_view(&list.tasks);
+        let ready = dispatch::ready(mode, &view);
+        let tasks = ready
+            .tasks
+            .into_iter()
+            .filter_map(|i| list.tasks.get(i).cloned())
+            .collect();
+        Ok(ReadyResponse {
+            mode,
+            wave: ready.wave,
+            tasks,
+        })
+    }
+
+    /// The DAG as Mermaid or Graphviz text, waves as ranks, statuses as classes.
+    pub async fn task_graph(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        format: GraphFormat,
+    ) -> Result<String, ServiceError> {
+        let list = self.task_list(caller, id).await?;
+        let view = dispatch_view(&list.tasks);
+        let nodes: Vec<GraphNode> = list
+            .tasks
+            .iter()
+            .zip(&view)
+            .map(|(task, dispatch)| GraphNode {
+                task_id: &task.task_id,
+                persona: &task.assigned_persona,
+                wave: task.parallel_group,
+                status: task.status,
+                depends_on: &dispatch.depends_on,
+            })
+            .collect();
+        Ok(render_graph(format, &nodes))
+    }
+
+    /// Change a task's status; `failed` or `abandoned` abandons every non-terminal
+    /// transitive dependent in the same transaction.
+    pub async fn update_task(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        update: TaskUpdate,
+    ) -> Result<TaskUpdated, ServiceError> {
+        match (update.status, update.abandon_category) {
+            (TaskStatus::Abandoned, None) => {
+                return Err(ServiceError::unprocessable(
+                    ProblemCode::InvalidField,
+                    "abandon_category is required when status is abandoned",
+                )
+                .with("field", "abandon_category"));
+            }
+            (status, Some(_)) if status != TaskStatus::Abandoned => {
+                return Err(ServiceError::unprocessable(
+                    ProblemCode::InvalidField,
+                    format!("abandon_category only goes with status abandoned, not {status}"),
+                )
+                .with("field", "abandon_category"));
+            }
+            _ => {}
+        }
+        if update
+            .notes
+            .as_ref()
+            .is_some_and(|n| n.len() > MAX_NOTES_CHARS && n.chars().count() > MAX_NOTES_CHARS)
+        {
+            return Err(ServiceError::unprocessable(
+                ProblemCode::InvalidField,
+                format!("notes may hold at most {MAX_NOTES_CHARS} characters"),
+            )
+            .with("field", "notes"));
+        }
+        // A limited token may change only its projects' tasks: look the project up
+        // first (a task never changes project, so nothing can slip in between).
+        if caller.allowed_projects().is_some() {
+            match self.db.task_project(id).await? {
+                Some(project_id) => caller.check_project(&project_id)?,
+                None => return Err(ServiceError::not_found("task", &id.to_string())),
+            }
+        }
+        let change = TaskChange {
+            status: update.status,
+            abandon_category: update.abandon_category,
+            notes: update.notes,
+        };
+        match self.db.transition_task(id, change).await? {
+            TransitionOutcome::Changed { task, cascaded } => Ok(TaskUpdated {
+                task: *task,
+                cascaded,
+            }),
+            TransitionOutcome::NotFound => Err(ServiceError::not_found("task", &id.to_string())),
+            TransitionOutcome::Illegal(illegal) => Err(ServiceError::conflict(
+                ProblemCode::IllegalTransition,
+                illegal.to_string(),
+            )
+            .with("from", illegal.from.as_str())
+            .with("to", illegal.to.as_str())
+            .with(
+                "allowed",
+                illegal
+                    .allowed
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>(),
+            )),
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! The integration tests: one binary (it links once), one module per area. Every
+//! test owns its server (port 0), its database (a fresh SQLite file or Postgres
+//! database) and its scratch directories, so they run in parallel in one process
+//! under `cargo test` as well as one process each under `cargo nextest run`.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod agents;
+mod auth;
+mod deploy;
+mod gating_props;
+mod loop_plan_props;
+mod loop_plans;
+mod ops;
+mod refine_cli;
+mod refine_crash;
+mod refine_jobs;
+mod refine_runs;
+mod shutdown;
+mod task_lists;
+mod tracks;
