@@ -205,6 +205,9 @@ class Watched:
         # the browser's doing, not a failure of the page.
         if "ERR_ABORTED" in failure and request.url.endswith(("/events", "/icon.svg")):
             return
+        # Likewise a page's own background re-read (fetch) when a form navigates.
+        if "ERR_ABORTED" in failure and request.resource_type == "fetch":
+            return
         self.problems.append(f"request failed: {request.url} {failure}")
 
     def _response(self, response):

@@ -300,6 +300,9 @@ def test_job_page_shows_the_log_live_and_cancels(sqlite_server, browser, output)
     assert page.evaluate("window.__still_here === true"), "the page reloaded"
     assert seen_running in ("queued", "running", "succeeded")
     shot(page, output, "job-succeeded")
+    # The page re-reads its details once the job ends; let that finish first.
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("#log li")).to_have_count(len(final["log"]))
 
     # Cancel from the page.
     hang = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="hang"))
