@@ -7,10 +7,8 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use serde::Serialize;
 use sqlx::types::Json;
 use sqlx::{FromRow, QueryBuilder};
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{Database, DbError, DbResult};
@@ -36,8 +34,9 @@ pub struct NewTaskList<'a> {
     pub tasks: &'a [Task],
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredTaskList {
+#[derive(Debug, Clone)]
+/// A stored task list (the API shows it as `StoredTaskList`).
+pub struct TaskListRecord {
     /// Server-assigned id of the list.
     pub id: Uuid,
     pub project_id: String,
@@ -46,11 +45,12 @@ pub struct StoredTaskList {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     /// In submission order.
-    pub tasks: Vec<StoredTask>,
+    pub tasks: Vec<TaskRecord>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredTask {
+#[derive(Debug, Clone)]
+/// A stored task with its current status.
+pub struct TaskRecord {
     /// Server-assigned id (use it with `PATCH /v1/tasks/{id}`).
     pub id: Uuid,
     pub task_list_id: Uuid,
@@ -64,24 +64,17 @@ pub struct StoredTask {
     pub depends_on: Vec<String>,
     pub reads: Vec<String>,
     pub writes: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reviews: Option<String>,
     pub description: String,
     /// Fields of the submitted task that plangate does not interpret, as given.
-    #[schema(value_type = Object)]
     pub extra: serde_json::Map<String, serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub abandon_category: Option<AbandonCategory>,
     /// For a cascade-abandoned task: the server id of the task whose failure caused it.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_task_id: Option<Uuid>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
     /// `running` transitions so far.
     pub attempts: i32,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -130,7 +123,7 @@ const TASK_COLUMNS: &str = "id, task_list_id, task_id, assigned_persona, paralle
      notes, attempts, started_at, finished_at, created_at, updated_at";
 
 impl TaskRow {
-    fn into_task(self, depends_on: Vec<String>) -> DbResult<StoredTask> {
+    fn into_task(self, depends_on: Vec<String>) -> DbResult<TaskRecord> {
         let status = TaskStatus::parse(&self.status).ok_or_else(|| {
             DbError::Corrupt(format!("task {} has status {:?}", self.id, self.status))
         })?;
@@ -140,7 +133,7 @@ impl TaskRow {
                 DbError::Corrupt(format!("task {} has abandon_category {text:?}", self.id))
             })?),
         };
-        Ok(StoredTask {
+        Ok(TaskRecord {
             id: self.id,
             task_list_id: self.task_list_id,
             task_id: self.task_id,
@@ -166,7 +159,7 @@ impl TaskRow {
 }
 
 /// Tasks of one list with their edges resolved, in submission order.
-fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<StoredTask>> {
+fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
     let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
     let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
     for edge in edges {
@@ -185,7 +178,7 @@ fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<StoredTask>
 }
 
 /// The dispatch read model (indices into `tasks`) the pure rules work on.
-pub fn dispatch_view(tasks: &[StoredTask]) -> Vec<DispatchTask> {
+pub fn dispatch_view(tasks: &[TaskRecord]) -> Vec<DispatchTask> {
     let index: HashMap<&str, usize> = tasks
         .iter()
         .enumerate()
@@ -215,7 +208,7 @@ pub struct TaskChange {
 
 pub enum TransitionOutcome {
     Changed {
-        task: Box<StoredTask>,
+        task: Box<TaskRecord>,
         /// Server ids of the dependents this change abandoned.
         cascaded: Vec<Uuid>,
     },
@@ -223,8 +216,8 @@ pub enum TransitionOutcome {
     NotFound,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema, FromRow)]
-pub struct Team {
+#[derive(Debug, Clone, FromRow)]
+pub struct TeamRecord {
     pub id: Uuid,
     pub project_id: String,
     pub team_pk: String,
@@ -233,8 +226,7 @@ pub struct Team {
 }
 
 /// Which rows a status snapshot covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatusScope {
     /// Only the tasks stamped with the requested `team_pk`.
     Cycle,
@@ -245,7 +237,7 @@ pub enum StatusScope {
 impl Database {
     /// Store an accepted list all or nothing: the list, its tasks, their edges; and
     /// reset the retry count of `(project_id, team_pk)`.
-    pub async fn create_task_list(&self, new: NewTaskList<'_>) -> DbResult<StoredTaskList> {
+    pub async fn create_task_list(&self, new: NewTaskList<'_>) -> DbResult<TaskListRecord> {
         let list_id = Uuid::now_v7();
         let created_at = now();
         let ids: Vec<Uuid> = new.tasks.iter().map(|_| Uuid::now_v7()).collect();
@@ -343,7 +335,7 @@ impl Database {
             .tasks
             .iter()
             .zip(ids)
-            .map(|(task, id)| StoredTask {
+            .map(|(task, id)| TaskRecord {
                 id,
                 task_list_id: list_id,
                 task_id: task.task_id.clone(),
@@ -366,7 +358,7 @@ impl Database {
                 updated_at: created_at,
             })
             .collect();
-        Ok(StoredTaskList {
+        Ok(TaskListRecord {
             id: list_id,
             project_id: new.project_id.to_owned(),
             team_pk: new.team_pk.map(str::to_owned),
@@ -396,7 +388,7 @@ impl Database {
         Ok(u32::try_from(count).unwrap_or(u32::MAX))
     }
 
-    pub async fn task_list(&self, id: Uuid) -> DbResult<Option<StoredTaskList>> {
+    pub async fn task_list(&self, id: Uuid) -> DbResult<Option<TaskListRecord>> {
         on_pool!(self, |pool| {
             let Some(list) = sqlx::query_as::<_, TaskListRow>(
                 "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
@@ -421,7 +413,7 @@ impl Database {
             .bind(id)
             .fetch_all(pool)
             .await?;
-            Ok(Some(StoredTaskList {
+            Ok(Some(TaskListRecord {
                 id: list.id,
                 project_id: list.project_id,
                 team_pk: list.team_pk,
@@ -623,8 +615,8 @@ impl Database {
         project_id: &str,
         team_pk: &str,
         lead_role: Option<&str>,
-    ) -> DbResult<Team> {
-        let team = Team {
+    ) -> DbResult<TeamRecord> {
+        let team = TeamRecord {
             id: Uuid::now_v7(),
             project_id: project_id.to_owned(),
             team_pk: team_pk.to_owned(),
@@ -653,9 +645,9 @@ impl Database {
         Ok(team)
     }
 
-    pub async fn teams(&self, project_id: &str) -> DbResult<Vec<Team>> {
+    pub async fn teams(&self, project_id: &str) -> DbResult<Vec<TeamRecord>> {
         Ok(on_pool!(self, |pool| {
-            sqlx::query_as::<_, Team>(
+            sqlx::query_as::<_, TeamRecord>(
                 "SELECT id, project_id, team_pk, lead_role, created_at FROM teams \
                  WHERE project_id = $1 ORDER BY created_at, id",
             )

@@ -1,14 +1,57 @@
 //! Projects: per-cycle status snapshots and teams (cycles).
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use uuid::Uuid;
 
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::DbError;
 use crate::domain::dispatch::{WaveCounts, snapshot};
 use crate::domain::ids::Ident;
 
-pub use crate::db::task_lists::{StatusScope, Team};
+use crate::db::task_lists::{StatusScope as Scope, TeamRecord};
+
+/// Which rows a status snapshot covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusScope {
+    /// Only the tasks stamped with the requested `team_pk`.
+    Cycle,
+    /// Every task of the project (no `team_pk` asked, or none stored for it).
+    Project,
+}
+
+impl From<Scope> for StatusScope {
+    fn from(scope: Scope) -> Self {
+        match scope {
+            Scope::Cycle => StatusScope::Cycle,
+            Scope::Project => StatusScope::Project,
+        }
+    }
+}
+
+/// A registered cycle (team) of a project.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Team {
+    pub id: Uuid,
+    pub project_id: String,
+    pub team_pk: String,
+    pub lead_role: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<TeamRecord> for Team {
+    fn from(r: TeamRecord) -> Self {
+        Team {
+            id: r.id,
+            project_id: r.project_id,
+            team_pk: r.team_pk,
+            lead_role: r.lead_role,
+            created_at: r.created_at,
+        }
+    }
+}
 
 #[derive(Serialize, ToSchema)]
 pub struct ProjectStatus {
@@ -54,7 +97,7 @@ impl Service {
         Ok(ProjectStatus {
             project_id,
             team_pk,
-            scope,
+            scope: scope.into(),
             counts: snap.counts,
             active_wave: snap.active_wave,
             in_flight: snap.in_flight,
@@ -82,7 +125,7 @@ impl Service {
             )
             .await
         {
-            Ok(team) => Ok(team),
+            Ok(team) => Ok(team.into()),
             Err(DbError::Conflict(detail)) => {
                 Err(ServiceError::conflict(ProblemCode::TeamExists, detail))
             }
@@ -98,6 +141,7 @@ impl Service {
     ) -> Result<Vec<Team>, ServiceError> {
         let project = Ident::parse("project_id", project_id)?;
         caller.check_project(project.as_str())?;
-        Ok(self.db.teams(project.as_str()).await?)
+        let teams = self.db.teams(project.as_str()).await?;
+        Ok(teams.into_iter().map(Team::from).collect())
     }
 }

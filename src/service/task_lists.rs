@@ -1,6 +1,7 @@
 //! Task lists and dispatch: gate (dry run), persist with the retry verdict, read,
 //! ready tasks, graph, task status changes with cascade-abandon.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -16,11 +17,104 @@ use crate::domain::gating::{
 use crate::domain::ids::Ident;
 use crate::domain::retry;
 
-pub use crate::db::task_lists::{StoredTask, StoredTaskList};
+use crate::db::task_lists::{TaskListRecord, TaskRecord};
 
 /// Notes are free text for people; the bound keeps rows small. Characters (what
 /// JSON Schema's `maxLength` counts), so the OpenAPI document states it exactly.
 pub const MAX_NOTES_CHARS: usize = 64 * 1024;
+
+/// A task list as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTaskList {
+    /// Server-assigned id of the list.
+    pub id: Uuid,
+    pub project_id: String,
+    /// The planning cycle; null = the project-wide fallback.
+    pub team_pk: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    /// In submission order.
+    pub tasks: Vec<StoredTask>,
+}
+
+/// A task as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTask {
+    /// Server-assigned id (use it with `PATCH /v1/tasks/{id}`).
+    pub id: Uuid,
+    pub task_list_id: Uuid,
+    /// The synthesis-local id the planner gave.
+    pub task_id: String,
+    pub assigned_persona: String,
+    /// The wave.
+    pub parallel_group: i64,
+    pub status: TaskStatus,
+    /// Synthesis-local ids of the tasks this one depends on (duplicates removed).
+    pub depends_on: Vec<String>,
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviews: Option<String>,
+    pub description: String,
+    /// Fields of the submitted task that plangate does not interpret, as given.
+    #[schema(value_type = Object)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandon_category: Option<AbandonCategory>,
+    /// For a cascade-abandoned task: the server id of the task whose failure caused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_task_id: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// `running` transitions so far.
+    pub attempts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<TaskListRecord> for StoredTaskList {
+    fn from(r: TaskListRecord) -> Self {
+        StoredTaskList {
+            id: r.id,
+            project_id: r.project_id,
+            team_pk: r.team_pk,
+            created_by: r.created_by,
+            created_at: r.created_at,
+            tasks: r.tasks.into_iter().map(StoredTask::from).collect(),
+        }
+    }
+}
+
+impl From<TaskRecord> for StoredTask {
+    fn from(r: TaskRecord) -> Self {
+        StoredTask {
+            id: r.id,
+            task_list_id: r.task_list_id,
+            task_id: r.task_id,
+            assigned_persona: r.assigned_persona,
+            parallel_group: r.parallel_group,
+            status: r.status,
+            depends_on: r.depends_on,
+            reads: r.reads,
+            writes: r.writes,
+            reviews: r.reviews,
+            description: r.description,
+            extra: r.extra,
+            abandon_category: r.abandon_category,
+            upstream_task_id: r.upstream_task_id,
+            notes: r.notes,
+            attempts: r.attempts,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        }
+    }
+}
 
 /// A dry-run gate: nothing is stored, no retry is counted.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -260,7 +354,8 @@ impl Service {
                 created_by: created_by.as_str(),
                 tasks: &validation.tasks,
             })
-            .await?)
+            .await?
+            .into())
     }
 
     /// The list as created, with current task statuses.
@@ -269,6 +364,11 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<StoredTaskList, ServiceError> {
+        Ok(self.load_list(caller, id).await?.into())
+    }
+
+    /// The stored list, if the caller may see its project.
+    async fn load_list(&self, caller: &Caller, id: Uuid) -> Result<TaskListRecord, ServiceError> {
         let list = self
             .db
             .task_list(id)
@@ -285,13 +385,13 @@ impl Service {
         id: Uuid,
         mode: ReadyMode,
     ) -> Result<ReadyResponse, ServiceError> {
-        let list = self.task_list(caller, id).await?;
+        let list = self.load_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let ready = dispatch::ready(mode, &view);
         let tasks = ready
             .tasks
             .into_iter()
-            .filter_map(|i| list.tasks.get(i).cloned())
+            .filter_map(|i| list.tasks.get(i).cloned().map(StoredTask::from))
             .collect();
         Ok(ReadyResponse {
             mode,
@@ -307,7 +407,7 @@ impl Service {
         id: Uuid,
         format: GraphFormat,
     ) -> Result<String, ServiceError> {
-        let list = self.task_list(caller, id).await?;
+        let list = self.load_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let nodes: Vec<GraphNode> = list
             .tasks
@@ -375,7 +475,7 @@ impl Service {
         };
         match self.db.transition_task(id, change).await? {
             TransitionOutcome::Changed { task, cascaded } => Ok(TaskUpdated {
-                task: *task,
+                task: (*task).into(),
                 cascaded,
             }),
             TransitionOutcome::NotFound => Err(ServiceError::not_found("task", &id.to_string())),
