@@ -18,7 +18,7 @@ use crate::service::{Caller, Service};
 pub use crate::db::overview::{JobRow, ListCounts, RunRow};
 pub use crate::db::refine_jobs::{StoredJob, StoredL0};
 pub use crate::db::refine_runs::StoredRun;
-pub use crate::db::task_lists::{StoredTask, StoredTaskList};
+pub use crate::service::task_lists::{StoredTask, StoredTaskList};
 
 /// Resources with no project are for unrestricted callers only (as in the API).
 fn check(caller: &Caller, project_id: Option<&str>) -> Result<(), DashboardError> {
@@ -150,7 +150,7 @@ impl Service {
         let active_wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
         let depends_on = view.into_iter().map(|t| t.depends_on).collect();
         Ok(TaskListView {
-            list,
+            list: StoredTaskList::from(list),
             depends_on,
             active_wave,
         })
