@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod mcp;
 pub mod service;
 pub mod telemetry;
+pub mod ui;
 
 use std::future::Future;
 use std::sync::Arc;

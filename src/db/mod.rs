@@ -17,6 +17,7 @@ macro_rules! on_pool {
 }
 
 pub mod notify;
+pub mod overview;
 pub mod refine_jobs;
 pub mod refine_runs;
 pub mod task_lists;

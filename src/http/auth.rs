@@ -58,14 +58,25 @@ pub async fn require_token(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    let Some(presented) = presented else {
-        return unauthorized("send `Authorization: Bearer <token>`");
-    };
     let mut matched = None;
-    for token in tokens {
-        if constant_time_eq(token.secret(), presented.as_bytes()) {
-            matched = Some(token);
+    match presented {
+        Some(presented) => {
+            for token in tokens {
+                if constant_time_eq(token.secret(), presented.as_bytes()) {
+                    matched = Some(token);
+                }
+            }
         }
+        // The dashboard's session cookie reads (GET) only, e.g. a job's event
+        // stream, which a browser's EventSource cannot send a header to. Writes
+        // always need the bearer token, so the cookie is no CSRF lever.
+        None if request.method() == axum::http::Method::GET => {
+            matched = crate::ui::session::token_from_cookie(request.headers(), tokens);
+            if matched.is_none() {
+                return unauthorized("send `Authorization: Bearer <token>`");
+            }
+        }
+        None => return unauthorized("send `Authorization: Bearer <token>`"),
     }
     let Some(token) = matched else {
         return unauthorized("the bearer token is not valid");

@@ -104,7 +104,9 @@ async fn problem_for_bare_errors(request: Request, next: Next) -> Response {
     // MCP answers what it cannot dispatch with a JSON-RPC error body: keep it.
     let is_jsonrpc =
         is_mcp && content_type.is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if is_problem || is_jsonrpc {
+    // The dashboard answers its errors as HTML pages meant for people: keep them.
+    let is_html = content_type.is_some_and(|v| v.as_bytes().starts_with(b"text/html"));
+    if is_problem || is_jsonrpc || is_html {
         return response;
     }
     let (code, detail) = match status {

@@ -127,6 +127,7 @@ pub fn app(state: AppState) -> Router {
         .merge(docs)
         // MCP (docs/mcp.md): behind the same auth and stack as `/v1`.
         .merge(crate::mcp::router(&state.service, &state.settings))
+        .merge(crate::ui::router(state.clone()))
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed);
     let router = router.layer(axum::middleware::from_fn_with_state(

@@ -30,6 +30,7 @@
 //! - operations: [`Service::check_ready`], [`Service::begin_shutdown`].
 
 mod caller;
+pub mod dashboard;
 mod error;
 pub mod loop_plans;
 pub mod projects;

@@ -1,0 +1,389 @@
+//! What the dashboard reads: overviews, one task list with its waves, refine jobs
+//! and runs, tracks. Every read takes the [`Caller`] and checks its projects before
+//! returning anything of a project, exactly as the REST API does for a token.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use uuid::Uuid;
+
+use crate::db::DbError;
+use crate::db::overview::JobListFilter;
+use crate::db::refine_jobs::JobFilter;
+use crate::db::task_lists::dispatch_view;
+use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
+use crate::domain::job::JobStatus;
+use crate::domain::natural::natural_cmp;
+use crate::domain::track_state::Metadata;
+use crate::service::{Caller, Service};
+
+pub use crate::db::overview::{JobRow, ListCounts, RunRow};
+pub use crate::db::refine_jobs::{StoredJob, StoredL0};
+pub use crate::db::refine_runs::StoredRun;
+pub use crate::service::task_lists::{StoredTask, StoredTaskList};
+
+/// Resources with no project are for unrestricted callers only (as in the API).
+fn check(caller: &Caller, project_id: Option<&str>) -> Result<(), DashboardError> {
+    caller
+        .check_optional_project(project_id)
+        .map_err(|_| DashboardError::Forbidden)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DashboardError {
+    #[error("no such {what} {id}")]
+    NotFound { what: &'static str, id: String },
+    #[error("this token may not see that project")]
+    Forbidden,
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+fn not_found(what: &'static str, id: impl ToString) -> DashboardError {
+    DashboardError::NotFound {
+        what,
+        id: id.to_string(),
+    }
+}
+
+/// How many task lists the overview shows (newest first).
+pub const OVERVIEW_LISTS: u32 = 200;
+
+pub struct Overview {
+    /// Projects in natural order, each with its cycles (`None` = project-wide).
+    pub projects: Vec<ProjectSummary>,
+    pub job_counts: Vec<(String, i64)>,
+    pub run_counts: Vec<(String, i64)>,
+}
+
+pub struct ProjectSummary {
+    pub project_id: String,
+    pub cycles: Vec<CycleSummary>,
+}
+
+pub struct CycleSummary {
+    pub team_pk: Option<String>,
+    pub lists: Vec<ListCounts>,
+}
+
+impl Service {
+    pub async fn dashboard_overview(&self, caller: &Caller) -> Result<Overview, DashboardError> {
+        let lists = self
+            .db
+            .task_list_counts(caller.allowed_projects(), OVERVIEW_LISTS)
+            .await?;
+        let mut projects: Vec<ProjectSummary> = Vec::new();
+        for list in lists {
+            let project = match projects
+                .iter_mut()
+                .position(|p| p.project_id == list.project_id)
+            {
+                Some(i) => &mut projects[i],
+                None => {
+                    projects.push(ProjectSummary {
+                        project_id: list.project_id.clone(),
+                        cycles: Vec::new(),
+                    });
+                    projects.last_mut().expect("just pushed")
+                }
+            };
+            match project
+                .cycles
+                .iter_mut()
+                .find(|c| c.team_pk == list.team_pk)
+            {
+                Some(cycle) => cycle.lists.push(list),
+                None => project.cycles.push(CycleSummary {
+                    team_pk: list.team_pk.clone(),
+                    lists: vec![list],
+                }),
+            }
+        }
+        projects.sort_by(|a, b| natural_cmp(&a.project_id, &b.project_id));
+        for p in &mut projects {
+            p.cycles.sort_by(|a, b| {
+                natural_cmp(
+                    a.team_pk.as_deref().unwrap_or(""),
+                    b.team_pk.as_deref().unwrap_or(""),
+                )
+            });
+        }
+        Ok(Overview {
+            projects,
+            job_counts: self
+                .db
+                .status_counts(false, caller.allowed_projects())
+                .await?,
+            run_counts: self
+                .db
+                .status_counts(true, caller.allowed_projects())
+                .await?,
+        })
+    }
+}
+
+/// One task list as the dashboard draws it.
+pub struct TaskListView {
+    pub list: StoredTaskList,
+    /// For each task (same order), the indices of the tasks it depends on.
+    pub depends_on: Vec<Vec<usize>>,
+    /// The barrier wave with unfinished work; `None` when nothing is left to do.
+    pub active_wave: Option<i64>,
+}
+
+impl Service {
+    pub async fn dashboard_task_list(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<TaskListView, DashboardError> {
+        let list = self
+            .db
+            .task_list(id)
+            .await?
+            .ok_or_else(|| not_found("task list", id))?;
+        check(caller, Some(&list.project_id))?;
+        let view = dispatch_view(&list.tasks);
+        let active_wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
+        let depends_on = view.into_iter().map(|t| t.depends_on).collect();
+        Ok(TaskListView {
+            list: StoredTaskList::from(list),
+            depends_on,
+            active_wave,
+        })
+    }
+}
+
+impl Service {
+    /// A cheap marker that changes whenever a task of the list changes.
+    pub async fn dashboard_task_list_marker(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<(i64, Option<DateTime<Utc>>), DashboardError> {
+        self.dashboard_list_project_check(caller, id).await?;
+        Ok(self.db.task_list_marker(id).await?)
+    }
+}
+
+impl Service {
+    async fn dashboard_list_project_check(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<(), DashboardError> {
+        let project = self
+            .db
+            .task_list_project(id)
+            .await?
+            .ok_or_else(|| not_found("task list", id))?;
+        check(caller, Some(&project))
+    }
+}
+
+/// One task's live state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskState {
+    pub task_id: String,
+    pub status: TaskStatus,
+    pub abandon_category: Option<String>,
+}
+
+impl Service {
+    /// Current statuses of a list's tasks plus the active wave, for live pages.
+    pub async fn dashboard_task_states(
+        &self,
+        id: Uuid,
+    ) -> Result<(Vec<TaskState>, Option<i64>), DashboardError> {
+        // Callers checked the project with `dashboard_task_list_marker` first.
+        let list = self
+            .db
+            .task_list(id)
+            .await?
+            .ok_or_else(|| not_found("task list", id))?;
+        let view = dispatch_view(&list.tasks);
+        let wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
+        let states = list
+            .tasks
+            .into_iter()
+            .map(|t| TaskState {
+                task_id: t.task_id,
+                status: t.status,
+                abandon_category: t.abandon_category.map(|c| c.as_str().to_owned()),
+            })
+            .collect();
+        Ok((states, wave))
+    }
+}
+
+/// The job list's query, as parsed from a form.
+#[derive(Debug, Default, Clone)]
+pub struct JobQuery {
+    pub status: Option<JobStatus>,
+    pub project_id: Option<String>,
+    /// Jobs created on this UTC day.
+    pub date: Option<NaiveDate>,
+    /// The last id of the previous page.
+    pub before: Option<Uuid>,
+}
+
+pub const JOB_PAGE: u32 = 50;
+
+pub struct Page<T> {
+    pub rows: Vec<T>,
+    /// The cursor of the next page, if there is one.
+    pub next: Option<Uuid>,
+}
+
+impl Service {
+    pub async fn dashboard_jobs(
+        &self,
+        caller: &Caller,
+        query: &JobQuery,
+    ) -> Result<Page<JobRow>, DashboardError> {
+        let day = query
+            .date
+            .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
+        let filter = JobListFilter {
+            status: query.status.map(|s| s.as_str().to_owned()),
+            project_id: query.project_id.clone(),
+            created_from: day,
+            created_before: day.map(|d| d + chrono::Duration::days(1)),
+            allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
+        };
+        let mut rows = self
+            .db
+            .job_rows(&filter, JOB_PAGE + 1, query.before)
+            .await?;
+        let next = if rows.len() > JOB_PAGE as usize {
+            rows.truncate(JOB_PAGE as usize);
+            rows.last().map(|r| r.id)
+        } else {
+            None
+        };
+        Ok(Page { rows, next })
+    }
+}
+
+pub struct JobView {
+    pub job: StoredJob,
+    pub l0s: Vec<StoredL0>,
+}
+
+impl Service {
+    pub async fn dashboard_job(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<JobView, DashboardError> {
+        let job = self
+            .db
+            .refine_job(id)
+            .await?
+            .ok_or_else(|| not_found("refine job", id))?;
+        check(caller, job.project_id.as_deref())?;
+        let l0s = self.db.refine_job_l0s(id).await?;
+        Ok(JobView { job, l0s })
+    }
+}
+
+impl Service {
+    pub async fn dashboard_runs(
+        &self,
+        caller: &Caller,
+        before: Option<Uuid>,
+    ) -> Result<Page<RunRow>, DashboardError> {
+        let mut rows = self
+            .db
+            .run_rows(caller.allowed_projects(), JOB_PAGE + 1, before)
+            .await?;
+        let next = if rows.len() > JOB_PAGE as usize {
+            rows.truncate(JOB_PAGE as usize);
+            rows.last().map(|r| r.id)
+        } else {
+            None
+        };
+        Ok(Page { rows, next })
+    }
+}
+
+pub struct RunView {
+    pub run: StoredRun,
+    /// Its phase jobs in natural phase order.
+    pub jobs: Vec<StoredJob>,
+}
+
+impl Service {
+    pub async fn dashboard_run(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<RunView, DashboardError> {
+        let run = self
+            .db
+            .refine_run(id)
+            .await?
+            .ok_or_else(|| not_found("refine run", id))?;
+        check(caller, run.project_id.as_deref())?;
+        let filter = JobFilter {
+            run_id: Some(id),
+            ..JobFilter::default()
+        };
+        let mut jobs = self.db.refine_jobs(&filter, 1000, None).await?;
+        jobs.sort_by(|a, b| natural_cmp(&a.phase_id, &b.phase_id));
+        Ok(RunView { run, jobs })
+    }
+}
+
+/// A track as the list shows it.
+pub struct TrackSummary {
+    pub track_id: String,
+    pub revision: i64,
+    /// `None` when the stored document does not read as metadata v2.
+    pub metadata: Option<Metadata>,
+}
+
+pub const TRACK_LIMIT: u32 = 500;
+
+impl Service {
+    /// Tracks are not tied to a project in the API, so every viewer sees them.
+    pub async fn dashboard_tracks(&self) -> Result<Vec<TrackSummary>, DashboardError> {
+        Ok(self
+            .db
+            .track_rows(TRACK_LIMIT)
+            .await?
+            .into_iter()
+            .map(|row| TrackSummary {
+                track_id: row.track_id,
+                revision: row.revision,
+                metadata: serde_json::from_value(row.metadata).ok(),
+            })
+            .collect())
+    }
+}
+
+pub struct TrackView {
+    pub track_id: String,
+    pub revision: i64,
+    pub metadata: Option<Metadata>,
+    pub raw: serde_json::Value,
+}
+
+impl Service {
+    pub async fn dashboard_track(&self, track_id: &str) -> Result<TrackView, DashboardError> {
+        let stored = self
+            .db
+            .track(track_id)
+            .await?
+            .ok_or_else(|| not_found("track", track_id))?;
+        Ok(TrackView {
+            track_id: track_id.to_owned(),
+            revision: stored.revision,
+            metadata: serde_json::from_value(stored.metadata.clone()).ok(),
+            raw: stored.metadata,
+        })
+    }
+}

@@ -1,0 +1,129 @@
+// plangate dashboard: live updates over Server-Sent Events (plain EventSource).
+// No inline scripts anywhere: this file is the only script (CSP script-src 'self').
+"use strict";
+(function () {
+  var TERMINAL = { succeeded: true, failed: true, cancelled: true };
+
+  // Replace an element's st-* class with st-<status>.
+  function setStatusClass(el, status) {
+    var classes = Array.prototype.slice.call(el.classList);
+    for (var i = 0; i < classes.length; i++) {
+      if (classes[i].indexOf("st-") === 0) el.classList.remove(classes[i]);
+    }
+    el.classList.add("st-" + status);
+  }
+
+  function label(status, category) {
+    return category ? status + ": " + category : status;
+  }
+
+  // --- Task list: nodes and rows carry data-task; statuses change live. ---
+  var board = document.getElementById("task-list");
+  if (board && board.dataset.events) {
+    var index = new Map();
+    var tagged = document.querySelectorAll("[data-task]");
+    for (var i = 0; i < tagged.length; i++) {
+      var key = tagged[i].dataset.task;
+      if (!index.has(key)) index.set(key, []);
+      index.get(key).push(tagged[i]);
+    }
+    // The wave cards' counts come from the server: re-read them after a change.
+    var first = true;
+    var pending = null;
+    var refreshWaves = function () {
+      if (pending) return;
+      pending = setTimeout(function () {
+        pending = null;
+        fetch(window.location.href, { credentials: "same-origin" })
+          .then(function (r) { return r.text(); })
+          .then(function (html) {
+            var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("waves");
+            var mine = document.getElementById("waves");
+            if (fresh && mine) mine.replaceWith(fresh);
+          })
+          .catch(function () {});
+      }, 500);
+    };
+    var tasks = new EventSource(board.dataset.events);
+    tasks.addEventListener("tasks", function (e) {
+      var msg = JSON.parse(e.data);
+      msg.tasks.forEach(function (t) {
+        var id = t[0], status = t[1], category = t[2];
+        (index.get(id) || []).forEach(function (el) {
+          el.dataset.status = status;
+          setStatusClass(el, status);
+          el.querySelectorAll(".status").forEach(function (s) { setStatusClass(s, status); });
+          el.querySelectorAll(".st").forEach(function (s) { s.textContent = label(status, category); });
+          var title = el.querySelector("title");
+          if (title && el.dataset.base) {
+            title.textContent = el.dataset.base + ": " + label(status, category) +
+              (el.dataset.review ? ", review" : "");
+          }
+        });
+      });
+      var active = document.getElementById("active-wave");
+      if (active) active.textContent = msg.wave === null ? "none (nothing left to do)" : String(msg.wave);
+      document.querySelectorAll("svg.dag g.wave[data-wave]").forEach(function (g) {
+        var on = String(msg.wave) === g.dataset.wave;
+        g.classList.toggle("active", on);
+        var text = g.querySelector(".wave-label");
+        if (text) text.textContent = "wave " + g.dataset.wave + (on ? " (active)" : "");
+      });
+      if (!first) refreshWaves();
+      first = false;
+      board.dataset.live = "1";
+    });
+  }
+
+  // --- Job page: the API's own event stream (state, progress, log). ---
+  var job = document.getElementById("job");
+  if (job && job.dataset.events) {
+    var rendered = Number(job.dataset.version || "0");
+    var log = document.getElementById("log");
+    var source = new EventSource(job.dataset.events);
+    var refresh = function () {
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (r) { return r.text(); })
+        .then(function (html) {
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          var fresh = doc.getElementById("job-details");
+          var mine = document.getElementById("job-details");
+          if (fresh && mine) mine.replaceWith(fresh);
+        })
+        .catch(function () {});
+    };
+    var fresher = null;
+    var refreshSoon = function () {
+      if (fresher) return;
+      fresher = setTimeout(function () { fresher = null; refresh(); }, 300);
+    };
+    source.addEventListener("log", function (e) {
+      if (Number(e.lastEventId) <= rendered) return;
+      var li = document.createElement("li");
+      li.textContent = JSON.parse(e.data).line;
+      log.appendChild(li);
+    });
+    source.addEventListener("progress", function (e) {
+      if (Number(e.lastEventId) <= rendered) return;
+      refreshSoon();
+    });
+    source.addEventListener("state", function (e) {
+      if (Number(e.lastEventId) <= rendered) return;
+      var data = JSON.parse(e.data);
+      var state = document.getElementById("job-state");
+      if (state) {
+        state.textContent = "";
+        var span = document.createElement("span");
+        span.className = "status st-" + data.status;
+        span.textContent = data.status;
+        state.appendChild(span);
+      }
+      if (TERMINAL[data.status]) {
+        source.close();
+        refresh();
+      } else {
+        refreshSoon();
+      }
+    });
+  }
+})();

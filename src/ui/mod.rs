@@ -1,0 +1,414 @@
+//! The dashboard at `/ui/`: server-rendered HTML (maud) over `service::dashboard`,
+//! every asset embedded, live updates over Server-Sent Events. A thin adapter: it
+//! parses the request, asks the service layer, renders the answer.
+
+pub mod assets;
+pub mod pages;
+pub mod session;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Extension, Form, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Router, middleware};
+use chrono::NaiveDate;
+use futures::Stream;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::domain::job::JobStatus;
+use crate::http::AppState;
+use crate::service::dashboard::{DashboardError, JobQuery, TaskState};
+use crate::service::{Caller, ErrorKind};
+use pages::{Chrome, error_page, respond};
+
+/// How often a live task list looks for changes.
+const LIVE_POLL: Duration = Duration::from_millis(500);
+
+pub fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
+        .route("/ui/", get(overview))
+        .route("/ui/login", get(login_form).post(login))
+        .route("/ui/logout", post(logout))
+        .route("/ui/task-lists/{id}", get(task_list))
+        .route("/ui/task-lists/{id}/events", get(task_list_events))
+        .route("/ui/jobs", get(jobs))
+        .route("/ui/jobs/{id}", get(job))
+        .route("/ui/jobs/{id}/cancel", post(cancel_job))
+        .route("/ui/runs", get(runs))
+        .route("/ui/runs/{id}", get(run))
+        .route("/ui/tracks", get(tracks))
+        .route("/ui/tracks/{id}", get(track))
+        .route("/ui/assets/{name}", get(assets::serve))
+        .layer(middleware::from_fn_with_state(
+            state,
+            session::require_session,
+        ))
+        .layer(middleware::from_fn(session::security_headers))
+}
+
+fn chrome(state: &AppState) -> Chrome {
+    Chrome {
+        signed_in: !state.settings.api_tokens.is_empty(),
+    }
+}
+
+fn failure(err: DashboardError) -> Response {
+    match err {
+        DashboardError::NotFound { what, id } => error_page(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            &format!("There is no {what} {id}."),
+        ),
+        DashboardError::Forbidden => error_page(
+            StatusCode::FORBIDDEN,
+            "Not yours",
+            "Your token may not see this project.",
+        ),
+        DashboardError::Invalid { field, message } => error_page(
+            StatusCode::BAD_REQUEST,
+            "Bad request",
+            &format!("{field}: {message}"),
+        ),
+        DashboardError::Db(e) => {
+            tracing::error!(error = %e, "dashboard read failed");
+            error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                "The database did not answer; try again shortly.",
+            )
+        }
+    }
+}
+
+fn parse_id(raw: &str, what: &'static str) -> Result<Uuid, DashboardError> {
+    Uuid::parse_str(raw).map_err(|_| DashboardError::Invalid {
+        field: what,
+        message: "not an id (a UUID)".to_owned(),
+    })
+}
+
+/// A form field left empty means "no filter".
+fn present(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+type Page = Result<Response, Response>;
+
+async fn overview(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Page {
+    let overview = state
+        .service
+        .dashboard_overview(&caller)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::overview_page(&overview, chrome(&state)),
+    ))
+}
+
+#[derive(Deserialize)]
+struct WaveQuery {
+    wave: Option<String>,
+}
+
+async fn task_list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+    Query(query): Query<WaveQuery>,
+) -> Page {
+    let id = parse_id(&raw, "task list id").map_err(failure)?;
+    let wave = match present(&query.wave) {
+        None => None,
+        Some(w) => Some(w.parse::<i64>().map_err(|_| {
+            failure(DashboardError::Invalid {
+                field: "wave",
+                message: "must be a wave number".to_owned(),
+            })
+        })?),
+    };
+    let view = state
+        .service
+        .dashboard_task_list(&caller, id)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::tasks::task_list_page(&view, wave, chrome(&state)),
+    ))
+}
+
+/// `tasks` events: `{"wave": n|null, "tasks": [[task_id, status, category|null], ...]}`,
+/// the first with every task, later ones with the tasks that changed.
+async fn task_list_events(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Response> {
+    let id = parse_id(&raw, "task list id").map_err(failure)?;
+    state
+        .service
+        .dashboard_task_list_marker(&caller, id)
+        .await
+        .map_err(failure)?;
+    struct Seen {
+        marker: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
+        states: Vec<TaskState>,
+        wave: Option<Option<i64>>,
+    }
+    let seen = Seen {
+        marker: None,
+        states: Vec::new(),
+        wave: None,
+    };
+    let stream = futures::stream::unfold(
+        (state, caller, seen),
+        move |(state, caller, mut seen)| async move {
+            loop {
+                if state.is_shutting_down() {
+                    return None;
+                }
+                let marker = match state.service.dashboard_task_list_marker(&caller, id).await {
+                    Ok(m) => m,
+                    Err(_) => return None,
+                };
+                if seen.marker != Some(marker) {
+                    let (states, wave) = match state.service.dashboard_task_states(id).await {
+                        Ok(s) => s,
+                        Err(_) => return None,
+                    };
+                    let changed: Vec<&TaskState> =
+                        states.iter().filter(|s| !seen.states.contains(s)).collect();
+                    if !changed.is_empty() || seen.wave != Some(wave) {
+                        let data = serde_json::json!({
+                            "wave": wave,
+                            "tasks": changed.iter().map(|s| serde_json::json!(
+                                [s.task_id, s.status.as_str(), s.abandon_category]
+                            )).collect::<Vec<_>>(),
+                        });
+                        seen.marker = Some(marker);
+                        seen.wave = Some(wave);
+                        seen.states = states;
+                        let event = Event::default().event("tasks").data(data.to_string());
+                        return Some((Ok(event), (state, caller, seen)));
+                    }
+                    seen.marker = Some(marker);
+                }
+                tokio::time::sleep(LIVE_POLL).await;
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[derive(Deserialize)]
+struct JobsForm {
+    status: Option<String>,
+    project: Option<String>,
+    date: Option<String>,
+    before: Option<String>,
+}
+
+fn job_query(form: &JobsForm) -> Result<JobQuery, DashboardError> {
+    let status = match present(&form.status) {
+        None => None,
+        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| DashboardError::Invalid {
+            field: "status",
+            message: "one of queued, running, cancelling, succeeded, failed, cancelled".to_owned(),
+        })?),
+    };
+    let date =
+        match present(&form.date) {
+            None => None,
+            Some(d) => Some(NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
+                DashboardError::Invalid {
+                    field: "date",
+                    message: "a day as YYYY-MM-DD".to_owned(),
+                }
+            })?),
+        };
+    let before = present(&form.before)
+        .map(|b| parse_id(b, "before"))
+        .transpose()?;
+    Ok(JobQuery {
+        status,
+        project_id: present(&form.project).map(str::to_owned),
+        date,
+        before,
+    })
+}
+
+async fn jobs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(form): Query<JobsForm>,
+) -> Page {
+    let query = job_query(&form).map_err(failure)?;
+    let page = state
+        .service
+        .dashboard_jobs(&caller, &query)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::jobs_page(&query, &page, chrome(&state)),
+    ))
+}
+
+async fn job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> Page {
+    let id = parse_id(&raw, "job id").map_err(failure)?;
+    let view = state
+        .service
+        .dashboard_job(&caller, id)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::job_page(&view, chrome(&state)),
+    ))
+}
+
+async fn cancel_job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> Page {
+    let id = parse_id(&raw, "job id").map_err(failure)?;
+    // The service checks the caller's project before it changes anything.
+    state
+        .service
+        .cancel_refine_job(&caller, &id.to_string())
+        .await
+        .map_err(|e| {
+            let status = match e.kind {
+                ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+                ErrorKind::NotFound => StatusCode::NOT_FOUND,
+                ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+                _ => StatusCode::CONFLICT,
+            };
+            error_page(status, "Cancel refused", &e.detail)
+        })?;
+    Ok(Redirect::to(&format!("/ui/jobs/{id}")).into_response())
+}
+
+#[derive(Deserialize)]
+struct RunsForm {
+    before: Option<String>,
+}
+
+async fn runs(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(form): Query<RunsForm>,
+) -> Page {
+    let before = present(&form.before)
+        .map(|b| parse_id(b, "before"))
+        .transpose()
+        .map_err(failure)?;
+    let page = state
+        .service
+        .dashboard_runs(&caller, before)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::runs_page(&page, before, chrome(&state)),
+    ))
+}
+
+async fn run(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> Page {
+    let id = parse_id(&raw, "run id").map_err(failure)?;
+    let view = state
+        .service
+        .dashboard_run(&caller, id)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::run_page(&view, chrome(&state)),
+    ))
+}
+
+async fn tracks(State(state): State<AppState>) -> Page {
+    let tracks = state.service.dashboard_tracks().await.map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::tracks::tracks_page(&tracks, chrome(&state)),
+    ))
+}
+
+async fn track(State(state): State<AppState>, Path(track_id): Path<String>) -> Page {
+    let view = state
+        .service
+        .dashboard_track(&track_id)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::tracks::track_page(&view, chrome(&state)),
+    ))
+}
+
+#[derive(Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+async fn login_form(State(state): State<AppState>, Query(query): Query<NextQuery>) -> Response {
+    let next = session::safe_next(query.next.as_deref());
+    respond(
+        StatusCode::OK,
+        pages::login_page(next, false, !state.settings.api_tokens.is_empty()),
+    )
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+    next: Option<String>,
+}
+
+async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let next = session::safe_next(form.next.as_deref());
+    let tokens = &state.settings.api_tokens;
+    let Some(token) = session::token_matching(&form.token, tokens) else {
+        return respond(
+            StatusCode::UNAUTHORIZED,
+            pages::login_page(next, true, !tokens.is_empty()),
+        );
+    };
+    let cookie = session::set_cookie(
+        &session::session_value(token),
+        session::is_https(&headers),
+        false,
+    );
+    let mut response = Redirect::to(next).into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    response
+}
+
+async fn logout(headers: HeaderMap) -> Response {
+    let cookie = session::set_cookie("", session::is_https(&headers), true);
+    let mut response = Redirect::to("/ui/login").into_response();
+    response.headers_mut().insert(header::SET_COOKIE, cookie);
+    response
+}

@@ -1,0 +1,221 @@
+//! Page rendering: pure functions from service values to HTML. maud escapes every
+//! interpolated value; nothing here uses its raw-HTML escape hatch (`PreEscaped`).
+
+pub mod dag;
+pub mod jobs;
+pub mod tasks;
+pub mod tracks;
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use maud::{DOCTYPE, Markup, html};
+
+use crate::service::dashboard::{ListCounts, Overview};
+
+/// Which top-level section a page belongs to (marked `aria-current="page"`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    Overview,
+    Jobs,
+    Runs,
+    Tracks,
+    None,
+}
+
+/// What every page's header needs to know about the viewer.
+#[derive(Clone, Copy)]
+pub struct Chrome {
+    /// A token is configured and the viewer is signed in: offer "Sign out".
+    pub signed_in: bool,
+}
+
+pub fn layout(title: &str, section: Section, chrome: Chrome, body: Markup) -> Markup {
+    let nav = [
+        (Section::Overview, "/ui/", "Overview"),
+        (Section::Jobs, "/ui/jobs", "Refine jobs"),
+        (Section::Runs, "/ui/runs", "Refine runs"),
+        (Section::Tracks, "/ui/tracks", "Tracks"),
+    ];
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · plangate" }
+                link rel="icon" href="/ui/assets/icon.svg" type="image/svg+xml";
+                link rel="stylesheet" href="/ui/assets/app.css";
+                script src="/ui/assets/app.js" defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header.top {
+                    a.brand href="/ui/" { "plangate" }
+                    nav aria-label="Sections" {
+                        ul {
+                            @for (s, href, label) in nav {
+                                li { a href=(href) aria-current=[(s == section).then_some("page")] { (label) } }
+                            }
+                        }
+                    }
+                    @if chrome.signed_in {
+                        form.signout method="post" action="/ui/logout" {
+                            button type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                main #main tabindex="-1" {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+pub fn respond(status: StatusCode, markup: Markup) -> Response {
+    (status, Html(markup.into_string())).into_response()
+}
+
+pub fn error_page(status: StatusCode, title: &str, detail: &str) -> Response {
+    let body = html! {
+        p.problem role="alert" { (detail) }
+        p { a href="/ui/" { "Back to the overview" } }
+    };
+    respond(
+        status,
+        layout(title, Section::None, Chrome { signed_in: false }, body),
+    )
+}
+
+/// A status word with its colour class: the word is always shown, the colour
+/// only repeats it. Words outside `[a-z_]` get a neutral class.
+pub fn status(word: &str) -> Markup {
+    html! { span class={ "status st-" (class_word(word)) } { (word) } }
+}
+
+pub fn class_word(word: &str) -> &str {
+    if !word.is_empty() && word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+        word
+    } else {
+        "other"
+    }
+}
+
+pub fn time(at: &DateTime<Utc>) -> Markup {
+    html! { time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S UTC")) } }
+}
+
+pub fn opt_time(at: Option<&DateTime<Utc>>) -> Markup {
+    match at {
+        Some(at) => time(at),
+        None => html! { span.none { "—" } },
+    }
+}
+
+/// `status n` pairs in a fixed order, as text.
+pub fn counts(pairs: &[(String, i64)], order: &[&str]) -> Markup {
+    let mut sorted: Vec<&(String, i64)> = pairs.iter().collect();
+    sorted.sort_by_key(|(s, _)| order.iter().position(|o| o == s).unwrap_or(order.len()));
+    html! {
+        ul.counts {
+            @for (word, n) in sorted {
+                li { (status(word)) " " span.n { (n) } }
+            }
+            @if pairs.is_empty() { li.none { "none" } }
+        }
+    }
+}
+
+pub const TASK_ORDER: [&str; 5] = ["pending", "running", "done", "failed", "abandoned"];
+pub const JOB_ORDER: [&str; 6] = [
+    "queued",
+    "running",
+    "cancelling",
+    "succeeded",
+    "failed",
+    "cancelled",
+];
+
+fn list_row(list: &ListCounts) -> Markup {
+    let total: i64 = list.counts.iter().map(|(_, n)| n).sum();
+    html! {
+        tr {
+            td { a href={ "/ui/task-lists/" (list.id) } { code { (list.id) } } }
+            td { (list.created_by) }
+            td { (time(&list.created_at)) }
+            td.num { (total) }
+            td { (counts(&list.counts, &TASK_ORDER)) }
+        }
+    }
+}
+
+pub fn overview_page(overview: &Overview, chrome: Chrome) -> Markup {
+    let body = html! {
+        section aria-labelledby="jobs-h" {
+            h2 #jobs-h { "Refine jobs by status" }
+            ul.counts {
+                @for (word, n) in sorted(&overview.job_counts, &JOB_ORDER) {
+                    li { a href={ "/ui/jobs?status=" (word) } { (status(word)) " " span.n { (n) } } }
+                }
+                @if overview.job_counts.is_empty() { li.none { "no refine jobs" } }
+            }
+            h2 { "Refine runs by status" }
+            ul.counts {
+                @for (word, n) in sorted(&overview.run_counts, &JOB_ORDER) {
+                    li { a href="/ui/runs" { (status(word)) " " span.n { (n) } } }
+                }
+                @if overview.run_counts.is_empty() { li.none { "no refine runs" } }
+            }
+        }
+        section aria-labelledby="projects-h" {
+            h2 #projects-h { "Projects and their cycles" }
+            @if overview.projects.is_empty() {
+                p.none { "No task lists yet." }
+            }
+            @for project in &overview.projects {
+                section.project {
+                    h3 { "Project " code { (project.project_id) } }
+                    @for cycle in &project.cycles {
+                        h4 {
+                            @match &cycle.team_pk {
+                                Some(team) => { "Cycle (team_pk) " code { (team) } }
+                                None => { "Project-wide (no team_pk)" }
+                            }
+                        }
+                        table {
+                            thead { tr { th scope="col" { "Task list" } th scope="col" { "Created by" } th scope="col" { "Created" } th scope="col" { "Tasks" } th scope="col" { "By status" } } }
+                            tbody { @for list in &cycle.lists { (list_row(list)) } }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout("Overview", Section::Overview, chrome, body)
+}
+
+fn sorted<'a>(pairs: &'a [(String, i64)], order: &[&str]) -> Vec<(&'a str, i64)> {
+    let mut v: Vec<(&str, i64)> = pairs.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+    v.sort_by_key(|(s, _)| order.iter().position(|o| o == s).unwrap_or(order.len()));
+    v
+}
+
+pub fn login_page(next: &str, failed: bool, auth_on: bool) -> Markup {
+    let body = html! {
+        @if !auth_on {
+            p { "No API tokens are configured: the dashboard is open. " a href="/ui/" { "Go to the overview" } }
+        } @else {
+            @if failed { p.problem role="alert" { "That token is not valid." } }
+            form.login method="post" action="/ui/login" {
+                input type="hidden" name="next" value=(next);
+                label for="token" { "API token" }
+                input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                button type="submit" { "Sign in" }
+            }
+            p.hint { "The token is checked once; the browser keeps a session cookie, never the token." }
+        }
+    };
+    layout("Sign in", Section::None, Chrome { signed_in: false }, body)
+}

@@ -1,0 +1,144 @@
+//! Tracks: the loop state with the current step marked `aria-current="step"`, the
+//! fix cycles used of the maximum, and the revision history the metadata keeps
+//! (plan versions, plan revisions, each step's last checkpoint, blockers).
+
+use maud::{Markup, html};
+
+use super::{Chrome, Section, layout, opt_time, time};
+use crate::domain::track_state::{CurrentStep, Metadata, Step};
+use crate::service::dashboard::{TrackSummary, TrackView};
+
+/// The loop in order, with COMPLETE at the end.
+const LOOP: [CurrentStep; 7] = [
+    CurrentStep::Plan,
+    CurrentStep::EvaluatePlan,
+    CurrentStep::Execute,
+    CurrentStep::EvaluateExecution,
+    CurrentStep::Fix,
+    CurrentStep::BusinessSync,
+    CurrentStep::Complete,
+];
+
+fn word(text: &str) -> Markup {
+    // Track and checkpoint words are upper or snake case: class them lower-cased.
+    let class = text.to_ascii_lowercase();
+    html! { span class={ "status st-" (super::class_word(&class)) } { (text) } }
+}
+
+pub fn tracks_page(tracks: &[TrackSummary], chrome: Chrome) -> Markup {
+    let body = html! {
+        table.tracks {
+            thead { tr {
+                th scope="col" { "Track" } th scope="col" { "Status" } th scope="col" { "Current step" }
+                th scope="col" { "Step status" } th scope="col" { "Fix cycles" } th scope="col" { "Revision" } th scope="col" { "Updated" }
+            } }
+            tbody {
+                @for t in tracks {
+                    tr {
+                        th scope="row" { a href={ "/ui/tracks/" (crate::ui::session::url_encode(&t.track_id)) } { code { (t.track_id) } } }
+                        @match &t.metadata {
+                            Some(m) => {
+                                td { (word(m.status.as_str())) }
+                                td { (m.loop_state.current_step.as_str()) }
+                                td { (word(m.loop_state.step_status.as_str())) }
+                                td.num { (m.loop_state.fix_cycle_count) " of " (m.loop_state.max_fix_cycles) }
+                                td.num { (t.revision) }
+                                td { (time(&m.updated_at)) }
+                            }
+                            None => { td colspan="4" { "not a version 2 document" } td.num { (t.revision) } td {} }
+                        }
+                    }
+                }
+                @if tracks.is_empty() { tr { td colspan="7" { "No tracks yet." } } }
+            }
+        }
+    };
+    layout("Tracks", Section::Tracks, chrome, body)
+}
+
+fn loop_steps(m: &Metadata) -> Markup {
+    let current = m.loop_state.current_step;
+    html! {
+        ol.steps aria-label="Loop state" {
+            @for step in LOOP {
+                @let is_current = step == current;
+                @let status = step.step().map(|s| m.loop_state.checkpoints.get(s).status.as_str());
+                li class={ "step" @if is_current { " current" } } aria-current=[is_current.then_some("step")] {
+                    span.name { (step.as_str()) }
+                    @if let Some(s) = status { " " (word(s)) }
+                    @if is_current { " " strong.here { "current" } }
+                }
+            }
+        }
+    }
+}
+
+pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
+    let body = match &view.metadata {
+        None => html! {
+            p.problem { "The stored document does not read as metadata version 2; shown as stored." }
+            pre.result { (serde_json::to_string_pretty(&view.raw).unwrap_or_default()) }
+        },
+        Some(m) => {
+            let ls = &m.loop_state;
+            html! {
+                dl.facts {
+                    dt { "Status" } dd { (word(m.status.as_str())) }
+                    dt { "Type" } dd { (m.r#type) }
+                    dt { "Current step" } dd { (ls.current_step.as_str()) " " (word(ls.step_status.as_str())) }
+                    dt { "Fix cycles" } dd #fix-cycles { (ls.fix_cycle_count) " of " (ls.max_fix_cycles) " used" }
+                    dt { "Plan revisions" } dd { (ls.plan_revision_count) " of " (ls.max_plan_revisions) " used" }
+                    dt { "Stored revision" } dd { (view.revision) }
+                    dt { "Created" } dd { (time(&m.created_at)) }
+                    dt { "Updated" } dd { (time(&m.updated_at)) }
+                }
+                section aria-labelledby="loop-h" {
+                    h2 #loop-h { "Loop" }
+                    (loop_steps(m))
+                }
+                section aria-labelledby="history-h" {
+                    h2 #history-h { "Revision history" }
+                    p { "Plan version " (ls.checkpoints.get(Step::Plan).plan_version.unwrap_or(0))
+                        ", revised " (ls.plan_revision_count) " times; document revision " (view.revision) "." }
+                    table.checkpoints {
+                        thead { tr {
+                            th scope="col" { "Step" } th scope="col" { "Status" } th scope="col" { "Started" }
+                            th scope="col" { "Completed" } th scope="col" { "Agent" } th scope="col" { "Commit" } th scope="col" { "Notes" }
+                        } }
+                        tbody {
+                            @for step in Step::ALL {
+                                @let c = ls.checkpoints.get(step);
+                                tr {
+                                    th scope="row" { (step.as_str()) }
+                                    td { (word(c.status.as_str())) }
+                                    td { (opt_time(c.started_at.as_ref())) }
+                                    td { (opt_time(c.completed_at.as_ref())) }
+                                    td { (c.agent.as_deref().unwrap_or("")) }
+                                    td { @if let Some(sha) = &c.commit_sha { code { (sha) } } }
+                                    td { (c.notes.as_deref().unwrap_or("")) }
+                                }
+                            }
+                        }
+                    }
+                    h3 { "Blockers" }
+                    @if m.blockers.is_empty() { p.none { "None." } }
+                    ul.blockers {
+                        @for b in &m.blockers {
+                            li {
+                                @if let Some(s) = b.get("step").and_then(|v| v.as_str()) { strong { (s) } ": " }
+                                (b.get("reason").and_then(|v| v.as_str()).unwrap_or(""))
+                                @if let Some(at) = b.get("at").and_then(|v| v.as_str()) { " (" (at) ")" }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(
+        &format!("Track {}", view.track_id),
+        Section::Tracks,
+        chrome,
+        body,
+    )
+}

@@ -1,0 +1,223 @@
+"""Harness for the dashboard's browser tests: the real plangate binary on a real
+port against a fresh SQLite file or Postgres database, and Debian's chromium
+driven by Playwright (its own browser download is not used).
+
+Environment:
+  PLANGATE_BIN          the server binary (default target/debug/plangate)
+  PLANGATE_TEST_PG_URL  Postgres admin URL (default postgres://postgres@127.0.0.1:5432/postgres)
+  UI_TEST_OUTPUT        where screenshots go (default target/ui-tests)
+  CHROMIUM              the browser (default /usr/bin/chromium)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("PLANGATE_BIN", ROOT / "target/debug/plangate"))
+PG_ADMIN = os.environ.get(
+    "PLANGATE_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"
+)
+OUTPUT = Path(os.environ.get("UI_TEST_OUTPUT", ROOT / "target/ui-tests"))
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+L0 = ROOT / "tests/fixtures/l0/l0.sh"
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    base: str
+    token: str | None = None
+    process: subprocess.Popen | None = None
+    log: Path | None = None
+    cleanup: list = field(default_factory=list)
+
+    def api(self, method: str, path: str, body=None, token: str | None = None):
+        """Calls the JSON API; returns (status, parsed body or text)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        if body is not None:
+            request.add_header("Content-Type", "application/json")
+        bearer = token or self.token
+        if bearer:
+            request.add_header("Authorization", f"Bearer {bearer}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def ok(self, method: str, path: str, body=None):
+        status, answer = self.api(method, path, body)
+        assert 200 <= status < 300, f"{method} {path}: {status} {answer}"
+        return answer
+
+
+def start_server(backend: str, tokens: str | None = None, admin_token: str | None = None) -> Server:
+    work = Path(tempfile.mkdtemp(prefix="plangate-ui-"))
+    if backend == "sqlite":
+        url = f"sqlite://{work}/ui.db"
+        drop = None
+    else:
+        name = f"plangate_test_ui_{secrets.token_hex(6)}"
+        subprocess.run(["psql", PG_ADMIN, "-qc", f"CREATE DATABASE {name}"], check=True)
+        url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+        drop = name
+    config = work / "plangate.toml"
+    config.write_text(
+        "l0_concurrency = 1\n"
+        "[executors.slow]\nkind = \"command\"\n"
+        f"argv = [\"{L0}\", \"sleep\", \"1.2\"]\ntimeout_secs = 60\n"
+        "[executors.hang]\nkind = \"command\"\n"
+        f"argv = [\"{L0}\", \"hang\"]\ntimeout_secs = 600\n"
+    )
+    port = free_port()
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=url,
+        PLANGATE_BIND=f"127.0.0.1:{port}",
+        PLANGATE_CONFIG=str(config),
+        PLANGATE_LOG_FORMAT="json",
+        RUST_LOG="warn",
+        PLANGATE_API_TOKENS=tokens or "",
+    )
+    log = work / "server.log"
+    process = subprocess.Popen([str(BIN), "serve"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    server = Server(base=f"http://127.0.0.1:{port}", token=admin_token, process=process, log=log)
+    if drop:
+        server.cleanup.append(
+            lambda: subprocess.run(
+                ["psql", PG_ADMIN, "-qc", f"DROP DATABASE IF EXISTS {drop} WITH (FORCE)"],
+                check=False,
+            )
+        )
+    for _ in range(300):
+        if process.poll() is not None:
+            raise RuntimeError(f"plangate exited: {log.read_text()}")
+        try:
+            with urllib.request.urlopen(server.base + "/readyz", timeout=2):
+                return server
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.1)
+    raise RuntimeError(f"plangate did not become ready: {log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    if server.process and server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+    for step in server.cleanup:
+        step()
+    if server.log:
+        errors = [
+            line
+            for line in server.log.read_text().splitlines()
+            if '"level":"ERROR"' in line or "panicked" in line
+        ]
+        assert not errors, "the server logged errors:\n" + "\n".join(errors[:20])
+
+
+@pytest.fixture(scope="session")
+def browser():
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request):
+    return request.param
+
+
+@pytest.fixture
+def output(request) -> Path:
+    """This test's output folder (screenshots)."""
+    safe = request.node.name.replace("[", "-").replace("]", "").replace("/", "_")
+    folder = OUTPUT / safe
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+class Watched:
+    """A page whose console errors, page errors, failed requests, HTTP errors and
+    dialogs are recorded, so a test can assert there were none."""
+
+    def __init__(self, page, expected_statuses=()):
+        self.page = page
+        self.problems: list[str] = []
+        self.dialogs: list[str] = []
+        self.expected = set(expected_statuses)
+        page.on("console", self._console)
+        page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
+        page.on("requestfailed", self._failed)
+        page.on("response", self._response)
+        page.on("dialog", self._dialog)
+
+    def _console(self, message):
+        if message.type != "error":
+            return
+        # The browser logs every 4xx; the ones a test provokes on purpose are fine.
+        for status in self.expected:
+            if f"status of {status} " in message.text:
+                return
+        self.problems.append(f"console: {message.text}")
+
+    def _failed(self, request):
+        failure = request.failure or ""
+        # Navigating away aborts an open event stream and a favicon still loading:
+        # the browser's doing, not a failure of the page.
+        if "ERR_ABORTED" in failure and request.url.endswith(("/events", "/icon.svg")):
+            return
+        # Likewise a page's own background re-read (fetch) when a form navigates.
+        if "ERR_ABORTED" in failure and request.resource_type == "fetch":
+            return
+        self.problems.append(f"request failed: {request.url} {failure}")
+
+    def _response(self, response):
+        if response.status >= 400 and response.status not in self.expected:
+            self.problems.append(f"HTTP {response.status}: {response.url}")
+
+    def _dialog(self, dialog):
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def assert_clean(self):
+        assert not self.problems, "\n".join(self.problems)
+        assert not self.dialogs, f"dialogs opened: {self.dialogs}"

@@ -1,0 +1,449 @@
+"""The dashboard in a real browser (Debian's chromium through Playwright).
+
+Each test starts the real server on a fresh database, drives pages as a person
+would and saves a screenshot of every page it looks at in its output folder.
+"""
+
+from __future__ import annotations
+
+import http.server
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from conftest import Watched, start_server, stop_server
+
+XSS_DESCRIPTION = "<img src=x onerror=alert(1)>"
+XSS_TEAM = '"><script>alert(1)</script>'
+
+
+def task(task_id, wave, deps=(), reviews=None, description=None, persona="coder"):
+    t = {
+        "task_id": task_id,
+        "assigned_persona": persona,
+        "parallel_group": wave,
+        "depends_on": list(deps),
+        "reads": [],
+        "writes": [f"src/{task_id.lower()}.rs"],
+        "description": description or f"Do {task_id}.",
+    }
+    if reviews:
+        t["reviews"] = reviews
+        t["writes"] = []
+    return t
+
+
+TASKS = [
+    task("T1", 1),
+    task("T2", 1),
+    task("T3", 2, ["T1"]),
+    task("R3", 3, ["T3"], reviews="T3", persona="reviewer"),
+    task("T4", 2, ["T2"], description=XSS_DESCRIPTION),
+]
+
+
+def create_list(server, project="proj-a", team="cycle-1", tasks=TASKS):
+    return server.ok(
+        "POST",
+        "/v1/task-lists",
+        {"project_id": project, "team_pk": team, "created_by": "planner", "tasks": tasks},
+    )
+
+
+def task_ids(listing):
+    return {t["task_id"]: t["id"] for t in listing["tasks"]}
+
+
+def phase_body(ids, executor=None, project="proj-a"):
+    assignments = [
+        {
+            "id": a,
+            "phase_id": "P1",
+            "name": f"Assignment {a}",
+            "goal": "Do one thing well.",
+            "technical_approach": "Small steps.",
+            "dependency_notes": "",
+            "overlap_notes": "",
+            "proposed_work_packages": [
+                {"id_suffix": "WP1", "name": "first", "estimated_files": [f"src/f{i}.rs"]}
+            ],
+        }
+        for i, a in enumerate(ids)
+    ]
+    body = {
+        "context": {
+            "schema_version": 1,
+            "phase_id": "P1",
+            "assignments": assignments,
+            "peer_summaries": [{"id": "P2-A1", "name": "Peer", "goal": "Other"}],
+        },
+        "refined_plan": {
+            "task": "Ship it",
+            "phases": [
+                {"id": "P1", "name": "Phase one", "goal": "g", "scope": "s",
+                 "technical_approach": "t", "relationship_notes": "", "ordering": 1}
+            ],
+        },
+        "task_text": "The task: ship it.",
+        "project_id": project,
+    }
+    if executor:
+        body["executor"] = executor
+    return body
+
+
+def run_plan():
+    phases = [
+        {"id": p, "name": f"Phase {p}", "goal": "g", "scope": ["code"],
+         "technical_approach": "t", "relationship_notes": "", "ordering": 1}
+        for p in ("P1", "P2")
+    ]
+    assignments = [
+        {"id": f"{p}-A1", "phase_id": p, "name": f"Name {p}", "goal": "Goal.",
+         "technical_approach": "Plain.", "dependency_notes": "", "overlap_notes": "",
+         "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "scope": "s",
+                                     "estimated_files": ["src/shared.rs"]}]}
+        for p in ("P1", "P2")
+    ]
+    return {"task": "Build it.", "phases": phases, "assignments": assignments}
+
+
+def wait_for(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def shot(page, output: Path, name: str):
+    page.screenshot(path=str(output / f"{name}.png"), full_page=True)
+
+
+@pytest.fixture
+def server(backend):
+    s = start_server(backend)
+    yield s
+    stop_server(s)
+
+
+@pytest.fixture
+def sqlite_server():
+    s = start_server("sqlite")
+    yield s
+    stop_server(s)
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_every_page_loads_cleanly(server, browser, output, backend):
+    """Every page loads with no console error, no failed request, no HTTP error."""
+    listing = create_list(server)
+    job = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1", "P1-A2"]))
+    run = server.ok("POST", "/v1/refine-runs", {"plan": run_plan(), "project_id": "proj-a"})
+    wait_for(lambda: server.ok("GET", f"/v1/refine-jobs/{job['id']}")["status"] == "succeeded",
+             what="the builtin job to finish")
+    wait_for(lambda: server.ok("GET", f"/v1/refine-runs/{run['id']}")["status"] in ("succeeded", "failed"),
+             what="the run to merge")
+    server.ok("PUT", "/v1/tracks/auth-cache", {
+        "track_id": "auth-cache", "type": "feature", "status": "new",
+        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
+    server.ok("POST", "/v1/tracks/auth-cache/steps/PLAN/start", {"agent": "planner"})
+    server.ok("POST", "/v1/tracks/auth-cache/steps/PLAN/complete", {"outcome": "PASSED"})
+
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+    pages = {
+        "overview": "/ui/",
+        "task-list": f"/ui/task-lists/{listing['id']}",
+        "task-list-wave": f"/ui/task-lists/{listing['id']}?wave=2",
+        "jobs": "/ui/jobs",
+        "jobs-filtered": "/ui/jobs?status=succeeded&project=proj-a",
+        "job": f"/ui/jobs/{job['id']}",
+        "runs": "/ui/runs",
+        "run": f"/ui/runs/{run['id']}",
+        "tracks": "/ui/tracks",
+        "track": "/ui/tracks/auth-cache",
+        "login": "/ui/login",
+    }
+    for name, path in pages.items():
+        response = page.goto(server.base + path)
+        assert response.status == 200, f"{path}: {response.status}"
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+        page.wait_for_load_state("networkidle") if name not in ("task-list", "task-list-wave", "job") else page.wait_for_timeout(500)
+        shot(page, output, name)
+    watched.assert_clean()
+
+    # What the pages say.
+    page.goto(server.base + "/ui/")
+    expect(page.locator("main")).to_contain_text("proj-a")
+    expect(page.locator("main")).to_contain_text("cycle-1")
+    expect(page.locator("main")).to_contain_text("pending")
+    page.goto(server.base + "/ui/tracks/auth-cache")
+    current = page.locator('[aria-current="step"]')
+    expect(current).to_have_count(1)
+    expect(current).to_contain_text("EVALUATE_PLAN")
+    expect(page.locator("#fix-cycles")).to_have_text("0 of 3 used")
+    page.goto(server.base + f"/ui/runs/{run['id']}")
+    expect(page.locator("main")).to_contain_text("P1")
+    expect(page.locator("main")).to_contain_text("P2")
+    expect(page.locator("#conflict-count")).to_contain_text("file conflicts")
+    page.goto(server.base + "/ui/jobs?status=failed")
+    expect(page.locator("table.jobs tbody")).to_contain_text("No refine jobs match")
+    page.goto(server.base + "/ui/jobs?status=succeeded")
+    expect(page.locator(f'tr[data-job="{job["id"]}"]')).to_have_count(1)
+
+    # Keyboard: the skip link is the first stop and leads to the content.
+    page.goto(server.base + "/ui/")
+    page.keyboard.press("Tab")
+    expect(page.locator("a.skip")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("main")).to_be_focused()
+    context.close()
+
+
+def test_dag_follows_status_changes_live(server, browser, output, backend):
+    listing = create_list(server)
+    ids = task_ids(listing)
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+    nodes = page.locator("svg.dag g.node")
+    expect(nodes).to_have_count(len(TASKS))
+    for t in TASKS:
+        node = page.locator(f'svg.dag g.node[data-task="{t["task_id"]}"]')
+        expect(node).to_have_class(re.compile(r"\bst-pending\b"))
+        expect(node.locator("text.st")).to_have_text("pending")
+    expect(page.locator('svg.dag g.node[data-task="R3"] text.review')).to_have_text("review")
+    expect(page.locator("#active-wave")).to_have_text("1")
+    shot(page, output, "task-list-before")
+
+    # A marker that a reload would wipe.
+    page.evaluate("window.__still_here = true")
+    page.wait_for_function("document.getElementById('task-list').dataset.live === '1'")
+    server.ok("PATCH", f"/v1/tasks/{ids['T1']}", {"status": "running"})
+    t1 = page.locator('svg.dag g.node[data-task="T1"]')
+    expect(t1).to_have_class(re.compile(r"\bst-running\b"))
+    expect(t1.locator("text.st")).to_have_text("running")
+
+    server.ok("PATCH", f"/v1/tasks/{ids['T1']}", {"status": "failed"})
+    server.ok("PATCH", f"/v1/tasks/{ids['T2']}", {"status": "running"})
+    server.ok("PATCH", f"/v1/tasks/{ids['T2']}", {"status": "done"})
+    expect(t1.locator("text.st")).to_have_text("failed")
+    # T1's failure cascades: T3 and its review R3 are abandoned, category blocked.
+    for dependent in ("T3", "R3"):
+        node = page.locator(f'svg.dag g.node[data-task="{dependent}"]')
+        expect(node).to_have_class(re.compile(r"\bst-abandoned\b"))
+        expect(node.locator("text.st")).to_have_text("abandoned: blocked")
+    expect(page.locator('svg.dag g.node[data-task="T2"] text.st')).to_have_text("done")
+    expect(page.locator('tr[data-task="T2"] .st')).to_have_text("done")
+    expect(page.locator("#active-wave")).to_have_text("2")
+    expect(page.locator('svg.dag g.wave[data-wave="2"]')).to_have_class(re.compile(r"\bactive\b"))
+    expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("failed")
+    expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("done")
+    assert page.evaluate("window.__still_here === true"), "the page reloaded"
+    shot(page, output, "task-list-after")
+    watched.assert_clean()
+    context.close()
+
+
+def test_large_list_is_summarised_per_wave(sqlite_server, browser, output):
+    server = sqlite_server
+    tasks = [task(f"W{w}-T{i}", w, [f"W{w-1}-T{i}"] if w > 1 else []) for w in range(1, 5) for i in range(100)]
+    listing = create_list(server, tasks=tasks)
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+    expect(page.locator("svg.dag g.node")).to_have_count(0)
+    expect(page.locator("svg.dag.summary g.wave-box")).to_have_count(4)
+    expect(page.locator('svg.dag g.wave-box[data-wave="3"]')).to_contain_text("pending: 100")
+    shot(page, output, "summary")
+    page.locator('svg.dag g.wave-box[data-wave="3"]').click()
+    expect(page).to_have_url(re.compile(r"\?wave=3$"))
+    expect(page.locator("svg.dag g.node")).to_have_count(100)
+    shot(page, output, "wave-3")
+    watched.assert_clean()
+    context.close()
+
+
+def test_job_page_shows_the_log_live_and_cancels(sqlite_server, browser, output):
+    server = sqlite_server
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+
+    # A slow fixture L0 (1.2 s each, one at a time): the page must follow it.
+    job = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1", "P1-A2", "P1-A3"], executor="slow"))
+    page.goto(server.base + f"/ui/jobs/{job['id']}")
+    page.evaluate("window.__still_here = true")
+    first_state = page.locator("#job-state").inner_text()
+    assert first_state in ("queued", "running"), first_state
+    expect(page.locator("#log li").first).to_be_visible(timeout=20_000)
+    seen_running = page.locator("#job-state").inner_text()
+    expect(page.locator("#job-state")).to_have_text("succeeded", timeout=60_000)
+    final = server.ok("GET", f"/v1/refine-jobs/{job['id']}")
+    assert final["status"] == "succeeded"
+    expect(page.locator("#log li")).to_have_count(len(final["log"]))
+    assert page.locator("#log li").all_inner_texts() == final["log"], "log lines verbatim and in order"
+    expect(page.locator("pre.result")).to_contain_text('"schema_version"')
+    assert page.evaluate("window.__still_here === true"), "the page reloaded"
+    assert seen_running in ("queued", "running", "succeeded")
+    shot(page, output, "job-succeeded")
+    # The page re-reads its details once the job ends; let that finish first.
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("#log li")).to_have_count(len(final["log"]))
+
+    # Cancel from the page.
+    hang = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="hang"))
+    wait_for(lambda: server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "running",
+             what="the hanging job to run")
+    page.goto(server.base + f"/ui/jobs/{hang['id']}")
+    expect(page.locator("#job-state")).to_have_text("running")
+    shot(page, output, "job-running")
+    page.get_by_role("button", name="Cancel this job").click()
+    expect(page.locator("#job-state")).to_have_text(re.compile("cancelling|cancelled"))
+    expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
+    assert server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "cancelled"
+    shot(page, output, "job-cancelled")
+    watched.assert_clean()
+    context.close()
+
+
+def test_hostile_values_render_as_text(sqlite_server, browser, output):
+    server = sqlite_server
+    listing = create_list(server, team=XSS_TEAM)
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+    for name, path in (("overview", "/ui/"), ("task-list", f"/ui/task-lists/{listing['id']}")):
+        page.goto(server.base + path)
+        page.wait_for_timeout(300)
+        shot(page, output, name)
+        expect(page.locator("main")).to_contain_text(XSS_TEAM)
+        assert page.locator("main img").count() == 0
+        assert page.locator("main script").count() == 0
+    expect(page.locator('tr[data-task="T4"] td.desc')).to_have_text(XSS_DESCRIPTION)
+    watched.assert_clean()
+    context.close()
+
+
+class EvilSite(http.server.BaseHTTPRequestHandler):
+    """Another site: a form that posts to the dashboard."""
+
+    target = ""
+
+    def do_GET(self):  # noqa: N802
+        body = (
+            f'<form method="post" action="{self.target}">'
+            '<input type="hidden" name="csrf" value="anything">'
+            '<button type="submit">win a prize</button></form>'
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_tokens_limit_what_the_dashboard_shows(browser, output):
+    admin = "admin-" + "a" * 24
+    limited = "limited-" + "b" * 24
+    server = start_server("sqlite", tokens=f"{admin},{limited}:proj-a", admin_token=admin)
+    try:
+        mine = create_list(server, project="proj-a", team="alpha-cycle")
+        theirs = create_list(server, project="proj-b", team="beta-cycle")
+        their_job = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="hang", project="proj-b"))
+        wait_for(lambda: server.ok("GET", f"/v1/refine-jobs/{their_job['id']}")["status"] == "running",
+                 what="proj-b's job to run")
+
+        context = browser.new_context()
+        page = context.new_page()
+        watched = Watched(page, expected_statuses={401, 403})
+
+        # No data without a token.
+        page.goto(server.base + "/ui/")
+        expect(page).to_have_url(re.compile(r"/ui/login\?next="))
+        assert "proj-a" not in page.content() and "proj-b" not in page.content()
+        response = page.goto(server.base + f"/ui/task-lists/{mine['id']}")
+        assert "/ui/login" in page.url and "alpha-cycle" not in page.content()
+        status = page.evaluate(
+            "url => fetch(url).then(r => r.status)", server.base + f"/ui/task-lists/{mine['id']}/events")
+        assert status == 401
+        status = page.evaluate(
+            "url => fetch(url).then(r => r.status)", server.base + f"/v1/refine-jobs/{their_job['id']}/events")
+        assert status == 401
+        expect(page.locator('input[type="password"][name="token"]')).to_have_count(1)
+        shot(page, output, "login")
+
+        # A wrong token is refused; the limited one signs in.
+        page.fill("#token", "not-a-real-token-at-all")
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.locator(".problem")).to_contain_text("not valid")
+        page.fill("#token", limited)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page).to_have_url(re.compile(r"/ui/task-lists/"))
+        cookies = {c["name"]: c for c in context.cookies()}
+        session = cookies["plangate_session"]
+        assert session["httpOnly"] and session["sameSite"] == "Strict"
+        assert limited not in session["value"]
+        assert limited not in page.content(), "the token must never appear in a page"
+
+        page.goto(server.base + "/ui/")
+        expect(page.locator("main")).to_contain_text("alpha-cycle")
+        assert "beta-cycle" not in page.content() and "proj-b" not in page.content()
+        shot(page, output, "limited-overview")
+        response = page.goto(server.base + f"/ui/task-lists/{theirs['id']}")
+        assert response.status == 403 and "beta-cycle" not in page.content()
+        response = page.goto(server.base + f"/ui/jobs/{their_job['id']}")
+        assert response.status == 403
+        page.goto(server.base + "/ui/jobs")
+        assert their_job["id"] not in page.content()
+
+        # Acting on another project's job is refused, even from the dashboard itself.
+        refused = page.request.post(
+            server.base + f"/ui/jobs/{their_job['id']}/cancel", headers={"Origin": server.base})
+        assert refused.status == 403
+        assert server.ok("GET", f"/v1/refine-jobs/{their_job['id']}")["status"] == "running"
+        watched.assert_clean()
+        context.close()
+
+        # Cross-site form post (with a "CSRF token" field): refused, nothing changes.
+        admin_context = browser.new_context()
+        admin_page = admin_context.new_page()
+        admin_page.goto(server.base + "/ui/login")
+        admin_page.fill("#token", admin)
+        admin_page.get_by_role("button", name="Sign in").click()
+        expect(admin_page.locator("main")).to_contain_text("beta-cycle")
+        EvilSite.target = server.base + f"/ui/jobs/{their_job['id']}/cancel"
+        evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), EvilSite)
+        threading.Thread(target=evil.serve_forever, daemon=True).start()
+        try:
+            admin_page.goto(f"http://localhost:{evil.server_address[1]}/")
+            with admin_page.expect_navigation():
+                admin_page.get_by_role("button", name="win a prize").click()
+            expect(admin_page.locator("main")).to_contain_text("another site")
+            shot(admin_page, output, "cross-site-refused")
+        finally:
+            evil.shutdown()
+        assert server.ok("GET", f"/v1/refine-jobs/{their_job['id']}")["status"] == "running"
+        # The same form from the dashboard's own page works.
+        admin_page.goto(server.base + f"/ui/jobs/{their_job['id']}")
+        admin_page.get_by_role("button", name="Cancel this job").click()
+        expect(admin_page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
+        admin_context.close()
+    finally:
+        stop_server(server)
