@@ -220,6 +220,7 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         (Method::PATCH, format!("/v1/tasks/{task_id}"), Some(status)),
         (Method::GET, "/v1/projects/proj-b/status".into(), None),
         (Method::GET, "/v1/projects/proj-b/teams".into(), None),
+        (Method::GET, "/v1/projects/proj-b/usage".into(), None),
         (
             Method::POST,
             "/v1/projects/proj-b/teams".into(),
