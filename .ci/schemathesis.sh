@@ -2,8 +2,8 @@
 # Schema fuzzing: schemathesis (every check) against a live debug server's
 # /openapi.json, with a fresh SQLite database and an API token. Fails on any finding:
 # a 5xx, an undocumented status code, a response that does not match its schema, a
-# schema-valid request refused or an invalid one accepted, ... (README: "Schema
-# fuzzing findings").
+# schema-valid request refused or an invalid one accepted, ... (docs/testing.md: "Fuzzing
+# findings").
 #
 #   bash .ci/schemathesis.sh            # after a debug build (.ci/run's test step)
 #
@@ -89,7 +89,7 @@ if grep -E '"level":"ERROR"|panicked' "$work/server.log" > "$work/errors.log"; t
     status=1
 fi
 if (( status != 0 )); then
-    echo "schema fuzzing FAILED (exit $status); see README 'Schema fuzzing findings'" >&2
+    echo "schema fuzzing FAILED (exit $status); see docs/testing.md 'Fuzzing findings'" >&2
     exit "$status"
 fi
 step "schema fuzzing passed: no server errors, no schema violations"
