@@ -103,6 +103,17 @@ def start_server(backend: str, tokens: str | None = None, admin_token: str | Non
         f"argv = [\"{L0}\", \"sleep\", \"1.2\"]\ntimeout_secs = 60\n"
         "[executors.hang]\nkind = \"command\"\n"
         f"argv = [\"{L0}\", \"hang\"]\ntimeout_secs = 600\n"
+        # CLI agents printing a `claude -p --output-format json` envelope: a
+        # reported cost ($0.0123 per call), no cost for a model with a price
+        # (priced from the table), no cost for a model without one (unknown).
+        "[executors.cj]\nkind = \"command\"\noutput = \"claude-json\"\n"
+        f"argv = [\"{L0}\", \"claude-json\", \"0.0123\", \"1000\", \"200\"]\ntimeout_secs = 60\n"
+        "[executors.cj-priced]\nkind = \"command\"\noutput = \"claude-json\"\n"
+        f"argv = [\"{L0}\", \"claude-json\", \"none\", \"1000000\", \"100000\"]\ntimeout_secs = 60\n"
+        "[executors.cj-unpriced]\nkind = \"command\"\noutput = \"claude-json\"\n"
+        f"argv = [\"{L0}\", \"claude-json\", \"none\", \"1000\", \"200\", \"claude-unpriced\"]\n"
+        "timeout_secs = 60\n"
+        "[prices.\"claude-fake\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n"
     )
     port = free_port()
     env = dict(os.environ)

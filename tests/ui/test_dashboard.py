@@ -197,6 +197,16 @@ def test_every_page_loads_cleanly(server, browser, output, backend):
     expect(page.locator("main")).to_contain_text("P1")
     expect(page.locator("main")).to_contain_text("P2")
     expect(page.locator("#conflict-count")).to_contain_text("file conflicts")
+    page.goto(server.base + f"/ui/jobs/{job['id']}")
+    for assignment in ("P1-A1", "P1-A2"):
+        row = page.locator(f'tr[data-assignment="{assignment}"]')
+        expect(row.locator("td.l0-input")).to_have_text("0")
+        expect(row.locator("td.l0-output")).to_have_text("0")
+        expect(row.locator("td.l0-cost")).to_have_text("$0.00")
+        expect(row.locator("td.l0-model")).to_have_text("none")
+        expect(row.locator("td.l0-source")).to_have_text("reported")
+    expect(page.locator("#usage-cost")).to_have_text("$0.00")
+    expect(page.locator("#usage-unpriced")).to_have_text("0")
     page.goto(server.base + "/ui/jobs?status=failed")
     expect(page.locator("table.jobs tbody")).to_contain_text("No refine jobs match")
     page.goto(server.base + "/ui/jobs?status=succeeded")
@@ -303,6 +313,17 @@ def test_job_page_shows_the_log_live_and_cancels(sqlite_server, browser, output)
     # The page re-reads its details once the job ends; let that finish first.
     page.wait_for_load_state("networkidle")
     expect(page.locator("#log li")).to_have_count(len(final["log"]))
+    # Plain-text L0 output reports no usage: every figure says "unknown" (the
+    # details were re-read live, without a reload), the totals count 3 unpriced.
+    assert final["usage"]["cost_usd"] is None and final["usage"]["unpriced_calls"] == 3
+    for assignment in ("P1-A1", "P1-A2", "P1-A3"):
+        row = page.locator(f'tr[data-assignment="{assignment}"]')
+        for cell in ("l0-input", "l0-output", "l0-cost", "l0-model", "l0-source"):
+            expect(row.locator(f"td.{cell}")).to_have_text("unknown")
+    expect(page.locator("#usage-cost")).to_have_text("unknown ($0.00 known)")
+    expect(page.locator("#usage-unpriced")).to_have_text("3")
+    expect(page.locator("#usage-tokens")).to_contain_text("over 3 L0 calls; 3 reported no tokens")
+    assert page.evaluate("window.__still_here === true"), "the page reloaded"
 
     # Cancel from the page.
     hang = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="hang"))
@@ -316,6 +337,78 @@ def test_job_page_shows_the_log_live_and_cancels(sqlite_server, browser, output)
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
     assert server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "cancelled"
     shot(page, output, "job-cancelled")
+    watched.assert_clean()
+    context.close()
+
+
+def test_job_and_run_pages_show_usage_and_cost(server, browser, output, backend):
+    """Per-L0 tokens, cost, model and source, and the totals of a job and a run, as
+    the API reports them; a cost nobody reported or priced reads "unknown"."""
+    def finished_job(executor, ids):
+        job = server.ok("POST", "/v1/refine-jobs", phase_body(ids, executor=executor))
+        return wait_for(lambda: (lambda j: j if j["status"] == "succeeded" else None)(
+            server.ok("GET", f"/v1/refine-jobs/{job['id']}")), what=f"the {executor} job")
+
+    reported = finished_job("cj", ["P1-A1", "P1-A2"])
+    priced = finished_job("cj-priced", ["P1-A1"])
+    unpriced = finished_job("cj-unpriced", ["P1-A1"])
+    run = server.ok("POST", "/v1/refine-runs", {"plan": run_plan(), "project_id": "proj-a", "executor": "cj"})
+    run = wait_for(lambda: (lambda r: r if r["status"] in ("succeeded", "failed") else None)(
+        server.ok("GET", f"/v1/refine-runs/{run['id']}")), what="the cj run to merge")
+
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+
+    def row(assignment):
+        return page.locator(f'tr[data-assignment="{assignment}"]')
+
+    def expect_row(assignment, input_tokens, output_tokens, cost, model, source):
+        r = row(assignment)
+        expect(r.locator("td.l0-input")).to_have_text(input_tokens)
+        expect(r.locator("td.l0-output")).to_have_text(output_tokens)
+        expect(r.locator("td.l0-cost")).to_have_text(cost)
+        expect(r.locator("td.l0-model")).to_have_text(model)
+        expect(r.locator("td.l0-source")).to_have_text(source)
+
+    # Reported by the agent: $0.0123 a call, 1000 in / 200 out (+5 / 7 cache).
+    page.goto(server.base + f"/ui/jobs/{reported['id']}")
+    assignments = server.ok("GET", f"/v1/refine-jobs/{reported['id']}/assignments")
+    assert [(a["assignment_id"], a["usage"]["cost_usd"], a["usage"]["source"]) for a in assignments] == [
+        ("P1-A1", 0.0123, "reported"), ("P1-A2", 0.0123, "reported")], "the API says what the page shows"
+    for assignment in ("P1-A1", "P1-A2"):
+        expect_row(assignment, "1,000", "200", "$0.0123", "claude-fake", "reported")
+        expect(row(assignment).locator("td.l0-input")).to_have_attribute("title", "cache: 5 read, 7 written")
+    assert reported["usage"]["cost_usd"] == pytest.approx(0.0246)
+    expect(page.locator("#usage-tokens")).to_have_text(
+        "2,000 input, 400 output (cache: 10 read, 14 written) over 2 L0 calls")
+    expect(page.locator("#usage-cost")).to_have_text("$0.0246")
+    expect(page.locator("#usage-unpriced")).to_have_text("0")
+    shot(page, output, "job-usage-reported")
+
+    # No cost reported, the model is in the price table: 1 M in at $1 + 100 k out at $2.
+    page.goto(server.base + f"/ui/jobs/{priced['id']}")
+    expect_row("P1-A1", "1,000,000", "100,000", "$1.20", "claude-fake", "priced")
+    expect(page.locator("#usage-cost")).to_have_text("$1.20")
+    expect(page.locator("#usage-unpriced")).to_have_text("0")
+
+    # No cost reported, no price for the model: unknown, not $0.
+    page.goto(server.base + f"/ui/jobs/{unpriced['id']}")
+    assert unpriced["usage"]["cost_usd"] is None and unpriced["usage"]["unpriced_calls"] == 1
+    expect_row("P1-A1", "1,000", "200", "unknown", "claude-unpriced", "reported")
+    expect(page.locator("#usage-cost")).to_have_text("unknown ($0.00 known)")
+    expect(page.locator("#usage-unpriced")).to_have_text("1")
+    shot(page, output, "job-usage-unpriced")
+
+    # The run: its totals over both phases, and each phase job's cost.
+    page.goto(server.base + f"/ui/runs/{run['id']}")
+    assert run["usage"]["calls"] == 2, run["usage"]
+    expect(page.locator("#usage-tokens")).to_have_text(
+        "2,000 input, 400 output (cache: 10 read, 14 written) over 2 L0 calls")
+    expect(page.locator("#usage-cost")).to_have_text("$0.0246")
+    expect(page.locator("#usage-unpriced")).to_have_text("0")
+    expect(page.locator("td.phase-cost")).to_have_text(["$0.0123", "$0.0123"])
+    shot(page, output, "run-usage")
     watched.assert_clean()
     context.close()
 

@@ -3,6 +3,7 @@
 
 use maud::{Markup, html};
 
+use super::usage::{self, l0_cells, totals_facts};
 use super::{Chrome, JOB_ORDER, Section, layout, opt_time, status, time};
 use crate::service::dashboard::{JobQuery, JobRow, JobView, Page, RunRow, RunView, StoredL0};
 
@@ -95,6 +96,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
             div #job-details {
                 dl.facts {
                     dt { "State" } dd #job-state aria-live="polite" { (status(word)) }
+                    (totals_facts(&job.usage))
                     dt { "Attempt" } dd #job-attempt { (job.attempt) " of " (job.max_attempts) }
                     dt { "Phase" } dd { code { (job.phase_id) } }
                     dt { "Project" } dd { (job.project_id.as_deref().unwrap_or("—")) }
@@ -125,10 +127,12 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                             th scope="col" { "Assignment" } th scope="col" { "Batch" } th scope="col" { "Status" }
                             th scope="col" { "Starts" } th scope="col" { "Tries" } th scope="col" { "Duration" }
                             th scope="col" { "Exit" } th scope="col" { "Error" }
+                            th scope="col" { "Input tokens" } th scope="col" { "Output tokens" }
+                            th scope="col" { "Cost (USD)" } th scope="col" { "Model" } th scope="col" { "Usage source" }
                         } }
                         tbody {
                             @for l0 in &view.l0s {
-                                tr {
+                                tr data-assignment=(l0.assignment_id) {
                                     th scope="row" { code { (l0.assignment_id) } }
                                     td.num { (l0.batch) }
                                     td { (status(&l0.status)) }
@@ -137,6 +141,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                                     td.num { (duration(l0)) }
                                     td.num { (l0.exit_code.map(|c| c.to_string()).unwrap_or_default()) }
                                     td { (l0.error.as_deref().unwrap_or("")) }
+                                    (l0_cells(l0.usage.as_ref(), job.executor_kind == "builtin"))
                                 }
                             }
                         }
@@ -218,7 +223,8 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
         .unwrap_or_default();
     let body = html! {
         dl.facts {
-            dt { "State" } dd { (status(run.status.as_str())) }
+            dt { "State" } dd #run-state { (status(run.status.as_str())) }
+            (totals_facts(&run.usage))
             dt { "Project" } dd { (run.project_id.as_deref().unwrap_or("—")) }
             dt { "Cycle (team_pk)" } dd { (run.team_pk.as_deref().unwrap_or("—")) }
             dt { "Executor" } dd { (run.executor) }
@@ -228,7 +234,7 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
         section aria-labelledby="phases-h" {
             h2 #phases-h { "Phases" }
             table {
-                thead { tr { th scope="col" { "Phase" } th scope="col" { "Job" } th scope="col" { "Status" } th scope="col" { "Attempt" } th scope="col" { "L0s valid / total" } } }
+                thead { tr { th scope="col" { "Phase" } th scope="col" { "Job" } th scope="col" { "Status" } th scope="col" { "Attempt" } th scope="col" { "L0s valid / total" } th scope="col" { "Cost (USD)" } } }
                 tbody {
                     @for job in &view.jobs {
                         tr {
@@ -237,6 +243,7 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
                             td { (status(job.status.as_str())) }
                             td.num { (job.attempt) " of " (job.max_attempts) }
                             td.num { (job.progress.l0_succeeded) " / " (job.progress.l0_total) }
+                            td.num.phase-cost { (usage::cost(job.usage.cost_usd)) }
                         }
                     }
                 }

@@ -5,6 +5,7 @@ pub mod dag;
 pub mod jobs;
 pub mod tasks;
 pub mod tracks;
+pub mod usage;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
