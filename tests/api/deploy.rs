@@ -728,3 +728,33 @@ fn container_test_flags_are_the_manifest_security_settings() {
         );
     }
 }
+
+/// The Dockerfile's dependency layer builds a placeholder crate, and cargo refuses a
+/// manifest whose declared targets have no source file: every `[[bench]]` of
+/// Cargo.toml needs its stub there, or the image stops building.
+#[test]
+fn dockerfile_stubs_every_declared_bench() {
+    let manifest: toml::Value = toml::from_str(&read("Cargo.toml")).expect("Cargo.toml parses");
+    let benches: Vec<String> = manifest
+        .get("bench")
+        .and_then(toml::Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|b| b.get("name").and_then(toml::Value::as_str))
+                .map(|name| format!("benches/{name}.rs"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!benches.is_empty(), "Cargo.toml declares benches");
+    let stub_layer = dockerfile()
+        .into_iter()
+        .find(|(instruction, args)| instruction == "RUN" && args.contains("fn main() {}"))
+        .map(|(_, args)| args)
+        .expect("the dependency layer's RUN");
+    for bench in &benches {
+        assert!(
+            stub_layer.split_whitespace().any(|word| word == bench),
+            "docker/Dockerfile's dependency layer has no stub for {bench}"
+        );
+    }
+}
