@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::refine_jobs::{Created, NewRefineJob, budget_of};
 use super::task_lists::now;
-use super::{Database, DbError, DbResult};
+use super::{Database, DbError, DbResult, status_list};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::{Budget, UsageTotals};
 
@@ -266,11 +266,11 @@ impl Database {
         if found == 0 {
             return Ok(None);
         }
+        let terminal = status_list(&JobStatus::TERMINAL);
         let jobs: Vec<Uuid> = on_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT id FROM refine_jobs WHERE run_id = $1 \
-                 AND status NOT IN ('succeeded', 'failed', 'cancelled')",
-            )
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM refine_jobs WHERE run_id = $1 AND status NOT IN {terminal}"
+            )))
             .bind(id)
             .fetch_all(pool)
             .await?
@@ -281,12 +281,16 @@ impl Database {
     /// Runs not merged yet whose phase jobs are all terminal (missed merges: a
     /// crash between the last job's end and its merge).
     pub async fn refine_runs_due_for_merge(&self) -> DbResult<Vec<Uuid>> {
+        let (in_flight, terminal) = (
+            status_list(&JobStatus::IN_FLIGHT),
+            status_list(&JobStatus::TERMINAL),
+        );
         Ok(on_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT r.id FROM refine_runs r WHERE r.status IN ('running', 'cancelling') \
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT r.id FROM refine_runs r WHERE r.status IN {in_flight} \
                  AND NOT EXISTS (SELECT 1 FROM refine_jobs j WHERE j.run_id = r.id \
-                   AND j.status NOT IN ('succeeded', 'failed', 'cancelled')) LIMIT 100",
-            )
+                   AND j.status NOT IN {terminal}) LIMIT 100"
+            )))
             .fetch_all(pool)
             .await?
         }))
@@ -318,9 +322,12 @@ impl Database {
             let Some((status, request)) = run else {
                 return Ok(None);
             };
-            if status != "running" && status != "cancelling" {
+            // Merged already (terminal): nothing to do.
+            let Some(run_status) =
+                JobStatus::parse(&status).filter(|s| JobStatus::IN_FLIGHT.contains(s))
+            else {
                 return Ok(None);
-            }
+            };
             type PhaseRow = (String, Uuid, String, Option<Json<Value>>, Option<String>);
             let jobs: Vec<PhaseRow> = sqlx::query_as(
                 "SELECT phase_id, id, status, result, error_code FROM refine_jobs WHERE run_id = $1",
@@ -344,7 +351,7 @@ impl Database {
                     error_code,
                 });
             }
-            let (final_status, result) = merge(&request.0, &outcomes, status == "cancelling");
+            let (final_status, result) = merge(&request.0, &outcomes, run_status == JobStatus::Cancelling);
             sqlx::query(
                 "UPDATE refine_runs SET status = $2, result = $3, finished_at = $4, updated_at = $4, \
                  version = version + 1, merge_count = merge_count + 1 WHERE id = $1",

@@ -25,11 +25,12 @@ macro_rules! on_pool {
 /// `$lease` still holds the job; evaluates to `Option<i64>`, the last event's seq.
 macro_rules! bump_fenced {
     ($tx:expr, $lease:expr, $at:expr, $events:expr) => {
-        sqlx::query_scalar::<_, i64>(
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
             "UPDATE refine_jobs SET version = version + $4, updated_at = $3 \
-             WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'cancelling') \
+             WHERE id = $1 AND lease_token = $2 AND status IN {} \
              RETURNING version",
-        )
+            $crate::db::status_list(&$crate::domain::job::JobStatus::IN_FLIGHT)
+        )))
         .bind($lease.job_id)
         .bind($lease.token)
         .bind($at)
