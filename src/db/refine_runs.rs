@@ -3,9 +3,9 @@
 //!
 //! The merge happens exactly once: [`Database::try_merge_refine_run`] locks the run
 //! row, checks that it is not merged yet and that every phase job is terminal, and
-//! writes the merged result in the same transaction. Whoever sees the last phase
-//! job end calls it — a worker on any replica, a cancel, the reaper after a crash —
-//! and all but one find nothing to do.
+//! writes the merged result (`domain::refine::merge_run`) in the same transaction.
+//! Whoever sees the last phase job end calls it — a worker on any replica, a cancel,
+//! the reaper after a crash — and all but one find nothing to do.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -18,6 +18,7 @@ use super::refine_jobs::{Created, NewRefineJob, budget_of};
 use super::task_lists::now;
 use super::{Database, DbError, DbResult, status_list};
 use crate::domain::job::JobStatus;
+use crate::domain::refine::{PhaseOutcome, merge_run};
 use crate::domain::usage::{Budget, UsageTotals};
 
 pub struct NewRefineRun<'a> {
@@ -59,20 +60,6 @@ pub struct StoredRun {
     /// The run's spending limits over all its phase jobs; null when none.
     pub budget: Option<Budget>,
 }
-
-/// A phase job as the merge sees it.
-#[derive(Debug, Clone)]
-pub struct PhaseOutcome {
-    pub phase_id: String,
-    pub job_id: Uuid,
-    pub status: JobStatus,
-    pub result: Option<Value>,
-    /// The job's error code when it failed (`budget_exceeded`, …).
-    pub error_code: Option<String>,
-}
-
-/// What a merge computes from the phase outcomes: the run's final status and result.
-pub type MergeFn<'a> = dyn FnOnce(&Value, &[PhaseOutcome], bool) -> (JobStatus, Value) + Send + 'a;
 
 impl Database {
     /// Inserts a run and its phase jobs in one transaction (all or nothing).
@@ -298,11 +285,7 @@ impl Database {
 
     /// Merges the run if it is due, exactly once (see the module comment). Returns
     /// the status written, or `None` when there was nothing to do.
-    pub async fn try_merge_refine_run(
-        &self,
-        run_id: Uuid,
-        merge: Box<MergeFn<'_>>,
-    ) -> DbResult<Option<JobStatus>> {
+    pub async fn try_merge_refine_run(&self, run_id: Uuid) -> DbResult<Option<JobStatus>> {
         let at = now();
         let lock = match self {
             Database::Postgres(_) => " FOR UPDATE",
@@ -351,7 +334,8 @@ impl Database {
                     error_code,
                 });
             }
-            let (final_status, result) = merge(&request.0, &outcomes, run_status == JobStatus::Cancelling);
+            let (final_status, result) =
+                merge_run(&request.0, &outcomes, run_status == JobStatus::Cancelling);
             sqlx::query(
                 "UPDATE refine_runs SET status = $2, result = $3, finished_at = $4, updated_at = $4, \
                  version = version + 1, merge_count = merge_count + 1 WHERE id = $1",
