@@ -3,6 +3,9 @@
 //! The SQL is written once for both back-ends (`$N` placeholders work in SQLite too);
 //! `on_pool!` expands each body per pool so each is type-checked against its own
 //! driver. Where the engines differ (row locks, write transactions) the code says so.
+//!
+//! Long (about 660 lines) on purpose: the create, read and transition transactions
+//! share the private row types, the column list and `assemble`.
 
 use std::collections::HashMap;
 
