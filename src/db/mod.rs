@@ -143,6 +143,15 @@ impl Database {
         }
     }
 
+    /// What a locking read (`SELECT … FOR UPDATE`) appends: nothing on SQLite, whose
+    /// `begin_locked!` transaction already holds the database's write lock.
+    pub(crate) fn row_lock(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => " FOR UPDATE",
+            Database::Sqlite(_) => "",
+        }
+    }
+
     pub fn kind(&self) -> DatabaseKind {
         match self {
             Database::Postgres(_) => DatabaseKind::Postgres,

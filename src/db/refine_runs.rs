@@ -287,15 +287,9 @@ impl Database {
     /// the status written, or `None` when there was nothing to do.
     pub async fn try_merge_refine_run(&self, run_id: Uuid) -> DbResult<Option<JobStatus>> {
         let at = now();
-        let lock = match self {
-            Database::Postgres(_) => " FOR UPDATE",
-            Database::Sqlite(_) => "",
-        };
+        let lock = self.row_lock();
         on_pool!(self, pool => {
-            let mut tx = match self {
-                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
-                Database::Postgres(_) => pool.begin().await?,
-            };
+            let mut tx = begin_locked!(self, pool);
             let run: Option<(String, Json<Value>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, request FROM refine_runs WHERE id = $1{lock}"
             )))

@@ -21,6 +21,20 @@ macro_rules! on_pool {
     };
 }
 
+/// Opens the transaction of a read-decide-write (docs/architecture.md) inside an
+/// `on_pool!` arm. SQLite: `BEGIN IMMEDIATE` takes the write lock up front (a deferred
+/// transaction that reads and then writes can fail with SQLITE_BUSY instead of
+/// waiting). Postgres: a plain transaction whose reads lock their rows
+/// ([`Database::row_lock`](crate::db::Database::row_lock)).
+macro_rules! begin_locked {
+    ($db:expr, $pool:ident) => {
+        match $db {
+            $crate::db::Database::Sqlite(_) => $pool.begin_with("BEGIN IMMEDIATE").await?,
+            $crate::db::Database::Postgres(_) => $pool.begin().await?,
+        }
+    };
+}
+
 /// Bumps `version` by `$events` (the events this write will insert, at least 1) if
 /// `$lease` still holds the job; evaluates to `Option<i64>`, the last event's seq.
 macro_rules! bump_fenced {

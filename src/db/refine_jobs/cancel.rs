@@ -3,7 +3,7 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{lock_suffix, parse_status, state_event};
+use super::{parse_status, state_event};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult};
 use crate::domain::job::JobStatus;
@@ -15,12 +15,9 @@ impl Database {
     /// the job is in afterwards, `None` for an unknown job.
     pub async fn cancel_refine_job(&self, id: Uuid) -> DbResult<Option<JobStatus>> {
         let at = now();
-        let lock = lock_suffix(self);
+        let lock = self.row_lock();
         let status = on_pool!(self, pool => {
-            let mut tx = match self {
-                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
-                Database::Postgres(_) => pool.begin().await?,
-            };
+            let mut tx = begin_locked!(self, pool);
             let row: Option<(String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, attempt FROM refine_jobs WHERE id = $1{lock}"
             )))

@@ -356,10 +356,7 @@ impl Database {
             Database::Sqlite(_) => "",
         };
         on_pool!(self, pool => {
-            let mut tx = match self {
-                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
-                Database::Postgres(_) => pool.begin().await?,
-            };
+            let mut tx = begin_locked!(self, pool);
             let expired: Vec<(Uuid, String, i32, i32)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT id, status, attempt, max_attempts FROM refine_jobs \

@@ -30,7 +30,7 @@ use sqlx::types::Json;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Database, DbError, DbResult};
+use super::{DbError, DbResult};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
@@ -348,11 +348,4 @@ pub(crate) fn state_event(status: JobStatus, attempt: i32, extra: Value) -> (&'s
         obj.extend(more);
     }
     ("state", data)
-}
-
-fn lock_suffix(db: &Database) -> &'static str {
-    match db {
-        Database::Postgres(_) => " FOR UPDATE",
-        Database::Sqlite(_) => "",
-    }
 }
