@@ -367,7 +367,7 @@ pub enum Finish<'a> {
     Cancelled,
 }
 
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, FromRow)]
 pub struct JobEvent {
     pub seq: i64,
     pub event: String,
