@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{ProblemCode, Service, ServiceError};
+use super::{ErrorKind, ProblemCode, Service, ServiceError};
 use crate::agents::Executor;
 use crate::domain::ids::Ident;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
@@ -268,14 +268,15 @@ impl Service {
         let Some(spent) = daily_limit_spent(project, limit, spent_usd, now) else {
             return Ok(());
         };
+        let detail = format!(
+            "project {project}'s daily limit of ${limit} is spent (${spent_usd:.6} today, UTC); \
+             retry after the next UTC midnight"
+        );
         Err(ServiceError::new(
-                super::ErrorKind::TooManyRequests,
-                ProblemCode::BudgetExhausted,
-                format!(
-                    "project {}'s daily limit of ${} is spent (${:.6} today, UTC); retry after the next UTC midnight",
-                    spent.project_id, spent.limit_usd, spent.spent_usd
-                ),
-            )
+            ErrorKind::TooManyRequests,
+            ProblemCode::BudgetExhausted,
+            detail,
+        )
         .with("limit_usd", spent.limit_usd)
         .with("spent_usd", spent.spent_usd)
         .with("retry_after_secs", spent.retry_after_secs))
