@@ -14,7 +14,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::types::Json;
 use sqlx::{FromRow, QueryBuilder};
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::task_lists::now;
@@ -51,7 +50,7 @@ pub enum Created<T> {
     KeyReused,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct JobProgress {
     pub l0_total: i64,
     pub l0_running: i64,
@@ -63,15 +62,15 @@ pub struct JobProgress {
     pub l0_failed: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobError {
     /// `lease_expired`, `internal`, …
     pub code: String,
     pub message: String,
 }
 
-/// A refine job as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// A refine job as stored (the API's shape is `service::refine_jobs::StoredJob`).
+#[derive(Debug, Clone)]
 pub struct StoredJob {
     pub id: Uuid,
     /// Always `refine`.
@@ -96,12 +95,8 @@ pub struct StoredJob {
     pub progress: JobProgress,
     /// The job log, in order: one line per L0 verdict, work-package conflict or warning.
     pub log: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_refined_path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<JobError>,
     /// Bumped by every change; the `id` of the job's last event.
     pub version: i64,
@@ -205,8 +200,8 @@ impl JobRow {
     }
 }
 
-/// One L0's record as `/assignments` shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// One L0's record.
+#[derive(Debug, Clone)]
 pub struct StoredL0 {
     pub assignment_id: String,
     /// 1-based batch number.
@@ -372,7 +367,7 @@ pub enum Finish<'a> {
     Cancelled,
 }
 
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, FromRow)]
 pub struct JobEvent {
     pub seq: i64,
     pub event: String,
