@@ -8,10 +8,8 @@
 //! the reaper after a crash — and all but one find nothing to do.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::types::Json;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::refine_jobs::{Created, NewRefineJob, budget_of};
@@ -35,8 +33,8 @@ pub struct NewRefineRun<'a> {
     pub budget: Budget,
 }
 
-/// A refine run as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// A refine run as stored (the API's shape is `service::refine_runs::StoredRun`).
+#[derive(Debug, Clone)]
 pub struct StoredRun {
     pub id: Uuid,
     /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
@@ -45,13 +43,10 @@ pub struct StoredRun {
     pub team_pk: Option<String>,
     pub executor: String,
     /// Phase id → its job, natural phase order.
-    #[schema(value_type = Object)]
     pub phases: serde_json::Map<String, Value>,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     /// Present once merged.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
     /// Changes when the run or any of its phase jobs changes.
     pub version: i64,
@@ -216,16 +211,6 @@ impl Database {
         let n: i64 = on_pool!(self, pool => {
             sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE idempotency_key = $1")
                 .bind(key)
-                .fetch_one(pool)
-                .await?
-        });
-        Ok(n > 0)
-    }
-
-    pub async fn refine_run_exists(&self, id: Uuid) -> DbResult<bool> {
-        let n: i64 = on_pool!(self, pool => {
-            sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE id = $1")
-                .bind(id)
                 .fetch_one(pool)
                 .await?
         });
