@@ -4,17 +4,10 @@
 //! the two pools; each method dispatches to the back-end module, which owns its SQL.
 //! The db layer speaks domain types and its own row types, never HTTP.
 
-/// Expand `$body` once per back-end with `$pool` bound to that back-end's pool, so
-/// SQL written once (with `$N` placeholders, which SQLite accepts too) is
-/// type-checked against each driver. Defined before the modules that use it.
-macro_rules! on_pool {
-    ($db:expr, |$pool:ident| $body:expr) => {
-        match $db {
-            Database::Postgres($pool) => $body,
-            Database::Sqlite($pool) => $body,
-        }
-    };
-}
+// First, so that every module below sees its macros (`on_pool!` and the job
+// transaction helpers).
+#[macro_use]
+mod tx;
 
 pub mod notify;
 pub mod overview;
@@ -27,6 +20,7 @@ pub mod usage;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::domain::job::JobStatus;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -74,6 +68,16 @@ impl From<sqlx::Error> for DbError {
 }
 
 pub type DbResult<T> = Result<T, DbError>;
+
+/// A set of job statuses (`domain::job::JobStatus::IN_FLIGHT` …) as SQL text,
+/// `('running', 'cancelling')`, so that no status list is spelled out in SQL. Literal
+/// rather than bound: the partial indexes (`refine_jobs_leased`,
+/// `refine_runs_unmerged`) carry the same text, and the planner uses such an index
+/// only when the query's predicate implies it.
+pub(crate) fn status_list(set: &[JobStatus]) -> String {
+    let names: Vec<String> = set.iter().map(|s| format!("'{}'", s.as_str())).collect();
+    format!("({})", names.join(", "))
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DatabaseKind {
@@ -139,6 +143,15 @@ impl Database {
         }
     }
 
+    /// What a locking read (`SELECT … FOR UPDATE`) appends: nothing on SQLite, whose
+    /// `begin_locked!` transaction already holds the database's write lock.
+    pub(crate) fn row_lock(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => " FOR UPDATE",
+            Database::Sqlite(_) => "",
+        }
+    }
+
     pub fn kind(&self) -> DatabaseKind {
         match self {
             Database::Postgres(_) => DatabaseKind::Postgres,
@@ -185,5 +198,83 @@ impl Database {
             Database::Postgres(pool) => pool.close().await,
             Database::Sqlite(pool) => pool.close().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_list;
+    use crate::domain::job::JobStatus;
+
+    /// The schema names the same statuses as the domain: the CHECK constraints list
+    /// them all, and the partial indexes' predicates are the text the queries use.
+    #[test]
+    fn migrations_match_the_domain_status_sets() {
+        let jobs = [
+            include_str!("../../migrations/postgres/0003_refine_jobs.sql"),
+            include_str!("../../migrations/sqlite/0003_refine_jobs.sql"),
+        ];
+        let runs_index = [
+            include_str!("../../migrations/postgres/0005_scale_indexes.sql"),
+            include_str!("../../migrations/sqlite/0005_scale_indexes.sql"),
+        ];
+        let all = format!("CHECK (status IN {})", status_list(&JobStatus::ALL));
+        let in_flight = format!("WHERE status IN {}", status_list(&JobStatus::IN_FLIGHT));
+        let mut runs: Vec<JobStatus> = JobStatus::IN_FLIGHT.to_vec();
+        runs.extend(JobStatus::TERMINAL);
+        let runs = format!("CHECK (status IN {})", status_list(&runs));
+        for sql in jobs {
+            assert!(sql.contains(&all), "refine_jobs CHECK lists {all}");
+            assert!(sql.contains(&runs), "refine_runs CHECK lists {runs}");
+            assert!(sql.contains(&format!(
+                "refine_jobs_leased ON refine_jobs (lease_expires_at) {in_flight}"
+            )));
+        }
+        for sql in runs_index {
+            assert!(sql.contains(&format!(
+                "refine_runs_unmerged ON refine_runs (id) {in_flight}"
+            )));
+        }
+        assert_eq!(
+            status_list(&JobStatus::IN_FLIGHT),
+            "('running', 'cancelling')"
+        );
+    }
+
+    /// No SQL in `db/` spells out a list of job statuses: it uses `status_list`, so a
+    /// new status in `domain::job` cannot be forgotten in one query.
+    #[test]
+    fn no_job_status_list_is_spelled_out_in_sql() {
+        fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("src/db is readable") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_dir() {
+                    sources(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        let db = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/db");
+        sources(&db, &mut files);
+        assert!(files.len() > 5, "found the db sources");
+        let mut found = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("a readable source");
+            for (n, line) in text.lines().enumerate() {
+                let spelled = JobStatus::ALL
+                    .iter()
+                    .any(|s| line.contains(&format!("IN ('{}'", s.as_str())));
+                if spelled && !line.trim_start().starts_with("//") {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "build the list with status_list(&JobStatus::…):\n{}",
+            found.join("\n")
+        );
     }
 }
