@@ -43,6 +43,10 @@ pub struct JobsHub {
     changed: tokio::sync::broadcast::Sender<Uuid>,
     /// Kill switches of the jobs running in this process.
     running: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// A job was queued since the last NOTIFY to the other replicas was sent.
+    notice_pending: AtomicBool,
+    /// A task is sending NOTIFYs (at most one at a time).
+    notice_sending: AtomicBool,
 }
 
 impl Default for JobsHub {
@@ -51,11 +55,47 @@ impl Default for JobsHub {
             queued: Notify::new(),
             changed: tokio::sync::broadcast::channel(1024).0,
             running: Mutex::new(HashMap::new()),
+            notice_pending: AtomicBool::new(false),
+            notice_sending: AtomicBool::new(false),
         }
     }
 }
 
 impl JobsHub {
+    /// A job was queued: wakes this process's workers now and the other replicas'
+    /// through NOTIFY, off the request's path. The NOTIFYs are coalesced — at most
+    /// one in flight, the jobs queued meanwhile covered by one more — because a
+    /// notice only says "look for queued work" (workers also poll, docs/jobs.md) and
+    /// one per job cost each submit a round trip under load.
+    pub fn job_queued(self: &Arc<Self>, db: &Database) {
+        self.queued.notify_waiters();
+        if !matches!(db, Database::Postgres(_)) {
+            return;
+        }
+        self.notice_pending.store(true, Ordering::SeqCst);
+        if self.notice_sending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (hub, db) = (self.clone(), db.clone());
+        tokio::spawn(async move {
+            loop {
+                while hub.notice_pending.swap(false, Ordering::SeqCst) {
+                    if let Err(e) = db.notify_job_queued().await {
+                        tracing::debug!(error = %e, "queue notification failed; workers will poll");
+                    }
+                }
+                hub.notice_sending.store(false, Ordering::SeqCst);
+                // A job queued between the last swap and that store saw a sender
+                // and left it the notice: send it, unless another sender took over.
+                if !hub.notice_pending.load(Ordering::SeqCst)
+                    || hub.notice_sending.swap(true, Ordering::SeqCst)
+                {
+                    return;
+                }
+            }
+        });
+    }
+
     /// A job changed in this process (waiters of other replicas poll).
     pub fn job_changed(&self, job_id: Uuid) {
         // No receiver is fine: nobody is waiting.
@@ -168,6 +208,11 @@ async fn worker(pool: Arc<Pool>, slot: u32) {
         if pool.drain.is_cancelled() {
             return;
         }
+        // Registered before the claim, so a job queued while this worker finds the
+        // queue empty still wakes it (not only the next poll).
+        let queued = pool.hub.queued.notified();
+        tokio::pin!(queued);
+        queued.as_mut().enable();
         let lease_until = Utc::now() + chrono_duration(pool.settings.lease);
         match pool.db.claim_refine_job(pool.worker_id, lease_until).await {
             Ok(Some(job)) => {
@@ -181,7 +226,7 @@ async fn worker(pool: Arc<Pool>, slot: u32) {
             }
             Ok(None) => {
                 tokio::select! {
-                    _ = pool.hub.queued.notified() => {}
+                    _ = queued => {}
                     _ = tokio::time::sleep(POLL) => {}
                     _ = pool.drain.cancelled() => return,
                 }
