@@ -4,17 +4,10 @@
 //! the two pools; each method dispatches to the back-end module, which owns its SQL.
 //! The db layer speaks domain types and its own row types, never HTTP.
 
-/// Expand `$body` once per back-end with `$pool` bound to that back-end's pool, so
-/// SQL written once (with `$N` placeholders, which SQLite accepts too) is
-/// type-checked against each driver. Defined before the modules that use it.
-macro_rules! on_pool {
-    ($db:expr, |$pool:ident| $body:expr) => {
-        match $db {
-            Database::Postgres($pool) => $body,
-            Database::Sqlite($pool) => $body,
-        }
-    };
-}
+// First, so that every module below sees its macros (`on_pool!` and the job
+// transaction helpers).
+#[macro_use]
+mod tx;
 
 pub mod notify;
 pub mod overview;

@@ -95,7 +95,7 @@ impl Database {
         limit: u32,
     ) -> DbResult<Vec<ListCounts>> {
         type Row = (Uuid, String, Option<String>, String, DateTime<Utc>);
-        let lists: Vec<Row> = on_pool!(self, |pool| {
+        let lists: Vec<Row> = on_pool!(self, pool => {
             let mut q = QueryBuilder::new(
                 "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE TRUE",
             );
@@ -107,7 +107,7 @@ impl Database {
         if lists.is_empty() {
             return Ok(Vec::new());
         }
-        let counts: Vec<(Uuid, String, i64)> = on_pool!(self, |pool| {
+        let counts: Vec<(Uuid, String, i64)> = on_pool!(self, pool => {
             let mut q = QueryBuilder::new(
                 "SELECT task_list_id, status, COUNT(*) FROM tasks WHERE task_list_id IN (",
             );
@@ -144,7 +144,7 @@ impl Database {
         allowed: Option<&[String]>,
     ) -> DbResult<Vec<(String, i64)>> {
         let table = if runs { "refine_runs" } else { "refine_jobs" };
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             let mut q =
                 QueryBuilder::new(format!("SELECT status, COUNT(*) FROM {table} WHERE TRUE"));
             push_allowed(&mut q, "project_id", allowed);
@@ -154,7 +154,7 @@ impl Database {
     }
 
     pub async fn task_list_project(&self, list_id: Uuid) -> DbResult<Option<String>> {
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             sqlx::query_scalar("SELECT project_id FROM task_lists WHERE id = $1")
                 .bind(list_id)
                 .fetch_optional(pool)
@@ -164,7 +164,7 @@ impl Database {
 
     /// A cheap change marker of a list's tasks: `(count, latest updated_at)`.
     pub async fn task_list_marker(&self, list_id: Uuid) -> DbResult<(i64, Option<DateTime<Utc>>)> {
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             sqlx::query_as("SELECT COUNT(*), MAX(updated_at) FROM tasks WHERE task_list_id = $1")
                 .bind(list_id)
                 .fetch_one(pool)
@@ -180,7 +180,7 @@ impl Database {
         limit: u32,
         before: Option<Uuid>,
     ) -> DbResult<Vec<JobRow>> {
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             let mut q = QueryBuilder::new(
                 "SELECT id, status, phase_id, run_id, project_id, team_pk, executor, attempt, \
                  max_attempts, created_at, finished_at FROM refine_jobs WHERE TRUE",
@@ -214,7 +214,7 @@ impl Database {
         limit: u32,
         before: Option<Uuid>,
     ) -> DbResult<Vec<RunRow>> {
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             let mut q = QueryBuilder::new(
                 "SELECT id, status, project_id, team_pk, executor, created_at, finished_at \
                  FROM refine_runs WHERE TRUE",
@@ -231,7 +231,7 @@ impl Database {
 
     /// Tracks by most recent change.
     pub async fn track_rows(&self, limit: u32) -> DbResult<Vec<TrackRow>> {
-        let rows: Vec<(String, Json<serde_json::Value>, i64)> = on_pool!(self, |pool| {
+        let rows: Vec<(String, Json<serde_json::Value>, i64)> = on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT track_id, metadata, revision FROM tracks ORDER BY updated_at DESC, track_id \
                  LIMIT $1",

@@ -78,7 +78,7 @@ impl Database {
     /// Inserts a run and its phase jobs in one transaction (all or nothing).
     pub async fn create_refine_run(&self, new: &NewRefineRun<'_>) -> DbResult<Created<Uuid>> {
         let at = now();
-        let inserted = on_pool!(self, |pool| {
+        let inserted = on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             let inserted = sqlx::query(
                 "INSERT INTO refine_runs (id, status, request, executor, project_id, team_pk, \
@@ -104,7 +104,7 @@ impl Database {
                 == 1;
             if inserted {
                 for job in &new.jobs {
-                    if !super::refine_jobs::insert_job!(tx, job, at) {
+                    if !insert_job!(tx, job, at) {
                         return Err(DbError::Conflict("a phase job's id collided".into()));
                     }
                 }
@@ -116,7 +116,7 @@ impl Database {
             return Ok(Created::New(new.id));
         }
         let key = new.idempotency_key.unwrap_or_default();
-        let found: Option<(Uuid, Option<String>)> = on_pool!(self, |pool| {
+        let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
             sqlx::query_as("SELECT id, request_hash FROM refine_runs WHERE idempotency_key = $1")
                 .bind(key)
                 .fetch_optional(pool)
@@ -146,7 +146,7 @@ impl Database {
             Option<i64>,
             String,
         );
-        let row: Option<Row> = on_pool!(self, |pool| {
+        let row: Option<Row> = on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT status, project_id, team_pk, executor, created_at, finished_at, result, \
                  max_cost_usd, max_output_tokens, budget_action FROM refine_runs WHERE id = $1",
@@ -172,7 +172,7 @@ impl Database {
         };
         let status = JobStatus::parse(&status)
             .ok_or_else(|| DbError::Corrupt(format!("run {id} has status {status:?}")))?;
-        let jobs: Vec<(String, Uuid, String)> = on_pool!(self, |pool| {
+        let jobs: Vec<(String, Uuid, String)> = on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT phase_id, id, status FROM refine_jobs WHERE run_id = $1 ORDER BY created_at, id",
             )
@@ -207,7 +207,7 @@ impl Database {
     /// `(version, status)` where the version moves with the run and every phase job.
     pub async fn refine_run_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
         // SUM(bigint) is NUMERIC on Postgres: cast back so both back-ends give INT8.
-        let row: Option<(i64, String)> = on_pool!(self, |pool| {
+        let row: Option<(i64, String)> = on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT CAST(r.version + COALESCE((SELECT SUM(j.version) FROM refine_jobs j \
                  WHERE j.run_id = r.id), 0) AS BIGINT), r.status FROM refine_runs r WHERE r.id = $1",
@@ -226,7 +226,7 @@ impl Database {
 
     /// Whether a run holds this idempotency key (a create with it replays).
     pub async fn refine_run_key_exists(&self, key: &str) -> DbResult<bool> {
-        let n: i64 = on_pool!(self, |pool| {
+        let n: i64 = on_pool!(self, pool => {
             sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE idempotency_key = $1")
                 .bind(key)
                 .fetch_one(pool)
@@ -236,7 +236,7 @@ impl Database {
     }
 
     pub async fn refine_run_exists(&self, id: Uuid) -> DbResult<bool> {
-        let n: i64 = on_pool!(self, |pool| {
+        let n: i64 = on_pool!(self, pool => {
             sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE id = $1")
                 .bind(id)
                 .fetch_one(pool)
@@ -249,7 +249,7 @@ impl Database {
     /// (the caller cancels each). `None` for an unknown run.
     pub async fn cancel_refine_run(&self, id: Uuid) -> DbResult<Option<Vec<Uuid>>> {
         let at = now();
-        let found = on_pool!(self, |pool| {
+        let found = on_pool!(self, pool => {
             sqlx::query(
                 "UPDATE refine_runs SET status = 'cancelling', version = version + 1, updated_at = $2 \
                  WHERE id = $1 AND status = 'running'",
@@ -266,7 +266,7 @@ impl Database {
         if found == 0 {
             return Ok(None);
         }
-        let jobs: Vec<Uuid> = on_pool!(self, |pool| {
+        let jobs: Vec<Uuid> = on_pool!(self, pool => {
             sqlx::query_scalar(
                 "SELECT id FROM refine_jobs WHERE run_id = $1 \
                  AND status NOT IN ('succeeded', 'failed', 'cancelled')",
@@ -281,7 +281,7 @@ impl Database {
     /// Runs not merged yet whose phase jobs are all terminal (missed merges: a
     /// crash between the last job's end and its merge).
     pub async fn refine_runs_due_for_merge(&self) -> DbResult<Vec<Uuid>> {
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             sqlx::query_scalar(
                 "SELECT r.id FROM refine_runs r WHERE r.status IN ('running', 'cancelling') \
                  AND NOT EXISTS (SELECT 1 FROM refine_jobs j WHERE j.run_id = r.id \
@@ -304,7 +304,7 @@ impl Database {
             Database::Postgres(_) => " FOR UPDATE",
             Database::Sqlite(_) => "",
         };
-        on_pool!(self, |pool| {
+        on_pool!(self, pool => {
             let mut tx = match self {
                 Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
                 Database::Postgres(_) => pool.begin().await?,

@@ -260,7 +260,7 @@ impl Database {
             }
         }
         let team_scope = new.team_pk.unwrap_or("");
-        on_pool!(self, |pool| {
+        on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             sqlx::query(
                 "INSERT INTO task_lists (id, project_id, team_pk, created_by, created_at) \
@@ -371,7 +371,7 @@ impl Database {
     /// Count one more rejected submission of `(project_id, team_pk)`; returns the
     /// number of rejections since the last accepted list, this one included.
     pub async fn record_rejection(&self, project_id: &str, team_pk: Option<&str>) -> DbResult<u32> {
-        let count: i32 = on_pool!(self, |pool| {
+        let count: i32 = on_pool!(self, pool => {
             sqlx::query_scalar(
                 "INSERT INTO planner_attempts (project_id, team_scope, rejected_count, updated_at) \
                  VALUES ($1, $2, 1, $3) \
@@ -389,7 +389,7 @@ impl Database {
     }
 
     pub async fn task_list(&self, id: Uuid) -> DbResult<Option<TaskListRecord>> {
-        on_pool!(self, |pool| {
+        on_pool!(self, pool => {
             let Some(list) = sqlx::query_as::<_, TaskListRow>(
                 "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
             )
@@ -427,7 +427,7 @@ impl Database {
     /// The project of a task (for authorisation before a change); `None` when the
     /// task does not exist.
     pub async fn task_project(&self, id: Uuid) -> DbResult<Option<String>> {
-        on_pool!(self, |pool| {
+        on_pool!(self, pool => {
             Ok(
                 sqlx::query_scalar::<_, String>("SELECT project_id FROM tasks WHERE id = $1")
                     .bind(id)
@@ -446,7 +446,7 @@ impl Database {
         change: TaskChange,
     ) -> DbResult<TransitionOutcome> {
         let at = now();
-        let outcome = on_pool!(self, |pool| {
+        let outcome = on_pool!(self, pool => {
             let mut tx = match self {
                 // IMMEDIATE takes the write lock up front: a deferred transaction that
                 // reads and then writes can fail with SQLITE_BUSY instead of waiting.
@@ -575,7 +575,7 @@ impl Database {
         project_id: &str,
         team_pk: Option<&str>,
     ) -> DbResult<(StatusScope, Vec<(i64, TaskStatus)>)> {
-        let (scope, counts): (StatusScope, Vec<(i64, String, i64)>) = on_pool!(self, |pool| {
+        let (scope, counts): (StatusScope, Vec<(i64, String, i64)>) = on_pool!(self, pool => {
             let mut scoped = Vec::new();
             if let Some(team) = team_pk {
                 scoped = sqlx::query_as(
@@ -627,7 +627,7 @@ impl Database {
             lead_role: lead_role.map(str::to_owned),
             created_at: now(),
         };
-        let inserted = on_pool!(self, |pool| {
+        let inserted = on_pool!(self, pool => {
             sqlx::query(
                 "INSERT INTO teams (id, project_id, team_pk, lead_role, created_at) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project_id, team_pk) DO NOTHING",
@@ -650,7 +650,7 @@ impl Database {
     }
 
     pub async fn teams(&self, project_id: &str) -> DbResult<Vec<TeamRecord>> {
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             sqlx::query_as::<_, TeamRecord>(
                 "SELECT id, project_id, team_pk, lead_role, created_at FROM teams \
                  WHERE project_id = $1 ORDER BY created_at, id",

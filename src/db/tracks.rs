@@ -29,7 +29,7 @@ pub enum WriteOutcome {
 
 impl Database {
     pub async fn track(&self, track_id: &str) -> DbResult<Option<StoredTrack>> {
-        let row: Option<(Json<Value>, i64)> = on_pool!(self, |pool| {
+        let row: Option<(Json<Value>, i64)> = on_pool!(self, pool => {
             sqlx::query_as("SELECT metadata, revision FROM tracks WHERE track_id = $1")
                 .bind(track_id)
                 .fetch_optional(pool)
@@ -54,7 +54,7 @@ impl Database {
             Some(Some(revision)) => self.update_track(track_id, metadata, revision).await,
             Some(None) | None => {
                 // Insert first: the primary key decides a race between two creators.
-                let inserted = on_pool!(self, |pool| {
+                let inserted = on_pool!(self, pool => {
                     sqlx::query(
                         "INSERT INTO tracks (track_id, metadata, revision, created_at, updated_at) \
                          VALUES ($1, $2, 1, $3, $3) ON CONFLICT (track_id) DO NOTHING",
@@ -77,7 +77,7 @@ impl Database {
                     return Ok(WriteOutcome::Stale { current });
                 }
                 // Unconditional replace (re-import): bump the revision atomically.
-                let revision: Option<i64> = on_pool!(self, |pool| {
+                let revision: Option<i64> = on_pool!(self, pool => {
                     sqlx::query_scalar(
                         "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $3 \
                          WHERE track_id = $1 RETURNING revision",
@@ -109,7 +109,7 @@ impl Database {
         metadata: &Value,
         expected: i64,
     ) -> DbResult<WriteOutcome> {
-        let revision: Option<i64> = on_pool!(self, |pool| {
+        let revision: Option<i64> = on_pool!(self, pool => {
             sqlx::query_scalar(
                 "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $4 \
                  WHERE track_id = $1 AND revision = $3 RETURNING revision",

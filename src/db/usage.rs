@@ -62,7 +62,7 @@ impl Database {
             return Ok(Vec::new());
         }
         type JobSumsRow = (Uuid, i64, i64, i64, i64, i64, f64, i64, i64, i64);
-        let rows: Vec<JobSumsRow> = on_pool!(self, |pool| {
+        let rows: Vec<JobSumsRow> = on_pool!(self, pool => {
             let mut q = QueryBuilder::new(format!(
                 "SELECT l.job_id, {TOTALS} FROM refine_l0_runs l \
                      WHERE l.usage_source IS NOT NULL AND l.job_id IN ("
@@ -88,7 +88,7 @@ impl Database {
 
     /// Totals over every phase job of a run.
     pub async fn run_usage(&self, run_id: Uuid) -> DbResult<UsageTotals> {
-        let row: SumsRow = on_pool!(self, |pool| {
+        let row: SumsRow = on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {TOTALS} FROM refine_l0_runs l WHERE l.usage_source IS NOT NULL \
                  AND l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
@@ -144,7 +144,7 @@ impl Database {
                 q
             }};
         }
-        let (all, groups): (SumsRow, Vec<GroupRow>) = on_pool!(self, |pool| {
+        let (all, groups): (SumsRow, Vec<GroupRow>) = on_pool!(self, pool => {
             let all = usage_query!("", "")
                 .build_query_as()
                 .fetch_one(pool)
@@ -174,7 +174,7 @@ impl Database {
     /// What a budget's scope has spent: the run's phase jobs when `run_id` is set,
     /// else the job's own L0s. Unknown costs count as 0 (docs/jobs.md).
     pub async fn budget_spent(&self, job_id: Uuid, run_id: Option<Uuid>) -> DbResult<Spent> {
-        let row: (f64, i64) = on_pool!(self, |pool| {
+        let row: (f64, i64) = on_pool!(self, pool => {
             match run_id {
                 Some(run_id) => {
                     sqlx::query_as(
@@ -211,7 +211,7 @@ impl Database {
         project_id: &str,
         since: DateTime<Utc>,
     ) -> DbResult<f64> {
-        Ok(on_pool!(self, |pool| {
+        Ok(on_pool!(self, pool => {
             sqlx::query_scalar(
                 "SELECT COALESCE(SUM(cost_usd), 0.0) FROM refine_l0_runs \
                  WHERE project_id = $1 AND usage_source IS NOT NULL AND finished_at >= $2",

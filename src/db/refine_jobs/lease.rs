@@ -1,0 +1,406 @@
+//! The worker's lease on a job: claim, heartbeat, finish, hand back at shutdown, and
+//! the reaper that recovers jobs whose lease expired.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{budget_of, parse_status, state_event};
+use crate::db::task_lists::now;
+use crate::db::{Database, DbResult};
+use crate::domain::job::JobStatus;
+use crate::domain::usage::Budget;
+
+/// An L0 outcome the worker stored: enough to resume without running it again.
+#[derive(Debug, Clone)]
+pub struct FinishedL0 {
+    pub assignment_id: String,
+    pub outcome: Value,
+}
+
+/// A claimed job: what the worker needs to run it.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub lease: Lease,
+    pub attempt: i32,
+    pub phase_id: String,
+    pub run_id: Option<Uuid>,
+    pub executor: String,
+    pub request: Value,
+    /// The log so far (a resumed job continues it).
+    pub log: Vec<String>,
+    /// L0s whose outcome is stored, natural order.
+    pub finished: Vec<FinishedL0>,
+    pub cancel_requested: bool,
+    pub project_id: Option<String>,
+    /// The job's (or its run's) budget, if it has one.
+    pub budget: Option<Budget>,
+}
+
+/// The right to write for one job: its id and the token of the current claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub job_id: Uuid,
+    pub token: Uuid,
+}
+
+/// The lease was lost (expired and reaped, or handed back): stop, write nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the job's lease was lost")]
+pub struct LeaseLost;
+
+/// A worker write's outcome: `Ok(Err(LeaseLost))` when fencing refused it.
+pub type Fenced<T> = DbResult<Result<T, LeaseLost>>;
+
+/// How a worker ends a job.
+pub enum Finish<'a> {
+    Succeeded {
+        result: &'a Value,
+        phase_refined_path: Option<&'a str>,
+    },
+    Failed {
+        code: &'a str,
+        message: &'a str,
+    },
+    /// A budget was reached: `failed` with `budget_exceeded`, keeping the result
+    /// of the L0s that finished (the others leave their assignments unchanged).
+    BudgetExceeded {
+        result: &'a Value,
+        message: &'a str,
+    },
+    Cancelled,
+}
+
+/// What one reaper pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub requeued: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl Database {
+    /// Claims a runnable job for `worker_id`: `FOR UPDATE SKIP LOCKED` in a
+    /// MATERIALIZED CTE on Postgres (the planner cannot update more rows than the
+    /// CTE locked), one atomic `UPDATE … WHERE id = (SELECT … LIMIT 1)` on SQLite.
+    ///
+    /// Jobs that already ran (handed back at shutdown, or re-queued by the reaper
+    /// once their backoff is over) come first, so they resume at once instead of
+    /// waiting behind the whole backlog (their `run_after` is the hand-back or
+    /// re-queue time, later than every job queued meanwhile); then queue order.
+    pub async fn claim_refine_job(
+        &self,
+        worker_id: Uuid,
+        lease_until: DateTime<Utc>,
+    ) -> DbResult<Option<ClaimedJob>> {
+        let at = now();
+        let token = Uuid::new_v4();
+        let claimed: Option<(Uuid, i32)> = on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let sql = match self {
+                Database::Postgres(_) => {
+                    "WITH next AS MATERIALIZED ( \
+                         SELECT id FROM refine_jobs WHERE status = 'queued' AND run_after <= $1 \
+                         ORDER BY started_at IS NULL, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                     UPDATE refine_jobs AS j SET status = 'running', attempt = j.attempt + 1, \
+                         worker_id = $2, lease_token = $3, lease_expires_at = $4, \
+                         started_at = COALESCE(j.started_at, $1), updated_at = $1, \
+                         version = j.version + 1 \
+                     FROM next WHERE j.id = next.id RETURNING j.id, j.attempt, j.version"
+                }
+                Database::Sqlite(_) => {
+                    "UPDATE refine_jobs SET status = 'running', attempt = attempt + 1, \
+                         worker_id = $2, lease_token = $3, lease_expires_at = $4, \
+                         started_at = COALESCE(started_at, $1), updated_at = $1, \
+                         version = version + 1 \
+                     WHERE id = (SELECT id FROM refine_jobs WHERE status = 'queued' \
+                         AND run_after <= $1 ORDER BY started_at IS NULL, run_after, id LIMIT 1) \
+                     RETURNING id, attempt, version"
+                }
+            };
+            let row: Option<(Uuid, i32, i64)> = sqlx::query_as(sql)
+                .bind(at)
+                .bind(worker_id)
+                .bind(token)
+                .bind(lease_until)
+                .fetch_optional(&mut *tx)
+                .await?;
+            match row {
+                None => None,
+                Some((id, attempt, seq)) => {
+                    let event =
+                        state_event(JobStatus::Running, attempt, json!({"worker_id": worker_id}));
+                    push_events!(tx, id, seq, at, &[event]);
+                    tx.commit().await?;
+                    Some((id, attempt))
+                }
+            }
+        });
+        let Some((id, attempt)) = claimed else {
+            return Ok(None);
+        };
+        type Claimed = (
+            String,
+            Option<Uuid>,
+            String,
+            Json<Value>,
+            Json<Vec<String>>,
+            bool,
+            Option<String>,
+            Option<f64>,
+            Option<i64>,
+            String,
+        );
+        let (row, finished): (Option<Claimed>, Vec<(String, Json<Value>)>) = on_pool!(self, pool => {
+            let row = sqlx::query_as(
+                "SELECT phase_id, run_id, executor, request, log, cancel_requested, \
+             project_id, max_cost_usd, max_output_tokens, budget_action \
+             FROM refine_jobs WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+            let finished = sqlx::query_as(
+                "SELECT assignment_id, outcome FROM refine_l0_runs \
+             WHERE job_id = $1 AND outcome IS NOT NULL ORDER BY position",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
+            (row, finished)
+        });
+        let Some((
+            phase_id,
+            run_id,
+            executor,
+            request,
+            log,
+            cancel_requested,
+            project_id,
+            max_cost_usd,
+            max_output_tokens,
+            budget_action,
+        )) = row
+        else {
+            return Ok(None);
+        };
+        Ok(Some(ClaimedJob {
+            lease: Lease { job_id: id, token },
+            attempt,
+            phase_id,
+            run_id,
+            executor,
+            request: request.0,
+            log: log.0,
+            finished: finished
+                .into_iter()
+                .map(|(assignment_id, outcome)| FinishedL0 {
+                    assignment_id,
+                    outcome: outcome.0,
+                })
+                .collect(),
+            cancel_requested,
+            project_id,
+            budget: budget_of(max_cost_usd, max_output_tokens, &budget_action),
+        }))
+    }
+
+    /// Renews the lease. `Ok(Ok(cancel_requested))`, or `LeaseLost`.
+    pub async fn heartbeat_refine_job(&self, lease: Lease, until: DateTime<Utc>) -> Fenced<bool> {
+        let row: Option<bool> = on_pool!(self, pool => {
+            sqlx::query_scalar(
+                "UPDATE refine_jobs SET lease_expires_at = $3 WHERE id = $1 AND lease_token = $2 \
+                 AND status IN ('running', 'cancelling') RETURNING cancel_requested",
+            )
+            .bind(lease.job_id)
+            .bind(lease.token)
+            .bind(until)
+            .fetch_optional(pool)
+            .await?
+        });
+        Ok(row.ok_or(LeaseLost))
+    }
+
+    /// Ends a job (fenced). L0 rows still `running` (killed by a cancel) become
+    /// `failed`; the lease is cleared. Returns the terminal status written.
+    pub async fn finish_refine_job(
+        &self,
+        lease: Lease,
+        finish: &Finish<'_>,
+        log: &[String],
+        new_lines: &[String],
+    ) -> Fenced<JobStatus> {
+        let at = now();
+        let (status, result, path, code, message) = match finish {
+            Finish::Succeeded {
+                result,
+                phase_refined_path,
+            } => (
+                JobStatus::Succeeded,
+                Some(*result),
+                *phase_refined_path,
+                None,
+                None,
+            ),
+            Finish::Failed { code, message } => {
+                (JobStatus::Failed, None, None, Some(*code), Some(*message))
+            }
+            Finish::BudgetExceeded { result, message } => (
+                JobStatus::Failed,
+                Some(*result),
+                None,
+                Some("budget_exceeded"),
+                Some(*message),
+            ),
+            Finish::Cancelled => (JobStatus::Cancelled, None, None, None, None),
+        };
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let Some(seq) = bump_fenced!(tx, lease, at, new_lines.len() + 1) else {
+                return Ok(Err(LeaseLost));
+            };
+            let attempt: i32 = sqlx::query_scalar(
+                "UPDATE refine_jobs SET status = $2, result = $3, phase_refined_path = $4, \
+                 error_code = $5, error_message = $6, log = $7, finished_at = $8, \
+                 lease_token = NULL, lease_expires_at = NULL WHERE id = $1 RETURNING attempt",
+            )
+            .bind(lease.job_id)
+            .bind(status.as_str())
+            .bind(result.map(Json))
+            .bind(path)
+            .bind(code)
+            .bind(message)
+            .bind(Json(log))
+            .bind(at)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query(
+                "UPDATE refine_l0_runs SET status = 'failed', finished_at = $2, \
+                 error = 'cancelled before it finished' WHERE job_id = $1 AND status = 'running'",
+            )
+            .bind(lease.job_id)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+            let mut events: Vec<(&str, Value)> = new_lines
+                .iter()
+                .map(|l| ("log", json!({"line": l})))
+                .collect();
+            let extra = match code {
+                Some(code) => json!({"error": {"code": code, "message": message}}),
+                None => json!({}),
+            };
+            events.push(state_event(status, attempt, extra));
+            push_events!(tx, lease.job_id, seq, at, &events);
+            tx.commit().await?;
+        });
+        Ok(Ok(status))
+    }
+
+    /// Graceful shutdown: give the job back without charging the attempt, so any
+    /// replica resumes it at once. A job being cancelled ends `cancelled` instead.
+    pub async fn release_refine_job(&self, lease: Lease) -> Fenced<JobStatus> {
+        let at = now();
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let Some(seq) = bump_fenced!(tx, lease, at, 1usize) else {
+                return Ok(Err(LeaseLost));
+            };
+            let (status, attempt): (String, i32) = sqlx::query_as(
+                "UPDATE refine_jobs SET \
+                   status = CASE WHEN status = 'cancelling' THEN 'cancelled' ELSE 'queued' END, \
+                   attempt = CASE WHEN status = 'cancelling' THEN attempt ELSE attempt - 1 END, \
+                   finished_at = CASE WHEN status = 'cancelling' THEN $2 ELSE NULL END, \
+                   run_after = $2, worker_id = NULL, lease_token = NULL, lease_expires_at = NULL \
+                 WHERE id = $1 RETURNING status, attempt",
+            )
+            .bind(lease.job_id)
+            .bind(at)
+            .fetch_one(&mut *tx)
+            .await?;
+            let status = parse_status(lease.job_id, &status)?;
+            reset_running_l0s!(tx, lease.job_id, status);
+            let event = state_event(
+                status,
+                attempt,
+                json!({"reason": "handed back at shutdown"}),
+            );
+            push_events!(tx, lease.job_id, seq, at, &[event]);
+            tx.commit().await?;
+            Ok(Ok(status))
+        })
+    }
+
+    /// The reaper: jobs whose lease expired are re-queued with backoff (their
+    /// `running` L0s back to `pending`), or fail with `lease_expired` once
+    /// `max_attempts` is used up; a job being cancelled ends `cancelled`.
+    pub async fn reap_expired_refine_jobs(
+        &self,
+        backoff: impl Fn(u32) -> std::time::Duration,
+    ) -> DbResult<Reaped> {
+        let at = now();
+        let lock = match self {
+            Database::Postgres(_) => " FOR UPDATE SKIP LOCKED",
+            Database::Sqlite(_) => "",
+        };
+        on_pool!(self, pool => {
+            let mut tx = match self {
+                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
+                Database::Postgres(_) => pool.begin().await?,
+            };
+            let expired: Vec<(Uuid, String, i32, i32)> =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT id, status, attempt, max_attempts FROM refine_jobs \
+                 WHERE status IN ('running', 'cancelling') AND lease_expires_at < $1 \
+                 ORDER BY lease_expires_at LIMIT 100{lock}"
+                )))
+                .bind(at)
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut reaped = Reaped::default();
+            for (id, status, attempt, max_attempts) in expired {
+                let (next, run_after, error) = if status == "cancelling" {
+                    reaped.cancelled += 1;
+                    (JobStatus::Cancelled, at, None)
+                } else if attempt >= max_attempts {
+                    reaped.failed += 1;
+                    let message = format!(
+                        "the worker's lease expired on attempt {attempt} of {max_attempts}"
+                    );
+                    (JobStatus::Failed, at, Some(message))
+                } else {
+                    reaped.requeued += 1;
+                    let delay = backoff(u32::try_from(attempt).unwrap_or(1));
+                    let delay = chrono::Duration::from_std(delay).unwrap_or_default();
+                    (JobStatus::Queued, at + delay, None)
+                };
+                let seq = bump!(tx, id, at);
+                sqlx::query(
+                    "UPDATE refine_jobs SET status = $2, run_after = $3, worker_id = NULL, \
+                     lease_token = NULL, lease_expires_at = NULL, \
+                     finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE $4 END, \
+                     error_code = $5, error_message = $6 WHERE id = $1",
+                )
+                .bind(id)
+                .bind(next.as_str())
+                .bind(run_after)
+                .bind(at)
+                .bind(error.as_ref().map(|_| "lease_expired"))
+                .bind(error.as_deref())
+                .execute(&mut *tx)
+                .await?;
+                reset_running_l0s!(tx, id, next);
+                let extra = match &error {
+                    Some(message) => {
+                        json!({"reason": "lease expired", "error": {"code": "lease_expired", "message": message}})
+                    }
+                    None => json!({"reason": "lease expired"}),
+                };
+                push_events!(tx, id, seq, at, &[state_event(next, attempt, extra)]);
+            }
+            tx.commit().await?;
+            Ok(reaped)
+        })
+    }
+}

@@ -1,0 +1,358 @@
+//! Storage of refine jobs: the durable queue (claim, lease, heartbeat, reaper), the
+//! per-L0 records and the event log (docs/spec/jobs.md). This module holds the row
+//! types; each concern has its own file:
+//! - `submit`: insert a job (idempotency key);
+//! - `read`: one job, list pages, versions, events, L0 records, status counts;
+//! - `lease`: the worker's side — claim, heartbeat, finish, hand back — and the reaper;
+//! - `progress`: the worker's writes while it runs (L0s started/finished, log lines);
+//! - `cancel`: cancel from the API;
+//! - `retention`: deleting finished jobs.
+//!
+//! Fencing: every write a worker makes goes through [`bump_fenced!`], an UPDATE that
+//! matches the job's current `lease_token` and bumps `version`. When it matches no
+//! row the lease is gone (expired, reaped, handed back) and the transaction is rolled
+//! back, so a stale worker changes nothing. `version` is also the `seq` of the
+//! event written in the same transaction, so readers follow one integer. The
+//! transaction macros live in `db/tx.rs`.
+
+mod cancel;
+mod lease;
+mod progress;
+mod read;
+mod retention;
+mod submit;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use sqlx::FromRow;
+use sqlx::types::Json;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{Database, DbError, DbResult};
+use crate::domain::job::JobStatus;
+use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
+
+pub use lease::{ClaimedJob, Fenced, Finish, FinishedL0, Lease, LeaseLost, Reaped};
+pub use progress::L0Done;
+
+/// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
+pub struct NewRefineJob<'a> {
+    pub id: Uuid,
+    pub phase_id: &'a str,
+    pub run_id: Option<Uuid>,
+    pub project_id: Option<&'a str>,
+    pub team_pk: Option<&'a str>,
+    pub executor: &'a str,
+    pub executor_kind: &'a str,
+    /// What the worker needs: context, refined plan, task file, output dir.
+    pub request: &'a Value,
+    pub idempotency_key: Option<&'a str>,
+    pub request_hash: Option<&'a str>,
+    pub max_attempts: u32,
+    pub l0s: Vec<(String, i32)>,
+    /// The job's budget (a run's phase jobs carry the run's; the scope is the run).
+    pub budget: Budget,
+}
+
+/// What a create with an idempotency key found.
+#[derive(Debug)]
+pub enum Created<T> {
+    New(T),
+    /// The key was used before with the same body: the original.
+    Existing(T),
+    /// The key was used before with another body.
+    KeyReused,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct JobProgress {
+    pub l0_total: i64,
+    pub l0_running: i64,
+    /// Valid answers.
+    pub l0_succeeded: i64,
+    /// Answers that failed validation or were for another assignment.
+    pub l0_invalid: i64,
+    /// No answer (spawn error, timeout, non-zero exit with no output, cancelled).
+    pub l0_failed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct JobError {
+    /// `lease_expired`, `internal`, …
+    pub code: String,
+    pub message: String,
+}
+
+/// A refine job as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredJob {
+    pub id: Uuid,
+    /// Always `refine`.
+    pub kind: String,
+    pub status: JobStatus,
+    pub phase_id: String,
+    pub run_id: Option<Uuid>,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    /// The executor profile name the job runs with.
+    pub executor: String,
+    /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
+    pub executor_kind: String,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+    /// Attempts started so far (a hand-back at shutdown is not charged).
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub progress: JobProgress,
+    /// The job log, in order: one line per L0 verdict, work-package conflict or warning.
+    pub log: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_refined_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<JobError>,
+    /// Bumped by every change; the `id` of the job's last event.
+    pub version: i64,
+    /// What its L0 calls cost so far (for a run's phase job: this job's calls).
+    pub usage: UsageTotals,
+    /// Its spending limits; null when the request set none. A run's phase jobs
+    /// show the run's budget, which applies to the whole run.
+    pub budget: Option<Budget>,
+}
+
+/// A budget from its stored columns (`None` when nothing is limited).
+pub(crate) fn budget_of(
+    max_cost_usd: Option<f64>,
+    max_output_tokens: Option<i64>,
+    action: &str,
+) -> Option<Budget> {
+    let budget = Budget {
+        max_cost_usd,
+        max_output_tokens,
+        budget_action: BudgetAction::parse(action).unwrap_or_default(),
+    };
+    budget.is_limited().then_some(budget)
+}
+
+#[derive(FromRow)]
+struct JobRow {
+    id: Uuid,
+    kind: String,
+    status: String,
+    phase_id: String,
+    run_id: Option<Uuid>,
+    project_id: Option<String>,
+    team_pk: Option<String>,
+    executor: String,
+    executor_kind: String,
+    created_at: DateTime<Utc>,
+    started_at: Option<DateTime<Utc>>,
+    cancel_requested_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    updated_at: DateTime<Utc>,
+    attempt: i32,
+    max_attempts: i32,
+    l0_total: i32,
+    log: Json<Vec<String>>,
+    result: Option<Json<Value>>,
+    phase_refined_path: Option<String>,
+    error_code: Option<String>,
+    error_message: Option<String>,
+    version: i64,
+    max_cost_usd: Option<f64>,
+    max_output_tokens: Option<i64>,
+    budget_action: String,
+}
+
+const JOB_COLUMNS: &str = "id, kind, status, phase_id, run_id, project_id, team_pk, executor, \
+     executor_kind, created_at, started_at, cancel_requested_at, finished_at, updated_at, \
+     attempt, max_attempts, l0_total, log, result, phase_refined_path, error_code, \
+     error_message, version, max_cost_usd, max_output_tokens, budget_action";
+
+fn parse_status(id: Uuid, text: &str) -> DbResult<JobStatus> {
+    JobStatus::parse(text).ok_or_else(|| DbError::Corrupt(format!("job {id} has status {text:?}")))
+}
+
+impl JobRow {
+    fn into_job(self, mut progress: JobProgress, usage: UsageTotals) -> DbResult<StoredJob> {
+        progress.l0_total = i64::from(self.l0_total);
+        let error = self.error_code.map(|code| JobError {
+            code,
+            message: self.error_message.unwrap_or_default(),
+        });
+        Ok(StoredJob {
+            status: parse_status(self.id, &self.status)?,
+            id: self.id,
+            kind: self.kind,
+            phase_id: self.phase_id,
+            run_id: self.run_id,
+            project_id: self.project_id,
+            team_pk: self.team_pk,
+            executor: self.executor,
+            executor_kind: self.executor_kind,
+            created_at: self.created_at,
+            started_at: self.started_at,
+            cancel_requested_at: self.cancel_requested_at,
+            finished_at: self.finished_at,
+            updated_at: self.updated_at,
+            attempt: self.attempt,
+            max_attempts: self.max_attempts,
+            progress,
+            log: self.log.0,
+            result: self.result.map(|r| r.0),
+            phase_refined_path: self.phase_refined_path,
+            error,
+            version: self.version,
+            usage,
+            budget: budget_of(
+                self.max_cost_usd,
+                self.max_output_tokens,
+                &self.budget_action,
+            ),
+        })
+    }
+}
+
+/// One L0's record as `/assignments` shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredL0 {
+    pub assignment_id: String,
+    /// 1-based batch number.
+    pub batch: i32,
+    /// `pending`, `running`, `valid`, `invalid`, `mismatch` or `failed`.
+    pub status: String,
+    /// The job attempt that ran it last.
+    pub attempt: i32,
+    /// How many times an L0 process/call was started for it (1 unless a crash
+    /// interrupted it before its outcome was stored).
+    pub starts: i32,
+    /// Executor tries of the last start (transient errors retried).
+    pub tries: i32,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    /// Why it was not valid.
+    pub error: Option<String>,
+    /// The start of its answer (or stderr when it gave none).
+    pub output_excerpt: Option<String>,
+    /// What the call cost (all its tries); null until its outcome is stored.
+    pub usage: Option<L0Usage>,
+    /// The size of the prompt sent, in bytes (the prompt names the task file,
+    /// never inlines it); null until its outcome is stored.
+    pub prompt_bytes: Option<i64>,
+}
+
+#[derive(FromRow)]
+struct L0Row {
+    assignment_id: String,
+    batch: i32,
+    status: String,
+    attempt: i32,
+    starts: i32,
+    tries: i32,
+    project_id: Option<String>,
+    team_pk: Option<String>,
+    started_at: Option<DateTime<Utc>>,
+    finished_at: Option<DateTime<Utc>>,
+    exit_code: Option<i32>,
+    error: Option<String>,
+    output_excerpt: Option<String>,
+    input_tokens: Option<i64>,
+    output_tokens: Option<i64>,
+    cache_read_input_tokens: Option<i64>,
+    cache_creation_input_tokens: Option<i64>,
+    cost_usd: Option<f64>,
+    usage_model: Option<String>,
+    usage_source: Option<String>,
+    prompt_bytes: Option<i64>,
+}
+
+impl From<L0Row> for StoredL0 {
+    fn from(r: L0Row) -> Self {
+        let usage = r.usage_source.map(|source| L0Usage {
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            cache_read_input_tokens: r.cache_read_input_tokens,
+            cache_creation_input_tokens: r.cache_creation_input_tokens,
+            cost_usd: r.cost_usd,
+            model: r.usage_model,
+            source: UsageSource::parse(&source).unwrap_or_default(),
+        });
+        StoredL0 {
+            assignment_id: r.assignment_id,
+            batch: r.batch,
+            status: r.status,
+            attempt: r.attempt,
+            starts: r.starts,
+            tries: r.tries,
+            project_id: r.project_id,
+            team_pk: r.team_pk,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            exit_code: r.exit_code,
+            error: r.error,
+            output_excerpt: r.output_excerpt,
+            usage,
+            prompt_bytes: r.prompt_bytes,
+        }
+    }
+}
+
+const L0_COLUMNS: &str = "assignment_id, batch, status, attempt, starts, tries, project_id, \
+     team_pk, started_at, finished_at, exit_code, error, output_excerpt, input_tokens, \
+     output_tokens, cache_read_input_tokens, cache_creation_input_tokens, cost_usd, \
+     usage_model, usage_source, prompt_bytes";
+
+#[derive(Debug, Clone, Serialize, FromRow)]
+pub struct JobEvent {
+    pub seq: i64,
+    pub event: String,
+    pub data: Json<Value>,
+}
+
+/// List filters of `GET /v1/refine-jobs`.
+#[derive(Debug, Default, Clone)]
+pub struct JobFilter {
+    pub status: Option<JobStatus>,
+    pub phase_id: Option<String>,
+    pub run_id: Option<Uuid>,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    /// Only these projects (a token limited to projects); `None` = all.
+    pub allowed_projects: Option<Vec<String>>,
+}
+
+pub(crate) fn add_count(p: &mut JobProgress, status: &str, n: i64) {
+    p.l0_total += n;
+    match status {
+        "running" => p.l0_running += n,
+        "valid" => p.l0_succeeded += n,
+        "invalid" | "mismatch" => p.l0_invalid += n,
+        "failed" => p.l0_failed += n,
+        _ => {}
+    }
+}
+
+pub(crate) fn state_event(status: JobStatus, attempt: i32, extra: Value) -> (&'static str, Value) {
+    let mut data = json!({"status": status.as_str(), "attempt": attempt});
+    if let (Some(obj), Value::Object(more)) = (data.as_object_mut(), extra) {
+        obj.extend(more);
+    }
+    ("state", data)
+}
+
+fn lock_suffix(db: &Database) -> &'static str {
+    match db {
+        Database::Postgres(_) => " FOR UPDATE",
+        Database::Sqlite(_) => "",
+    }
+}

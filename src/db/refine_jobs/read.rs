@@ -1,0 +1,173 @@
+//! Reading refine jobs: one job, list pages, `(version, status)` for waiters, the
+//! event log, per-L0 records and the status counts of the gauge.
+
+use std::collections::HashMap;
+
+use sqlx::QueryBuilder;
+use uuid::Uuid;
+
+use super::{
+    JOB_COLUMNS, JobEvent, JobFilter, JobProgress, JobRow, L0_COLUMNS, L0Row, StoredJob, StoredL0,
+    add_count, parse_status,
+};
+use crate::db::{Database, DbResult};
+use crate::domain::job::JobStatus;
+use crate::domain::usage::UsageTotals;
+
+impl Database {
+    pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<StoredJob>> {
+        let row: Option<JobRow> = on_pool!(self, pool => {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {JOB_COLUMNS} FROM refine_jobs WHERE id = $1"
+            )))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        });
+        let Some(row) = row else { return Ok(None) };
+        let progress = on_pool!(self, pool => {
+            let mut conn = pool.acquire().await?;
+            progress_of!(conn, id)
+        });
+        let usage = self
+            .job_usage(&[id])
+            .await?
+            .pop()
+            .map(|(_, u)| u)
+            .unwrap_or_default();
+        row.into_job(progress, usage).map(Some)
+    }
+
+    /// Newest first (ids are time-ordered v7 uuids), `after` = the last id of the
+    /// previous page.
+    pub async fn refine_jobs(
+        &self,
+        filter: &JobFilter,
+        limit: u32,
+        after: Option<Uuid>,
+    ) -> DbResult<Vec<StoredJob>> {
+        let rows: Vec<JobRow> = on_pool!(self, pool => {
+            let mut q =
+                QueryBuilder::new(format!("SELECT {JOB_COLUMNS} FROM refine_jobs WHERE TRUE"));
+            if let Some(s) = filter.status {
+                q.push(" AND status = ").push_bind(s.as_str());
+            }
+            if let Some(p) = &filter.phase_id {
+                q.push(" AND phase_id = ").push_bind(p.clone());
+            }
+            if let Some(r) = filter.run_id {
+                q.push(" AND run_id = ").push_bind(r);
+            }
+            if let Some(p) = &filter.project_id {
+                q.push(" AND project_id = ").push_bind(p.clone());
+            }
+            if let Some(t) = &filter.team_pk {
+                q.push(" AND team_pk = ").push_bind(t.clone());
+            }
+            if let Some(allowed) = &filter.allowed_projects {
+                if allowed.is_empty() {
+                    q.push(" AND FALSE");
+                } else {
+                    q.push(" AND project_id IN (");
+                    let mut sep = q.separated(", ");
+                    for p in allowed {
+                        sep.push_bind(p.clone());
+                    }
+                    q.push(")");
+                }
+            }
+            if let Some(after) = after {
+                q.push(" AND id < ").push_bind(after);
+            }
+            q.push(" ORDER BY id DESC LIMIT ")
+                .push_bind(i64::from(limit));
+            q.build_query_as().fetch_all(pool).await?
+        });
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let counts: Vec<(Uuid, String, i64)> = on_pool!(self, pool => {
+            let mut q = QueryBuilder::new(
+                "SELECT job_id, status, COUNT(*) FROM refine_l0_runs WHERE job_id IN (",
+            );
+            let mut sep = q.separated(", ");
+            for r in &rows {
+                sep.push_bind(r.id);
+            }
+            q.push(") GROUP BY job_id, status");
+            q.build_query_as().fetch_all(pool).await?
+        });
+        let mut progress: HashMap<Uuid, JobProgress> = HashMap::new();
+        for (id, status, n) in counts {
+            add_count(progress.entry(id).or_default(), &status, n);
+        }
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let mut usage: HashMap<Uuid, UsageTotals> =
+            self.job_usage(&ids).await?.into_iter().collect();
+        rows.into_iter()
+            .map(|r| {
+                let p = progress.get(&r.id).copied().unwrap_or_default();
+                let u = usage.remove(&r.id).unwrap_or_default();
+                r.into_job(p, u)
+            })
+            .collect()
+    }
+
+    /// The job's `(version, status)`: what `?wait=` and the event stream poll.
+    pub async fn refine_job_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
+        let row: Option<(i64, String)> = on_pool!(self, pool => {
+            sqlx::query_as("SELECT version, status FROM refine_jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+        });
+        row.map(|(v, s)| Ok((v, parse_status(id, &s)?))).transpose()
+    }
+
+    pub async fn refine_job_events(
+        &self,
+        id: Uuid,
+        after_seq: i64,
+        limit: i64,
+    ) -> DbResult<Vec<JobEvent>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT seq, event, data FROM refine_job_events WHERE job_id = $1 AND seq > $2 \
+                 ORDER BY seq LIMIT $3",
+            )
+            .bind(id)
+            .bind(after_seq)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    /// Per-L0 records in natural assignment order (`position`).
+    pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<StoredL0>> {
+        let rows: Vec<L0Row> = on_pool!(self, pool => {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {L0_COLUMNS} FROM refine_l0_runs WHERE job_id = $1 ORDER BY position"
+            )))
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows.into_iter().map(StoredL0::from).collect())
+    }
+
+    /// Jobs by status (the `refine_jobs` gauge; `queued` is the queue depth).
+    /// `active_only` counts just the unfinished ones, which the partial indexes
+    /// cover, so the every-few-seconds refresh never scans the retained history.
+    pub async fn refine_job_counts(&self, active_only: bool) -> DbResult<Vec<(String, i64)>> {
+        let sql = if active_only {
+            "SELECT status, COUNT(*) FROM refine_jobs \
+             WHERE status IN ('queued', 'running', 'cancelling') GROUP BY status"
+        } else {
+            "SELECT status, COUNT(*) FROM refine_jobs GROUP BY status"
+        };
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(sql).fetch_all(pool).await?
+        }))
+    }
+}

@@ -1,0 +1,179 @@
+//! The transaction helpers of the db modules, in one place.
+//!
+//! They are macros, not functions, because one body must be compiled once per
+//! back-end: each arm of `Database` holds its own pool and connection types
+//! (`Transaction<'_, Postgres>`, `Transaction<'_, Sqlite>`), and a generic function
+//! over both would need a `where` clause for every type it binds or decodes.
+//! Pasting the body into each arm type-checks the same SQL text against each driver,
+//! so the SQL is written once. Declared `#[macro_use]` first in `db/mod.rs`, so every
+//! db module sees them.
+
+/// Runs `$body` once per back-end with `$pool` bound to that back-end's pool:
+/// `on_pool!(db, pool => { … })`. Not a closure: the body is pasted into the arms of
+/// a `match`, so a `return` or `?` inside it leaves the enclosing function — hence
+/// the match-arm syntax.
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:block) => {
+        match $db {
+            $crate::db::Database::Postgres($pool) => $body,
+            $crate::db::Database::Sqlite($pool) => $body,
+        }
+    };
+}
+
+/// Bumps `version` by `$events` (the events this write will insert, at least 1) if
+/// `$lease` still holds the job; evaluates to `Option<i64>`, the last event's seq.
+macro_rules! bump_fenced {
+    ($tx:expr, $lease:expr, $at:expr, $events:expr) => {
+        sqlx::query_scalar::<_, i64>(
+            "UPDATE refine_jobs SET version = version + $4, updated_at = $3 \
+             WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'cancelling') \
+             RETURNING version",
+        )
+        .bind($lease.job_id)
+        .bind($lease.token)
+        .bind($at)
+        .bind(i64::try_from(($events).max(1)).unwrap_or(i64::MAX))
+        .fetch_optional(&mut *$tx)
+        .await?
+    };
+}
+
+/// Bumps `version` unconditionally (API-side writes: cancel, reaper).
+macro_rules! bump {
+    ($tx:expr, $job_id:expr, $at:expr) => {
+        sqlx::query_scalar::<_, i64>(
+            "UPDATE refine_jobs SET version = version + 1, updated_at = $2 WHERE id = $1 \
+             RETURNING version",
+        )
+        .bind($job_id)
+        .bind($at)
+        .fetch_one(&mut *$tx)
+        .await?
+    };
+}
+
+/// Inserts events `$seq - n + 1 ..= $seq` for the `(event, data)` pairs given, in
+/// one statement.
+macro_rules! push_events {
+    ($tx:expr, $job_id:expr, $last_seq:expr, $at:expr, $events:expr) => {{
+        let events: &[(&str, serde_json::Value)] = $events;
+        if !events.is_empty() {
+            let first = $last_seq - events.len() as i64 + 1;
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_job_events (job_id, seq, event, data, created_at) ",
+            );
+            q.push_values(events.iter().enumerate(), |mut b, (i, (event, data))| {
+                b.push_bind($job_id)
+                    .push_bind(first + i as i64)
+                    .push_bind(event.to_string())
+                    .push_bind(sqlx::types::Json(data.clone()))
+                    .push_bind($at);
+            });
+            q.build().execute(&mut *$tx).await?;
+        }
+    }};
+}
+
+/// Progress of one job from its L0 rows.
+macro_rules! progress_of {
+    ($tx:expr, $job_id:expr) => {{
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT status, COUNT(*) FROM refine_l0_runs WHERE job_id = $1 GROUP BY status",
+        )
+        .bind($job_id)
+        .fetch_all(&mut *$tx)
+        .await?;
+        let mut p = $crate::db::refine_jobs::JobProgress::default();
+        for (status, n) in rows {
+            $crate::db::refine_jobs::add_count(&mut p, &status, n);
+        }
+        p
+    }};
+}
+
+/// Moves a job's `running` L0 rows back to `pending` (they will run again: their
+/// outcome was never stored), or to `failed` when the job ended.
+macro_rules! reset_running_l0s {
+    ($tx:expr, $job_id:expr, $status:expr) => {
+        if $status == $crate::domain::job::JobStatus::Queued {
+            sqlx::query(
+                "UPDATE refine_l0_runs SET status = 'pending' WHERE job_id = $1 AND status = 'running'",
+            )
+            .bind($job_id)
+            .execute(&mut *$tx)
+            .await?;
+        } else {
+            sqlx::query(
+                "UPDATE refine_l0_runs SET status = 'failed', error = 'the job ended before it finished' \
+                 WHERE job_id = $1 AND status = 'running'",
+            )
+            .bind($job_id)
+            .execute(&mut *$tx)
+            .await?;
+        }
+    };
+}
+
+/// Inserts a job and its L0 rows inside `$tx`; evaluates to `true` when inserted
+/// (`false`: the idempotency key exists).
+macro_rules! insert_job {
+    ($tx:expr, $new:expr, $at:expr) => {{
+        let new: &$crate::db::refine_jobs::NewRefineJob<'_> = $new;
+        let inserted = sqlx::query(
+            "INSERT INTO refine_jobs (id, status, phase_id, run_id, project_id, team_pk, \
+             executor, executor_kind, request, idempotency_key, request_hash, max_attempts, \
+             run_after, l0_total, version, created_at, updated_at, max_cost_usd, \
+             max_output_tokens, budget_action) \
+             VALUES ($1, 'queued', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1, $12, $12, \
+             $14, $15, $16) \
+             ON CONFLICT (idempotency_key) DO NOTHING",
+        )
+        .bind(new.id)
+        .bind(new.phase_id)
+        .bind(new.run_id)
+        .bind(new.project_id)
+        .bind(new.team_pk)
+        .bind(new.executor)
+        .bind(new.executor_kind)
+        .bind(sqlx::types::Json(new.request))
+        .bind(new.idempotency_key)
+        .bind(new.request_hash)
+        .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
+        .bind($at)
+        .bind(i32::try_from(new.l0s.len()).unwrap_or(i32::MAX))
+        .bind(new.budget.max_cost_usd)
+        .bind(new.budget.max_output_tokens)
+        .bind(new.budget.budget_action.as_str())
+        .execute(&mut *$tx)
+        .await?
+        .rows_affected()
+            == 1;
+        if inserted {
+            let rows: Vec<(usize, &(String, i32))> = new.l0s.iter().enumerate().collect();
+            for chunk in rows.chunks(500) {
+                let mut q = sqlx::QueryBuilder::new(
+                    "INSERT INTO refine_l0_runs (job_id, assignment_id, position, batch, status, \
+                     project_id, team_pk) ",
+                );
+                q.push_values(chunk.iter(), |mut b, (i, (assignment_id, batch))| {
+                    b.push_bind(new.id)
+                        .push_bind(assignment_id.clone())
+                        .push_bind(i32::try_from(*i).unwrap_or(i32::MAX))
+                        .push_bind(*batch)
+                        .push_bind("pending")
+                        .push_bind(new.project_id.map(str::to_owned))
+                        .push_bind(new.team_pk.map(str::to_owned));
+                });
+                q.build().execute(&mut *$tx).await?;
+            }
+            let event = $crate::db::refine_jobs::state_event(
+                $crate::domain::job::JobStatus::Queued,
+                0,
+                serde_json::json!({}),
+            );
+            push_events!($tx, new.id, 1, $at, &[event]);
+        }
+        inserted
+    }};
+}
