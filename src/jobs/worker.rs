@@ -22,7 +22,7 @@ use super::request::StoredRequest;
 use crate::agents::Executors;
 use crate::config::Settings;
 use crate::db::notify::Notice;
-use crate::db::refine_jobs::{ClaimedJob, Finish, L0Done, Lease, LeaseLost};
+use crate::db::refine_jobs::{ClaimedJob, Finish, JobProgress, L0Done, Lease, LeaseLost};
 use crate::db::{Database, DbError};
 use crate::domain::job::{JobStatus, requeue_backoff};
 use crate::domain::refine::{Classified, L0Outcome};
@@ -242,7 +242,7 @@ async fn worker(pool: Arc<Pool>, slot: u32) {
     }
 }
 
-async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
+async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
     let lease = job.lease;
 
     if job.cancel_requested {
@@ -296,6 +296,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
             .project_id
             .as_deref()
             .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?))),
+        progress: job.progress,
     };
     let switches = Switches {
         kill: kill.clone(),
@@ -318,6 +319,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
     .await;
     heartbeat.abort();
     pool.hub.unregister(lease.job_id);
+    job.progress = sink.progress;
 
     let stop = match outcome {
         Ok((output, new_lines)) => {
@@ -448,7 +450,8 @@ async fn finish(
 ) {
     let lease = job.lease;
     let result = retry_db(pool, || {
-        pool.db.finish_refine_job(lease, how, log, new_lines)
+        pool.db
+            .finish_refine_job(lease, how, log, new_lines, job.progress.l0_running > 0)
     })
     .await;
     match result {
@@ -501,6 +504,8 @@ struct DbSink {
     budget: Option<Budget>,
     /// The job's project and its daily limit in dollars, when the config sets one.
     daily_limit: Option<(String, f64)>,
+    /// Its L0s by status: as claimed, then as this worker's writes left them.
+    progress: JobProgress,
 }
 
 fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String> {
@@ -516,11 +521,12 @@ impl JobSink for DbSink {
         let pool = &self.pool;
         let r = retry_db(pool, || {
             pool.db
-                .l0s_started(self.lease, assignment_ids, self.attempt)
+                .l0s_started(self.lease, assignment_ids, self.attempt, self.progress)
         })
         .await;
         pool.hub.job_changed(self.lease.job_id);
-        fenced(r)
+        self.progress = fenced(r)?;
+        Ok(())
     }
 
     async fn l0s_finished(
@@ -577,11 +583,13 @@ impl JobSink for DbSink {
             .collect();
         let pool = &self.pool;
         let r = retry_db(pool, || {
-            pool.db.l0s_finished(self.lease, &dones, log, new_lines)
+            pool.db
+                .l0s_finished(self.lease, &dones, log, new_lines, self.progress)
         })
         .await;
         pool.hub.job_changed(self.lease.job_id);
-        fenced(r)
+        self.progress = fenced(r)?;
+        Ok(())
     }
 
     async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
