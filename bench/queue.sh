@@ -195,18 +195,29 @@ count_statements() { # label bin
   tail -n +"$((skip + 1))" "$tmp/count-$label.log" | grep '"sqlx::query"' | python3 -c '
 import json, re, sys
 n = int(sys.argv[1])
-kinds = {}
+kinds, idle = {}, [0, 0.0]
 for line in sys.stdin:
-    fields = json.loads(line).get("fields", {})
-    text = fields.get("db.statement") or fields.get("summary") or ""
-    text = re.sub(r"\s+", " ", text).strip()
-    head = text[:70]
-    kinds[head] = kinds.get(head, 0) + 1
-total = sum(kinds.values())
-print(f"    total {total / n:.1f}")
-for head, k in sorted(kinds.items(), key=lambda kv: -kv[1]):
+    rec = json.loads(line)
+    text = re.sub(r"\s+", " ", rec.get("db.statement") or rec.get("summary") or "").strip()
+    secs = float(rec.get("elapsed_secs") or 0)
+    # A claim that found the queue empty is the idle worker polling, not a job.
+    if "status = \x27queued\x27" in text and rec.get("rows_returned") == 0:
+        idle[0] += 1
+        idle[1] += secs
+        continue
+    k = kinds.setdefault(text[:90], [0, 0.0])
+    k[0] += 1
+    k[1] += secs
+total = sum(k[0] for k in kinds.values())
+commits = sum(k[0] for t, k in kinds.items() if t == "COMMIT")
+busy = sum(k[1] for k in kinds.values())
+print(f"    {total / n:.1f} statements per job as sqlx logs them (it does not log BEGIN: add one per "
+      f"COMMIT, {commits / n:.1f}, for the round trips); the server waits {busy / n * 1000:.2f} ms per job on them")
+print(f"    (plus {idle[0]} claims that found the queue empty)")
+print("    per job   ms/job  statement")
+for head, (k, secs) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
     if k / n >= 0.05:
-        print(f"    {k / n:5.2f}  {head}")
+        print(f"    {k / n:7.2f}  {secs / n * 1000:6.3f}  {head}")
 ' "$COUNT_JOBS"
 }
 

@@ -180,7 +180,13 @@ pub async fn run_refine(
             });
         }
         while let Some(first) = running.join_next().await {
-            // Everything that ended meanwhile is stored in the same write.
+            // Everything that ended meanwhile is stored in the same write. One
+            // yield first lets the L0s that are runnable right now end too (an
+            // in-process L0 ends within one scheduling round): one commit for
+            // them instead of one each.
+            if !running.is_empty() {
+                tokio::task::yield_now().await;
+            }
             let mut joined = vec![first];
             while let Some(more) = running.try_join_next() {
                 joined.push(more);
