@@ -26,22 +26,15 @@ macro_rules! on_pool {
 /// With `log = …` the same statement stores the job log (one round trip less).
 macro_rules! bump_fenced {
     ($tx:expr, $lease:expr, $at:expr, $events:expr, log = $log:expr) => {
-        sqlx::query_scalar::<_, i64>(
-            "UPDATE refine_jobs SET version = version + $4, updated_at = $3, log = $5 \
-             WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'cancelling') \
-             RETURNING version",
-        )
-        .bind($lease.job_id)
-        .bind($lease.token)
-        .bind($at)
-        .bind(i64::try_from(($events).max(1)).unwrap_or(i64::MAX))
-        .bind(sqlx::types::Json($log))
-        .fetch_optional(&mut *$tx)
-        .await?
+        bump_fenced!(@ $tx, $lease, $at, $events, Some(sqlx::types::Json($log)))
     };
     ($tx:expr, $lease:expr, $at:expr, $events:expr) => {
+        bump_fenced!(@ $tx, $lease, $at, $events, None::<sqlx::types::Json<&[String]>>)
+    };
+    (@ $tx:expr, $lease:expr, $at:expr, $events:expr, $log:expr) => {
         sqlx::query_scalar::<_, i64>(
-            "UPDATE refine_jobs SET version = version + $4, updated_at = $3 \
+            "UPDATE refine_jobs SET version = version + $4, updated_at = $3, \
+             log = COALESCE($5, log) \
              WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'cancelling') \
              RETURNING version",
         )
@@ -49,6 +42,7 @@ macro_rules! bump_fenced {
         .bind($lease.token)
         .bind($at)
         .bind(i64::try_from(($events).max(1)).unwrap_or(i64::MAX))
+        .bind($log)
         .fetch_optional(&mut *$tx)
         .await?
     };
