@@ -20,6 +20,7 @@ pub mod usage;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::domain::job::JobStatus;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -67,6 +68,16 @@ impl From<sqlx::Error> for DbError {
 }
 
 pub type DbResult<T> = Result<T, DbError>;
+
+/// A set of job statuses (`domain::job::JobStatus::IN_FLIGHT` …) as SQL text,
+/// `('running', 'cancelling')`, so that no status list is spelled out in SQL. Literal
+/// rather than bound: the partial indexes (`refine_jobs_leased`,
+/// `refine_runs_unmerged`) carry the same text, and the planner uses such an index
+/// only when the query's predicate implies it.
+pub(crate) fn status_list(set: &[JobStatus]) -> String {
+    let names: Vec<String> = set.iter().map(|s| format!("'{}'", s.as_str())).collect();
+    format!("({})", names.join(", "))
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DatabaseKind {
@@ -132,6 +143,15 @@ impl Database {
         }
     }
 
+    /// What a locking read (`SELECT … FOR UPDATE`) appends: nothing on SQLite, whose
+    /// `begin_locked!` transaction already holds the database's write lock.
+    pub(crate) fn row_lock(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => " FOR UPDATE",
+            Database::Sqlite(_) => "",
+        }
+    }
+
     pub fn kind(&self) -> DatabaseKind {
         match self {
             Database::Postgres(_) => DatabaseKind::Postgres,
@@ -178,5 +198,46 @@ impl Database {
             Database::Postgres(pool) => pool.close().await,
             Database::Sqlite(pool) => pool.close().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::status_list;
+    use crate::domain::job::JobStatus;
+
+    /// The schema names the same statuses as the domain: the CHECK constraints list
+    /// them all, and the partial indexes' predicates are the text the queries use.
+    #[test]
+    fn migrations_match_the_domain_status_sets() {
+        let jobs = [
+            include_str!("../../migrations/postgres/0003_refine_jobs.sql"),
+            include_str!("../../migrations/sqlite/0003_refine_jobs.sql"),
+        ];
+        let runs_index = [
+            include_str!("../../migrations/postgres/0005_scale_indexes.sql"),
+            include_str!("../../migrations/sqlite/0005_scale_indexes.sql"),
+        ];
+        let all = format!("CHECK (status IN {})", status_list(&JobStatus::ALL));
+        let in_flight = format!("WHERE status IN {}", status_list(&JobStatus::IN_FLIGHT));
+        let mut runs: Vec<JobStatus> = JobStatus::IN_FLIGHT.to_vec();
+        runs.extend(JobStatus::TERMINAL);
+        let runs = format!("CHECK (status IN {})", status_list(&runs));
+        for sql in jobs {
+            assert!(sql.contains(&all), "refine_jobs CHECK lists {all}");
+            assert!(sql.contains(&runs), "refine_runs CHECK lists {runs}");
+            assert!(sql.contains(&format!(
+                "refine_jobs_leased ON refine_jobs (lease_expires_at) {in_flight}"
+            )));
+        }
+        for sql in runs_index {
+            assert!(sql.contains(&format!(
+                "refine_runs_unmerged ON refine_runs (id) {in_flight}"
+            )));
+        }
+        assert_eq!(
+            status_list(&JobStatus::IN_FLIGHT),
+            "('running', 'cancelling')"
+        );
     }
 }

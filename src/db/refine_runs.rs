@@ -3,21 +3,20 @@
 //!
 //! The merge happens exactly once: [`Database::try_merge_refine_run`] locks the run
 //! row, checks that it is not merged yet and that every phase job is terminal, and
-//! writes the merged result in the same transaction. Whoever sees the last phase
-//! job end calls it — a worker on any replica, a cancel, the reaper after a crash —
-//! and all but one find nothing to do.
+//! writes the merged result (`domain::refine::merge_run`) in the same transaction.
+//! Whoever sees the last phase job end calls it — a worker on any replica, a cancel,
+//! the reaper after a crash — and all but one find nothing to do.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::types::Json;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::refine_jobs::{Created, NewRefineJob, budget_of};
 use super::task_lists::now;
-use super::{Database, DbError, DbResult};
+use super::{Database, DbError, DbResult, status_list};
 use crate::domain::job::JobStatus;
+use crate::domain::refine::{PhaseOutcome, merge_run};
 use crate::domain::usage::{Budget, UsageTotals};
 
 pub struct NewRefineRun<'a> {
@@ -34,8 +33,8 @@ pub struct NewRefineRun<'a> {
     pub budget: Budget,
 }
 
-/// A refine run as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// A refine run as stored (the API's shape is `service::refine_runs::StoredRun`).
+#[derive(Debug, Clone)]
 pub struct StoredRun {
     pub id: Uuid,
     /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
@@ -44,13 +43,10 @@ pub struct StoredRun {
     pub team_pk: Option<String>,
     pub executor: String,
     /// Phase id → its job, natural phase order.
-    #[schema(value_type = Object)]
     pub phases: serde_json::Map<String, Value>,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
     /// Present once merged.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
     /// Changes when the run or any of its phase jobs changes.
     pub version: i64,
@@ -59,20 +55,6 @@ pub struct StoredRun {
     /// The run's spending limits over all its phase jobs; null when none.
     pub budget: Option<Budget>,
 }
-
-/// A phase job as the merge sees it.
-#[derive(Debug, Clone)]
-pub struct PhaseOutcome {
-    pub phase_id: String,
-    pub job_id: Uuid,
-    pub status: JobStatus,
-    pub result: Option<Value>,
-    /// The job's error code when it failed (`budget_exceeded`, …).
-    pub error_code: Option<String>,
-}
-
-/// What a merge computes from the phase outcomes: the run's final status and result.
-pub type MergeFn<'a> = dyn FnOnce(&Value, &[PhaseOutcome], bool) -> (JobStatus, Value) + Send + 'a;
 
 impl Database {
     /// Inserts a run and its phase jobs in one transaction (all or nothing).
@@ -235,16 +217,6 @@ impl Database {
         Ok(n > 0)
     }
 
-    pub async fn refine_run_exists(&self, id: Uuid) -> DbResult<bool> {
-        let n: i64 = on_pool!(self, pool => {
-            sqlx::query_scalar("SELECT COUNT(*) FROM refine_runs WHERE id = $1")
-                .bind(id)
-                .fetch_one(pool)
-                .await?
-        });
-        Ok(n > 0)
-    }
-
     /// Marks a running run `cancelling` and returns its non-terminal phase jobs
     /// (the caller cancels each). `None` for an unknown run.
     pub async fn cancel_refine_run(&self, id: Uuid) -> DbResult<Option<Vec<Uuid>>> {
@@ -266,11 +238,11 @@ impl Database {
         if found == 0 {
             return Ok(None);
         }
+        let terminal = status_list(&JobStatus::TERMINAL);
         let jobs: Vec<Uuid> = on_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT id FROM refine_jobs WHERE run_id = $1 \
-                 AND status NOT IN ('succeeded', 'failed', 'cancelled')",
-            )
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM refine_jobs WHERE run_id = $1 AND status NOT IN {terminal}"
+            )))
             .bind(id)
             .fetch_all(pool)
             .await?
@@ -281,12 +253,16 @@ impl Database {
     /// Runs not merged yet whose phase jobs are all terminal (missed merges: a
     /// crash between the last job's end and its merge).
     pub async fn refine_runs_due_for_merge(&self) -> DbResult<Vec<Uuid>> {
+        let (in_flight, terminal) = (
+            status_list(&JobStatus::IN_FLIGHT),
+            status_list(&JobStatus::TERMINAL),
+        );
         Ok(on_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT r.id FROM refine_runs r WHERE r.status IN ('running', 'cancelling') \
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT r.id FROM refine_runs r WHERE r.status IN {in_flight} \
                  AND NOT EXISTS (SELECT 1 FROM refine_jobs j WHERE j.run_id = r.id \
-                   AND j.status NOT IN ('succeeded', 'failed', 'cancelled')) LIMIT 100",
-            )
+                   AND j.status NOT IN {terminal}) LIMIT 100"
+            )))
             .fetch_all(pool)
             .await?
         }))
@@ -294,21 +270,11 @@ impl Database {
 
     /// Merges the run if it is due, exactly once (see the module comment). Returns
     /// the status written, or `None` when there was nothing to do.
-    pub async fn try_merge_refine_run(
-        &self,
-        run_id: Uuid,
-        merge: Box<MergeFn<'_>>,
-    ) -> DbResult<Option<JobStatus>> {
+    pub async fn try_merge_refine_run(&self, run_id: Uuid) -> DbResult<Option<JobStatus>> {
         let at = now();
-        let lock = match self {
-            Database::Postgres(_) => " FOR UPDATE",
-            Database::Sqlite(_) => "",
-        };
+        let lock = self.row_lock();
         on_pool!(self, pool => {
-            let mut tx = match self {
-                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
-                Database::Postgres(_) => pool.begin().await?,
-            };
+            let mut tx = begin_locked!(self, pool);
             let run: Option<(String, Json<Value>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, request FROM refine_runs WHERE id = $1{lock}"
             )))
@@ -318,9 +284,12 @@ impl Database {
             let Some((status, request)) = run else {
                 return Ok(None);
             };
-            if status != "running" && status != "cancelling" {
+            // Merged already (terminal): nothing to do.
+            let Some(run_status) =
+                JobStatus::parse(&status).filter(|s| JobStatus::IN_FLIGHT.contains(s))
+            else {
                 return Ok(None);
-            }
+            };
             type PhaseRow = (String, Uuid, String, Option<Json<Value>>, Option<String>);
             let jobs: Vec<PhaseRow> = sqlx::query_as(
                 "SELECT phase_id, id, status, result, error_code FROM refine_jobs WHERE run_id = $1",
@@ -344,7 +313,8 @@ impl Database {
                     error_code,
                 });
             }
-            let (final_status, result) = merge(&request.0, &outcomes, status == "cancelling");
+            let (final_status, result) =
+                merge_run(&request.0, &outcomes, run_status == JobStatus::Cancelling);
             sqlx::query(
                 "UPDATE refine_runs SET status = $2, result = $3, finished_at = $4, updated_at = $4, \
                  version = version + 1, merge_count = merge_count + 1 WHERE id = $1",

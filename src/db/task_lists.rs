@@ -3,6 +3,9 @@
 //! The SQL is written once for both back-ends (`$N` placeholders work in SQLite too);
 //! `on_pool!` expands each body per pool so each is type-checked against its own
 //! driver. Where the engines differ (row locks, write transactions) the code says so.
+//!
+//! Long (about 660 lines) on purpose: the create, read and transition transactions
+//! share the private row types, the column list and `assemble`.
 
 use std::collections::HashMap;
 
@@ -447,12 +450,7 @@ impl Database {
     ) -> DbResult<TransitionOutcome> {
         let at = now();
         let outcome = on_pool!(self, pool => {
-            let mut tx = match self {
-                // IMMEDIATE takes the write lock up front: a deferred transaction that
-                // reads and then writes can fail with SQLITE_BUSY instead of waiting.
-                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
-                Database::Postgres(_) => pool.begin().await?,
-            };
+            let mut tx = begin_locked!(self, pool);
             let list_id: Option<Uuid> =
                 sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
                     .bind(id)
@@ -461,11 +459,7 @@ impl Database {
             let Some(list_id) = list_id else {
                 return Ok(TransitionOutcome::NotFound);
             };
-            let lock = if matches!(self, Database::Postgres(_)) {
-                " FOR UPDATE"
-            } else {
-                ""
-            };
+            let lock = self.row_lock();
             let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position{lock}"
             )))

@@ -21,6 +21,20 @@ macro_rules! on_pool {
     };
 }
 
+/// Opens the transaction of a read-decide-write (docs/architecture.md) inside an
+/// `on_pool!` arm. SQLite: `BEGIN IMMEDIATE` takes the write lock up front (a deferred
+/// transaction that reads and then writes can fail with SQLITE_BUSY instead of
+/// waiting). Postgres: a plain transaction whose reads lock their rows
+/// ([`Database::row_lock`](crate::db::Database::row_lock)).
+macro_rules! begin_locked {
+    ($db:expr, $pool:ident) => {
+        match $db {
+            $crate::db::Database::Sqlite(_) => $pool.begin_with("BEGIN IMMEDIATE").await?,
+            $crate::db::Database::Postgres(_) => $pool.begin().await?,
+        }
+    };
+}
+
 /// Bumps `version` by `$events` (the events this write will insert, at least 1) if
 /// `$lease` still holds the job; evaluates to `Option<i64>`, the last event's seq.
 /// With `log = …` the same statement stores the job log (one round trip less).
@@ -32,12 +46,13 @@ macro_rules! bump_fenced {
         bump_fenced!(@ $tx, $lease, $at, $events, None::<sqlx::types::Json<&[String]>>)
     };
     (@ $tx:expr, $lease:expr, $at:expr, $events:expr, $log:expr) => {
-        sqlx::query_scalar::<_, i64>(
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
             "UPDATE refine_jobs SET version = version + $4, updated_at = $3, \
              log = COALESCE($5, log) \
-             WHERE id = $1 AND lease_token = $2 AND status IN ('running', 'cancelling') \
+             WHERE id = $1 AND lease_token = $2 AND status IN {} \
              RETURNING version",
-        )
+            $crate::db::status_list(&$crate::domain::job::JobStatus::IN_FLIGHT)
+        )))
         .bind($lease.job_id)
         .bind($lease.token)
         .bind($at)

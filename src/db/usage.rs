@@ -3,9 +3,7 @@
 //! never re-runs an L0 whose outcome is stored — cannot count a call twice.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::QueryBuilder;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{Database, DbResult};
@@ -36,7 +34,7 @@ fn totals(row: SumsRow) -> UsageTotals {
 }
 
 /// One executor and model's sums in a project.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone)]
 pub struct UsageGroup {
     /// The executor profile name.
     pub executor: String,

@@ -1,5 +1,8 @@
-//! The job state machine of docs/spec/jobs.md, shared by refine jobs and refine runs: names,
-//! which states are terminal, and the re-queue backoff. Pure.
+//! The job state machine of docs/spec/jobs.md, shared by refine jobs and refine runs:
+//! the statuses and their sets, the allowed transitions, what a cancel does in each
+//! status, what becomes of a job whose worker lost its lease (the attempt rule) or
+//! handed it back at shutdown, and the re-queue backoff. Pure: `db/` executes these
+//! decisions and builds its SQL status lists from the sets here.
 
 use std::time::Duration;
 
@@ -29,7 +32,23 @@ impl JobStatus {
         JobStatus::Cancelled,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    /// Not finished: waiting for a worker or held by one.
+    pub const ACTIVE: [JobStatus; 3] =
+        [JobStatus::Queued, JobStatus::Running, JobStatus::Cancelling];
+
+    /// Started and not finished. A job in these is held by a worker under a lease
+    /// (its writes are fenced; the reaper recovers it when the lease expires); a run
+    /// in these is not merged yet.
+    pub const IN_FLIGHT: [JobStatus; 2] = [JobStatus::Running, JobStatus::Cancelling];
+
+    /// Final: no transition leaves them.
+    pub const TERMINAL: [JobStatus; 3] = [
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
         match self {
             JobStatus::Queued => "queued",
             JobStatus::Running => "running",
@@ -45,10 +64,112 @@ impl JobStatus {
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
-        )
+        Self::TERMINAL.contains(&self)
+    }
+
+    /// The transition table. Who makes each move:
+    /// - `queued → running`: a worker claims the job;
+    /// - `queued → cancelled`, `running → cancelling`: a cancel ([`JobStatus::after_cancel`]);
+    /// - `running → queued`: the reaper retries it ([`after_lease_expired`]) or its
+    ///   worker hands it back at shutdown ([`after_hand_back`]);
+    /// - `running | cancelling → succeeded | failed | cancelled`: its worker ends it
+    ///   (a result can land before the worker sees a cancel), the reaper fails or
+    ///   cancels it, a hand-back ends a cancel; for a run, its merge.
+    pub fn can_become(self, next: JobStatus) -> bool {
+        use JobStatus::*;
+        match self {
+            Queued => matches!(next, Running | Cancelled),
+            Running => matches!(next, Queued | Cancelling | Succeeded | Failed | Cancelled),
+            Cancelling => matches!(next, Succeeded | Failed | Cancelled),
+            Succeeded | Failed | Cancelled => false,
+        }
+    }
+
+    /// The cancel table: the status a cancel request moves a job (or run) to, or
+    /// `None` when it leaves it as it is — already being cancelled, or finished.
+    /// A queued job has no worker to stop, so it is cancelled at once; a running one
+    /// goes `cancelling` until its worker has stopped its L0s.
+    pub fn after_cancel(self) -> Option<JobStatus> {
+        match self {
+            JobStatus::Queued => Some(JobStatus::Cancelled),
+            JobStatus::Running => Some(JobStatus::Cancelling),
+            JobStatus::Cancelling
+            | JobStatus::Succeeded
+            | JobStatus::Failed
+            | JobStatus::Cancelled => None,
+        }
+    }
+}
+
+/// The error code of a job that failed because its last attempt's lease expired.
+pub const LEASE_EXPIRED: &str = "lease_expired";
+
+/// What the reaper does with a job whose worker's lease expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseExpiry {
+    /// A cancel was in progress: the job ends `cancelled`.
+    Cancel,
+    /// Attempts remain: queued again, offered after `delay`.
+    Retry { delay: Duration },
+    /// That was its last attempt: it fails with [`LEASE_EXPIRED`] and this message.
+    Fail { message: String },
+}
+
+impl LeaseExpiry {
+    /// The status the job moves to.
+    pub fn status(&self) -> JobStatus {
+        match self {
+            LeaseExpiry::Cancel => JobStatus::Cancelled,
+            LeaseExpiry::Retry { .. } => JobStatus::Queued,
+            LeaseExpiry::Fail { .. } => JobStatus::Failed,
+        }
+    }
+}
+
+/// The attempt rule. `attempt` is the attempt whose lease expired (1-based; the
+/// claim counted it), `max_attempts` the job's limit; `backoff` gives the delay after
+/// that many attempts (the service passes [`requeue_backoff`] with fresh jitter).
+pub fn after_lease_expired(
+    status: JobStatus,
+    attempt: i32,
+    max_attempts: i32,
+    backoff: impl FnOnce(u32) -> Duration,
+) -> LeaseExpiry {
+    if status == JobStatus::Cancelling {
+        LeaseExpiry::Cancel
+    } else if attempt >= max_attempts {
+        LeaseExpiry::Fail {
+            message: format!("the worker's lease expired on attempt {attempt} of {max_attempts}"),
+        }
+    } else {
+        LeaseExpiry::Retry {
+            delay: backoff(u32::try_from(attempt).unwrap_or(1)),
+        }
+    }
+}
+
+/// What a graceful shutdown does with a job its worker holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandBack {
+    pub status: JobStatus,
+    /// The attempt is given back (not charged): the job did not fail, the replica
+    /// stopped.
+    pub refund_attempt: bool,
+}
+
+/// A job being cancelled ends `cancelled`; any other is queued again at once, its
+/// attempt not charged, so any replica resumes it.
+pub fn after_hand_back(status: JobStatus) -> HandBack {
+    if status == JobStatus::Cancelling {
+        HandBack {
+            status: JobStatus::Cancelled,
+            refund_attempt: false,
+        }
+    } else {
+        HandBack {
+            status: JobStatus::Queued,
+            refund_attempt: true,
+        }
     }
 }
 
@@ -64,6 +185,8 @@ pub fn requeue_backoff(attempts_made: u32, jitter: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     #[test]
@@ -84,6 +207,127 @@ mod tests {
                 JobStatus::Cancelled
             ]
         );
+    }
+
+    #[test]
+    fn the_sets_partition_the_statuses() {
+        for s in JobStatus::ALL {
+            assert_ne!(
+                JobStatus::ACTIVE.contains(&s),
+                JobStatus::TERMINAL.contains(&s),
+                "{s:?} is in exactly one of ACTIVE and TERMINAL"
+            );
+            if JobStatus::IN_FLIGHT.contains(&s) {
+                assert!(JobStatus::ACTIVE.contains(&s), "{s:?} in flight is active");
+            }
+        }
+        assert!(!JobStatus::IN_FLIGHT.contains(&JobStatus::Queued));
+    }
+
+    #[test]
+    fn terminal_statuses_have_no_outgoing_transitions() {
+        for from in JobStatus::TERMINAL {
+            for to in JobStatus::ALL {
+                assert!(!from.can_become(to), "{from:?} -> {to:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_active_status_can_reach_a_terminal_one_and_none_loops_on_itself() {
+        for s in JobStatus::ALL {
+            assert!(!s.can_become(s), "{s:?} -> itself");
+        }
+        for from in JobStatus::ACTIVE {
+            let mut seen = vec![from];
+            let mut i = 0;
+            while i < seen.len() {
+                for to in JobStatus::ALL {
+                    if seen[i].can_become(to) && !seen.contains(&to) {
+                        seen.push(to);
+                    }
+                }
+                i += 1;
+            }
+            assert!(seen.iter().any(|s| s.is_terminal()), "{from:?} cannot end");
+        }
+        // Only a claim leaves `queued`, and only for `running` (or a cancel).
+        assert!(JobStatus::Queued.can_become(JobStatus::Running));
+        assert!(!JobStatus::Queued.can_become(JobStatus::Succeeded));
+        assert!(!JobStatus::Cancelling.can_become(JobStatus::Queued));
+    }
+
+    #[test]
+    fn cancel_table() {
+        use JobStatus::*;
+        assert_eq!(Queued.after_cancel(), Some(Cancelled));
+        assert_eq!(Running.after_cancel(), Some(Cancelling));
+        // Already being cancelled, or finished: left as it is.
+        for s in [Cancelling, Succeeded, Failed, Cancelled] {
+            assert_eq!(s.after_cancel(), None, "{s:?}");
+        }
+        for s in JobStatus::ALL {
+            if let Some(next) = s.after_cancel() {
+                assert!(
+                    s.can_become(next),
+                    "cancel makes an illegal move {s:?} -> {next:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hand_back_refunds_the_attempt_unless_a_cancel_ends_the_job() {
+        for s in JobStatus::IN_FLIGHT {
+            let back = after_hand_back(s);
+            assert!(s.can_become(back.status), "{s:?} -> {back:?}");
+        }
+        assert_eq!(
+            after_hand_back(JobStatus::Running),
+            HandBack {
+                status: JobStatus::Queued,
+                refund_attempt: true
+            }
+        );
+        assert_eq!(
+            after_hand_back(JobStatus::Cancelling),
+            HandBack {
+                status: JobStatus::Cancelled,
+                refund_attempt: false
+            }
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn lease_expiry_follows_the_attempt_rule(
+            cancelling in any::<bool>(),
+            attempt in 1i32..20,
+            max_attempts in 1i32..20,
+            jitter in 0.0f64..1.0,
+        ) {
+            let status = if cancelling { JobStatus::Cancelling } else { JobStatus::Running };
+            let mut asked = None;
+            let expiry = after_lease_expired(status, attempt, max_attempts, |made| {
+                asked = Some(made);
+                requeue_backoff(made, jitter)
+            });
+            prop_assert!(status.can_become(expiry.status()));
+            if cancelling {
+                prop_assert_eq!(expiry, LeaseExpiry::Cancel);
+            } else if attempt >= max_attempts {
+                prop_assert_eq!(expiry, LeaseExpiry::Fail {
+                    message: format!(
+                        "the worker's lease expired on attempt {attempt} of {max_attempts}"
+                    ),
+                });
+            } else {
+                // Retried after the backoff of the attempts made so far.
+                let made = u32::try_from(attempt).unwrap();
+                prop_assert_eq!(asked, Some(made));
+                prop_assert_eq!(expiry, LeaseExpiry::Retry { delay: requeue_backoff(made, jitter) });
+            }
+        }
     }
 
     #[test]

@@ -398,10 +398,45 @@ pub fn secs_to_next_utc_day(now: DateTime<Utc>) -> u64 {
     ms.div_ceil(1000).max(1)
 }
 
+/// A project's daily limit is spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DailyLimitSpent {
+    pub project_id: String,
+    pub limit_usd: f64,
+    pub spent_usd: f64,
+    /// Seconds to the next UTC midnight.
+    pub retry_after_secs: u64,
+}
+
+/// `Some` when what `project_id` spent today (UTC) has reached its daily
+/// `limit_usd`: a new job or run is refused until the next day.
+pub fn daily_limit_spent(
+    project_id: &str,
+    limit_usd: f64,
+    spent_usd: f64,
+    now: DateTime<Utc>,
+) -> Option<DailyLimitSpent> {
+    (spent_usd >= limit_usd).then(|| DailyLimitSpent {
+        project_id: project_id.to_owned(),
+        limit_usd,
+        spent_usd,
+        retry_after_secs: secs_to_next_utc_day(now),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn the_daily_limit_is_spent_once_reached() {
+        let now = Utc.with_ymd_and_hms(2026, 12, 1, 23, 0, 0).unwrap();
+        assert_eq!(daily_limit_spent("p", 5.0, 4.99, now), None);
+        let spent = daily_limit_spent("p", 5.0, 5.0, now).expect("reached");
+        assert_eq!(spent.retry_after_secs, 3600);
+        assert_eq!(spent.project_id, "p");
+    }
 
     fn tokens(i: i64, o: i64, r: i64, w: i64) -> L0Usage {
         L0Usage {

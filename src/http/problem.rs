@@ -8,6 +8,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use crate::domain::{gating, retry};
 use crate::service::{ErrorKind, ProblemCode, ServiceError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -130,6 +131,34 @@ pub struct Problem {
     pub detail: String,
     /// What went wrong, for a program: switch on this.
     pub code: ProblemCode,
+}
+
+/// The 422 answer of `POST /v1/task-lists` (problem+json). A gate rejection
+/// (`dag_invalid`, `synthesis_failure`) carries every member; a malformed request
+/// (`invalid_field`, `invalid_body`) only the problem members, so the gating members
+/// are documented as optional.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct GatingProblem {
+    #[serde(flatten)]
+    pub problem: Problem,
+    #[schema(required = false)]
+    pub errors: Vec<gating::Violation>,
+    #[schema(required = false)]
+    pub warnings: Vec<gating::Violation>,
+    /// 1 for the first rejection since the last accepted list of this cycle, 2 after.
+    #[schema(required = false)]
+    pub attempt: u32,
+    /// True when the planner gets no further retry.
+    #[schema(required = false)]
+    pub escalate: bool,
+    #[schema(required = false)]
+    pub escalation: Option<retry::Escalation>,
+    /// The exact text to re-prompt the planner with: every violation, one a line.
+    #[schema(required = false)]
+    pub reprompt: String,
+    /// For `invalid_field`: which field.
+    #[schema(required = false)]
+    pub field: Option<String>,
 }
 
 /// The answers a JSON-body route can give before its handler runs (malformed JSON,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
+use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
@@ -35,11 +36,27 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_refine_job))
 }
 
-/// 202 with `Location`, and `Idempotent-Replayed: true` for a replayed create.
-pub(crate) fn accepted<T: Serialize>(created: &Accepted<T>, location: &str) -> Response {
+/// What every create reads before its use case: a body declared JSON with no NUL,
+/// and the raw `Idempotency-Key` header (the use case checks it).
+pub(crate) fn submission<'h>(
+    headers: &'h HeaderMap,
+    body: &Bytes,
+) -> Result<Option<&'h [u8]>, ApiError> {
+    require_json(headers)?;
+    refuse_nul(body)?;
+    Ok(headers.get("idempotency-key").map(HeaderValue::as_bytes))
+}
+
+/// 202 with `Location: {collection}/{id}`, and `Idempotent-Replayed: true` for a
+/// replayed create.
+pub(crate) fn accepted<T: Serialize>(
+    created: &Accepted<T>,
+    collection: &str,
+    id: Uuid,
+) -> Response {
     let mut response = (StatusCode::ACCEPTED, Json(&created.value)).into_response();
     let headers = response.headers_mut();
-    if let Ok(location) = HeaderValue::from_str(location) {
+    if let Ok(location) = HeaderValue::from_str(&format!("{collection}/{id}")) {
         headers.insert(header::LOCATION, location);
     }
     if created.replayed {
@@ -48,14 +65,9 @@ pub(crate) fn accepted<T: Serialize>(created: &Accepted<T>, location: &str) -> R
     response
 }
 
-/// The raw `Idempotency-Key` header; the use case checks it.
-pub(crate) fn idempotency_header(headers: &HeaderMap) -> Option<&[u8]> {
-    headers.get("idempotency-key").map(HeaderValue::as_bytes)
-}
-
 /// 415 unless the body is declared JSON (a missing header is tolerated, since
 /// the body is parsed as JSON anyway, but a different type is refused).
-pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());
     };
@@ -118,14 +130,9 @@ async fn create_refine_job(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    require_json(&headers)?;
-    refuse_nul(&body)?;
-    let created = state
-        .service
-        .create_refine_job(&caller, &body, idempotency_header(&headers))
-        .await?;
-    let location = format!("/v1/refine-jobs/{}", created.value.id);
-    Ok(accepted(&created, &location))
+    let key = submission(&headers, &body)?;
+    let created = state.service.create_refine_job(&caller, &body, key).await?;
+    Ok(accepted(&created, "/v1/refine-jobs", created.value.id))
 }
 
 /// A refine job. With `?wait=N` the answer comes as soon as the job changes

@@ -11,8 +11,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, refuse_nul};
-use super::refine_jobs::{WaitQuery, accepted, idempotency_header, require_json};
+use super::extract::{Json, Path, Query};
+use super::refine_jobs::{WaitQuery, accepted, submission};
 use crate::http::problem::{ApiError, ForbiddenProject, Problem};
 use crate::service::refine_runs::{CreateRefineRunRequest, StoredRun};
 
@@ -52,14 +52,9 @@ async fn create_refine_run(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    require_json(&headers)?;
-    refuse_nul(&body)?;
-    let created = state
-        .service
-        .create_refine_run(&caller, &body, idempotency_header(&headers))
-        .await?;
-    let location = format!("/v1/refine-runs/{}", created.value.id);
-    Ok(accepted(&created, &location))
+    let key = submission(&headers, &body)?;
+    let created = state.service.create_refine_run(&caller, &body, key).await?;
+    Ok(accepted(&created, "/v1/refine-runs", created.value.id))
 }
 
 /// A refine run: its phase jobs and, once merged, its result. With `?wait=N`

@@ -3,8 +3,8 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use serde::Deserialize;
+use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
@@ -12,9 +12,10 @@ use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, StoredJson};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
-use crate::domain::gating::{self, ValidationReport};
-use crate::domain::retry;
-use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::domain::gating::ValidationReport;
+use crate::http::problem::{
+    ApiError, ForbiddenProject, GatingProblem, JsonBodyRejections, Problem,
+};
 use crate::service::task_lists::{
     CreateTaskListRequest, ReadyResponse, StoredTaskList, ValidateRequest,
 };
@@ -26,34 +27,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(get_task_list))
         .routes(routes!(ready))
         .routes(routes!(graph))
-}
-
-/// The 422 answer of `POST /v1/task-lists` (problem+json). A gate rejection
-/// (`dag_invalid`, `synthesis_failure`) carries every member; a malformed request
-/// (`invalid_field`, `invalid_body`) only the problem members, so the gating members
-/// are documented as optional.
-#[derive(Serialize, ToSchema)]
-pub struct GatingProblem {
-    #[serde(flatten)]
-    pub problem: Problem,
-    #[schema(required = false)]
-    pub errors: Vec<gating::Violation>,
-    #[schema(required = false)]
-    pub warnings: Vec<gating::Violation>,
-    /// 1 for the first rejection since the last accepted list of this cycle, 2 after.
-    #[schema(required = false)]
-    pub attempt: u32,
-    /// True when the planner gets no further retry.
-    #[schema(required = false)]
-    pub escalate: bool,
-    #[schema(required = false)]
-    pub escalation: Option<retry::Escalation>,
-    /// The exact text to re-prompt the planner with: every violation, one a line.
-    #[schema(required = false)]
-    pub reprompt: String,
-    /// For `invalid_field`: which field.
-    #[schema(required = false)]
-    pub field: Option<String>,
 }
 
 /// Gate a task list without storing it.

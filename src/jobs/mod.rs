@@ -3,7 +3,6 @@
 //! stored requests and confined paths
 //! ([`request`]) and result files ([`output`]).
 
-pub mod budget;
 pub mod engine;
 pub mod output;
 pub mod request;

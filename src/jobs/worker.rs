@@ -1,6 +1,9 @@
 //! The worker pool of one process: claim loop, heartbeat, reaper, retention and
 //! graceful shutdown (docs/spec/jobs.md). Every replica runs the same loops; Postgres row
 //! locks and lease tokens keep them from stepping on each other.
+//!
+//! Long (about 670 lines) on purpose: the claim loop, heartbeat, sink and reaper
+//! share the private `Pool` and its drain and kill switches; each part is short.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -7,6 +7,7 @@
 //! JSON responses: no session, so any replica answers any request, and a
 //! `tools/call` needs no `initialize` before it on its connection.
 
+mod args;
 mod http;
 mod stdio;
 mod tools;

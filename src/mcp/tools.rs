@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use rmcp::handler::server::common::schema_for_input;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
-use crate::domain::dispatch::{AbandonCategory, ReadyMode, TaskStatus};
+use super::args::{
+    CancelRefineArgs, CreateArgs, PlanFormat, PlanLoopArgs, ProjectStatusArgs, ReadyArgs,
+    RefineStatusArgs, SetStatusArgs, StartRefineArgs, StepAction, TrackStepArgs, ValidateArgs,
+};
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
-use crate::domain::track_state::{Completion, StepOutcome};
+use crate::domain::track_state::Completion;
 use crate::service::task_lists::{
     CreateTaskListRequest, StoredTaskList, TaskUpdate, ValidateRequest,
 };
@@ -169,258 +169,6 @@ impl ToolName {
 }
 
 // ---------------------------------------------------------------------------
-// Arguments. Doc comments become the schema's descriptions; fields that are not
-// `Option` (and have no default) are `required`.
-
-/// A JSON array of task objects (`task_id`, `assigned_persona`, `description`,
-/// `depends_on`, `reads`, `writes`, ...).
-fn task_array(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "array",
-        "items": {"type": "object"},
-        "description": "The task list: an array of task objects (task_id, assigned_persona, \
-                        description, depends_on, reads, writes, parallel_group, ...). Give \
-                        this or planner_output."
-    })
-}
-
-fn enum_schema(values: &[&str], description: &str) -> Schema {
-    json_schema!({"type": "string", "enum": values, "description": description})
-}
-
-fn task_status_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-    enum_schema(
-        &values,
-        "Target status: pending -> running -> done | failed; any unfinished -> abandoned.",
-    )
-}
-
-fn abandon_category_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = AbandonCategory::ALL.iter().map(|c| c.as_str()).collect();
-    enum_schema(
-        &values,
-        "Why the task is abandoned: required with status abandoned, refused otherwise.",
-    )
-}
-
-fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = ReadyMode::ALL.iter().map(|m| m.as_str()).collect();
-    enum_schema(
-        &values,
-        "barrier (default): the pending tasks of the lowest unfinished wave; pipeline: any \
-         pending task whose dependencies are done and whose writes are free.",
-    )
-}
-
-fn any_object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Schema {
-    move |_| json_schema!({"type": "object", "description": description})
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ValidateArgs {
-    #[serde(default)]
-    #[schemars(schema_with = "task_array")]
-    pub tasks: Option<Value>,
-    /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
-    pub planner_output: Option<String>,
-    /// Repository paths that already exist (they satisfy reads).
-    pub existing_files: Option<Vec<String>>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateArgs {
-    /// The project the list belongs to (letters, digits, `.`, `_`, `-`).
-    pub project_id: String,
-    /// The orchestrator's id of this planning cycle; omit for the project-wide flow.
-    pub team_pk: Option<String>,
-    /// Who submits the list (an agent or person id).
-    pub created_by: String,
-    #[serde(default)]
-    #[schemars(schema_with = "task_array")]
-    pub tasks: Option<Value>,
-    /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
-    pub planner_output: Option<String>,
-    /// Repository paths that already exist (they satisfy reads).
-    pub existing_files: Option<Vec<String>>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReadyArgs {
-    /// The server id of the task list (create_task_list's task_list_id).
-    pub task_list_id: Uuid,
-    #[serde(default)]
-    #[schemars(schema_with = "ready_mode_schema")]
-    pub mode: Option<ReadyMode>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SetStatusArgs {
-    /// The server id of the task (`id` in create_task_list / ready_tasks), not its task_id.
-    pub task_id: Uuid,
-    #[schemars(schema_with = "task_status_schema")]
-    pub status: TaskStatus,
-    #[serde(default)]
-    #[schemars(schema_with = "abandon_category_schema")]
-    pub abandon_category: Option<AbandonCategory>,
-    /// Free text for people, at most 65536 characters.
-    pub notes: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProjectStatusArgs {
-    /// The project.
-    pub project_id: String,
-    /// Scope the snapshot to this cycle (falls back to the whole project when the
-    /// cycle has no tasks).
-    pub team_pk: Option<String>,
-}
-
-/// Answer format of plan_loop.
-#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum PlanFormat {
-    #[default]
-    Json,
-    Markdown,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PlanLoopArgs {
-    #[schemars(schema_with = "track_schema")]
-    pub track: Value,
-    #[schemars(schema_with = "phases_schema")]
-    pub phases: Value,
-    #[schemars(schema_with = "plan_tasks_schema")]
-    pub tasks: Value,
-    #[serde(default)]
-    #[schemars(schema_with = "completed_tracks_schema")]
-    pub completed_tracks: Option<Value>,
-    /// The text of tracks.md instead of completed_tracks.
-    pub tracks_md: Option<String>,
-    /// "json" (default): the plan as JSON; "markdown": the plan.md text.
-    pub format: Option<PlanFormat>,
-}
-
-fn track_schema(generator: &mut SchemaGenerator) -> Schema {
-    any_object(
-        "The track being planned: {id, name, spec? (one-line summary), dependencies? (track ids)}.",
-    )(generator)
-}
-
-fn object_array(description: &'static str) -> Schema {
-    json_schema!({"type": "array", "items": {"type": "object"}, "description": description})
-}
-
-fn phases_schema(_: &mut SchemaGenerator) -> Schema {
-    object_array("The track's phases: [{number, name}].")
-}
-
-fn plan_tasks_schema(_: &mut SchemaGenerator) -> Schema {
-    object_array(
-        "The tasks: [{id (e.g. \"1.2\"), name, description?, files?, depends_on?, phase (a phase \
-         number), acceptance?, type?, duration?}].",
-    )
-}
-
-fn completed_tracks_schema(_: &mut SchemaGenerator) -> Schema {
-    object_array(
-        "Tracks already completed, to report overlap: [{id, name?, deliverables (paths or \
-         feature names)}]. Give this or tracks_md (or neither).",
-    )
-}
-
-/// start or complete.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum StepAction {
-    Start,
-    Complete,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TrackStepArgs {
-    /// The track (letters, digits, `.`, `_`, `-`); it must have been imported.
-    pub track_id: String,
-    /// PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC.
-    pub step: String,
-    /// "start" (sets the step IN_PROGRESS) or "complete" (with outcome).
-    pub action: StepAction,
-    #[serde(default)]
-    #[schemars(schema_with = "outcome_schema")]
-    pub outcome: Option<StepOutcome>,
-    /// With start: who works on the step.
-    pub agent: Option<String>,
-    /// The `revision` a previous answer returned, as is: the change applies only if
-    /// nobody changed the track since (else a `stale_etag` error).
-    pub if_match: Option<i64>,
-}
-
-fn outcome_schema(_: &mut SchemaGenerator) -> Schema {
-    enum_schema(
-        &["PASSED", "FAILED", "BLOCKED"],
-        "With action complete (required there): how the step ended.",
-    )
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StartRefineArgs {
-    /// The phase context (context_{phase_id}.json): phase_id, assignments,
-    /// peer_summaries, task_text or task_file_path.
-    #[schemars(schema_with = "context_schema")]
-    pub context: Value,
-    /// The refined plan (PlanDocument) with its phases.
-    #[schemars(schema_with = "plan_schema")]
-    pub refined_plan: Value,
-    /// The task inline (the L0s get a server-side copy's path).
-    pub task_text: Option<String>,
-    /// Executor profile name (e.g. "builtin"); the server's default when absent.
-    pub executor: Option<String>,
-    /// The project the job belongs to (required for a project-limited token).
-    pub project_id: Option<String>,
-    /// The planning cycle.
-    pub team_pk: Option<String>,
-    /// Repeat a submission safely: the same key and arguments answer the same job.
-    pub idempotency_key: Option<String>,
-}
-
-fn context_schema(generator: &mut SchemaGenerator) -> Schema {
-    any_object(
-        "The phase context (context_{phase_id}.json): phase_id, assignments, peer_summaries, \
-         task_text or task_file_path.",
-    )(generator)
-}
-
-fn plan_schema(generator: &mut SchemaGenerator) -> Schema {
-    any_object("The refined plan (PlanDocument) with its phases.")(generator)
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RefineStatusArgs {
-    /// The job (start_refine's job_id).
-    pub job_id: Uuid,
-    /// Wait up to this many seconds (0-60) for the job to change before answering.
-    #[schemars(range(min = 0, max = 60))]
-    pub wait_seconds: Option<u64>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelRefineArgs {
-    /// The job (start_refine's job_id).
-    pub job_id: Uuid,
-}
-
-// ---------------------------------------------------------------------------
 // Calls.
 
 /// Run one tool; every refusal is a tool error carrying the REST problem's `code`.
@@ -432,17 +180,18 @@ pub async fn call(
     max_wait: Duration,
 ) -> CallToolResult {
     let started = std::time::Instant::now();
+    let args = arguments;
     let outcome = match tool {
-        ToolName::ValidateTaskList => validate_task_list(service, caller, parse(arguments)).await,
-        ToolName::CreateTaskList => create_task_list(service, caller, parse(arguments)).await,
-        ToolName::ReadyTasks => ready_tasks(service, caller, parse(arguments)).await,
-        ToolName::SetTaskStatus => set_task_status(service, caller, parse(arguments)).await,
-        ToolName::ProjectStatus => project_status(service, caller, parse(arguments)).await,
-        ToolName::PlanLoop => plan_loop(service, caller, parse(arguments)).await,
-        ToolName::TrackStep => track_step(service, caller, parse(arguments)).await,
-        ToolName::StartRefine => start_refine(service, caller, parse(arguments)).await,
-        ToolName::RefineStatus => refine_status(service, caller, parse(arguments), max_wait).await,
-        ToolName::CancelRefine => cancel_refine(service, caller, parse(arguments)).await,
+        ToolName::ValidateTaskList => run(args, |a| validate_task_list(service, caller, a)).await,
+        ToolName::CreateTaskList => run(args, |a| create_task_list(service, caller, a)).await,
+        ToolName::ReadyTasks => run(args, |a| ready_tasks(service, caller, a)).await,
+        ToolName::SetTaskStatus => run(args, |a| set_task_status(service, caller, a)).await,
+        ToolName::ProjectStatus => run(args, |a| project_status(service, caller, a)).await,
+        ToolName::PlanLoop => run(args, |a| plan_loop(service, caller, a)).await,
+        ToolName::TrackStep => run(args, |a| track_step(service, caller, a)).await,
+        ToolName::StartRefine => run(args, |a| start_refine(service, caller, a)).await,
+        ToolName::RefineStatus => run(args, |a| refine_status(service, caller, a, max_wait)).await,
+        ToolName::CancelRefine => run(args, |a| cancel_refine(service, caller, a)).await,
     };
     let outcome_label = if outcome.is_ok() { "ok" } else { "error" };
     metrics::counter!("mcp_tool_calls_total", "tool" => tool.as_str(), "outcome" => outcome_label)
@@ -469,10 +218,20 @@ enum Answer {
 
 /// Arguments of the wrong shape: `invalid_body`, as a JSON body of the wrong shape
 /// is on REST; serde's message names the field.
-fn parse<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ServiceError> {
-    serde_json::from_value(Value::Object(arguments)).map_err(|e| {
-        ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
-    })
+fn parse<T: DeserializeOwned>(arguments: Value) -> Result<T, ServiceError> {
+    serde_json::from_value(arguments).map_err(invalid_arguments)
+}
+
+fn invalid_arguments(e: serde_json::Error) -> ServiceError {
+    ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
+}
+
+/// Its arguments parsed (a refusal before the tool runs), then the tool.
+async fn run<A: DeserializeOwned, F: Future<Output = Result<Answer, ServiceError>>>(
+    arguments: JsonObject,
+    tool: impl FnOnce(A) -> F,
+) -> Result<Answer, ServiceError> {
+    tool(parse(Value::Object(arguments))?).await
 }
 
 /// `{code, detail, ...extra}`: the REST problem without its HTTP members.
@@ -502,9 +261,8 @@ fn task_list(tasks: Option<Value>) -> Result<Option<ParsedTaskList>, ServiceErro
 async fn validate_task_list(
     service: &Service,
     caller: &Caller,
-    args: Result<ValidateArgs, ServiceError>,
+    args: ValidateArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let report = service.validate_task_list(
         caller,
         ValidateRequest {
@@ -536,9 +294,8 @@ fn waves(list: &StoredTaskList) -> Vec<Vec<&str>> {
 async fn create_task_list(
     service: &Service,
     caller: &Caller,
-    args: Result<CreateArgs, ServiceError>,
+    args: CreateArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let list = service
         .create_task_list(
             caller,
@@ -567,9 +324,8 @@ async fn create_task_list(
 async fn ready_tasks(
     service: &Service,
     caller: &Caller,
-    args: Result<ReadyArgs, ServiceError>,
+    args: ReadyArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let ready = service
         .ready_tasks(caller, args.task_list_id, args.mode.unwrap_or_default())
         .await?;
@@ -593,9 +349,8 @@ async fn ready_tasks(
 async fn set_task_status(
     service: &Service,
     caller: &Caller,
-    args: Result<SetStatusArgs, ServiceError>,
+    args: SetStatusArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let updated = service
         .update_task(
             caller,
@@ -624,9 +379,8 @@ async fn set_task_status(
 async fn project_status(
     service: &Service,
     caller: &Caller,
-    args: Result<ProjectStatusArgs, ServiceError>,
+    args: ProjectStatusArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let status = service
         .project_status(caller, args.project_id, args.team_pk)
         .await?;
@@ -636,9 +390,8 @@ async fn project_status(
 async fn plan_loop(
     service: &Service,
     caller: &Caller,
-    args: Result<PlanLoopArgs, ServiceError>,
+    args: PlanLoopArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let request = json!({
         "track": args.track,
         "phases": args.phases,
@@ -646,9 +399,7 @@ async fn plan_loop(
         "completed_tracks": args.completed_tracks,
         "tracks_md": args.tracks_md,
     });
-    let request: LoopPlanRequest = serde_json::from_value(request).map_err(|e| {
-        ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
-    })?;
+    let request: LoopPlanRequest = parse(request)?;
     let plan = service.generate_loop_plan(caller, &request)?;
     Ok(match args.format.unwrap_or_default() {
         PlanFormat::Json => Answer::Json(json!(plan)),
@@ -659,9 +410,8 @@ async fn plan_loop(
 async fn track_step(
     service: &Service,
     caller: &Caller,
-    args: Result<TrackStepArgs, ServiceError>,
+    args: TrackStepArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let precondition = args
         .if_match
         .map_or(Precondition::None, Precondition::Revision);
@@ -714,9 +464,8 @@ async fn track_step(
 async fn start_refine(
     service: &Service,
     caller: &Caller,
-    args: Result<StartRefineArgs, ServiceError>,
+    args: StartRefineArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     // The REST body, so the submission is checked (and hashed for idempotency) the
     // same way whichever transport brought it.
     let mut body = serde_json::Map::new();
@@ -734,9 +483,7 @@ async fn start_refine(
             body.insert(field.into(), Value::String(value));
         }
     }
-    let bytes = serde_json::to_vec(&Value::Object(body)).map_err(|e| {
-        ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
-    })?;
+    let bytes = serde_json::to_vec(&Value::Object(body)).map_err(invalid_arguments)?;
     let accepted = service.create_refine_job(caller, &bytes, None).await?;
     Ok(Answer::Json(json!({
         "job_id": accepted.value.id,
@@ -747,10 +494,9 @@ async fn start_refine(
 async fn refine_status(
     service: &Service,
     caller: &Caller,
-    args: Result<RefineStatusArgs, ServiceError>,
+    args: RefineStatusArgs,
     max_wait: Duration,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let id = args.job_id.to_string();
     let wait = Duration::from_secs(args.wait_seconds.unwrap_or(0)).min(max_wait);
     let mut job = service.refine_job(caller, &id, None).await?;
@@ -782,9 +528,8 @@ async fn refine_status(
 async fn cancel_refine(
     service: &Service,
     caller: &Caller,
-    args: Result<CancelRefineArgs, ServiceError>,
+    args: CancelRefineArgs,
 ) -> Result<Answer, ServiceError> {
-    let args = args?;
     let job = service
         .cancel_refine_job(caller, &args.job_id.to_string())
         .await?;

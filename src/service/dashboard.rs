@@ -16,8 +16,8 @@ use crate::domain::track_state::Metadata;
 use crate::service::{Caller, Service};
 
 pub use crate::db::overview::{JobRow, ListCounts, RunRow};
-pub use crate::db::refine_jobs::{StoredJob, StoredL0};
-pub use crate::db::refine_runs::StoredRun;
+pub use crate::service::refine_jobs::{StoredJob, StoredL0};
+pub use crate::service::refine_runs::StoredRun;
 pub use crate::service::task_lists::{StoredTask, StoredTaskList};
 
 /// Resources with no project are for unrestricted callers only (as in the API).
@@ -238,6 +238,20 @@ pub struct Page<T> {
     pub next: Option<Uuid>,
 }
 
+impl<T> Page<T> {
+    /// The first [`JOB_PAGE`] of `rows`, read with a limit of one more: that extra
+    /// row only says that a next page exists, after the last row kept.
+    fn cut(mut rows: Vec<T>, id: impl Fn(&T) -> Uuid) -> Self {
+        let next = if rows.len() > JOB_PAGE as usize {
+            rows.truncate(JOB_PAGE as usize);
+            rows.last().map(id)
+        } else {
+            None
+        };
+        Page { rows, next }
+    }
+}
+
 impl Service {
     pub async fn dashboard_jobs(
         &self,
@@ -254,17 +268,11 @@ impl Service {
             created_before: day.map(|d| d + chrono::Duration::days(1)),
             allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
         };
-        let mut rows = self
+        let rows = self
             .db
             .job_rows(&filter, JOB_PAGE + 1, query.before)
             .await?;
-        let next = if rows.len() > JOB_PAGE as usize {
-            rows.truncate(JOB_PAGE as usize);
-            rows.last().map(|r| r.id)
-        } else {
-            None
-        };
-        Ok(Page { rows, next })
+        Ok(Page::cut(rows, |r| r.id))
     }
 }
 
@@ -283,9 +291,11 @@ impl Service {
             .db
             .refine_job(id)
             .await?
+            .map(StoredJob::from)
             .ok_or_else(|| not_found("refine job", id))?;
         check(caller, job.project_id.as_deref())?;
         let l0s = self.db.refine_job_l0s(id).await?;
+        let l0s = l0s.into_iter().map(StoredL0::from).collect();
         Ok(JobView { job, l0s })
     }
 }
@@ -296,17 +306,11 @@ impl Service {
         caller: &Caller,
         before: Option<Uuid>,
     ) -> Result<Page<RunRow>, DashboardError> {
-        let mut rows = self
+        let rows = self
             .db
             .run_rows(caller.allowed_projects(), JOB_PAGE + 1, before)
             .await?;
-        let next = if rows.len() > JOB_PAGE as usize {
-            rows.truncate(JOB_PAGE as usize);
-            rows.last().map(|r| r.id)
-        } else {
-            None
-        };
-        Ok(Page { rows, next })
+        Ok(Page::cut(rows, |r| r.id))
     }
 }
 
@@ -326,13 +330,20 @@ impl Service {
             .db
             .refine_run(id)
             .await?
+            .map(StoredRun::from)
             .ok_or_else(|| not_found("refine run", id))?;
         check(caller, run.project_id.as_deref())?;
         let filter = JobFilter {
             run_id: Some(id),
             ..JobFilter::default()
         };
-        let mut jobs = self.db.refine_jobs(&filter, 1000, None).await?;
+        let mut jobs: Vec<StoredJob> = self
+            .db
+            .refine_jobs(&filter, 1000, None)
+            .await?
+            .into_iter()
+            .map(StoredJob::from)
+            .collect();
         jobs.sort_by(|a, b| natural_cmp(&a.phase_id, &b.phase_id));
         Ok(RunView { run, jobs })
     }

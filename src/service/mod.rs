@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use caller::Caller;
 pub use error::{ErrorKind, ProblemCode, ServiceError};
-pub use submission::{Accepted, MAX_WAIT_SECS, canonical_hash};
+pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash};
 
 use crate::agents::Executors;
 use crate::config::Settings;

@@ -12,8 +12,8 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, WAIT_POLL, body_hash, budget_fields, fatal, idempotency_key, input_error, key_reused,
-    l0_rows, opt_str, parse_id, wake_for,
+    Accepted, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal, idempotency_key,
+    input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob};
@@ -22,68 +22,49 @@ use crate::domain::job::JobStatus;
 use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
 use crate::jobs::request::StoredRequest;
 
-pub use crate::db::refine_jobs::{StoredJob, StoredL0};
+mod shapes;
+
+pub use shapes::{JobError, JobProgress, StoredJob, StoredL0};
 
 const MAX_PAGE_SIZE: u32 = 100;
 const DEFAULT_PAGE_SIZE: u32 = 20;
 /// Events read from storage per look.
 const EVENT_BATCH: i64 = 200;
 
-/// The submission (documentation schema; the handler reads the body itself so
-/// that every parse failure is the seed's `FATAL: failed to parse request body`).
-#[allow(dead_code)]
-#[derive(Deserialize, ToSchema)]
+// The shape for the OpenAPI document: `Service::create_refine_job` reads the raw
+// body itself so that every parse failure is a `FATAL: failed to parse request body`.
+/// A refine job for one phase: its own members and the shared submission options.
+#[derive(ToSchema)]
 pub struct CreateRefineJobRequest {
     /// The phase context (`context_{phase_id}.json`): `phase_id`, `assignments`,
     /// `peer_summaries`, optional `task_file_path` (read only inside
     /// `PLANGATE_WORKSPACE_ROOT`) or `task_text`.
     #[schema(value_type = Object)]
-    context: Value,
+    pub context: Value,
     /// The refined plan (PlanDocument) with its `phases`.
     #[schema(value_type = Object)]
-    refined_plan: Value,
+    pub refined_plan: Value,
     /// The task inline; the L0s get a server-side copy's path, never the text.
-    task_text: Option<String>,
+    pub task_text: Option<String>,
     /// Executor profile name; the server's `default_executor` when absent.
-    executor: Option<String>,
+    pub executor: Option<String>,
     /// Write `{output_dir}/refine_contexts/{phase_id}_result.json` too (inside
     /// `PLANGATE_OUTPUT_ROOT`).
-    output_dir: Option<String>,
+    pub output_dir: Option<String>,
     /// The refine run this job belongs to.
-    run_id: Option<Uuid>,
-    #[schema(value_type = Option<crate::domain::ids::Ident>)]
-    project_id: Option<String>,
-    #[schema(value_type = Option<crate::domain::ids::Ident>)]
-    team_pk: Option<String>,
-    /// Same as the `Idempotency-Key` header.
-    idempotency_key: Option<String>,
-    /// Start no further L0 once the job's L0 calls have cost this much (US
-    /// dollars; calls of unknown cost count 0). The job then ends `failed` with
-    /// `budget_exceeded`, keeping the outcomes of the L0s that finished.
-    #[schema(exclusive_minimum = 0.0)]
-    max_cost_usd: Option<f64>,
-    /// Start no further L0 once the job's L0 calls have produced this many
-    /// output tokens.
-    #[schema(minimum = 1)]
-    max_output_tokens: Option<i64>,
-    /// What a reached budget does to the L0s still running: let them finish
-    /// (default; their cost is committed) or kill them. Only with a limit.
-    budget_action: Option<crate::domain::usage::BudgetAction>,
+    pub run_id: Option<Uuid>,
+    #[serde(flatten)]
+    pub options: SubmissionOptions,
 }
 
-const CREATE_FIELDS: [&str; 12] = [
+/// [`CreateRefineJobRequest`]'s own members.
+pub(super) const CREATE_FIELDS: [&str; 6] = [
     "context",
     "refined_plan",
     "task_text",
     "executor",
     "output_dir",
     "run_id",
-    "project_id",
-    "team_pk",
-    "idempotency_key",
-    "max_cost_usd",
-    "max_output_tokens",
-    "budget_action",
 ];
 
 /// List filters and paging.
@@ -147,12 +128,8 @@ impl Service {
         let Value::Object(body) = value else {
             return Err(fatal("the body must be a JSON object"));
         };
-        if let Some(unknown) = body.keys().find(|k| !CREATE_FIELDS.contains(&k.as_str())) {
-            return Err(fatal(format!(
-                "unknown field {unknown:?} (expected one of {})",
-                CREATE_FIELDS.join(", ")
-            ))
-            .with("field", unknown.as_str()));
+        if let Some((field, error)) = unknown_field(&body, &CREATE_FIELDS) {
+            return Err(error.with("field", field));
         }
         let context_value = body
             .get("context")
@@ -263,12 +240,12 @@ impl Service {
                 metrics::counter!("refine_jobs_created_total").increment(1);
                 self.wake_workers();
                 Ok(Accepted {
-                    value: job,
+                    value: job.into(),
                     replayed: false,
                 })
             }
             Created::Existing(job) => Ok(Accepted {
-                value: job,
+                value: job.into(),
                 replayed: true,
             }),
             Created::KeyReused => Err(key_reused()),
@@ -281,6 +258,7 @@ impl Service {
             .db
             .refine_job(id)
             .await?
+            .map(StoredJob::from)
             .ok_or_else(|| ServiceError::not_found("refine job", &id.to_string()))?;
         caller.check_optional_project(job.project_id.as_deref())?;
         Ok(job)
@@ -360,7 +338,13 @@ impl Service {
             team_pk: filter_id("team_pk", query.team_pk)?,
             allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
         };
-        let mut jobs = self.db.refine_jobs(&filter, page_size + 1, after).await?;
+        let mut jobs: Vec<StoredJob> = self
+            .db
+            .refine_jobs(&filter, page_size + 1, after)
+            .await?
+            .into_iter()
+            .map(StoredJob::from)
+            .collect();
         let next_page_token = if jobs.len() > page_size as usize {
             jobs.truncate(page_size as usize);
             jobs.last().map(|j| j.id.to_string())
@@ -402,7 +386,8 @@ impl Service {
     ) -> Result<Vec<StoredL0>, ServiceError> {
         let id = parse_id(raw_id, "job")?;
         self.load_job(caller, id).await?;
-        Ok(self.db.refine_job_l0s(id).await?)
+        let l0s = self.db.refine_job_l0s(id).await?;
+        Ok(l0s.into_iter().map(StoredL0::from).collect())
     }
 
     /// The job's events after `last_event_id` (raw, as a transport received it;

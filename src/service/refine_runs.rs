@@ -3,67 +3,90 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, body_hash, budget_fields, fatal, idempotency_key, key_reused, l0_rows, opt_str,
-    parse_id,
+    Accepted, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key, key_reused,
+    l0_rows, opt_str, parse_id, unknown_field,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::refine_jobs::{Created, NewRefineJob};
-use crate::db::refine_runs::NewRefineRun;
+use crate::db::refine_runs::{self as rows, NewRefineRun};
 use crate::domain::ids::Ident;
+use crate::domain::job::JobStatus;
 use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
+use crate::domain::usage::{Budget, UsageTotals};
 use crate::jobs::request::StoredRequest;
 use crate::jobs::runs::StoredRun as RunRequest;
 
-pub use crate::db::refine_runs::StoredRun;
+/// A refine run as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredRun {
+    pub id: Uuid,
+    /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
+    pub status: JobStatus,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    /// Phase id → its job, natural phase order.
+    #[schema(value_type = Object)]
+    pub phases: serde_json::Map<String, Value>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Present once merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// Changes when the run or any of its phase jobs changes.
+    pub version: i64,
+    /// What the L0 calls of all its phase jobs cost so far.
+    pub usage: UsageTotals,
+    /// The run's spending limits over all its phase jobs; null when none.
+    pub budget: Option<Budget>,
+}
 
-/// The submission (documentation schema; the handler reads the body itself).
-#[allow(dead_code)]
+impl From<rows::StoredRun> for StoredRun {
+    fn from(row: rows::StoredRun) -> Self {
+        StoredRun {
+            id: row.id,
+            status: row.status,
+            project_id: row.project_id,
+            team_pk: row.team_pk,
+            executor: row.executor,
+            phases: row.phases,
+            created_at: row.created_at,
+            finished_at: row.finished_at,
+            result: row.result,
+            version: row.version,
+            usage: row.usage,
+            budget: row.budget,
+        }
+    }
+}
+
+// The shape for the OpenAPI document: `Service::create_refine_run` reads the raw
+// body itself so that every parse failure is a `FATAL: failed to parse request body`.
+/// A whole plan to refine: its own members and the shared submission options.
 #[derive(ToSchema)]
 pub struct CreateRefineRunRequest {
     /// `{task?, source_dir?, phases: [PhaseElaborated], assignments: [AssignmentElaborated]}`.
     #[schema(value_type = Object)]
-    plan: Value,
+    pub plan: Value,
     /// The task inline (else the plan's `task` when it is a string).
-    task_text: Option<String>,
-    executor: Option<String>,
+    pub task_text: Option<String>,
+    pub executor: Option<String>,
     /// Each phase's result is also written under it (inside `PLANGATE_OUTPUT_ROOT`).
-    output_dir: Option<String>,
-    #[schema(value_type = Option<crate::domain::ids::Ident>)]
-    project_id: Option<String>,
-    #[schema(value_type = Option<crate::domain::ids::Ident>)]
-    team_pk: Option<String>,
-    /// Same as the `Idempotency-Key` header.
-    idempotency_key: Option<String>,
-    /// Start no further L0 in any phase once the run's L0 calls (all phases)
-    /// have cost this much (US dollars; calls of unknown cost count 0). Phase
-    /// jobs stopped by it end `failed` with `budget_exceeded`; the run ends
-    /// `failed` with what finished merged.
-    #[schema(exclusive_minimum = 0.0)]
-    max_cost_usd: Option<f64>,
-    /// Likewise for the output tokens of all the run's L0 calls.
-    #[schema(minimum = 1)]
-    max_output_tokens: Option<i64>,
-    /// `finish` (default) lets running L0s finish; `kill` kills them.
-    budget_action: Option<crate::domain::usage::BudgetAction>,
+    pub output_dir: Option<String>,
+    #[serde(flatten)]
+    pub options: SubmissionOptions,
 }
 
-const CREATE_FIELDS: [&str; 10] = [
-    "plan",
-    "task_text",
-    "executor",
-    "output_dir",
-    "project_id",
-    "team_pk",
-    "idempotency_key",
-    "max_cost_usd",
-    "max_output_tokens",
-    "budget_action",
-];
+/// [`CreateRefineRunRequest`]'s own members.
+pub(super) const CREATE_FIELDS: [&str; 4] = ["plan", "task_text", "executor", "output_dir"];
 
 /// Per phase: its id, the job's stored request and its `(assignment, batch)` rows.
 type PhaseJobRequest = (String, Value, Vec<(String, i32)>);
@@ -83,6 +106,7 @@ impl Service {
             .db
             .refine_run(id)
             .await?
+            .map(StoredRun::from)
             .ok_or_else(|| ServiceError::not_found("refine run", &id.to_string()))?;
         caller.check_optional_project(run.project_id.as_deref())?;
         Ok(run)
@@ -100,11 +124,8 @@ impl Service {
         let Value::Object(body) = value else {
             return Err(invalid_plan(fatal("the body must be a JSON object")));
         };
-        if let Some(unknown) = body.keys().find(|k| !CREATE_FIELDS.contains(&k.as_str())) {
-            return Err(invalid_plan(fatal(format!(
-                "unknown field {unknown:?} (expected one of {})",
-                CREATE_FIELDS.join(", ")
-            ))));
+        if let Some((_, error)) = unknown_field(&body, &CREATE_FIELDS) {
+            return Err(invalid_plan(error));
         }
         let plan_value = body.get("plan").filter(|v| v.is_object()).ok_or_else(|| {
             invalid_plan(fatal("plan: missing or not an object")).with("field", "plan")

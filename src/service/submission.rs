@@ -5,15 +5,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{ProblemCode, Service, ServiceError};
+use super::{ErrorKind, ProblemCode, Service, ServiceError};
 use crate::agents::Executor;
 use crate::domain::ids::Ident;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
-use crate::domain::usage::Budget;
+use crate::domain::usage::{Budget, BudgetAction, daily_limit_spent, utc_day_start};
 use crate::jobs::request::confine;
 
 /// Longest long-poll `wait`, in seconds (docs/jobs.md).
@@ -31,6 +33,65 @@ pub struct Accepted<T> {
     /// True when the key named an earlier create with the same body: `value` is
     /// that create's resource (HTTP: `Idempotent-Replayed: true`).
     pub replayed: bool,
+}
+
+// Flattened into both create schemas, this states the shape for the OpenAPI
+// document; the use cases read the raw body themselves (so that every failure is a
+// FATAL naming the field) and accept exactly their own members plus `FIELDS`.
+/// What a refine-job and a refine-run submission share: the project and cycle,
+/// the idempotency key and the budget.
+#[derive(ToSchema)]
+pub struct SubmissionOptions {
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
+    pub project_id: Option<String>,
+    #[schema(value_type = Option<crate::domain::ids::Ident>)]
+    pub team_pk: Option<String>,
+    /// Same as the `Idempotency-Key` header.
+    pub idempotency_key: Option<String>,
+    /// Start no further L0 once the L0 calls have cost this much (US dollars;
+    /// calls of unknown cost count 0): a job's own calls, or for a run those of
+    /// all its phase jobs. A job stopped by it ends `failed` with
+    /// `budget_exceeded`, keeping the outcomes of the L0s that finished; a run then
+    /// ends `failed` with what finished merged.
+    #[schema(exclusive_minimum = 0.0)]
+    pub max_cost_usd: Option<f64>,
+    /// Likewise for the output tokens those L0 calls have produced.
+    #[schema(minimum = 1)]
+    pub max_output_tokens: Option<i64>,
+    /// What a reached budget does to the L0s still running: let them finish
+    /// (default; their cost is committed) or kill them. Only with a limit.
+    pub budget_action: Option<BudgetAction>,
+}
+
+impl SubmissionOptions {
+    pub const FIELDS: [&str; 6] = [
+        "project_id",
+        "team_pk",
+        "idempotency_key",
+        "max_cost_usd",
+        "max_output_tokens",
+        "budget_action",
+    ];
+}
+
+/// The first member of `body` that is neither one of `own` nor of
+/// [`SubmissionOptions::FIELDS`], with its FATAL listing them all in that order.
+pub(super) fn unknown_field<'a>(
+    body: &'a Map<String, Value>,
+    own: &[&str],
+) -> Option<(&'a str, ServiceError)> {
+    let known = |k: &str| own.contains(&k) || SubmissionOptions::FIELDS.contains(&k);
+    let unknown = body.keys().find(|k| !known(k))?;
+    let expected: Vec<&str> = own
+        .iter()
+        .chain(&SubmissionOptions::FIELDS)
+        .copied()
+        .collect();
+    let error = fatal(format!(
+        "unknown field {unknown:?} (expected one of {})",
+        expected.join(", ")
+    ));
+    Some((unknown.as_str(), error))
 }
 
 /// `FATAL: failed to parse request body: {detail}` as a 422 `invalid_context`.
@@ -193,25 +254,32 @@ impl Service {
         &self,
         project_id: Option<&Ident>,
     ) -> Result<(), ServiceError> {
-        let checked = crate::jobs::budget::check_daily_limit(
-            &self.db,
-            &self.settings,
-            project_id.map(Ident::as_str),
+        let Some(project) = project_id.map(Ident::as_str) else {
+            return Ok(());
+        };
+        let Some(limit) = self.settings.budgets.daily_limit(project) else {
+            return Ok(());
+        };
+        let now = Utc::now();
+        let spent_usd = self
+            .db
+            .project_cost_since(project, utc_day_start(now))
+            .await?;
+        let Some(spent) = daily_limit_spent(project, limit, spent_usd, now) else {
+            return Ok(());
+        };
+        let detail = format!(
+            "project {project}'s daily limit of ${limit} is spent (${spent_usd:.6} today, UTC); \
+             retry after the next UTC midnight"
+        );
+        Err(ServiceError::new(
+            ErrorKind::TooManyRequests,
+            ProblemCode::BudgetExhausted,
+            detail,
         )
-        .await?;
-        checked.map_err(|spent| {
-            ServiceError::new(
-                super::ErrorKind::TooManyRequests,
-                ProblemCode::BudgetExhausted,
-                format!(
-                    "project {}'s daily limit of ${} is spent (${:.6} today, UTC); retry after the next UTC midnight",
-                    spent.project_id, spent.limit_usd, spent.spent_usd
-                ),
-            )
-            .with("limit_usd", spent.limit_usd)
-            .with("spent_usd", spent.spent_usd)
-            .with("retry_after_secs", spent.retry_after_secs)
-        })
+        .with("limit_usd", spent.limit_usd)
+        .with("spent_usd", spent.spent_usd)
+        .with("retry_after_secs", spent.retry_after_secs))
     }
 
     /// The executor a submission names (else the default); 422 `unknown_executor`.
@@ -321,5 +389,62 @@ pub(super) async fn wake_for(
                 std::future::pending::<()>().await
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+    use utoipa::PartialSchema;
+
+    use super::SubmissionOptions;
+
+    /// The member names a create schema documents: its own, then (through the
+    /// flattened `$ref`) the shared options.
+    fn documented<T: PartialSchema>() -> Vec<String> {
+        fn names(schema: &Value, out: &mut Vec<String>) {
+            if let Some(items) = schema.get("allOf").and_then(Value::as_array) {
+                for item in items {
+                    names(item, out);
+                }
+            }
+            if schema.get("$ref").and_then(Value::as_str)
+                == Some("#/components/schemas/SubmissionOptions")
+            {
+                names(
+                    &serde_json::to_value(SubmissionOptions::schema()).unwrap(),
+                    out,
+                );
+            }
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                out.extend(props.keys().cloned());
+            }
+        }
+        let mut out = Vec::new();
+        names(&serde_json::to_value(T::schema()).unwrap(), &mut out);
+        out.sort();
+        out
+    }
+
+    fn accepted(own: &[&str]) -> Vec<String> {
+        let mut all: Vec<String> = own
+            .iter()
+            .chain(&SubmissionOptions::FIELDS)
+            .map(|f| (*f).to_owned())
+            .collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn the_create_schemas_document_exactly_the_accepted_members() {
+        assert_eq!(
+            documented::<crate::service::refine_jobs::CreateRefineJobRequest>(),
+            accepted(&crate::service::refine_jobs::CREATE_FIELDS)
+        );
+        assert_eq!(
+            documented::<crate::service::refine_runs::CreateRefineRunRequest>(),
+            accepted(&crate::service::refine_runs::CREATE_FIELDS)
+        );
     }
 }

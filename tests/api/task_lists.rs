@@ -253,16 +253,33 @@ async fn validate_refuses_malformed_requests(app: TestApp) {
     assert!(answer.contains("application/problem+json"), "{answer}");
     assert!(answer.contains("\"code\":\"body_too_large\""), "{answer}");
     // A chunked body (no length up front) is cut at the same limit by the extractor.
-    let chunks =
-        futures::stream::iter((0..18).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024 * 1024])));
-    let chunked = app
-        .client
-        .post(app.url("/v1/task-lists/validate"))
-        .header("content-type", "application/json")
-        .body(reqwest::Body::wrap_stream(chunks))
-        .send()
-        .await
-        .expect("the server reads the body up to the limit, then answers");
+    // The server answers and closes while the client may still be writing, so under
+    // load the client can see a broken pipe before it reads the answer: try a few
+    // times, and require one 413 answer (a server that never answers 413 still fails).
+    let mut last_error = None;
+    let mut chunked = None;
+    for _ in 0..5 {
+        let chunks = futures::stream::iter(
+            (0..18).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024 * 1024])),
+        );
+        match app
+            .client
+            .post(app.url("/v1/task-lists/validate"))
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(chunks))
+            .send()
+            .await
+        {
+            Ok(answer) => {
+                chunked = Some(answer);
+                break;
+            }
+            Err(error) => last_error = Some(error),
+        }
+    }
+    let chunked = chunked.unwrap_or_else(|| {
+        panic!("the server reads the body up to the limit, then answers: {last_error:?}")
+    });
     // The server closes the connection with the rest of the body unread, so TCP
     // may reset it before the client has read the problem body: the status and
     // content type arrive first and are the contract; the body is checked when it

@@ -9,8 +9,10 @@ use uuid::Uuid;
 
 use super::{JobProgress, add_count, budget_of, parse_status, state_event};
 use crate::db::task_lists::now;
-use crate::db::{Database, DbResult};
-use crate::domain::job::JobStatus;
+use crate::db::{Database, DbResult, status_list};
+use crate::domain::job::{
+    JobStatus, LEASE_EXPIRED, LeaseExpiry, after_hand_back, after_lease_expired,
+};
 use crate::domain::usage::Budget;
 
 /// An L0 outcome the worker stored: enough to resume without running it again.
@@ -230,11 +232,12 @@ impl Database {
 
     /// Renews the lease. `Ok(Ok(cancel_requested))`, or `LeaseLost`.
     pub async fn heartbeat_refine_job(&self, lease: Lease, until: DateTime<Utc>) -> Fenced<bool> {
+        let in_flight = status_list(&JobStatus::IN_FLIGHT);
         let row: Option<bool> = on_pool!(self, pool => {
-            sqlx::query_scalar(
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "UPDATE refine_jobs SET lease_expires_at = $3 WHERE id = $1 AND lease_token = $2 \
-                 AND status IN ('running', 'cancelling') RETURNING cancel_requested",
-            )
+                 AND status IN {in_flight} RETURNING cancel_requested"
+            )))
             .bind(lease.job_id)
             .bind(lease.token)
             .bind(until)
@@ -280,16 +283,17 @@ impl Database {
             ),
             Finish::Cancelled => (JobStatus::Cancelled, None, None, None, None),
         };
+        let in_flight = status_list(&JobStatus::IN_FLIGHT);
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             // The fenced bump and the terminal state in one statement.
-            let ended: Option<(i64, i32)> = sqlx::query_as(
+            let ended: Option<(i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "UPDATE refine_jobs SET version = version + $9, updated_at = $8, status = $2, \
                  result = $3, phase_refined_path = $4, error_code = $5, error_message = $6, \
                  log = $7, finished_at = $8, lease_token = NULL, lease_expires_at = NULL \
-                 WHERE id = $1 AND lease_token = $10 AND status IN ('running', 'cancelling') \
-                 RETURNING version, attempt",
-            )
+                 WHERE id = $1 AND lease_token = $10 AND status IN {in_flight} \
+                 RETURNING version, attempt"
+            )))
             .bind(lease.job_id)
             .bind(status.as_str())
             .bind(result.map(Json))
@@ -330,8 +334,9 @@ impl Database {
         Ok(Ok(status))
     }
 
-    /// Graceful shutdown: give the job back without charging the attempt, so any
-    /// replica resumes it at once. A job being cancelled ends `cancelled` instead.
+    /// Graceful shutdown: give the job back as [`after_hand_back`] decides — queued
+    /// without charging the attempt, so any replica resumes it at once, or
+    /// `cancelled` when a cancel was in progress.
     pub async fn release_refine_job(&self, lease: Lease) -> Fenced<JobStatus> {
         let at = now();
         on_pool!(self, pool => {
@@ -339,19 +344,25 @@ impl Database {
             let Some(seq) = bump_fenced!(tx, lease, at, 1usize) else {
                 return Ok(Err(LeaseLost));
             };
-            let (status, attempt): (String, i32) = sqlx::query_as(
-                "UPDATE refine_jobs SET \
-                   status = CASE WHEN status = 'cancelling' THEN 'cancelled' ELSE 'queued' END, \
-                   attempt = CASE WHEN status = 'cancelling' THEN attempt ELSE attempt - 1 END, \
-                   finished_at = CASE WHEN status = 'cancelling' THEN $2 ELSE NULL END, \
-                   run_after = $2, worker_id = NULL, lease_token = NULL, lease_expires_at = NULL \
-                 WHERE id = $1 RETURNING status, attempt",
+            // The fenced bump holds the row: its status cannot change under us.
+            let held: String = sqlx::query_scalar("SELECT status FROM refine_jobs WHERE id = $1")
+                .bind(lease.job_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            let back = after_hand_back(parse_status(lease.job_id, &held)?);
+            let status = back.status;
+            let attempt: i32 = sqlx::query_scalar(
+                "UPDATE refine_jobs SET status = $2, attempt = attempt - $3, finished_at = $4, \
+                   run_after = $5, worker_id = NULL, lease_token = NULL, lease_expires_at = NULL \
+                 WHERE id = $1 RETURNING attempt",
             )
             .bind(lease.job_id)
+            .bind(status.as_str())
+            .bind(i32::from(back.refund_attempt))
+            .bind(status.is_terminal().then_some(at))
             .bind(at)
             .fetch_one(&mut *tx)
             .await?;
-            let status = parse_status(lease.job_id, &status)?;
             reset_running_l0s!(tx, lease.job_id, status);
             let event = state_event(
                 status,
@@ -364,27 +375,25 @@ impl Database {
         })
     }
 
-    /// The reaper: jobs whose lease expired are re-queued with backoff (their
-    /// `running` L0s back to `pending`), or fail with `lease_expired` once
-    /// `max_attempts` is used up; a job being cancelled ends `cancelled`.
+    /// The reaper: each job whose lease expired gets what the attempt rule
+    /// ([`after_lease_expired`]) decides — re-queued after `backoff` (its `running` L0s
+    /// back to `pending`), failed with `lease_expired`, or cancelled.
     pub async fn reap_expired_refine_jobs(
         &self,
         backoff: impl Fn(u32) -> std::time::Duration,
     ) -> DbResult<Reaped> {
         let at = now();
+        let in_flight = status_list(&JobStatus::IN_FLIGHT);
         let lock = match self {
             Database::Postgres(_) => " FOR UPDATE SKIP LOCKED",
             Database::Sqlite(_) => "",
         };
         on_pool!(self, pool => {
-            let mut tx = match self {
-                Database::Sqlite(_) => pool.begin_with("BEGIN IMMEDIATE").await?,
-                Database::Postgres(_) => pool.begin().await?,
-            };
+            let mut tx = begin_locked!(self, pool);
             let expired: Vec<(Uuid, String, i32, i32)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT id, status, attempt, max_attempts FROM refine_jobs \
-                 WHERE status IN ('running', 'cancelling') AND lease_expires_at < $1 \
+                 WHERE status IN {in_flight} AND lease_expires_at < $1 \
                  ORDER BY lease_expires_at LIMIT 100{lock}"
                 )))
                 .bind(at)
@@ -392,40 +401,41 @@ impl Database {
                 .await?;
             let mut reaped = Reaped::default();
             for (id, status, attempt, max_attempts) in expired {
-                let (next, run_after, error) = if status == "cancelling" {
-                    reaped.cancelled += 1;
-                    (JobStatus::Cancelled, at, None)
-                } else if attempt >= max_attempts {
-                    reaped.failed += 1;
-                    let message = format!(
-                        "the worker's lease expired on attempt {attempt} of {max_attempts}"
-                    );
-                    (JobStatus::Failed, at, Some(message))
-                } else {
-                    reaped.requeued += 1;
-                    let delay = backoff(u32::try_from(attempt).unwrap_or(1));
-                    let delay = chrono::Duration::from_std(delay).unwrap_or_default();
-                    (JobStatus::Queued, at + delay, None)
+                let status = parse_status(id, &status)?;
+                let expiry = after_lease_expired(status, attempt, max_attempts, &backoff);
+                let next = expiry.status();
+                let (run_after, error) = match &expiry {
+                    LeaseExpiry::Cancel => {
+                        reaped.cancelled += 1;
+                        (at, None)
+                    }
+                    LeaseExpiry::Fail { message } => {
+                        reaped.failed += 1;
+                        (at, Some(message.as_str()))
+                    }
+                    LeaseExpiry::Retry { delay } => {
+                        reaped.requeued += 1;
+                        (at + chrono::Duration::from_std(*delay).unwrap_or_default(), None)
+                    }
                 };
                 let seq = bump!(tx, id, at);
                 sqlx::query(
                     "UPDATE refine_jobs SET status = $2, run_after = $3, worker_id = NULL, \
-                     lease_token = NULL, lease_expires_at = NULL, \
-                     finished_at = CASE WHEN $2 = 'queued' THEN NULL ELSE $4 END, \
+                     lease_token = NULL, lease_expires_at = NULL, finished_at = $4, \
                      error_code = $5, error_message = $6 WHERE id = $1",
                 )
                 .bind(id)
                 .bind(next.as_str())
                 .bind(run_after)
-                .bind(at)
-                .bind(error.as_ref().map(|_| "lease_expired"))
-                .bind(error.as_deref())
+                .bind(next.is_terminal().then_some(at))
+                .bind(error.map(|_| LEASE_EXPIRED))
+                .bind(error)
                 .execute(&mut *tx)
                 .await?;
                 reset_running_l0s!(tx, id, next);
-                let extra = match &error {
+                let extra = match error {
                     Some(message) => {
-                        json!({"reason": "lease expired", "error": {"code": "lease_expired", "message": message}})
+                        json!({"reason": "lease expired", "error": {"code": LEASE_EXPIRED, "message": message}})
                     }
                     None => json!({"reason": "lease expired"}),
                 };

@@ -28,10 +28,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::FromRow;
 use sqlx::types::Json;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Database, DbError, DbResult};
+use super::{DbError, DbResult};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
@@ -67,7 +66,7 @@ pub enum Created<T> {
     KeyReused,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct JobProgress {
     pub l0_total: i64,
     pub l0_running: i64,
@@ -79,15 +78,15 @@ pub struct JobProgress {
     pub l0_failed: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobError {
     /// `lease_expired`, `internal`, …
     pub code: String,
     pub message: String,
 }
 
-/// A refine job as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// A refine job as stored (the API's shape is `service::refine_jobs::StoredJob`).
+#[derive(Debug, Clone)]
 pub struct StoredJob {
     pub id: Uuid,
     /// Always `refine`.
@@ -112,12 +111,8 @@ pub struct StoredJob {
     pub progress: JobProgress,
     /// The job log, in order: one line per L0 verdict, work-package conflict or warning.
     pub log: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub result: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub phase_refined_path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<JobError>,
     /// Bumped by every change; the `id` of the job's last event.
     pub version: i64,
@@ -221,8 +216,8 @@ impl JobRow {
     }
 }
 
-/// One L0's record as `/assignments` shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// One L0's record.
+#[derive(Debug, Clone)]
 pub struct StoredL0 {
     pub assignment_id: String,
     /// 1-based batch number.
@@ -313,7 +308,7 @@ const L0_COLUMNS: &str = "assignment_id, batch, status, attempt, starts, tries, 
      output_tokens, cache_read_input_tokens, cache_creation_input_tokens, cost_usd, \
      usage_model, usage_source, prompt_bytes";
 
-#[derive(Debug, Clone, Serialize, FromRow)]
+#[derive(Debug, Clone, FromRow)]
 pub struct JobEvent {
     pub seq: i64,
     pub event: String,
@@ -370,11 +365,4 @@ pub(crate) fn state_event(status: JobStatus, attempt: i32, extra: Value) -> (&'s
         obj.extend(more);
     }
     ("state", data)
-}
-
-fn lock_suffix(db: &Database) -> &'static str {
-    match db {
-        Database::Postgres(_) => " FOR UPDATE",
-        Database::Sqlite(_) => "",
-    }
 }

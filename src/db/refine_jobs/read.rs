@@ -10,7 +10,7 @@ use super::{
     JOB_COLUMNS, JobEvent, JobFilter, JobProgress, JobRow, L0_COLUMNS, L0Row, StoredJob, StoredL0,
     add_count, parse_status,
 };
-use crate::db::{Database, DbResult};
+use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::UsageTotals;
 
@@ -160,14 +160,14 @@ impl Database {
     /// `active_only` counts just the unfinished ones, which the partial indexes
     /// cover, so the every-few-seconds refresh never scans the retained history.
     pub async fn refine_job_counts(&self, active_only: bool) -> DbResult<Vec<(String, i64)>> {
-        let sql = if active_only {
-            "SELECT status, COUNT(*) FROM refine_jobs \
-             WHERE status IN ('queued', 'running', 'cancelling') GROUP BY status"
+        let filter = if active_only {
+            format!("WHERE status IN {} ", status_list(&JobStatus::ACTIVE))
         } else {
-            "SELECT status, COUNT(*) FROM refine_jobs GROUP BY status"
+            String::new()
         };
+        let sql = format!("SELECT status, COUNT(*) FROM refine_jobs {filter}GROUP BY status");
         Ok(on_pool!(self, pool => {
-            sqlx::query_as(sql).fetch_all(pool).await?
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str())).fetch_all(pool).await?
         }))
     }
 }

@@ -37,6 +37,7 @@ mod input;
 mod packet;
 mod phase;
 mod run;
+mod run_result;
 
 pub use answer::{
     AnswerError, Change, DependencyCorrection, L0Answer, WpAdjustment, format_l0_answer,
@@ -56,3 +57,4 @@ pub use phase::{
     classify, dependency_line, refine_phase, result_value,
 };
 pub use run::{FileConflict, MergeOutput, SplitPlan, merge_phase_results, split_plan};
+pub use run_result::{PhaseOutcome, RunRequest, merge_run};

@@ -1,0 +1,112 @@
+//! The TOML config file: the settings below flags and variables, plus what only
+//! the file can say (executor profiles, prices, budgets).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{ConfigError, LogFormat, TokenEntry};
+use crate::domain::usage::Prices;
+
+/// The config file. Unknown keys are refused so that a typo fails at start instead
+/// of silently running with a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub bind: Option<String>,
+    pub database_url: Option<String>,
+    pub log_format: Option<LogFormat>,
+    /// Strings as in `PLANGATE_API_TOKENS` (`"TOKEN"`, `"TOKEN:a|b"`) or tables
+    /// `{ value = "...", projects = ["a", "b"] }`, also written `[[api_tokens]]`.
+    pub api_tokens: Option<Vec<TokenEntry>>,
+    pub workspace_root: Option<PathBuf>,
+    pub output_root: Option<PathBuf>,
+    pub workers: Option<u32>,
+    pub lease_secs: Option<u64>,
+    pub heartbeat_secs: Option<u64>,
+    pub reaper_interval_secs: Option<u64>,
+    pub max_attempts: Option<u32>,
+    pub shutdown_grace_secs: Option<u64>,
+    pub retention_days: Option<u64>,
+    pub request_timeout_secs: Option<u64>,
+    pub body_limit_bytes: Option<usize>,
+    pub l0_concurrency: Option<usize>,
+    pub prompt_template: Option<PathBuf>,
+    pub default_executor: Option<String>,
+    #[serde(default)]
+    pub executors: BTreeMap<String, ExecutorProfile>,
+    /// `[prices."MODEL"]`: prices calls that report tokens but no cost.
+    #[serde(default)]
+    pub prices: Prices,
+    /// `[budgets]`: the per-project daily spending limits.
+    #[serde(default)]
+    pub budgets: BudgetsConfig,
+}
+
+/// `[budgets]` of the config file (docs/jobs.md, "Usage, cost and budgets").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsConfig {
+    /// Every project's daily limit in US dollars (UTC days); none when absent.
+    pub project_daily_cost_usd: Option<f64>,
+    /// Per-project limits that replace the default one.
+    #[serde(default)]
+    pub projects: BTreeMap<String, f64>,
+}
+
+impl BudgetsConfig {
+    /// The daily limit of `project`, if any.
+    pub fn daily_limit(&self, project: &str) -> Option<f64> {
+        self.projects
+            .get(project)
+            .copied()
+            .or(self.project_daily_cost_usd)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    Command,
+    Openai,
+    Anthropic,
+    Builtin,
+}
+
+/// An L0 executor profile (docs/spec/operations.md). The refine engine uses it; the
+/// foundation only checks it is well formed so that a bad profile fails at start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorProfile {
+    pub kind: ExecutorKind,
+    #[serde(default)]
+    pub argv: Vec<String>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub timeout_secs: Option<u64>,
+    pub max_output_bytes: Option<usize>,
+    #[serde(default)]
+    pub env_allow: Vec<String>,
+    /// `command` only: `text` (default) or `claude-json`.
+    #[serde(default)]
+    pub output: crate::agents::OutputFormat,
+}
+
+impl FileConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            // toml's message spans several lines with a caret; one line is the contract.
+            message: e.message().to_owned()
+                + &e.span()
+                    .map(|s| format!(" (at byte {})", s.start))
+                    .unwrap_or_default(),
+        })
+    }
+}

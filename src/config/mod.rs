@@ -1,0 +1,472 @@
+//! Configuration: flags > environment > TOML file > defaults.
+//!
+//! Every setting has one name: a flag, an environment variable (clap's `env`) and a
+//! key in the config file. clap merges flags and environment; the file sits below
+//! both, so each clap argument is an `Option` and falls back to the file, then to the
+//! default. A bad value fails at start with one line, never at the first request.
+//!
+//! `cli` holds the command tree (flags and variables), `file` the TOML file,
+//! `tokens` the API tokens; this module merges them into [`Settings`].
+
+mod cli;
+mod file;
+mod tokens;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
+use crate::domain::usage::Prices;
+
+pub use crate::db::DatabaseKind;
+pub use cli::*;
+pub use file::*;
+use tokens::parse_tokens;
+pub use tokens::{ApiToken, MIN_TOKEN_LEN, TokenEntry};
+
+/// The validated settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub bind: SocketAddr,
+    pub database_url: String,
+    pub log_format: LogFormat,
+    /// Empty: no auth.
+    pub api_tokens: Vec<ApiToken>,
+    pub workspace_root: Option<PathBuf>,
+    pub output_root: Option<PathBuf>,
+    pub workers: u32,
+    pub lease: Duration,
+    pub heartbeat: Duration,
+    pub reaper_interval: Duration,
+    pub max_attempts: u32,
+    pub shutdown_grace: Duration,
+    pub retention: Duration,
+    pub request_timeout: Duration,
+    pub body_limit: usize,
+    /// Concurrent L0s per job, `1..=MAX_PARALLEL`.
+    pub l0_concurrency: usize,
+    /// The L0 prompt template text (the shipped one unless configured).
+    pub prompt_template: String,
+    pub default_executor: String,
+    pub executors: BTreeMap<String, ExecutorProfile>,
+    pub prices: Prices,
+    pub budgets: BudgetsConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid {name}: {message}")]
+    Invalid { name: &'static str, message: String },
+}
+
+pub(super) fn invalid(name: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        name,
+        message: message.into(),
+    }
+}
+
+/// The listen address, [`DEFAULT_BIND`] when nothing sets it (shared by `serve` and
+/// `health`, so the probe always finds the server).
+pub(super) fn parse_bind(text: Option<String>) -> Result<SocketAddr, ConfigError> {
+    let text = text.unwrap_or_else(|| DEFAULT_BIND.to_owned());
+    text.parse().map_err(|_| {
+        invalid(
+            "PLANGATE_BIND",
+            format!("{text:?} is not an address like 127.0.0.1:8080"),
+        )
+    })
+}
+
+/// Where the server listens unless told otherwise.
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+
+impl Settings {
+    /// Merge flags/environment over the config file over the defaults, and check
+    /// every value.
+    pub fn resolve(args: &ServeArgs) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        Self::merge(args, file)
+    }
+
+    pub fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
+        let bind = parse_bind(args.bind.clone().or(file.bind))?;
+        let database_url = args
+            .database_url
+            .clone()
+            .or(file.database_url)
+            .unwrap_or_else(|| "sqlite://plangate.db".to_owned());
+        database_kind(&database_url)?;
+
+        let log_format = args.log_format.or(file.log_format).unwrap_or_else(|| {
+            use std::io::IsTerminal;
+            if std::io::stdout().is_terminal() {
+                LogFormat::Pretty
+            } else {
+                LogFormat::Json
+            }
+        });
+        let api_tokens =
+            match &args.api_tokens {
+                Some(list) => parse_tokens(
+                    list.split(',')
+                        .filter(|t| !t.trim().is_empty())
+                        .map(ApiToken::parse),
+                )?,
+                None => parse_tokens(file.api_tokens.unwrap_or_default().into_iter().map(
+                    |entry| match entry {
+                        TokenEntry::Spec(spec) => ApiToken::parse(&spec),
+                        TokenEntry::Table { value, projects } => ApiToken::checked(value, projects),
+                    },
+                ))?,
+            };
+
+        let positive = |name: &'static str, value: Option<u64>, default: u64| {
+            let v = value.unwrap_or(default);
+            if v == 0 {
+                Err(invalid(name, "must be at least 1"))
+            } else {
+                Ok(v)
+            }
+        };
+        let workers = positive(
+            "PLANGATE_WORKERS",
+            args.workers.or(file.workers).map(u64::from),
+            4,
+        )?;
+        let lease = positive(
+            "PLANGATE_LEASE_SECS",
+            args.lease_secs.or(file.lease_secs),
+            60,
+        )?;
+        let heartbeat = positive(
+            "PLANGATE_HEARTBEAT_SECS",
+            args.heartbeat_secs.or(file.heartbeat_secs),
+            15,
+        )?;
+        if heartbeat >= lease {
+            return Err(invalid(
+                "PLANGATE_HEARTBEAT_SECS",
+                format!(
+                    "must be shorter than the lease ({lease} s), or leases expire between heartbeats"
+                ),
+            ));
+        }
+        let reaper = positive(
+            "PLANGATE_REAPER_INTERVAL_SECS",
+            args.reaper_interval_secs.or(file.reaper_interval_secs),
+            5,
+        )?;
+        let max_attempts = positive(
+            "PLANGATE_MAX_ATTEMPTS",
+            args.max_attempts.or(file.max_attempts).map(u64::from),
+            3,
+        )?;
+        let shutdown_grace = args
+            .shutdown_grace_secs
+            .or(file.shutdown_grace_secs)
+            .unwrap_or(25);
+        let retention_days = positive(
+            "PLANGATE_RETENTION_DAYS",
+            args.retention_days.or(file.retention_days),
+            30,
+        )?;
+        let request_timeout = positive(
+            "PLANGATE_REQUEST_TIMEOUT_SECS",
+            args.request_timeout_secs.or(file.request_timeout_secs),
+            30,
+        )?;
+        let body_limit = args
+            .body_limit_bytes
+            .or(file.body_limit_bytes)
+            .unwrap_or(DEFAULT_BODY_LIMIT);
+        if body_limit < 1024 {
+            return Err(invalid(
+                "PLANGATE_BODY_LIMIT_BYTES",
+                "must be at least 1024",
+            ));
+        }
+
+        let l0_concurrency = args
+            .l0_concurrency
+            .or(file.l0_concurrency)
+            .unwrap_or(MAX_PARALLEL);
+        if !(1..=MAX_PARALLEL).contains(&l0_concurrency) {
+            return Err(invalid(
+                "PLANGATE_L0_CONCURRENCY",
+                format!("must be between 1 and {MAX_PARALLEL} (got {l0_concurrency})"),
+            ));
+        }
+        let prompt_template = match args.prompt_template.clone().or(file.prompt_template) {
+            None => DEFAULT_PROMPT_TEMPLATE.to_owned(),
+            Some(path) => std::fs::read_to_string(&path).map_err(|e| {
+                invalid(
+                    "PLANGATE_PROMPT_TEMPLATE",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?,
+        };
+
+        let default_executor = file
+            .default_executor
+            .unwrap_or_else(|| "builtin".to_owned());
+        if default_executor != "builtin" && !file.executors.contains_key(&default_executor) {
+            return Err(invalid(
+                "default_executor",
+                format!("{default_executor:?} names no [executors.*] profile"),
+            ));
+        }
+        for (name, profile) in &file.executors {
+            if profile.kind == ExecutorKind::Command && profile.argv.is_empty() {
+                return Err(invalid(
+                    "executors",
+                    format!("[executors.{name}] of kind \"command\" needs a non-empty argv"),
+                ));
+            }
+        }
+
+        for (model, price) in &file.prices {
+            price.check(model).map_err(|m| invalid("prices", m))?;
+        }
+        let limits = file
+            .budgets
+            .project_daily_cost_usd
+            .iter()
+            .map(|l| ("project_daily_cost_usd".to_owned(), *l))
+            .chain(
+                file.budgets
+                    .projects
+                    .iter()
+                    .map(|(p, l)| (format!("projects.{p}"), *l)),
+            );
+        for (name, limit) in limits {
+            if !limit.is_finite() || limit < 0.0 {
+                return Err(invalid(
+                    "budgets",
+                    format!("[budgets] {name} must be a non-negative number of dollars"),
+                ));
+            }
+        }
+
+        Ok(Settings {
+            bind,
+            database_url,
+            log_format,
+            api_tokens,
+            workspace_root: args.workspace_root.clone().or(file.workspace_root),
+            output_root: args.output_root.clone().or(file.output_root),
+            // `positive` took these from u32, so they fit back.
+            workers: u32::try_from(workers).unwrap_or(u32::MAX),
+            lease: Duration::from_secs(lease),
+            heartbeat: Duration::from_secs(heartbeat),
+            reaper_interval: Duration::from_secs(reaper),
+            max_attempts: u32::try_from(max_attempts).unwrap_or(u32::MAX),
+            shutdown_grace: Duration::from_secs(shutdown_grace),
+            retention: Duration::from_secs(retention_days.saturating_mul(86_400)),
+            request_timeout: Duration::from_secs(request_timeout),
+            body_limit,
+            l0_concurrency,
+            prompt_template,
+            default_executor,
+            executors: file.executors,
+            prices: file.prices,
+            budgets: file.budgets,
+        })
+    }
+
+    pub fn database_kind(&self) -> DatabaseKind {
+        // Checked in `merge`.
+        database_kind(&self.database_url).unwrap_or(DatabaseKind::Sqlite)
+    }
+}
+
+pub fn database_kind(url: &str) -> Result<DatabaseKind, ConfigError> {
+    DatabaseKind::of_url(url)
+        .ok_or_else(|| invalid("DATABASE_URL", "must start with sqlite:// or postgres://"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> FileConfig {
+        toml::from_str(text).expect("test config parses")
+    }
+
+    #[test]
+    fn flags_override_file_and_defaults_fill_the_rest() {
+        let args = ServeArgs {
+            bind: Some("127.0.0.1:9999".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, file("bind = \"0.0.0.0:1\"\nworkers = 7")).unwrap();
+        assert_eq!(s.bind.port(), 9999);
+        assert_eq!(s.workers, 7);
+        assert_eq!(s.database_url, "sqlite://plangate.db");
+        assert_eq!(s.lease, Duration::from_secs(60));
+        assert_eq!(s.body_limit, DEFAULT_BODY_LIMIT);
+    }
+
+    #[test]
+    fn bad_values_fail_with_the_setting_name() {
+        let bad =
+            |args: ServeArgs, f: &str| Settings::merge(&args, file(f)).unwrap_err().to_string();
+        assert!(
+            bad(
+                ServeArgs {
+                    bind: Some("nowhere".into()),
+                    ..Default::default()
+                },
+                ""
+            )
+            .contains("PLANGATE_BIND")
+        );
+        assert!(
+            bad(
+                ServeArgs {
+                    database_url: Some("mysql://x".into()),
+                    ..Default::default()
+                },
+                ""
+            )
+            .contains("DATABASE_URL")
+        );
+        assert!(bad(ServeArgs::default(), "workers = 0").contains("PLANGATE_WORKERS"));
+        assert!(
+            bad(ServeArgs::default(), "lease_secs = 10\nheartbeat_secs = 10")
+                .contains("PLANGATE_HEARTBEAT_SECS")
+        );
+        assert!(bad(ServeArgs::default(), "default_executor = \"nope\"").contains("nope"));
+        let short = bad(
+            ServeArgs {
+                api_tokens: Some("secret-short".into()),
+                ..Default::default()
+            },
+            "",
+        );
+        assert!(short.contains("PLANGATE_API_TOKENS") && !short.contains("secret-short"));
+    }
+
+    #[test]
+    fn unknown_file_keys_and_kinds_are_refused() {
+        assert!(toml::from_str::<FileConfig>("wokers = 3").is_err());
+        assert!(toml::from_str::<FileConfig>("[executors.x]\nkind = \"shell\"").is_err());
+        let f = file("[executors.x]\nkind = \"command\"");
+        assert!(
+            Settings::merge(&ServeArgs::default(), f)
+                .unwrap_err()
+                .to_string()
+                .contains("argv")
+        );
+    }
+
+    #[test]
+    fn api_tokens_split_on_commas() {
+        let args = ServeArgs {
+            api_tokens: Some(" aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb ,".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, FileConfig::default()).unwrap();
+        assert_eq!(s.api_tokens.len(), 2);
+        assert!(s.api_tokens.iter().all(|t| t.projects().is_none()));
+    }
+
+    #[test]
+    fn api_tokens_may_be_limited_to_projects_in_the_variable() {
+        let args = ServeArgs {
+            api_tokens: Some("aaaaaaaaaaaaaaaa,bbbbbbbbbbbbbbbb: proj-a | proj-b ".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, FileConfig::default()).unwrap();
+        assert_eq!(s.api_tokens[0], ApiToken::unrestricted("aaaaaaaaaaaaaaaa"));
+        assert_eq!(
+            s.api_tokens[1],
+            ApiToken::limited("bbbbbbbbbbbbbbbb", &["proj-a", "proj-b"])
+        );
+    }
+
+    #[test]
+    fn api_tokens_in_the_file_take_strings_and_tables() {
+        let inline = file(
+            r#"api_tokens = ["aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb:p1|p2", { value = "cc:cc,cccccccccccccc", projects = ["p3"] }]"#,
+        );
+        let s = Settings::merge(&ServeArgs::default(), inline).unwrap();
+        assert_eq!(
+            s.api_tokens,
+            vec![
+                ApiToken::unrestricted("aaaaaaaaaaaaaaaa"),
+                ApiToken::limited("bbbbbbbbbbbbbbbb", &["p1", "p2"]),
+                ApiToken::limited("cc:cc,cccccccccccccc", &["p3"]),
+            ]
+        );
+        let tables = file(
+            "[[api_tokens]]\nvalue = \"dddddddddddddddd\"\nprojects = [\"p4\"]\n\
+             [[api_tokens]]\nvalue = \"eeeeeeeeeeeeeeee\"\n",
+        );
+        let s = Settings::merge(&ServeArgs::default(), tables).unwrap();
+        assert_eq!(
+            s.api_tokens,
+            vec![
+                ApiToken::limited("dddddddddddddddd", &["p4"]),
+                ApiToken::unrestricted("eeeeeeeeeeeeeeee"),
+            ]
+        );
+        // The variable wins over the file, as for every setting.
+        let args = ServeArgs {
+            api_tokens: Some("ffffffffffffffff".into()),
+            ..Default::default()
+        };
+        let s = Settings::merge(&args, file(r#"api_tokens = ["aaaaaaaaaaaaaaaa"]"#)).unwrap();
+        assert_eq!(
+            s.api_tokens,
+            vec![ApiToken::unrestricted("ffffffffffffffff")]
+        );
+        assert!(toml::from_str::<FileConfig>("[[api_tokens]]\nvalu = \"x\"").is_err());
+    }
+
+    #[test]
+    fn bad_token_entries_fail_without_echoing_the_token() {
+        let secret = "secret-0123456789abcdef";
+        for spec in [
+            format!("{secret}:"),
+            format!("{secret}:a||b"),
+            format!("{secret}:ok|bad\u{7}"),
+            format!("{secret},{secret}:p"),
+            "short:p".to_owned(),
+        ] {
+            let args = ServeArgs {
+                api_tokens: Some(spec.clone()),
+                ..Default::default()
+            };
+            let err = Settings::merge(&args, FileConfig::default())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("PLANGATE_API_TOKENS"), "{spec}: {err}");
+            assert!(!err.contains("secret") && !err.contains("short"), "{err}");
+        }
+        let err = Settings::merge(
+            &ServeArgs::default(),
+            file(r#"api_tokens = [{ value = "secret-0123456789abcdef", projects = [] }]"#),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("at least one") && !err.contains("secret"),
+            "{err}"
+        );
+        let dump = format!("{:?}", ApiToken::limited(secret, &["p"]));
+        assert!(!dump.contains(secret), "{dump}");
+    }
+}

@@ -1,0 +1,178 @@
+//! The JSON a refine job is shown as (REST, MCP and the dashboard), apart from the
+//! stored rows in `db/` so that storage can change without changing the API.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::db::refine_jobs as rows;
+use crate::domain::job::JobStatus;
+use crate::domain::usage::{Budget, L0Usage, UsageTotals};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct JobProgress {
+    pub l0_total: i64,
+    pub l0_running: i64,
+    /// Valid answers.
+    pub l0_succeeded: i64,
+    /// Answers that failed validation or were for another assignment.
+    pub l0_invalid: i64,
+    /// No answer (spawn error, timeout, non-zero exit with no output, cancelled).
+    pub l0_failed: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct JobError {
+    /// `lease_expired`, `internal`, …
+    pub code: String,
+    pub message: String,
+}
+
+/// A refine job as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredJob {
+    pub id: Uuid,
+    /// Always `refine`.
+    pub kind: String,
+    pub status: JobStatus,
+    pub phase_id: String,
+    pub run_id: Option<Uuid>,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    /// The executor profile name the job runs with.
+    pub executor: String,
+    /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
+    pub executor_kind: String,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+    /// Attempts started so far (a hand-back at shutdown is not charged).
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub progress: JobProgress,
+    /// The job log, in order: one line per L0 verdict, work-package conflict or warning.
+    pub log: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase_refined_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<JobError>,
+    /// Bumped by every change; the `id` of the job's last event.
+    pub version: i64,
+    /// What its L0 calls cost so far (for a run's phase job: this job's calls).
+    pub usage: UsageTotals,
+    /// Its spending limits; null when the request set none. A run's phase jobs
+    /// show the run's budget, which applies to the whole run.
+    pub budget: Option<Budget>,
+}
+
+/// One L0's record as `/assignments` shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredL0 {
+    pub assignment_id: String,
+    /// 1-based batch number.
+    pub batch: i32,
+    /// `pending`, `running`, `valid`, `invalid`, `mismatch` or `failed`.
+    pub status: String,
+    /// The job attempt that ran it last.
+    pub attempt: i32,
+    /// How many times an L0 process/call was started for it (1 unless a crash
+    /// interrupted it before its outcome was stored).
+    pub starts: i32,
+    /// Executor tries of the last start (transient errors retried).
+    pub tries: i32,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub exit_code: Option<i32>,
+    /// Why it was not valid.
+    pub error: Option<String>,
+    /// The start of its answer (or stderr when it gave none).
+    pub output_excerpt: Option<String>,
+    /// What the call cost (all its tries); null until its outcome is stored.
+    pub usage: Option<L0Usage>,
+    /// The size of the prompt sent, in bytes (the prompt names the task file,
+    /// never inlines it); null until its outcome is stored.
+    pub prompt_bytes: Option<i64>,
+}
+
+impl From<rows::JobProgress> for JobProgress {
+    fn from(p: rows::JobProgress) -> Self {
+        JobProgress {
+            l0_total: p.l0_total,
+            l0_running: p.l0_running,
+            l0_succeeded: p.l0_succeeded,
+            l0_invalid: p.l0_invalid,
+            l0_failed: p.l0_failed,
+        }
+    }
+}
+
+impl From<rows::JobError> for JobError {
+    fn from(e: rows::JobError) -> Self {
+        JobError {
+            code: e.code,
+            message: e.message,
+        }
+    }
+}
+
+impl From<rows::StoredJob> for StoredJob {
+    fn from(row: rows::StoredJob) -> Self {
+        StoredJob {
+            id: row.id,
+            kind: row.kind,
+            status: row.status,
+            phase_id: row.phase_id,
+            run_id: row.run_id,
+            project_id: row.project_id,
+            team_pk: row.team_pk,
+            executor: row.executor,
+            executor_kind: row.executor_kind,
+            created_at: row.created_at,
+            started_at: row.started_at,
+            cancel_requested_at: row.cancel_requested_at,
+            finished_at: row.finished_at,
+            updated_at: row.updated_at,
+            attempt: row.attempt,
+            max_attempts: row.max_attempts,
+            progress: row.progress.into(),
+            log: row.log,
+            result: row.result,
+            phase_refined_path: row.phase_refined_path,
+            error: row.error.map(JobError::from),
+            version: row.version,
+            usage: row.usage,
+            budget: row.budget,
+        }
+    }
+}
+
+impl From<rows::StoredL0> for StoredL0 {
+    fn from(row: rows::StoredL0) -> Self {
+        StoredL0 {
+            assignment_id: row.assignment_id,
+            batch: row.batch,
+            status: row.status,
+            attempt: row.attempt,
+            starts: row.starts,
+            tries: row.tries,
+            project_id: row.project_id,
+            team_pk: row.team_pk,
+            started_at: row.started_at,
+            finished_at: row.finished_at,
+            exit_code: row.exit_code,
+            error: row.error,
+            output_excerpt: row.output_excerpt,
+            usage: row.usage,
+            prompt_bytes: row.prompt_bytes,
+        }
+    }
+}
