@@ -10,7 +10,7 @@
 #                                                   # (default target/bench-base/plangate
 #                                                   # when it exists)
 #   COUNT_JOBS=200 ...   jobs of the statement-counting run (sqlx statement log)
-#   NO_BUILD=1 ...       use target/release/plangate as it is
+#   NO_BUILD=1 ...       use target/release/plangate (or NEW_BIN) as it is
 #
 # Load generator: oha (crates.io, pinned), installed once under target/bench-tools; it
 # only POSTs the jobs (no client polling). Completion is read from the server's
@@ -34,7 +34,7 @@ PREFIX=plangate_queue_$$
 if [ -z "${NO_BUILD:-}" ]; then
   cargo build --release --quiet --locked --bin plangate
 fi
-BIN=$PWD/target/release/plangate
+BIN=${NEW_BIN:-$PWD/target/release/plangate}
 BASE_BIN=${BASE_BIN:-$PWD/target/bench-base/plangate}
 OHA=$PWD/target/bench-tools/bin/oha
 if ! "$OHA" --version 2>/dev/null | grep -q "$OHA_VERSION"; then
