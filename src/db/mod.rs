@@ -240,4 +240,41 @@ mod tests {
             "('running', 'cancelling')"
         );
     }
+
+    /// No SQL in `db/` spells out a list of job statuses: it uses `status_list`, so a
+    /// new status in `domain::job` cannot be forgotten in one query.
+    #[test]
+    fn no_job_status_list_is_spelled_out_in_sql() {
+        fn sources(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).expect("src/db is readable") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_dir() {
+                    sources(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        let db = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/db");
+        sources(&db, &mut files);
+        assert!(files.len() > 5, "found the db sources");
+        let mut found = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("a readable source");
+            for (n, line) in text.lines().enumerate() {
+                let spelled = JobStatus::ALL
+                    .iter()
+                    .any(|s| line.contains(&format!("IN ('{}'", s.as_str())));
+                if spelled && !line.trim_start().starts_with("//") {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "build the list with status_list(&JobStatus::…):\n{}",
+            found.join("\n")
+        );
+    }
 }
