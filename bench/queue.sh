@@ -28,7 +28,6 @@ PG_BASE="${PG_ADMIN%/*}"
 JOBS=${JOBS:-5000}
 CONCURRENCY=${CONCURRENCY:-32}
 COUNT_JOBS=${COUNT_JOBS:-200}
-OHA_VERSION=1.16.0
 PREFIX=plangate_queue_$$
 
 if [ -z "${NO_BUILD:-}" ]; then
@@ -36,14 +35,10 @@ if [ -z "${NO_BUILD:-}" ]; then
 fi
 BIN=${NEW_BIN:-$PWD/target/release/plangate}
 BASE_BIN=${BASE_BIN:-$PWD/target/bench-base/plangate}
-OHA=$PWD/target/bench-tools/bin/oha
-if ! "$OHA" --version 2>/dev/null | grep -q "$OHA_VERSION"; then
-  echo "installing oha $OHA_VERSION (once)"
-  cargo install --locked --quiet oha --version "$OHA_VERSION" --root target/bench-tools
-fi
 
 tmp=$(mktemp -d)
 pids=()
+source bench/lib.sh
 dbs=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -62,19 +57,6 @@ from refine_load import context
 json.dump(context(4), open(sys.argv[1], "w"))
 PY
 
-start() { # bin url log [env...] -> sets PORT, PID
-  local bin=$1 url=$2 log=$3
-  shift 3
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  env DATABASE_URL="$url" PLANGATE_BIND="127.0.0.1:$PORT" PLANGATE_LOG_FORMAT=json \
-    RUST_LOG=warn "$@" "$bin" >"$log" 2>&1 &
-  PID=$!
-  pids+=("$PID")
-  until curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; do
-    kill -0 "$PID" 2>/dev/null || { cat "$log"; exit 1; }
-    sleep 0.05
-  done
-}
 stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
 ticks() { # pid -> utime+stime in clock ticks (0 once gone)
   awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0
@@ -148,7 +130,7 @@ postgres_run() { # label bin
   local label=$1 bin=$2 db="${PREFIX}_$1"
   psql "$PG_ADMIN" -qc "create database $db"
   dbs+=("$db")
-  start "$bin" "$PG_BASE/$db" "$tmp/server-pg-$label.log"
+  start_server "$bin" "$PG_BASE/$db" "$tmp/server-pg-$label.log"
   local c0 b0
   c0=$(pg_counters "$db")
   b0=$(pg_backends "$db")
@@ -183,7 +165,7 @@ count_statements() { # label bin
   local label=$1 bin=$2 db="${PREFIX}_count_$1"
   psql "$PG_ADMIN" -qc "create database $db"
   dbs+=("$db")
-  start "$bin" "$PG_BASE/$db" "$tmp/count-$label.log" RUST_LOG=warn,sqlx::query=debug
+  start_server "$bin" "$PG_BASE/$db" "$tmp/count-$label.log" RUST_LOG=warn,sqlx::query=debug
   # Statements of start-up (migrations, readiness) are not the queue's.
   local skip
   skip=$(grep -c '"sqlx::query"' "$tmp/count-$label.log" || true)
@@ -223,7 +205,7 @@ for head, (k, secs) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
 
 sqlite_run() { # label bin
   local label=$1 bin=$2
-  start "$bin" "sqlite://$tmp/queue-$label.db" "$tmp/server-sqlite-$label.log"
+  start_server "$bin" "sqlite://$tmp/queue-$label.db" "$tmp/server-sqlite-$label.log"
   echo "  $label:"
   drive "$PORT" "$JOBS" "$CONCURRENCY" "sqlite-$label"
   stop "$PID"
