@@ -25,20 +25,15 @@ LISTS=${LISTS:-10000}
 TASKS_PER_LIST=${TASKS_PER_LIST:-100}
 JOBS=${JOBS:-200000}
 TRACKS=${TRACKS:-2000}
-OHA_VERSION=1.16.0
 SEEDED_DB="${PREFIX}_seeded_${LISTS}_${JOBS}"
 EMPTY_DB="${PREFIX}_empty_$$"
 
 cargo build --release --quiet --bin plangate
 BIN=$PWD/target/release/plangate
-OHA=$PWD/target/bench-tools/bin/oha
-if ! "$OHA" --version 2>/dev/null | grep -q "$OHA_VERSION"; then
-  echo "installing oha $OHA_VERSION (once)"
-  cargo install --locked --quiet oha --version "$OHA_VERSION" --root target/bench-tools
-fi
 
 tmp=$(mktemp -d)
 pids=()
+source bench/lib.sh
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -51,15 +46,7 @@ cleanup() {
 trap cleanup EXIT
 
 start() { # name url -> sets PORT, PID; keeps a server log in $tmp
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  DATABASE_URL="$2" PLANGATE_BIND="127.0.0.1:$PORT" PLANGATE_LOG_FORMAT=json RUST_LOG=warn \
-    "$BIN" >"$tmp/server-$1.log" 2>&1 &
-  PID=$!
-  pids+=("$PID")
-  until curl -fs "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1; do
-    kill -0 "$PID" 2>/dev/null || { cat "$tmp/server-$1.log"; exit 1; }
-    sleep 0.05
-  done
+  start_server "$BIN" "$2" "$tmp/server-$1.log"
 }
 rss() { awk '/VmRSS/ {print $2 " kB"}' "/proc/$1/status"; }
 

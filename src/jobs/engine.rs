@@ -21,6 +21,9 @@ use crate::domain::refine::{
 use crate::domain::storable::replace_nul;
 use crate::domain::usage::BudgetAction;
 
+/// How long the L0s ending after the first of a group may take to join its write.
+const GATHER: Duration = Duration::from_millis(2);
+
 /// Why the engine stopped before producing a result.
 #[derive(Debug, thiserror::Error)]
 pub enum Stop {
@@ -180,10 +183,17 @@ pub async fn run_refine(
             });
         }
         while let Some(first) = running.join_next().await {
-            // Everything that ended meanwhile is stored in the same write.
+            // Everything that ends within `GATHER` of the first is stored in the
+            // same write: L0s that end together (in-process ones, microseconds
+            // apart) cost one commit, not one each; a slow L0 ending alone waits
+            // at most `GATHER` more to be stored.
             let mut joined = vec![first];
-            while let Some(more) = running.try_join_next() {
-                joined.push(more);
+            let until = tokio::time::Instant::now() + GATHER;
+            while !running.is_empty() {
+                match tokio::time::timeout_at(until, running.join_next()).await {
+                    Ok(Some(more)) => joined.push(more),
+                    Ok(None) | Err(_) => break,
+                }
             }
             let mut finished = Vec::with_capacity(joined.len());
             let mut new_lines = Vec::new();

@@ -25,7 +25,7 @@ use super::request::StoredRequest;
 use crate::agents::Executors;
 use crate::config::Settings;
 use crate::db::notify::Notice;
-use crate::db::refine_jobs::{ClaimedJob, Finish, L0Done, Lease, LeaseLost};
+use crate::db::refine_jobs::{ClaimedJob, Finish, JobProgress, L0Done, Lease, LeaseLost};
 use crate::db::{Database, DbError};
 use crate::domain::job::{JobStatus, requeue_backoff};
 use crate::domain::refine::{Classified, L0Outcome};
@@ -46,6 +46,10 @@ pub struct JobsHub {
     changed: tokio::sync::broadcast::Sender<Uuid>,
     /// Kill switches of the jobs running in this process.
     running: Mutex<HashMap<Uuid, CancellationToken>>,
+    /// A job was queued since the last NOTIFY to the other replicas was sent.
+    notice_pending: AtomicBool,
+    /// A task is sending NOTIFYs (at most one at a time).
+    notice_sending: AtomicBool,
 }
 
 impl Default for JobsHub {
@@ -54,11 +58,47 @@ impl Default for JobsHub {
             queued: Notify::new(),
             changed: tokio::sync::broadcast::channel(1024).0,
             running: Mutex::new(HashMap::new()),
+            notice_pending: AtomicBool::new(false),
+            notice_sending: AtomicBool::new(false),
         }
     }
 }
 
 impl JobsHub {
+    /// A job was queued: wakes this process's workers now and the other replicas'
+    /// through NOTIFY, off the request's path. The NOTIFYs are coalesced — at most
+    /// one in flight, the jobs queued meanwhile covered by one more — because a
+    /// notice only says "look for queued work" (workers also poll, docs/jobs.md) and
+    /// one per job cost each submit a round trip under load.
+    pub fn job_queued(self: &Arc<Self>, db: &Database) {
+        self.queued.notify_waiters();
+        if !matches!(db, Database::Postgres(_)) {
+            return;
+        }
+        self.notice_pending.store(true, Ordering::SeqCst);
+        if self.notice_sending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (hub, db) = (self.clone(), db.clone());
+        tokio::spawn(async move {
+            loop {
+                while hub.notice_pending.swap(false, Ordering::SeqCst) {
+                    if let Err(e) = db.notify_job_queued().await {
+                        tracing::debug!(error = %e, "queue notification failed; workers will poll");
+                    }
+                }
+                hub.notice_sending.store(false, Ordering::SeqCst);
+                // A job queued between the last swap and that store saw a sender
+                // and left it the notice: send it, unless another sender took over.
+                if !hub.notice_pending.load(Ordering::SeqCst)
+                    || hub.notice_sending.swap(true, Ordering::SeqCst)
+                {
+                    return;
+                }
+            }
+        });
+    }
+
     /// A job changed in this process (waiters of other replicas poll).
     pub fn job_changed(&self, job_id: Uuid) {
         // No receiver is fine: nobody is waiting.
@@ -171,6 +211,11 @@ async fn worker(pool: Arc<Pool>, slot: u32) {
         if pool.drain.is_cancelled() {
             return;
         }
+        // Registered before the claim, so a job queued while this worker finds the
+        // queue empty still wakes it (not only the next poll).
+        let queued = pool.hub.queued.notified();
+        tokio::pin!(queued);
+        queued.as_mut().enable();
         let lease_until = Utc::now() + chrono_duration(pool.settings.lease);
         match pool.db.claim_refine_job(pool.worker_id, lease_until).await {
             Ok(Some(job)) => {
@@ -184,7 +229,7 @@ async fn worker(pool: Arc<Pool>, slot: u32) {
             }
             Ok(None) => {
                 tokio::select! {
-                    _ = pool.hub.queued.notified() => {}
+                    _ = queued => {}
                     _ = tokio::time::sleep(POLL) => {}
                     _ = pool.drain.cancelled() => return,
                 }
@@ -200,7 +245,7 @@ async fn worker(pool: Arc<Pool>, slot: u32) {
     }
 }
 
-async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
+async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
     let lease = job.lease;
 
     if job.cancel_requested {
@@ -254,6 +299,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
             .project_id
             .as_deref()
             .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?))),
+        progress: job.progress,
     };
     let switches = Switches {
         kill: kill.clone(),
@@ -276,6 +322,7 @@ async fn run_claimed(pool: &Arc<Pool>, job: ClaimedJob) {
     .await;
     heartbeat.abort();
     pool.hub.unregister(lease.job_id);
+    job.progress = sink.progress;
 
     let stop = match outcome {
         Ok((output, new_lines)) => {
@@ -406,7 +453,8 @@ async fn finish(
 ) {
     let lease = job.lease;
     let result = retry_db(pool, || {
-        pool.db.finish_refine_job(lease, how, log, new_lines)
+        pool.db
+            .finish_refine_job(lease, how, log, new_lines, job.progress.l0_running > 0)
     })
     .await;
     match result {
@@ -459,6 +507,8 @@ struct DbSink {
     budget: Option<Budget>,
     /// The job's project and its daily limit in dollars, when the config sets one.
     daily_limit: Option<(String, f64)>,
+    /// Its L0s by status: as claimed, then as this worker's writes left them.
+    progress: JobProgress,
 }
 
 fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String> {
@@ -474,11 +524,12 @@ impl JobSink for DbSink {
         let pool = &self.pool;
         let r = retry_db(pool, || {
             pool.db
-                .l0s_started(self.lease, assignment_ids, self.attempt)
+                .l0s_started(self.lease, assignment_ids, self.attempt, self.progress)
         })
         .await;
         pool.hub.job_changed(self.lease.job_id);
-        fenced(r)
+        self.progress = fenced(r)?;
+        Ok(())
     }
 
     async fn l0s_finished(
@@ -535,11 +586,13 @@ impl JobSink for DbSink {
             .collect();
         let pool = &self.pool;
         let r = retry_db(pool, || {
-            pool.db.l0s_finished(self.lease, &dones, log, new_lines)
+            pool.db
+                .l0s_finished(self.lease, &dones, log, new_lines, self.progress)
         })
         .await;
         pool.hub.job_changed(self.lease.job_id);
-        fenced(r)
+        self.progress = fenced(r)?;
+        Ok(())
     }
 
     async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {

@@ -108,10 +108,7 @@ impl Service {
 
     /// A job was queued: wake this process's workers now and the other
     /// replicas' through NOTIFY (a hint; they poll anyway).
-    async fn wake_workers(&self) {
-        self.hub.queued.notify_waiters();
-        if let Err(e) = self.db.notify_job_queued().await {
-            tracing::debug!(error = %e, "queue notification failed; workers will poll");
-        }
+    fn wake_workers(&self) {
+        self.hub.job_queued(&self.db);
     }
 }

@@ -238,7 +238,7 @@ impl Service {
         match self.db.create_refine_job(&new).await? {
             Created::New(job) => {
                 metrics::counter!("refine_jobs_created_total").increment(1);
-                self.wake_workers().await;
+                self.wake_workers();
                 Ok(Accepted {
                     value: job.into(),
                     replayed: false,

@@ -254,7 +254,7 @@ impl Service {
         match self.db.create_refine_run(&new).await? {
             Created::New(id) => {
                 metrics::counter!("refine_runs_created_total").increment(1);
-                self.wake_workers().await;
+                self.wake_workers();
                 Ok(Accepted {
                     value: self.load_run(caller, id).await?,
                     replayed: false,

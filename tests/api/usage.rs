@@ -965,7 +965,7 @@ async fn serve_on(
 }
 
 async fn resumed_job_counts_each_l0_once(backend: Backend) {
-    use plangate::db::refine_jobs::{L0Done, LeaseLost};
+    use plangate::db::refine_jobs::{JobProgress, L0Done, LeaseLost};
     use plangate::domain::usage::L0Usage;
 
     let dirs = Dirs::new();
@@ -990,11 +990,13 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
         .unwrap();
     assert_eq!(claimed.lease.job_id, job_id);
     let both = ["P1-A1".to_owned(), "P1-A2".to_owned()];
-    app.db
-        .l0s_started(claimed.lease, &both, claimed.attempt)
+    let progress = app
+        .db
+        .l0s_started(claimed.lease, &both, claimed.attempt, claimed.progress)
         .await
         .unwrap()
         .unwrap();
+    assert_eq!((progress.l0_total, progress.l0_running), (2, 2));
     // P1-A1 ends and is stored with its cost; then the worker dies mid P1-A2.
     let usage = L0Usage {
         input_tokens: Some(10),
@@ -1017,12 +1019,13 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
         usage: &usage,
         prompt_bytes: 123,
     };
-    let stored: Result<(), LeaseLost> = app
+    let stored: Result<JobProgress, LeaseLost> = app
         .db
-        .l0s_finished(claimed.lease, &[done], &[], &[])
+        .l0s_finished(claimed.lease, &[done], &[], &[], progress)
         .await
         .unwrap();
-    stored.unwrap();
+    let progress = stored.unwrap();
+    assert_eq!((progress.l0_running, progress.l0_succeeded), (1, 1));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let reaped = app
         .db

@@ -3,10 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{budget_of, parse_status, state_event};
+use super::{JobProgress, add_count, budget_of, parse_status, state_event};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::{
@@ -34,6 +35,8 @@ pub struct ClaimedJob {
     pub log: Vec<String>,
     /// L0s whose outcome is stored, natural order.
     pub finished: Vec<FinishedL0>,
+    /// Its L0s by status as claimed (the worker's writes move it on).
+    pub progress: JobProgress,
     pub cancel_requested: bool,
     pub project_id: Option<String>,
     /// The job's (or its run's) budget, if it has one.
@@ -82,10 +85,35 @@ pub struct Reaped {
     pub cancelled: u64,
 }
 
+/// What a claim returns: the claimed row's columns a worker needs.
+#[derive(FromRow)]
+struct ClaimRow {
+    id: Uuid,
+    attempt: i32,
+    version: i64,
+    l0_total: i32,
+    phase_id: String,
+    run_id: Option<Uuid>,
+    executor: String,
+    request: Json<Value>,
+    log: Json<Vec<String>>,
+    cancel_requested: bool,
+    project_id: Option<String>,
+    max_cost_usd: Option<f64>,
+    max_output_tokens: Option<i64>,
+    budget_action: String,
+}
+
+const CLAIM_COLUMNS: &str = "id, attempt, version, l0_total, phase_id, run_id, executor, request, log, \
+     cancel_requested, project_id, max_cost_usd, max_output_tokens, budget_action";
+
 impl Database {
     /// Claims a runnable job for `worker_id`: `FOR UPDATE SKIP LOCKED` in a
     /// MATERIALIZED CTE on Postgres (the planner cannot update more rows than the
     /// CTE locked), one atomic `UPDATE … WHERE id = (SELECT … LIMIT 1)` on SQLite.
+    /// The claim returns what the worker needs and writes its `running` state event
+    /// in the same transaction — on Postgres in the same statement, one round trip
+    /// (a data-modifying CTE; SQLite has none, and its round trips are in-process).
     ///
     /// Jobs that already ran (handed back at shutdown, or re-queued by the reaper
     /// once their backoff is over) come first, so they resume at once instead of
@@ -98,113 +126,107 @@ impl Database {
     ) -> DbResult<Option<ClaimedJob>> {
         let at = now();
         let token = Uuid::new_v4();
-        let claimed: Option<(Uuid, i32)> = on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+        let row: Option<ClaimRow> = on_pool!(self, pool => {
             let sql = match self {
-                Database::Postgres(_) => {
+                // The event's data is `state_event(Running, attempt, {worker_id})`.
+                Database::Postgres(_) => sqlx::AssertSqlSafe(format!(
                     "WITH next AS MATERIALIZED ( \
                          SELECT id FROM refine_jobs WHERE status = 'queued' AND run_after <= $1 \
-                         ORDER BY started_at IS NULL, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                     UPDATE refine_jobs AS j SET status = 'running', attempt = j.attempt + 1, \
-                         worker_id = $2, lease_token = $3, lease_expires_at = $4, \
-                         started_at = COALESCE(j.started_at, $1), updated_at = $1, \
-                         version = j.version + 1 \
-                     FROM next WHERE j.id = next.id RETURNING j.id, j.attempt, j.version"
-                }
-                Database::Sqlite(_) => {
+                         ORDER BY started_at IS NULL, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED), \
+                     claimed AS ( \
+                         UPDATE refine_jobs AS j SET status = 'running', attempt = j.attempt + 1, \
+                             worker_id = $2, lease_token = $3, lease_expires_at = $4, \
+                             started_at = COALESCE(j.started_at, $1), updated_at = $1, \
+                             version = j.version + 1 \
+                         FROM next WHERE j.id = next.id RETURNING j.*), \
+                     event AS ( \
+                         INSERT INTO refine_job_events (job_id, seq, event, data, created_at) \
+                         SELECT id, version, 'state', jsonb_build_object('status', 'running', \
+                             'attempt', attempt, 'worker_id', $2), $1 FROM claimed) \
+                     SELECT {CLAIM_COLUMNS} FROM claimed"
+                )),
+                Database::Sqlite(_) => sqlx::AssertSqlSafe(format!(
                     "UPDATE refine_jobs SET status = 'running', attempt = attempt + 1, \
                          worker_id = $2, lease_token = $3, lease_expires_at = $4, \
                          started_at = COALESCE(started_at, $1), updated_at = $1, \
                          version = version + 1 \
                      WHERE id = (SELECT id FROM refine_jobs WHERE status = 'queued' \
                          AND run_after <= $1 ORDER BY started_at IS NULL, run_after, id LIMIT 1) \
-                     RETURNING id, attempt, version"
-                }
+                     RETURNING {CLAIM_COLUMNS}"
+                )),
             };
-            let row: Option<(Uuid, i32, i64)> = sqlx::query_as(sql)
+            let query = sqlx::query_as(sql)
                 .bind(at)
                 .bind(worker_id)
                 .bind(token)
-                .bind(lease_until)
-                .fetch_optional(&mut *tx)
-                .await?;
-            match row {
-                None => None,
-                Some((id, attempt, seq)) => {
+                .bind(lease_until);
+            if let Database::Postgres(_) = self {
+                query.fetch_optional(pool).await?
+            } else {
+                let mut tx = pool.begin().await?;
+                let row: Option<ClaimRow> = query.fetch_optional(&mut *tx).await?;
+                if let Some(row) = &row {
                     let event =
-                        state_event(JobStatus::Running, attempt, json!({"worker_id": worker_id}));
-                    push_events!(tx, id, seq, at, &[event]);
+                        state_event(JobStatus::Running, row.attempt, json!({"worker_id": worker_id}));
+                    push_events!(tx, row.id, row.version, at, &[event]);
                     tx.commit().await?;
-                    Some((id, attempt))
                 }
+                row
             }
         });
-        let Some((id, attempt)) = claimed else {
+        let Some(row) = row else {
             return Ok(None);
         };
-        type Claimed = (
-            String,
-            Option<Uuid>,
-            String,
-            Json<Value>,
-            Json<Vec<String>>,
-            bool,
-            Option<String>,
-            Option<f64>,
-            Option<i64>,
-            String,
-        );
-        let (row, finished): (Option<Claimed>, Vec<(String, Json<Value>)>) = on_pool!(self, pool => {
-            let row = sqlx::query_as(
-                "SELECT phase_id, run_id, executor, request, log, cancel_requested, \
-             project_id, max_cost_usd, max_output_tokens, budget_action \
-             FROM refine_jobs WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(pool)
-            .await?;
-            let finished = sqlx::query_as(
-                "SELECT assignment_id, outcome FROM refine_l0_runs \
-             WHERE job_id = $1 AND outcome IS NOT NULL ORDER BY position",
-            )
-            .bind(id)
-            .fetch_all(pool)
-            .await?;
-            (row, finished)
-        });
-        let Some((
-            phase_id,
-            run_id,
-            executor,
-            request,
-            log,
-            cancel_requested,
-            project_id,
-            max_cost_usd,
-            max_output_tokens,
-            budget_action,
-        )) = row
-        else {
-            return Ok(None);
+        // Version 2 is the insert's 1 bumped by this claim: no worker ever wrote,
+        // so every L0 is pending and there is nothing to read.
+        let rows: Vec<(String, String, Option<Json<Value>>)> = if row.version <= 2 {
+            Vec::new()
+        } else {
+            on_pool!(self, pool => {
+                sqlx::query_as(
+                    "SELECT assignment_id, status, outcome FROM refine_l0_runs \
+                     WHERE job_id = $1 ORDER BY position",
+                )
+                .bind(row.id)
+                .fetch_all(pool)
+                .await?
+            })
         };
-        Ok(Some(ClaimedJob {
-            lease: Lease { job_id: id, token },
-            attempt,
-            phase_id,
-            run_id,
-            executor,
-            request: request.0,
-            log: log.0,
-            finished: finished
-                .into_iter()
-                .map(|(assignment_id, outcome)| FinishedL0 {
+        let mut progress = JobProgress {
+            l0_total: i64::from(row.l0_total),
+            ..JobProgress::default()
+        };
+        if !rows.is_empty() {
+            progress = JobProgress::default();
+            for (_, status, _) in &rows {
+                add_count(&mut progress, status, 1);
+            }
+        }
+        let finished = rows
+            .into_iter()
+            .filter_map(|(assignment_id, _, outcome)| {
+                Some(FinishedL0 {
                     assignment_id,
-                    outcome: outcome.0,
+                    outcome: outcome?.0,
                 })
-                .collect(),
-            cancel_requested,
-            project_id,
-            budget: budget_of(max_cost_usd, max_output_tokens, &budget_action),
+            })
+            .collect();
+        Ok(Some(ClaimedJob {
+            lease: Lease {
+                job_id: row.id,
+                token,
+            },
+            attempt: row.attempt,
+            phase_id: row.phase_id,
+            run_id: row.run_id,
+            executor: row.executor,
+            request: row.request.0,
+            log: row.log.0,
+            finished,
+            progress,
+            cancel_requested: row.cancel_requested,
+            project_id: row.project_id,
+            budget: budget_of(row.max_cost_usd, row.max_output_tokens, &row.budget_action),
         }))
     }
 
@@ -226,13 +248,16 @@ impl Database {
     }
 
     /// Ends a job (fenced). L0 rows still `running` (killed by a cancel) become
-    /// `failed`; the lease is cleared. Returns the terminal status written.
+    /// `failed` — looked for only when `l0s_running` says the worker left some (its
+    /// progress; nobody else writes L0 rows under its lease); the lease is cleared.
+    /// Returns the terminal status written.
     pub async fn finish_refine_job(
         &self,
         lease: Lease,
         finish: &Finish<'_>,
         log: &[String],
         new_lines: &[String],
+        l0s_running: bool,
     ) -> Fenced<JobStatus> {
         let at = now();
         let (status, result, path, code, message) = match finish {
@@ -258,16 +283,17 @@ impl Database {
             ),
             Finish::Cancelled => (JobStatus::Cancelled, None, None, None, None),
         };
+        let in_flight = status_list(&JobStatus::IN_FLIGHT);
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            let Some(seq) = bump_fenced!(tx, lease, at, new_lines.len() + 1) else {
-                return Ok(Err(LeaseLost));
-            };
-            let attempt: i32 = sqlx::query_scalar(
-                "UPDATE refine_jobs SET status = $2, result = $3, phase_refined_path = $4, \
-                 error_code = $5, error_message = $6, log = $7, finished_at = $8, \
-                 lease_token = NULL, lease_expires_at = NULL WHERE id = $1 RETURNING attempt",
-            )
+            // The fenced bump and the terminal state in one statement.
+            let ended: Option<(i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "UPDATE refine_jobs SET version = version + $9, updated_at = $8, status = $2, \
+                 result = $3, phase_refined_path = $4, error_code = $5, error_message = $6, \
+                 log = $7, finished_at = $8, lease_token = NULL, lease_expires_at = NULL \
+                 WHERE id = $1 AND lease_token = $10 AND status IN {in_flight} \
+                 RETURNING version, attempt"
+            )))
             .bind(lease.job_id)
             .bind(status.as_str())
             .bind(result.map(Json))
@@ -276,16 +302,23 @@ impl Database {
             .bind(message)
             .bind(Json(log))
             .bind(at)
-            .fetch_one(&mut *tx)
+            .bind(i64::try_from(new_lines.len() + 1).unwrap_or(i64::MAX))
+            .bind(lease.token)
+            .fetch_optional(&mut *tx)
             .await?;
-            sqlx::query(
-                "UPDATE refine_l0_runs SET status = 'failed', finished_at = $2, \
-                 error = 'cancelled before it finished' WHERE job_id = $1 AND status = 'running'",
-            )
-            .bind(lease.job_id)
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
+            let Some((seq, attempt)) = ended else {
+                return Ok(Err(LeaseLost));
+            };
+            if l0s_running {
+                sqlx::query(
+                    "UPDATE refine_l0_runs SET status = 'failed', finished_at = $2, \
+                     error = 'cancelled before it finished' WHERE job_id = $1 AND status = 'running'",
+                )
+                .bind(lease.job_id)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+            }
             let mut events: Vec<(&str, Value)> = new_lines
                 .iter()
                 .map(|l| ("log", json!({"line": l})))

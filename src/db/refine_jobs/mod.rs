@@ -8,7 +8,8 @@
 //! - `cancel`: cancel from the API;
 //! - `retention`: deleting finished jobs.
 //!
-//! Fencing: every write a worker makes goes through [`bump_fenced!`], an UPDATE that
+//! Fencing: every write a worker makes goes through [`bump_fenced!`] (or, to end a
+//! job, one UPDATE with the same condition), an UPDATE that
 //! matches the job's current `lease_token` and bumps `version`. When it matches no
 //! row the lease is gone (expired, reaped, handed back) and the transaction is rolled
 //! back, so a stale worker changes nothing. `version` is also the `seq` of the
@@ -328,12 +329,33 @@ pub struct JobFilter {
 
 pub(crate) fn add_count(p: &mut JobProgress, status: &str, n: i64) {
     p.l0_total += n;
-    match status {
-        "running" => p.l0_running += n,
-        "valid" => p.l0_succeeded += n,
-        "invalid" | "mismatch" => p.l0_invalid += n,
-        "failed" => p.l0_failed += n,
-        _ => {}
+    p.count(status, n);
+}
+
+impl JobProgress {
+    fn count(&mut self, status: &str, n: i64) {
+        match status {
+            "running" => self.l0_running += n,
+            "valid" => self.l0_succeeded += n,
+            "invalid" | "mismatch" => self.l0_invalid += n,
+            "failed" => self.l0_failed += n,
+            _ => {}
+        }
+    }
+
+    /// After `n` L0 rows went `running`.
+    fn started(mut self, n: u64) -> Self {
+        self.l0_running += i64::try_from(n).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// After running L0 rows ended with these statuses.
+    fn ended<'a>(mut self, statuses: impl IntoIterator<Item = &'a str>) -> Self {
+        for status in statuses {
+            self.l0_running -= 1;
+            self.count(status, 1);
+        }
+        self
     }
 }
 

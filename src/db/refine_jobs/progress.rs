@@ -1,10 +1,15 @@
 //! The worker's fenced writes while a job runs: L0s started and finished, log lines.
+//!
+//! The `progress` their events carry is the job's as the claim found it, moved by
+//! each write the worker makes — not counted again from the L0 rows each time: while
+//! the lease holds, no one else writes those rows (the reaper and a hand-back only
+//! touch them once the lease is gone, and then this worker's writes are refused).
 
 use serde_json::{Value, json};
 use sqlx::QueryBuilder;
 use sqlx::types::Json;
 
-use super::{Fenced, Lease, LeaseLost};
+use super::{Fenced, JobProgress, Lease, LeaseLost};
 use crate::db::Database;
 use crate::db::task_lists::now;
 use crate::domain::usage::L0Usage;
@@ -26,15 +31,17 @@ pub struct L0Done<'a> {
 
 impl Database {
     /// A batch's L0s are about to start: their rows go `running` and `starts`
-    /// counts them, one `progress` event each.
+    /// counts them, one `progress` event each. `progress` is the job's before this
+    /// write; the job's after it is returned.
     pub async fn l0s_started(
         &self,
         lease: Lease,
         assignment_ids: &[String],
         attempt: i32,
-    ) -> Fenced<()> {
+        progress: JobProgress,
+    ) -> Fenced<JobProgress> {
         if assignment_ids.is_empty() {
-            return Ok(Ok(()));
+            return Ok(Ok(progress));
         }
         let at = now();
         on_pool!(self, pool => {
@@ -56,8 +63,8 @@ impl Database {
                 sep.push_bind(id.clone());
             }
             q.push(")");
-            q.build().execute(&mut *tx).await?;
-            let progress = progress_of!(tx, lease.job_id);
+            let started = q.build().execute(&mut *tx).await?.rows_affected();
+            let progress = progress.started(started);
             let events: Vec<(&str, Value)> = assignment_ids
                 .iter()
                 .map(|id| {
@@ -69,61 +76,65 @@ impl Database {
                 .collect();
             push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
-        });
-        Ok(Ok(()))
+            Ok(Ok(progress))
+        })
     }
 
     /// L0s ended: their records and outcomes (what a resumed job will not run
     /// again), the job log so far, a `progress` event each and a `log` event per
-    /// new line — one transaction.
+    /// new line — one transaction. `progress` as for [`Database::l0s_started`].
     pub async fn l0s_finished(
         &self,
         lease: Lease,
         dones: &[L0Done<'_>],
         log: &[String],
         new_lines: &[String],
-    ) -> Fenced<()> {
+        progress: JobProgress,
+    ) -> Fenced<JobProgress> {
         let at = now();
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            let Some(seq) = bump_fenced!(tx, lease, at, dones.len() + new_lines.len()) else {
+            let Some(seq) = bump_fenced!(tx, lease, at, dones.len() + new_lines.len(), log = log)
+            else {
                 return Ok(Err(LeaseLost));
             };
-            for done in dones {
-                sqlx::query(
-                    "UPDATE refine_l0_runs SET status = $3, finished_at = $4, tries = $5, \
-                     exit_code = $6, error = $7, output_excerpt = $8, outcome = $9, \
-                     input_tokens = $10, output_tokens = $11, cache_read_input_tokens = $12, \
-                     cache_creation_input_tokens = $13, cost_usd = $14, usage_model = $15, \
-                     usage_source = $16, prompt_bytes = $17 \
-                     WHERE job_id = $1 AND assignment_id = $2",
-                )
-                .bind(lease.job_id)
-                .bind(done.assignment_id)
-                .bind(done.status)
-                .bind(at)
-                .bind(done.tries)
-                .bind(done.exit_code)
-                .bind(done.error)
-                .bind(done.output_excerpt)
-                .bind(Json(done.outcome))
-                .bind(done.usage.input_tokens)
-                .bind(done.usage.output_tokens)
-                .bind(done.usage.cache_read_input_tokens)
-                .bind(done.usage.cache_creation_input_tokens)
-                .bind(done.usage.cost_usd)
-                .bind(done.usage.model.as_deref())
-                .bind(done.usage.source.as_str())
-                .bind(done.prompt_bytes)
-                .execute(&mut *tx)
-                .await?;
+            if !dones.is_empty() {
+                // One statement for all of them: `UPDATE … FROM (VALUES …)`, whose
+                // columns both back-ends name column1, column2, …
+                let mut q = QueryBuilder::new(
+                    "UPDATE refine_l0_runs SET status = v.column2, finished_at = ",
+                );
+                q.push_bind(at).push(
+                    ", tries = v.column3, exit_code = v.column4, error = v.column5, \
+                     output_excerpt = v.column6, outcome = v.column7, input_tokens = v.column8, \
+                     output_tokens = v.column9, cache_read_input_tokens = v.column10, \
+                     cache_creation_input_tokens = v.column11, cost_usd = v.column12, \
+                     usage_model = v.column13, usage_source = v.column14, \
+                     prompt_bytes = v.column15 FROM (",
+                );
+                q.push_values(dones, |mut row, done| {
+                    row.push_bind(done.assignment_id)
+                        .push_bind(done.status)
+                        .push_bind(done.tries)
+                        .push_bind(done.exit_code)
+                        .push_bind(done.error)
+                        .push_bind(done.output_excerpt)
+                        .push_bind(Json(done.outcome))
+                        .push_bind(done.usage.input_tokens)
+                        .push_bind(done.usage.output_tokens)
+                        .push_bind(done.usage.cache_read_input_tokens)
+                        .push_bind(done.usage.cache_creation_input_tokens)
+                        .push_bind(done.usage.cost_usd)
+                        .push_bind(done.usage.model.as_deref())
+                        .push_bind(done.usage.source.as_str())
+                        .push_bind(done.prompt_bytes);
+                });
+                q.push(") AS v WHERE refine_l0_runs.job_id = ")
+                    .push_bind(lease.job_id)
+                    .push(" AND refine_l0_runs.assignment_id = v.column1");
+                q.build().execute(&mut *tx).await?;
             }
-            sqlx::query("UPDATE refine_jobs SET log = $2 WHERE id = $1")
-                .bind(lease.job_id)
-                .bind(Json(log))
-                .execute(&mut *tx)
-                .await?;
-            let progress = progress_of!(tx, lease.job_id);
+            let progress = progress.ended(dones.iter().map(|d| d.status));
             let mut events: Vec<(&str, Value)> = dones
                 .iter()
                 .map(|d| {
@@ -136,8 +147,8 @@ impl Database {
             events.extend(new_lines.iter().map(|l| ("log", json!({"line": l}))));
             push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
-        });
-        Ok(Ok(()))
+            Ok(Ok(progress))
+        })
     }
 
     /// Stores the job log and one `log` event per new line.
@@ -153,14 +164,9 @@ impl Database {
         let at = now();
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            let Some(seq) = bump_fenced!(tx, lease, at, new_lines.len()) else {
+            let Some(seq) = bump_fenced!(tx, lease, at, new_lines.len(), log = log) else {
                 return Ok(Err(LeaseLost));
             };
-            sqlx::query("UPDATE refine_jobs SET log = $2 WHERE id = $1")
-                .bind(lease.job_id)
-                .bind(Json(log))
-                .execute(&mut *tx)
-                .await?;
             let events: Vec<(&str, Value)> = new_lines
                 .iter()
                 .map(|l| ("log", json!({"line": l})))

@@ -1,10 +1,13 @@
 //! Submitting a refine job: one transaction, idempotent by key.
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Created, NewRefineJob, StoredJob};
+use super::{Created, JobProgress, NewRefineJob, StoredJob, budget_of};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbError, DbResult};
+use crate::domain::job::JobStatus;
+use crate::domain::usage::UsageTotals;
 
 impl Database {
     /// Inserts a job and its pending L0 rows in one transaction. With an
@@ -21,11 +24,7 @@ impl Database {
             inserted
         });
         if inserted {
-            return self
-                .refine_job(new.id)
-                .await?
-                .map(Created::New)
-                .ok_or_else(|| DbError::Corrupt("a created job vanished".into()));
+            return Ok(Created::New(as_inserted(new, at)));
         }
         let key = new.idempotency_key.unwrap_or_default();
         let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
@@ -56,5 +55,43 @@ impl Database {
                 .await?
         });
         Ok(n > 0)
+    }
+}
+
+/// The job as `insert_job!` just wrote it (what reading it back would return: the
+/// insert is its whole state, so the create answers without a second round trip).
+fn as_inserted(new: &NewRefineJob<'_>, at: DateTime<Utc>) -> StoredJob {
+    StoredJob {
+        id: new.id,
+        kind: "refine".to_owned(),
+        status: JobStatus::Queued,
+        phase_id: new.phase_id.to_owned(),
+        run_id: new.run_id,
+        project_id: new.project_id.map(str::to_owned),
+        team_pk: new.team_pk.map(str::to_owned),
+        executor: new.executor.to_owned(),
+        executor_kind: new.executor_kind.to_owned(),
+        created_at: at,
+        started_at: None,
+        cancel_requested_at: None,
+        finished_at: None,
+        updated_at: at,
+        attempt: 0,
+        max_attempts: i32::try_from(new.max_attempts).unwrap_or(i32::MAX),
+        progress: JobProgress {
+            l0_total: i64::try_from(new.l0s.len()).unwrap_or(i64::MAX),
+            ..JobProgress::default()
+        },
+        log: Vec::new(),
+        result: None,
+        phase_refined_path: None,
+        error: None,
+        version: 1,
+        usage: UsageTotals::default(),
+        budget: budget_of(
+            new.budget.max_cost_usd,
+            new.budget.max_output_tokens,
+            new.budget.budget_action.as_str(),
+        ),
     }
 }
