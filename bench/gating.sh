@@ -2,7 +2,9 @@
 # Gating figures (issue: task-list gating), each measured side by side in one run:
 #  1. `plangate validate` on a generated 100,000-task list vs python's json.load of
 #     the same file: wall time, ratio, peak RSS vs file size.
-#  2. wrk: POST /v1/task-lists/validate (50 tasks) vs GET /healthz, same server.
+#  2. wrk: POST /v1/task-lists/validate (50 tasks) vs GET /healthz, same server, and
+#     the server's RSS idle and after that load; with BASE=path/to/plangate an older
+#     build is measured before and after this one in the same run.
 #  3. Persisting 10,000 tasks on Postgres through POST /v1/task-lists: tasks/s.
 # Needs Postgres as for the tests; installs wrk with apt if it is missing.
 set -euo pipefail
@@ -39,27 +41,44 @@ done
 python3 -c "print(f'validate/python wall-time ratio: {$best_v/$best_p:.2f} (best of 3: {$best_v}s vs {$best_p}s; < 1 means plangate is faster)')"
 python3 -c "print(f'validate peak RSS / file size: {$plangate_rss*1024/$size:.2f}x')"
 
-echo "== 2. wrk: validate (50 tasks) vs healthz"
+echo "== 2. wrk: validate (50 tasks) vs healthz, RSS"
+# BASE=path/to/plangate runs an older binary too, side by side (same load, same run).
 command -v wrk >/dev/null || { apt-get install -y -q wrk >/dev/null; }
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-DATABASE_URL="sqlite://$out/wrk.db" PLANGATE_BIND="127.0.0.1:$port" PLANGATE_LOG_FORMAT=json RUST_LOG=warn "$BIN" >/dev/null 2>&1 &
-srv=$!
-until curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do sleep 0.01; done
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$GEN" 50 7 > "$out/body50.json"
 cat > "$out/post.lua" <<LUA
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local f = io.open("$out/body50.json", "r"); wrk.body = f:read("*a"); f:close()
 LUA
-curl -fs "http://127.0.0.1:$port/v1/task-lists/validate" -H 'content-type: application/json' --data-binary @"$out/body50.json" | python3 -c "import json,sys; r=json.load(sys.stdin); assert r['valid'], r; print('50-task body is valid')"
-health=$(wrk -t2 -c32 -d8s "http://127.0.0.1:$port/healthz" | awk '/Requests\/sec/ {print $2}')
-valid=$(wrk -t2 -c32 -d8s -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate" | awk '/Requests\/sec/ {print $2}')
-echo "healthz: $health req/s; validate(50 tasks): $valid req/s"
-python3 -c "print(f'validate/healthz throughput ratio: {$valid/$health:.2f}')"
-kill -TERM $srv; wait $srv || true
+rss() { awk '/VmRSS/ {print $2 " kB"}' "/proc/$1/status"; }
+wrk_rate() { wrk -t2 -c32 -d"${WRK_SECONDS:-8}s" "$@" | awk '/Requests\/sec/ {print $2}'; }
+http_figures() { # label binary
+  local port srv health valid idle after
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  DATABASE_URL="sqlite://$out/wrk-$1.db" PLANGATE_BIND="127.0.0.1:$port" PLANGATE_LOG_FORMAT=json RUST_LOG=warn "$2" >/dev/null 2>&1 &
+  srv=$!
+  until curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; do sleep 0.01; done
+  curl -fs "http://127.0.0.1:$port/v1/task-lists/validate" -H 'content-type: application/json' --data-binary @"$out/body50.json" | python3 -c "import json,sys; r=json.load(sys.stdin); assert r['valid'], r"
+  sleep 2
+  idle=$(rss $srv)
+  health=$(wrk_rate "http://127.0.0.1:$port/healthz")
+  valid=$(wrk_rate -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
+  after=$(rss $srv)
+  valid2=$(wrk_rate -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
+  sleep 6 # past the purge delay and one metrics drain
+  echo "$1: healthz $health req/s; validate(50 tasks) $valid, again $valid2 req/s; ratio $(python3 -c "print(f'{$valid/$health:.2f}')")"
+  echo "$1: RSS idle $idle, after validate load $after, after a second load and 6 s idle $(rss $srv)"
+  kill -TERM $srv; wait $srv || true
+}
+[ -n "${BASE:-}" ] && http_figures base "$BASE"
+http_figures this "$BIN"
+[ -n "${BASE:-}" ] && http_figures base-again "$BASE"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 echo "== 3. persisting 10,000 tasks on Postgres"
 db="plangate_bench_$$"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 psql "$PG_ADMIN" -qc "create database $db"
 DATABASE_URL="${PG_ADMIN%/*}/$db" PLANGATE_BIND="127.0.0.1:$port" PLANGATE_LOG_FORMAT=json RUST_LOG=warn "$BIN" >/dev/null 2>&1 &
 srv=$!

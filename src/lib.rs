@@ -60,6 +60,7 @@ pub async fn serve(
     }
     // Install the recorder before the first request so no request goes uncounted.
     http::ops::metrics_handle();
+    let metrics_upkeep = tokio::spawn(http::ops::drain_metrics_periodically());
     let executors = agents::Executors::from_settings(&settings)?;
     let service = service::Service::new(db.clone(), settings.clone(), executors.clone());
     let state = AppState::new(service.clone());
@@ -105,6 +106,7 @@ pub async fn serve(
     if workers.await.is_err() {
         tracing::error!("the job workers panicked");
     }
+    metrics_upkeep.abort();
     db.close().await;
     tracing::info!("plangate stopped");
     Ok(())

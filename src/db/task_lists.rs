@@ -449,7 +449,7 @@ impl Database {
         change: TaskChange,
     ) -> DbResult<TransitionOutcome> {
         let at = now();
-        let outcome = on_pool!(self, pool => {
+        on_pool!(self, pool => {
             let mut tx = begin_locked!(self, pool);
             let list_id: Option<Uuid> =
                 sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
@@ -492,13 +492,14 @@ impl Database {
             }
             let starts = change.status == TaskStatus::Running;
             let finishes = change.status.is_terminal();
-            sqlx::query(
+            // RETURNING: the answer shows exactly what is stored without re-reading.
+            let stored = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
                 "UPDATE tasks SET status = $2, abandon_category = $3, \
                  notes = COALESCE($4, notes), attempts = attempts + $5, \
                  started_at = CASE WHEN $6 THEN $8 ELSE started_at END, \
                  finished_at = CASE WHEN $7 THEN $8 ELSE finished_at END, \
-                 updated_at = $8 WHERE id = $1",
-            )
+                 updated_at = $8 WHERE id = $1 RETURNING {TASK_COLUMNS}"
+            )))
             .bind(id)
             .bind(change.status.as_str())
             .bind(change.abandon_category.map(AbandonCategory::as_str))
@@ -507,7 +508,7 @@ impl Database {
             .bind(starts)
             .bind(finishes)
             .bind(at)
-            .execute(&mut *tx)
+            .fetch_one(&mut *tx)
             .await?;
             let mut cascaded = Vec::new();
             if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
@@ -538,25 +539,12 @@ impl Database {
                 }
             }
             tx.commit().await?;
+            let depends_on = tasks[origin].depends_on.clone();
             Ok::<_, DbError>(TransitionOutcome::Changed {
-                task: Box::new(tasks[origin].clone()),
+                task: Box::new(stored.into_task(depends_on)?),
                 cascaded,
             })
-        })?;
-        // Re-read the changed task so the answer shows exactly what is stored.
-        match outcome {
-            TransitionOutcome::Changed { task, cascaded } => {
-                let list = self.task_list(task.task_list_id).await?;
-                let fresh = list
-                    .and_then(|l| l.tasks.into_iter().find(|t| t.id == id))
-                    .ok_or_else(|| DbError::Corrupt(format!("task {id} vanished")))?;
-                Ok(TransitionOutcome::Changed {
-                    task: Box::new(fresh),
-                    cascaded,
-                })
-            }
-            other => Ok(other),
-        }
+        })
     }
 
     /// `(wave, status)` of the tasks a snapshot covers, and which scope that is.

@@ -87,6 +87,19 @@ async fn metrics() -> impl IntoResponse {
     )
 }
 
+/// Histogram samples pile up in the recorder until they are drained. `/metrics`
+/// drains them, but a server nobody scrapes would grow by every request
+/// (`bench/README.md`, memory), so drain them as often as the exporter's own
+/// `install` does. Runs until dropped.
+pub async fn drain_metrics_periodically() {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        metrics_handle().run_upkeep();
+    }
+}
+
 /// The process-wide recorder; installed once even when tests start many servers.
 pub fn metrics_handle() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

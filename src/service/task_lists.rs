@@ -322,7 +322,7 @@ impl Service {
         let source = source(request.tasks, &request.planner_output)?;
         let validation = gating::validate(source, &request.existing_files);
         count_outcome(&validation, "validate");
-        Ok(validation.report())
+        Ok(validation.into_report())
     }
 
     /// Gate a task list and, if it passes, store it all or nothing. A rejection is

@@ -117,7 +117,15 @@ impl<'a> PathIndex<'a> {
     /// Numbers the writes of every task with usable `writes` (a write counts even if
     /// its task has no usable id) and the reads of addressable tasks.
     fn new(graph: &TaskGraph<'a>, existing_files: &'a [String]) -> Self {
-        let mut numbering = PathNumbering::default();
+        // Sized up front for request-sized lists (growing rehashes every path seen so
+        // far), capped: big lists mention the same paths many times over.
+        let mentions: usize = graph
+            .tasks
+            .iter()
+            .map(|raw| raw.task.reads.len() + raw.task.writes.len())
+            .sum();
+        let expected_paths = (existing_files.len() + mentions).min(PRESIZED_PATHS);
+        let mut numbering = PathNumbering::with_capacity(expected_paths);
         for path in existing_files {
             numbering.number(path);
         }
@@ -160,13 +168,22 @@ impl<'a> PathIndex<'a> {
     }
 }
 
-#[derive(Default)]
+/// At most this many paths are reserved for before the list is read.
+const PRESIZED_PATHS: usize = 4096;
+
 struct PathNumbering<'a> {
     number_of: HashMap<&'a str, usize>,
     paths: Vec<&'a str>,
 }
 
 impl<'a> PathNumbering<'a> {
+    fn with_capacity(paths: usize) -> Self {
+        Self {
+            number_of: HashMap::with_capacity_and_hasher(paths, Default::default()),
+            paths: Vec::with_capacity(paths),
+        }
+    }
+
     fn number(&mut self, path: &'a str) -> usize {
         let path = normalize_path(path);
         *self.number_of.entry(path).or_insert_with(|| {
