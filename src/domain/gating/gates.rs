@@ -5,6 +5,9 @@
 //! Memory access, not arithmetic, is the cost at scale: ids are copied into one
 //! buffer before they are hashed, and every distinct path is hashed once and then
 //! handled as a small integer.
+//!
+//! Long (about 740 lines) on purpose: the eight gates share the interned ids and
+//! paths built here; each gate is one short function in gate order.
 
 use std::collections::hash_map::Entry;
 /// foldhash instead of SipHash: several times faster on short keys (ids, paths are

@@ -33,6 +33,9 @@
 //! - Under `## Discovered Work` (until the next `#`/`##` heading) every top-level list
 //!   item is a discovered item, with its marker status when it has one.
 //! - Errors name the 1-based line of the document (YAML errors are shifted to it).
+//!
+//! Long (about 730 lines) on purpose: the renderer and the reader live together so
+//! the layout above is stated once and a round trip is checked beside it.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
