@@ -269,8 +269,10 @@ fault_kill() {
 
 fault_term() {
     local name=$1 worker=${WORKER[$1]} t held t_exit
-    held=$(held_by "$worker")
+    # t before the snapshot: a held job that ends before the signal lands still
+    # ends after t (read after the signal, a graceful stop's hand-back would hide it).
     t=$(now)
+    held=$(held_by "$worker")
     replica_signal "$name" TERM
     local status=0
     replica_wait "$name" || status=$?
