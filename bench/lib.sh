@@ -24,3 +24,19 @@ start_server() { # bin database-url log [VAR=value...]
     sleep 0.05
   done
 }
+
+# Writes the body of a refine job with 4 assignments of the builtin executor.
+write_job_body() { # file
+  python3 - "$1" <<'PY'
+import json, sys
+sys.path.insert(0, "bench")
+from refine_load import context
+json.dump(context(4), open(sys.argv[1], "w"))
+PY
+}
+
+# Jobs finished so far (any status), from the server's /metrics.
+finished() { # port
+  curl -fs "http://127.0.0.1:$1/metrics" |
+    awk '/^refine_jobs_finished_total/ { n += $NF } END { print n + 0 }'
+}

@@ -50,20 +50,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-python3 - "$tmp/job.json" <<'PY'
-import json, sys
-sys.path.insert(0, "bench")
-from refine_load import context
-json.dump(context(4), open(sys.argv[1], "w"))
-PY
+write_job_body "$tmp/job.json"
 
 stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
 ticks() { # pid -> utime+stime in clock ticks (0 once gone)
   awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat" 2>/dev/null || echo 0
-}
-finished() { # port -> jobs finished so far (any status), from /metrics
-  curl -fs "http://127.0.0.1:$1/metrics" |
-    awk '/^refine_jobs_finished_total/ { n += $NF } END { print n + 0 }'
 }
 pg_backends() { # db -> "pid ticks" per server backend
   psql "$PG_ADMIN" -Atc "select pid from pg_stat_activity where datname = '$1' and pid <> pg_backend_pid()" |
