@@ -7,7 +7,7 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{JobProgress, add_count, budget_of, parse_status, state_event};
+use super::{JobProgress, PendingProgress, add_count, budget_of, parse_status, state_event};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::{
@@ -247,14 +247,17 @@ impl Database {
         Ok(row.ok_or(LeaseLost))
     }
 
-    /// Ends a job (fenced). L0 rows still `running` (killed by a cancel) become
-    /// `failed` — looked for only when `l0s_running` says the worker left some (its
-    /// progress; nobody else writes L0 rows under its lease); the lease is cleared.
-    /// Returns the terminal status written.
+    /// Ends a job (fenced), storing the worker's `pending` writes first in the same
+    /// transaction (a job whose L0s all ended within the write-behind window costs
+    /// this one commit after its claim, docs/jobs.md). L0 rows still `running`
+    /// (killed by a cancel) become `failed` — looked for only when `l0s_running`
+    /// says the worker left some (its progress; nobody else writes L0 rows under its
+    /// lease); the lease is cleared. Returns the terminal status written.
     pub async fn finish_refine_job(
         &self,
         lease: Lease,
         finish: &Finish<'_>,
+        pending: &PendingProgress,
         log: &[String],
         new_lines: &[String],
         l0s_running: bool,
@@ -302,13 +305,23 @@ impl Database {
             .bind(message)
             .bind(Json(log))
             .bind(at)
-            .bind(i64::try_from(new_lines.len() + 1).unwrap_or(i64::MAX))
+            .bind(i64::try_from(pending.events.len() + new_lines.len() + 1).unwrap_or(i64::MAX))
             .bind(lease.token)
             .fetch_optional(&mut *tx)
             .await?;
             let Some((seq, attempt)) = ended else {
                 return Ok(Err(LeaseLost));
             };
+            let mut events: Vec<(&str, Value)> = new_lines
+                .iter()
+                .map(|l| ("log", json!({"line": l})))
+                .collect();
+            let extra = match code {
+                Some(code) => json!({"error": {"code": code, "message": message}}),
+                None => json!({}),
+            };
+            events.push(state_event(status, attempt, extra));
+            store_pending!(tx, lease.job_id, seq, pending, then = (&events, at));
             if l0s_running {
                 sqlx::query(
                     "UPDATE refine_l0_runs SET status = 'failed', finished_at = $2, \
@@ -319,16 +332,6 @@ impl Database {
                 .execute(&mut *tx)
                 .await?;
             }
-            let mut events: Vec<(&str, Value)> = new_lines
-                .iter()
-                .map(|l| ("log", json!({"line": l})))
-                .collect();
-            let extra = match code {
-                Some(code) => json!({"error": {"code": code, "message": message}}),
-                None => json!({}),
-            };
-            events.push(state_event(status, attempt, extra));
-            push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
         });
         Ok(Ok(status))
