@@ -26,7 +26,7 @@ use crate::agents::Executors;
 use crate::config::Settings;
 use crate::db::notify::Notice;
 use crate::db::refine_jobs::{
-    ClaimedJob, Finish, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress,
+    ClaimFor, ClaimedJob, Finish, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress,
 };
 use crate::db::{Database, DbError};
 use crate::domain::job::{JobStatus, requeue_backoff};
@@ -212,58 +212,73 @@ pub fn start(
 }
 
 async fn worker(pool: Arc<Pool>, slot: u32) {
+    // The job claimed with the end of the previous one, if any.
+    let mut next: Option<ClaimedJob> = None;
     loop {
-        if pool.drain.is_cancelled() {
-            return;
-        }
-        // Registered before the claim, so a job queued while this worker finds the
-        // queue empty still wakes it (not only the next poll).
-        let queued = pool.hub.queued.notified();
-        tokio::pin!(queued);
-        queued.as_mut().enable();
-        let lease_until = Utc::now() + chrono_duration(pool.settings.lease);
-        match pool.db.claim_refine_job(pool.worker_id, lease_until).await {
-            Ok(Some(job)) => {
-                metrics::counter!("refine_jobs_claimed_total").increment(1);
-                let span = tracing::info_span!(
-                    "refine_job",
-                    job_id = %job.lease.job_id,
-                    attempt = job.attempt
-                );
-                run_claimed(&pool, job).instrument(span).await;
-            }
-            Ok(None) => {
-                tokio::select! {
-                    _ = queued => {}
-                    _ = tokio::time::sleep(POLL) => {}
-                    _ = pool.drain.cancelled() => return,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(slot, error = %e, "claiming a job failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(POLL) => {}
-                    _ = pool.drain.cancelled() => return,
-                }
-            }
-        }
+        let job = match next.take() {
+            Some(job) => job,
+            None => match claim(&pool, slot).await {
+                Some(job) => job,
+                None if pool.drain.is_cancelled() => return,
+                None => continue,
+            },
+        };
+        metrics::counter!("refine_jobs_claimed_total").increment(1);
+        let span = tracing::info_span!(
+            "refine_job",
+            job_id = %job.lease.job_id,
+            attempt = job.attempt
+        );
+        next = run_claimed(&pool, job).instrument(span).await;
     }
 }
 
-async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
+/// Claims a job on its own (the worker has none), or waits for one to be queued
+/// (a wake-up or the poll) and returns `None`.
+async fn claim(pool: &Arc<Pool>, slot: u32) -> Option<ClaimedJob> {
+    if pool.drain.is_cancelled() {
+        return None;
+    }
+    // Registered before the claim, so a job queued while this worker finds the
+    // queue empty still wakes it (not only the next poll).
+    let queued = pool.hub.queued.notified();
+    tokio::pin!(queued);
+    queued.as_mut().enable();
+    match pool.db.claim_refine_job(claim_for(pool)).await {
+        Ok(Some(job)) => return Some(job),
+        Ok(None) => {
+            tokio::select! {
+                _ = queued => {}
+                _ = tokio::time::sleep(POLL) => {}
+                _ = pool.drain.cancelled() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(slot, error = %e, "claiming a job failed; retrying");
+            tokio::select! {
+                _ = tokio::time::sleep(POLL) => {}
+                _ = pool.drain.cancelled() => {}
+            }
+        }
+    }
+    None
+}
+
+/// This worker's claim, with a lease from now.
+fn claim_for(pool: &Pool) -> ClaimFor {
+    ClaimFor {
+        worker_id: pool.worker_id,
+        lease_until: Utc::now() + chrono_duration(pool.settings.lease),
+    }
+}
+
+/// Runs a claimed job to its end; returns the next job when its end claimed one.
+async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob> {
     let lease = job.lease;
 
     if job.cancel_requested {
-        finish(
-            pool,
-            &job,
-            &Finish::Cancelled,
-            &PendingProgress::default(),
-            &job.log,
-            &[],
-        )
-        .await;
-        return;
+        let none = PendingProgress::default();
+        return finish(pool, &job, &Finish::Cancelled, &none, &job.log, &[]).await;
     }
     let prepared = StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id));
     let (refine_job, files) = match prepared {
@@ -273,16 +288,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                 code: "invalid_request",
                 message: &message,
             };
-            finish(
-                pool,
-                &job,
-                &failed,
-                &PendingProgress::default(),
-                &job.log,
-                &[],
-            )
-            .await;
-            return;
+            let none = PendingProgress::default();
+            return finish(pool, &job, &failed, &none, &job.log, &[]).await;
         }
     };
     let Some(executor) = pool.executors.resolve(Some(&job.executor)) else {
@@ -295,16 +302,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
             code: "unknown_executor",
             message: &message,
         };
-        finish(
-            pool,
-            &job,
-            &failed,
-            &PendingProgress::default(),
-            &job.log,
-            &[],
-        )
-        .await;
-        return;
+        let none = PendingProgress::default();
+        return finish(pool, &job, &failed, &none, &job.log, &[]).await;
     };
 
     let kill = pool.kill.child_token();
@@ -385,8 +384,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                                 code: "output_write_failed",
                                 message: &message,
                             };
-                            finish(pool, &job, &failed, &pending, &output.log, &new_lines).await;
-                            return;
+                            return finish(pool, &job, &failed, &pending, &output.log, &new_lines)
+                                .await;
                         }
                     }
                 }
@@ -395,8 +394,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                 result: &output.result,
                 phase_refined_path: path.as_deref(),
             };
-            finish(pool, &job, &done, &pending, &output.log, &new_lines).await;
-            return;
+            return finish(pool, &job, &done, &pending, &output.log, &new_lines).await;
         }
         Err(Stop::Budget {
             reason,
@@ -409,15 +407,14 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                 result: &output.result,
                 message: &reason,
             };
-            finish(pool, &job, &stopped, &pending, &output.log, &new_lines).await;
-            return;
+            return finish(pool, &job, &stopped, &pending, &output.log, &new_lines).await;
         }
         Err(stop) => stop,
     };
     if lost.load(Ordering::SeqCst) {
         tracing::warn!(reason = %stop, "lease lost: stopped without writing");
         metrics::counter!("refine_lease_lost_total").increment(1);
-        return;
+        return None;
     }
     // The database says why the kill switch fired: a cancel leaves `cancelling`.
     let status = pool
@@ -435,8 +432,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
             .flatten()
             .map(|j| j.log)
             .unwrap_or_default();
-        finish(pool, &job, &Finish::Cancelled, &pending, &log, &[]).await;
-        return;
+        return finish(pool, &job, &Finish::Cancelled, &pending, &log, &[]).await;
     }
     match stop {
         Stop::Drained | Stop::Killed => {
@@ -458,6 +454,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
         // Handled above unless the lease was lost (then nothing may be written).
         Stop::Budget { .. } => {}
     }
+    None
 }
 
 /// Renews the lease every heartbeat; fires the kill switch when the lease is lost
@@ -488,7 +485,8 @@ async fn heartbeat(pool: Arc<Pool>, lease: Lease, kill: CancellationToken, lost:
 }
 
 /// Ends a job with the writes its sink held back, retrying transient database
-/// errors while the lease is still ours.
+/// errors while the lease is still ours. Unless the pool is draining, the same
+/// commit claims this worker's next job, which is returned.
 async fn finish(
     pool: &Pool,
     job: &ClaimedJob,
@@ -496,7 +494,7 @@ async fn finish(
     pending: &PendingProgress,
     log: &[String],
     new_lines: &[String],
-) {
+) -> Option<ClaimedJob> {
     let lease = job.lease;
     let result = retry_db(pool, || {
         pool.db.finish_refine_job(
@@ -506,11 +504,14 @@ async fn finish(
             log,
             new_lines,
             job.progress.l0_running > 0,
+            (!pool.drain.is_cancelled()).then(|| claim_for(pool)),
         )
     })
     .await;
+    let mut next = None;
     match result {
-        Ok(Ok(status)) => {
+        Ok(Ok((status, claimed))) => {
+            next = claimed;
             metrics::counter!("refine_jobs_finished_total", "status" => status.as_str())
                 .increment(1);
             if let Some(run_id) = job.run_id {
@@ -525,6 +526,7 @@ async fn finish(
         Err(e) => tracing::error!(error = %e, "finishing the job failed; its lease will expire"),
     }
     pool.hub.job_changed(lease.job_id);
+    next
 }
 
 /// Retries a write while the database is unavailable, for at most half a lease

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on};
 use chrono::Utc;
-use plangate::db::refine_jobs::Lease;
+use plangate::db::refine_jobs::{ClaimFor, Lease};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use tracing_subscriber::Layer as _;
@@ -510,10 +510,13 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
             .unwrap();
         assert!(lost.is_err(), "a stranger's token holds no lease");
         assert!(
-            db.claim_refine_job(Uuid::new_v4(), Utc::now())
-                .await
-                .unwrap()
-                .is_none(),
+            db.claim_refine_job(ClaimFor {
+                worker_id: Uuid::new_v4(),
+                lease_until: Utc::now(),
+            })
+            .await
+            .unwrap()
+            .is_none(),
             "nothing is queued"
         );
     }
@@ -677,7 +680,10 @@ async fn a_claim_takes_the_first_of_a_large_backlog_without_sorting_it() {
 
     let claimed = app
         .db
-        .claim_refine_job(Uuid::new_v4(), Utc::now() + chrono::Duration::seconds(60))
+        .claim_refine_job(ClaimFor {
+            worker_id: Uuid::new_v4(),
+            lease_until: Utc::now() + chrono::Duration::seconds(60),
+        })
         .await
         .unwrap()
         .expect("a job is claimed");

@@ -965,7 +965,7 @@ async fn serve_on(
 }
 
 async fn resumed_job_counts_each_l0_once(backend: Backend) {
-    use plangate::db::refine_jobs::{L0Ended, PendingProgress};
+    use plangate::db::refine_jobs::{ClaimFor, L0Ended, PendingProgress};
     use plangate::domain::usage::L0Usage;
 
     let dirs = Dirs::new();
@@ -984,7 +984,10 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
     let lease_until = chrono::Utc::now() + chrono::Duration::milliseconds(200);
     let claimed = app
         .db
-        .claim_refine_job(Uuid::new_v4(), lease_until)
+        .claim_refine_job(ClaimFor {
+            worker_id: Uuid::new_v4(),
+            lease_until,
+        })
         .await
         .unwrap()
         .unwrap();
