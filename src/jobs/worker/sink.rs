@@ -1,0 +1,208 @@
+//! The server-side [`JobSink`]: a running job's L0 starts, ends and log lines, held
+//! back for at most [`WRITE_BEHIND`] and stored together (docs/jobs.md,
+//! "Write-behind"), with their metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::{Pool, retry_db};
+use crate::db::DbError;
+use crate::db::refine_jobs::{ClaimedJob, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress};
+use crate::domain::refine::{Classified, L0Outcome};
+use crate::domain::usage::{Budget, utc_day_start};
+use crate::jobs::engine::{FinishedL0Run, JobSink, excerpt, outcome_value};
+
+/// Longest answer excerpt kept in an L0 record.
+const EXCERPT_BYTES: usize = 2048;
+/// How long a worker may hold back an L0's start or end before storing it: what
+/// happens within it shares one commit (docs/jobs.md, "Write-behind").
+const WRITE_BEHIND: Duration = Duration::from_millis(2);
+
+/// The server-side sink: fenced writes, metrics, wake-ups. Writes are held back
+/// for at most [`WRITE_BEHIND`] and stored together (docs/jobs.md).
+pub(super) struct DbSink {
+    pool: Arc<Pool>,
+    lease: Lease,
+    attempt: i32,
+    executor: &'static str,
+    /// The budget's scope is the run when the job belongs to one.
+    run_id: Option<Uuid>,
+    budget: Option<Budget>,
+    /// The job's project and its daily limit in dollars, when the config sets one.
+    daily_limit: Option<(String, f64)>,
+    /// Its L0s by status: as claimed, then as this worker's writes left them.
+    pub(super) progress: JobProgress,
+    /// Writes held back, and when they must be stored.
+    pub(super) pending: PendingProgress,
+    due: Option<tokio::time::Instant>,
+}
+
+impl DbSink {
+    pub(super) fn new(pool: &Arc<Pool>, job: &ClaimedJob, executor: &'static str) -> Self {
+        DbSink {
+            pool: pool.clone(),
+            lease: job.lease,
+            attempt: job.attempt,
+            executor,
+            run_id: job.run_id,
+            budget: job.budget,
+            daily_limit: job
+                .project_id
+                .as_deref()
+                .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?))),
+            progress: job.progress,
+            pending: PendingProgress::default(),
+            due: None,
+        }
+    }
+
+    /// A write was held back: it is due within [`WRITE_BEHIND`] of the first.
+    fn held(&mut self) {
+        self.due
+            .get_or_insert_with(|| tokio::time::Instant::now() + WRITE_BEHIND);
+    }
+
+    /// Stores the writes held back (one transaction).
+    pub(super) async fn store(&mut self) -> Result<(), String> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pool = &self.pool;
+        let r = retry_db(pool, || pool.db.write_progress(self.lease, &self.pending)).await;
+        self.pending = PendingProgress::default();
+        self.due = None;
+        pool.hub.job_changed(self.lease.job_id);
+        fenced(r)
+    }
+}
+
+fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String> {
+    match result {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(LeaseLost)) => Err("the lease was lost".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl JobSink for DbSink {
+    async fn batch_started(&mut self, assignment_ids: &[String]) -> Result<(), String> {
+        self.progress = self
+            .pending
+            .start(assignment_ids, self.attempt, self.progress);
+        self.held();
+        Ok(())
+    }
+
+    async fn l0s_finished(
+        &mut self,
+        finished: &[FinishedL0Run],
+        log: &[String],
+        new_lines: &[String],
+    ) -> Result<(), String> {
+        let ended: Vec<L0Ended> = finished
+            .iter()
+            .map(|f| {
+                let status = f.classified.status().as_str();
+                metrics::counter!("l0_runs_total", "executor" => self.executor, "outcome" => status)
+                    .increment(1);
+                metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
+                    .record(f.elapsed.as_secs_f64());
+                record_usage_metrics(self.executor, &f.run.usage);
+                let error = f.classified.record(&f.assignment_id).reason;
+                if matches!(f.classified, Classified::Failed(_)) {
+                    tracing::warn!(assignment_id = %f.assignment_id, reason = ?error, "L0 failed");
+                }
+                let output = match &f.run.outcome {
+                    L0Outcome::Answer(text) => Some(text.as_str()),
+                    L0Outcome::Failed(_) => f.run.stderr.as_deref(),
+                };
+                L0Ended {
+                    assignment_id: f.assignment_id.clone(),
+                    status,
+                    tries: i32::try_from(f.run.tries).unwrap_or(i32::MAX),
+                    exit_code: f.run.exit_code,
+                    error,
+                    output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES).to_owned()),
+                    outcome: outcome_value(&f.run.outcome),
+                    usage: f.run.usage.clone(),
+                    prompt_bytes: i64::try_from(f.prompt_bytes).unwrap_or(i64::MAX),
+                }
+            })
+            .collect();
+        self.progress = self.pending.end(ended, log, new_lines, self.progress);
+        self.held();
+        Ok(())
+    }
+
+    async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
+        self.pending.log(log, new_lines);
+        self.held();
+        Ok(())
+    }
+
+    fn flush_due(&self) -> Option<tokio::time::Instant> {
+        self.due
+    }
+
+    async fn flush(&mut self) -> Result<(), String> {
+        self.store().await
+    }
+
+    /// The request's budget (over the run when the job is a run's), then the
+    /// project's daily limit. Unknown costs count as 0 (docs/jobs.md).
+    async fn budget_reached(&mut self) -> Result<Option<String>, String> {
+        if self.budget.is_some() || self.daily_limit.is_some() {
+            // What was spent is read from the stored L0 records: store them first.
+            self.store().await?;
+        }
+        let pool = &self.pool;
+        if let Some(budget) = self.budget {
+            let spent = retry_db(pool, || {
+                pool.db.budget_spent(self.lease.job_id, self.run_id)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            if let Some(why) = budget.exceeded(spent) {
+                let scope = if self.run_id.is_some() { "run" } else { "job" };
+                return Ok(Some(format!("the {scope}'s {why}")));
+            }
+        }
+        if let Some((project, limit)) = &self.daily_limit {
+            let since = utc_day_start(Utc::now());
+            let spent = retry_db(pool, || pool.db.project_cost_since(project, since))
+                .await
+                .map_err(|e| e.to_string())?;
+            if spent >= *limit {
+                return Ok(Some(format!(
+                    "project {project}'s daily limit of ${limit} is spent (${spent:.6} today, UTC)"
+                )));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// `l0_tokens_total{executor, model, kind}` and `l0_cost_usd_total{executor,
+/// model}` (a gauge that only grows: the metrics crate counts integers only).
+fn record_usage_metrics(executor: &'static str, usage: &crate::domain::usage::L0Usage) {
+    let model = usage.model.clone().unwrap_or_else(|| "unknown".to_owned());
+    let kinds = [
+        ("input", usage.input_tokens),
+        ("output", usage.output_tokens),
+        ("cache_read", usage.cache_read_input_tokens),
+        ("cache_creation", usage.cache_creation_input_tokens),
+    ];
+    for (kind, tokens) in kinds {
+        if let Some(n) = tokens.filter(|n| *n > 0) {
+            metrics::counter!("l0_tokens_total", "executor" => executor, "model" => model.clone(), "kind" => kind)
+                .increment(u64::try_from(n).unwrap_or(0));
+        }
+    }
+    if let Some(cost) = usage.cost_usd.filter(|c| *c > 0.0) {
+        metrics::gauge!("l0_cost_usd_total", "executor" => executor, "model" => model)
+            .increment(cost);
+    }
+}
