@@ -375,8 +375,13 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
     }
 }
 
+/// Room for a request-sized list from the start: serde_json gives no size hint, and
+/// growing from 4 moved each task up to four times (2% of a validate request,
+/// `bench/README.md`).
+const TASKS_RESERVED: usize = 64;
+
 fn read_task_list<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<List, A::Error> {
-    let mut tasks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+    let mut tasks = Vec::with_capacity(seq.size_hint().unwrap_or(TASKS_RESERVED));
     let mut first_non_object = None;
     let mut index = 0;
     loop {
