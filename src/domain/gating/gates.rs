@@ -254,6 +254,24 @@ pub(crate) fn run(
     } else {
         Outcome::DagInvalid
     };
+    // Each id of a wave is one task's own, so a list that is not kept gives its ids
+    // up instead of copying them (one allocation per task less).
+    let waves = waves
+        .into_iter()
+        .map(|members| {
+            members
+                .into_iter()
+                .map(|position| {
+                    let id = &mut tasks[position].task.task_id;
+                    if keep_tasks {
+                        id.clone()
+                    } else {
+                        std::mem::take(id)
+                    }
+                })
+                .collect()
+        })
+        .collect();
     if !keep_tasks {
         tasks.clear();
     }
@@ -748,9 +766,10 @@ fn reviews_without_dependency(
     warnings
 }
 
-/// Task ids by wave, ascending, task order within a wave.
-fn group_waves(graph: &TaskGraph<'_>) -> Vec<Vec<String>> {
-    let mut waves: Vec<Vec<String>> = Vec::new();
+/// Task positions by wave, ascending, task order within a wave; each position at
+/// most once.
+fn group_waves(graph: &TaskGraph<'_>) -> Vec<Vec<usize>> {
+    let mut waves: Vec<Vec<usize>> = Vec::new();
     let mut current_wave = None;
     for &position in &graph.by_wave {
         let wave = graph.wave(position);
@@ -759,7 +778,7 @@ fn group_waves(graph: &TaskGraph<'_>) -> Vec<Vec<String>> {
             waves.push(Vec::new());
         }
         if let Some(members) = waves.last_mut() {
-            members.push(graph.id(position).to_owned());
+            members.push(position);
         }
     }
     waves
