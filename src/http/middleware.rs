@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
@@ -38,7 +39,11 @@ pub fn stack(router: Router<AppState>, settings: &Settings) -> Router<AppState> 
             )
             .layer(PropagateRequestIdLayer::new(REQUEST_ID))
             .layer(axum_mw::from_fn(record_metrics))
-            .layer(CompressionLayer::new().gzip(true))
+            .layer(
+                CompressionLayer::new()
+                    .gzip(true)
+                    .compress_when(worth_compressing()),
+            )
             .layer(axum_mw::from_fn(problem_for_bare_errors))
             .layer(CatchPanicLayer::custom(panic_to_problem))
             .layer(TimeoutLayer::with_status_code(
@@ -50,6 +55,18 @@ pub fn stack(router: Router<AppState>, settings: &Settings) -> Router<AppState> 
             .layer(RequestBodyLimitLayer::new(settings.body_limit))
             .layer(DefaultBodyLimit::max(settings.body_limit)),
     )
+}
+
+/// Bodies of 1 KiB or more, as tower-http's default otherwise (no gRPC, images or
+/// event streams). A smaller body fits in one packet with its headers, so gzip
+/// saves no round trip — and each gzip stream costs a fresh ~300 KB deflate state:
+/// a sixth of the server's CPU per submitted job when every client asks for gzip
+/// (bench/README.md, "queue.sh").
+fn worth_compressing() -> impl Predicate {
+    SizeAbove::new(1024)
+        .and(NotForContentType::GRPC)
+        .and(NotForContentType::IMAGES)
+        .and(NotForContentType::SSE)
 }
 
 fn request_span(request: &Request) -> tracing::Span {

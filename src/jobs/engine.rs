@@ -21,9 +21,6 @@ use crate::domain::refine::{
 use crate::domain::storable::replace_nul;
 use crate::domain::usage::BudgetAction;
 
-/// How long the L0s ending after the first of a group may take to join its write.
-const GATHER: Duration = Duration::from_millis(2);
-
 /// Why the engine stopped before producing a result.
 #[derive(Debug, thiserror::Error)]
 pub enum Stop {
@@ -72,6 +69,16 @@ pub trait JobSink {
     /// Asked before each batch and after each write of finished L0s: `Some(why)`
     /// once a budget is spent (then no further L0 starts).
     fn budget_reached(&mut self) -> impl Future<Output = Result<Option<String>, String>> + Send;
+    /// When the writes this sink holds back must be stored ([`JobSink::flush`]);
+    /// `None` when it holds none. The engine calls `flush` then, even while every
+    /// L0 is still running.
+    fn flush_due(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+    /// Stores what the sink holds back.
+    fn flush(&mut self) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
 }
 
 /// An L0 that ended, with its judgement.
@@ -182,18 +189,28 @@ pub async fn run_refine(
                 (request.assignment_id, run, started.elapsed(), prompt_bytes)
             });
         }
-        while let Some(first) = running.join_next().await {
-            // Everything that ends within `GATHER` of the first is stored in the
-            // same write: L0s that end together (in-process ones, microseconds
-            // apart) cost one commit, not one each; a slow L0 ending alone waits
-            // at most `GATHER` more to be stored.
+        loop {
+            // Wait for the next L0 to end, storing what the sink holds back when it
+            // is due (a start or an end is stored within its window even while the
+            // other L0s run for minutes).
+            let next = match sink.flush_due() {
+                None => running.join_next().await,
+                Some(due) => tokio::select! {
+                    joined = running.join_next() => joined,
+                    () = tokio::time::sleep_until(due) => {
+                        if let Err(e) = sink.flush().await {
+                            return Err(stop_running(running, switches, Stop::Sink(e)).await);
+                        }
+                        continue;
+                    }
+                },
+            };
+            let Some(first) = next else { break };
+            // The L0s that ended together (in-process ones, microseconds apart)
+            // are reported together.
             let mut joined = vec![first];
-            let until = tokio::time::Instant::now() + GATHER;
-            while !running.is_empty() {
-                match tokio::time::timeout_at(until, running.join_next()).await {
-                    Ok(Some(more)) => joined.push(more),
-                    Ok(None) | Err(_) => break,
-                }
+            while let Some(more) = running.try_join_next() {
+                joined.push(more);
             }
             let mut finished = Vec::with_capacity(joined.len());
             let mut new_lines = Vec::new();

@@ -25,7 +25,9 @@ use super::request::StoredRequest;
 use crate::agents::Executors;
 use crate::config::Settings;
 use crate::db::notify::Notice;
-use crate::db::refine_jobs::{ClaimedJob, Finish, JobProgress, L0Done, Lease, LeaseLost};
+use crate::db::refine_jobs::{
+    ClaimFor, ClaimedJob, Finish, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress,
+};
 use crate::db::{Database, DbError};
 use crate::domain::job::{JobStatus, requeue_backoff};
 use crate::domain::refine::{Classified, L0Outcome};
@@ -35,6 +37,9 @@ use crate::domain::usage::{Budget, utc_day_start};
 const EXCERPT_BYTES: usize = 2048;
 /// Workers poll at least this often, so a lost notification never stalls a job.
 const POLL: Duration = Duration::from_secs(1);
+/// How long a worker may hold back an L0's start or end before storing it: what
+/// happens within it shares one commit (docs/jobs.md, "Write-behind").
+const WRITE_BEHIND: Duration = Duration::from_millis(2);
 
 /// What the HTTP layer shares with the workers of its process.
 pub struct JobsHub {
@@ -207,50 +212,73 @@ pub fn start(
 }
 
 async fn worker(pool: Arc<Pool>, slot: u32) {
+    // The job claimed with the end of the previous one, if any.
+    let mut next: Option<ClaimedJob> = None;
     loop {
-        if pool.drain.is_cancelled() {
-            return;
-        }
-        // Registered before the claim, so a job queued while this worker finds the
-        // queue empty still wakes it (not only the next poll).
-        let queued = pool.hub.queued.notified();
-        tokio::pin!(queued);
-        queued.as_mut().enable();
-        let lease_until = Utc::now() + chrono_duration(pool.settings.lease);
-        match pool.db.claim_refine_job(pool.worker_id, lease_until).await {
-            Ok(Some(job)) => {
-                metrics::counter!("refine_jobs_claimed_total").increment(1);
-                let span = tracing::info_span!(
-                    "refine_job",
-                    job_id = %job.lease.job_id,
-                    attempt = job.attempt
-                );
-                run_claimed(&pool, job).instrument(span).await;
-            }
-            Ok(None) => {
-                tokio::select! {
-                    _ = queued => {}
-                    _ = tokio::time::sleep(POLL) => {}
-                    _ = pool.drain.cancelled() => return,
-                }
-            }
-            Err(e) => {
-                tracing::warn!(slot, error = %e, "claiming a job failed; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(POLL) => {}
-                    _ = pool.drain.cancelled() => return,
-                }
-            }
-        }
+        let job = match next.take() {
+            Some(job) => job,
+            None => match claim(&pool, slot).await {
+                Some(job) => job,
+                None if pool.drain.is_cancelled() => return,
+                None => continue,
+            },
+        };
+        metrics::counter!("refine_jobs_claimed_total").increment(1);
+        let span = tracing::info_span!(
+            "refine_job",
+            job_id = %job.lease.job_id,
+            attempt = job.attempt
+        );
+        next = run_claimed(&pool, job).instrument(span).await;
     }
 }
 
-async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
+/// Claims a job on its own (the worker has none), or waits for one to be queued
+/// (a wake-up or the poll) and returns `None`.
+async fn claim(pool: &Arc<Pool>, slot: u32) -> Option<ClaimedJob> {
+    if pool.drain.is_cancelled() {
+        return None;
+    }
+    // Registered before the claim, so a job queued while this worker finds the
+    // queue empty still wakes it (not only the next poll).
+    let queued = pool.hub.queued.notified();
+    tokio::pin!(queued);
+    queued.as_mut().enable();
+    match pool.db.claim_refine_job(claim_for(pool)).await {
+        Ok(Some(job)) => return Some(job),
+        Ok(None) => {
+            tokio::select! {
+                _ = queued => {}
+                _ = tokio::time::sleep(POLL) => {}
+                _ = pool.drain.cancelled() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(slot, error = %e, "claiming a job failed; retrying");
+            tokio::select! {
+                _ = tokio::time::sleep(POLL) => {}
+                _ = pool.drain.cancelled() => {}
+            }
+        }
+    }
+    None
+}
+
+/// This worker's claim, with a lease from now.
+fn claim_for(pool: &Pool) -> ClaimFor {
+    ClaimFor {
+        worker_id: pool.worker_id,
+        lease_until: Utc::now() + chrono_duration(pool.settings.lease),
+    }
+}
+
+/// Runs a claimed job to its end; returns the next job when its end claimed one.
+async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob> {
     let lease = job.lease;
 
     if job.cancel_requested {
-        finish(pool, &job, &Finish::Cancelled, &job.log, &[]).await;
-        return;
+        let none = PendingProgress::default();
+        return finish(pool, &job, &Finish::Cancelled, &none, &job.log, &[]).await;
     }
     let prepared = StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id));
     let (refine_job, files) = match prepared {
@@ -260,8 +288,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                 code: "invalid_request",
                 message: &message,
             };
-            finish(pool, &job, &failed, &job.log, &[]).await;
-            return;
+            let none = PendingProgress::default();
+            return finish(pool, &job, &failed, &none, &job.log, &[]).await;
         }
     };
     let Some(executor) = pool.executors.resolve(Some(&job.executor)) else {
@@ -274,8 +302,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
             code: "unknown_executor",
             message: &message,
         };
-        finish(pool, &job, &failed, &job.log, &[]).await;
-        return;
+        let none = PendingProgress::default();
+        return finish(pool, &job, &failed, &none, &job.log, &[]).await;
     };
 
     let kill = pool.kill.child_token();
@@ -300,6 +328,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
             .as_deref()
             .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?))),
         progress: job.progress,
+        pending: PendingProgress::default(),
+        due: None,
     };
     let switches = Switches {
         kill: kill.clone(),
@@ -323,6 +353,19 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
     heartbeat.abort();
     pool.hub.unregister(lease.job_id);
     job.progress = sink.progress;
+    // A result or a budget stop stores what the sink holds back with the job's end;
+    // any other stop stores it first (what ended stays stored for the resume).
+    let pending = match &outcome {
+        Ok(_) | Err(Stop::Budget { .. }) => std::mem::take(&mut sink.pending),
+        Err(_) => {
+            if !lost.load(Ordering::SeqCst)
+                && let Err(reason) = sink.store().await
+            {
+                tracing::warn!(%reason, "storing the last L0 writes failed");
+            }
+            PendingProgress::default()
+        }
+    };
 
     let stop = match outcome {
         Ok((output, new_lines)) => {
@@ -341,8 +384,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                                 code: "output_write_failed",
                                 message: &message,
                             };
-                            finish(pool, &job, &failed, &output.log, &new_lines).await;
-                            return;
+                            return finish(pool, &job, &failed, &pending, &output.log, &new_lines)
+                                .await;
                         }
                     }
                 }
@@ -351,8 +394,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                 result: &output.result,
                 phase_refined_path: path.as_deref(),
             };
-            finish(pool, &job, &done, &output.log, &new_lines).await;
-            return;
+            return finish(pool, &job, &done, &pending, &output.log, &new_lines).await;
         }
         Err(Stop::Budget {
             reason,
@@ -365,15 +407,14 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
                 result: &output.result,
                 message: &reason,
             };
-            finish(pool, &job, &stopped, &output.log, &new_lines).await;
-            return;
+            return finish(pool, &job, &stopped, &pending, &output.log, &new_lines).await;
         }
         Err(stop) => stop,
     };
     if lost.load(Ordering::SeqCst) {
         tracing::warn!(reason = %stop, "lease lost: stopped without writing");
         metrics::counter!("refine_lease_lost_total").increment(1);
-        return;
+        return None;
     }
     // The database says why the kill switch fired: a cancel leaves `cancelling`.
     let status = pool
@@ -391,8 +432,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
             .flatten()
             .map(|j| j.log)
             .unwrap_or_default();
-        finish(pool, &job, &Finish::Cancelled, &log, &[]).await;
-        return;
+        return finish(pool, &job, &Finish::Cancelled, &pending, &log, &[]).await;
     }
     match stop {
         Stop::Drained | Stop::Killed => {
@@ -414,6 +454,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) {
         // Handled above unless the lease was lost (then nothing may be written).
         Stop::Budget { .. } => {}
     }
+    None
 }
 
 /// Renews the lease every heartbeat; fires the kill switch when the lease is lost
@@ -443,22 +484,34 @@ async fn heartbeat(pool: Arc<Pool>, lease: Lease, kill: CancellationToken, lost:
     }
 }
 
-/// Ends a job, retrying transient database errors while the lease is still ours.
+/// Ends a job with the writes its sink held back, retrying transient database
+/// errors while the lease is still ours. Unless the pool is draining, the same
+/// commit claims this worker's next job, which is returned.
 async fn finish(
     pool: &Pool,
     job: &ClaimedJob,
     how: &Finish<'_>,
+    pending: &PendingProgress,
     log: &[String],
     new_lines: &[String],
-) {
+) -> Option<ClaimedJob> {
     let lease = job.lease;
     let result = retry_db(pool, || {
-        pool.db
-            .finish_refine_job(lease, how, log, new_lines, job.progress.l0_running > 0)
+        pool.db.finish_refine_job(
+            lease,
+            how,
+            pending,
+            log,
+            new_lines,
+            job.progress.l0_running > 0,
+            (!pool.drain.is_cancelled()).then(|| claim_for(pool)),
+        )
     })
     .await;
+    let mut next = None;
     match result {
-        Ok(Ok(status)) => {
+        Ok(Ok((status, claimed))) => {
+            next = claimed;
             metrics::counter!("refine_jobs_finished_total", "status" => status.as_str())
                 .increment(1);
             if let Some(run_id) = job.run_id {
@@ -473,6 +526,7 @@ async fn finish(
         Err(e) => tracing::error!(error = %e, "finishing the job failed; its lease will expire"),
     }
     pool.hub.job_changed(lease.job_id);
+    next
 }
 
 /// Retries a write while the database is unavailable, for at most half a lease
@@ -496,7 +550,8 @@ where
     }
 }
 
-/// The server-side sink: fenced writes, metrics, wake-ups.
+/// The server-side sink: fenced writes, metrics, wake-ups. Writes are held back
+/// for at most [`WRITE_BEHIND`] and stored together (docs/jobs.md).
 struct DbSink {
     pool: Arc<Pool>,
     lease: Lease,
@@ -509,6 +564,30 @@ struct DbSink {
     daily_limit: Option<(String, f64)>,
     /// Its L0s by status: as claimed, then as this worker's writes left them.
     progress: JobProgress,
+    /// Writes held back, and when they must be stored.
+    pending: PendingProgress,
+    due: Option<tokio::time::Instant>,
+}
+
+impl DbSink {
+    /// A write was held back: it is due within [`WRITE_BEHIND`] of the first.
+    fn held(&mut self) {
+        self.due
+            .get_or_insert_with(|| tokio::time::Instant::now() + WRITE_BEHIND);
+    }
+
+    /// Stores the writes held back (one transaction).
+    async fn store(&mut self) -> Result<(), String> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let pool = &self.pool;
+        let r = retry_db(pool, || pool.db.write_progress(self.lease, &self.pending)).await;
+        self.pending = PendingProgress::default();
+        self.due = None;
+        pool.hub.job_changed(self.lease.job_id);
+        fenced(r)
+    }
 }
 
 fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String> {
@@ -521,14 +600,10 @@ fn fenced<T>(result: Result<Result<T, LeaseLost>, DbError>) -> Result<T, String>
 
 impl JobSink for DbSink {
     async fn batch_started(&mut self, assignment_ids: &[String]) -> Result<(), String> {
-        let pool = &self.pool;
-        let r = retry_db(pool, || {
-            pool.db
-                .l0s_started(self.lease, assignment_ids, self.attempt, self.progress)
-        })
-        .await;
-        pool.hub.job_changed(self.lease.job_id);
-        self.progress = fenced(r)?;
+        self.progress = self
+            .pending
+            .start(assignment_ids, self.attempt, self.progress);
+        self.held();
         Ok(())
     }
 
@@ -538,12 +613,7 @@ impl JobSink for DbSink {
         log: &[String],
         new_lines: &[String],
     ) -> Result<(), String> {
-        struct Owned {
-            status: &'static str,
-            error: Option<String>,
-            outcome: serde_json::Value,
-        }
-        let owned: Vec<Owned> = finished
+        let ended: Vec<L0Ended> = finished
             .iter()
             .map(|f| {
                 let status = f.classified.status().as_str();
@@ -556,55 +626,49 @@ impl JobSink for DbSink {
                 if matches!(f.classified, Classified::Failed(_)) {
                     tracing::warn!(assignment_id = %f.assignment_id, reason = ?error, "L0 failed");
                 }
-                Owned {
-                    status,
-                    error,
-                    outcome: outcome_value(&f.run.outcome),
-                }
-            })
-            .collect();
-        let dones: Vec<L0Done<'_>> = finished
-            .iter()
-            .zip(&owned)
-            .map(|(f, o)| {
                 let output = match &f.run.outcome {
                     L0Outcome::Answer(text) => Some(text.as_str()),
                     L0Outcome::Failed(_) => f.run.stderr.as_deref(),
                 };
-                L0Done {
-                    assignment_id: &f.assignment_id,
-                    status: o.status,
+                L0Ended {
+                    assignment_id: f.assignment_id.clone(),
+                    status,
                     tries: i32::try_from(f.run.tries).unwrap_or(i32::MAX),
                     exit_code: f.run.exit_code,
-                    error: o.error.as_deref(),
-                    output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES)),
-                    outcome: &o.outcome,
-                    usage: &f.run.usage,
+                    error,
+                    output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES).to_owned()),
+                    outcome: outcome_value(&f.run.outcome),
+                    usage: f.run.usage.clone(),
                     prompt_bytes: i64::try_from(f.prompt_bytes).unwrap_or(i64::MAX),
                 }
             })
             .collect();
-        let pool = &self.pool;
-        let r = retry_db(pool, || {
-            pool.db
-                .l0s_finished(self.lease, &dones, log, new_lines, self.progress)
-        })
-        .await;
-        pool.hub.job_changed(self.lease.job_id);
-        self.progress = fenced(r)?;
+        self.progress = self.pending.end(ended, log, new_lines, self.progress);
+        self.held();
         Ok(())
     }
 
     async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
-        let pool = &self.pool;
-        let r = retry_db(pool, || pool.db.append_job_log(self.lease, log, new_lines)).await;
-        pool.hub.job_changed(self.lease.job_id);
-        fenced(r)
+        self.pending.log(log, new_lines);
+        self.held();
+        Ok(())
+    }
+
+    fn flush_due(&self) -> Option<tokio::time::Instant> {
+        self.due
+    }
+
+    async fn flush(&mut self) -> Result<(), String> {
+        self.store().await
     }
 
     /// The request's budget (over the run when the job is a run's), then the
     /// project's daily limit. Unknown costs count as 0 (docs/jobs.md).
     async fn budget_reached(&mut self) -> Result<Option<String>, String> {
+        if self.budget.is_some() || self.daily_limit.is_some() {
+            // What was spent is read from the stored L0 records: store them first.
+            self.store().await?;
+        }
         let pool = &self.pool;
         if let Some(budget) = self.budget {
             let spent = retry_db(pool, || {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on};
 use chrono::Utc;
-use plangate::db::refine_jobs::Lease;
+use plangate::db::refine_jobs::{ClaimFor, Lease};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use tracing_subscriber::Layer as _;
@@ -510,10 +510,13 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
             .unwrap();
         assert!(lost.is_err(), "a stranger's token holds no lease");
         assert!(
-            db.claim_refine_job(Uuid::new_v4(), Utc::now())
-                .await
-                .unwrap()
-                .is_none(),
+            db.claim_refine_job(ClaimFor {
+                worker_id: Uuid::new_v4(),
+                lease_until: Utc::now(),
+            })
+            .await
+            .unwrap()
+            .is_none(),
             "nothing is queued"
         );
     }
@@ -625,4 +628,82 @@ fn plangate_pg_pool(app: &TestApp) -> sqlx::PgPool {
         plangate::db::Database::Postgres(pool) => pool.clone(),
         plangate::db::Database::Sqlite(_) => unreachable!("a Postgres test"),
     }
+}
+
+/// Plan nodes of one kind anywhere in the tree.
+fn nodes_of<'a>(node: &'a Value, kind: &str, found: &mut Vec<&'a Value>) {
+    if node["Node Type"] == kind {
+        found.push(node);
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        nodes_of(child, kind, found);
+    }
+}
+
+/// With thousands of jobs queued, a claim reads the queue in its order from an
+/// index and locks the first job, instead of reading and sorting the whole backlog
+/// (which cost each claim milliseconds and most of the queue's database time,
+/// bench/README.md "queue.sh"). The seeded history above has nothing queued, so
+/// this test queues its own backlog, on a server without workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_takes_the_first_of_a_large_backlog_without_sorting_it() {
+    install_notice_collector();
+    let database = FreshDatabase::new(Backend::Postgres).await;
+    let app = spawn_app_on(database, Backend::Postgres, |s| s.workers = 0).await;
+    let database = app.stop_keeping_database().await;
+    let url = database.url.clone();
+    let name = url.rsplit('/').next().unwrap().to_owned();
+    let mut conn = PgConnection::connect(&url).await.unwrap();
+    // 5,000 queued jobs, a tenth of them resumed (they come first), then ANALYZE.
+    sqlx::raw_sql(
+        "INSERT INTO refine_jobs (id, status, phase_id, executor, executor_kind, request, \
+           max_attempts, run_after, started_at, l0_total, version, created_at, updated_at, \
+           budget_action) \
+         SELECT gen_random_uuid(), 'queued', 'P1', 'builtin', 'builtin', '{}'::jsonb, 3, \
+           now() - make_interval(secs => i), CASE WHEN i % 10 = 0 THEN now() END, 4, 1, \
+           now(), now(), 'finish' \
+         FROM generate_series(1, 5000) AS i; \
+         ANALYZE refine_jobs",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let first: Uuid = sqlx::query_scalar(
+        "SELECT id FROM refine_jobs WHERE status = 'queued' \
+         ORDER BY started_at IS NULL, run_after, id LIMIT 1",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    enable_auto_explain(&url, &name).await;
+    let app = spawn_app_on(database, Backend::Postgres, |s| s.workers = 0).await;
+
+    let claimed = app
+        .db
+        .claim_refine_job(ClaimFor {
+            worker_id: Uuid::new_v4(),
+            lease_until: Utc::now() + chrono::Duration::seconds(60),
+        })
+        .await
+        .unwrap()
+        .expect("a job is claimed");
+    assert_eq!(
+        claimed.lease.job_id, first,
+        "the queue's first job is claimed"
+    );
+    app.shutdown().await;
+
+    let plans = collected_plans();
+    let claim = plans
+        .iter()
+        .find(|p| p.query.contains("FOR UPDATE SKIP LOCKED"))
+        .expect("the claim's plan is seen");
+    let (mut sorts, mut scans) = (Vec::new(), Vec::new());
+    nodes_of(&claim.root, "Sort", &mut sorts);
+    seq_scanned(&claim.root, &mut scans);
+    assert!(
+        sorts.is_empty() && scans.is_empty(),
+        "the claim sorts or scans the backlog: {}",
+        serde_json::to_string(&claim.root).unwrap()
+    );
 }

@@ -528,8 +528,8 @@ async fn sigkilled_server_jobs_resume_on_another_without_rerunning_finished_l0s(
                 .filter(|r| r["status"] == "running")
                 .filter_map(|r| r["assignment_id"].as_str())
                 .collect();
-            // …and their processes have started (the row goes `running` just before
-            // the spawn).
+            // …and their processes have started (the row goes `running` within the
+            // worker's 2 ms write-behind of the spawn).
             let started = tally(&fixture.events(), |_| true);
             all &= finished == 6
                 && running.len() == 2

@@ -206,6 +206,7 @@ both_backends!(
     task_file_is_read_only_inside_the_workspace_root,
     list_filters_and_pages_newest_first,
     bad_submissions_are_refused_and_create_nothing,
+    a_job_end_claims_the_workers_next_job,
 );
 
 async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dirs) {
@@ -921,4 +922,90 @@ async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dir
         page["jobs"].as_array().unwrap().is_empty(),
         "no job was created: {page}"
     );
+}
+
+/// The commit that ends a worker's job also claims its next one (one WAL flush per
+/// job instead of two, docs/jobs.md): the next job starts at the very instant the
+/// first ended. A draining worker (no claim asked) and a worker whose lease is gone
+/// claim nothing.
+async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
+    use plangate::db::refine_jobs::{ClaimFor, Finish, Lease, PendingProgress};
+    use plangate::domain::job::JobStatus;
+    // No workers: the test plays the worker.
+    let app = spawn_app_with(backend, |s| s.workers = 0).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            submit(&app, &body(&["P1-A1"])).await["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let worker = ClaimFor {
+        worker_id: uuid::Uuid::new_v4(),
+        lease_until: chrono::Utc::now() + chrono::Duration::seconds(60),
+    };
+    let first = app.db.claim_refine_job(worker).await.unwrap().unwrap();
+    assert_eq!(first.lease.job_id.to_string(), ids[0]);
+    let result = json!({"refined": true});
+    let done = Finish::Succeeded {
+        result: &result,
+        phase_refined_path: None,
+    };
+    let none = PendingProgress::default();
+    let (status, next) = app
+        .db
+        .finish_refine_job(first.lease, &done, &none, &[], &[], false, Some(worker))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, JobStatus::Succeeded);
+    let next = next.expect("the end claimed the next job");
+    assert_eq!(next.lease.job_id.to_string(), ids[1]);
+    assert_eq!(next.attempt, 1);
+    let job = async |id: &str| -> Value {
+        let response = app.get(&format!("/v1/refine-jobs/{id}")).await;
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    };
+    let ended = job(&ids[0]).await;
+    let started = job(&ids[1]).await;
+    assert_eq!(ended["status"], "succeeded");
+    assert_eq!(started["status"], "running");
+    assert_eq!(
+        started["started_at"], ended["finished_at"],
+        "{started}\n{ended}"
+    );
+
+    // A worker whose lease is gone writes nothing and claims nothing.
+    let stranger = Lease {
+        job_id: next.lease.job_id,
+        token: uuid::Uuid::new_v4(),
+    };
+    let lost = app
+        .db
+        .finish_refine_job(
+            stranger,
+            &Finish::Cancelled,
+            &none,
+            &[],
+            &[],
+            false,
+            Some(worker),
+        )
+        .await
+        .unwrap();
+    assert!(lost.is_err());
+    assert_eq!(job(&ids[2]).await["status"], "queued");
+    // A draining worker ends its job without claiming.
+    let (_, claimed) = app
+        .db
+        .finish_refine_job(next.lease, &done, &none, &[], &[], false, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(claimed.is_none());
+    assert_eq!(job(&ids[2]).await["status"], "queued");
+    app.shutdown().await;
 }

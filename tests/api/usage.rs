@@ -965,7 +965,7 @@ async fn serve_on(
 }
 
 async fn resumed_job_counts_each_l0_once(backend: Backend) {
-    use plangate::db::refine_jobs::{JobProgress, L0Done, LeaseLost};
+    use plangate::db::refine_jobs::{ClaimFor, L0Ended, PendingProgress};
     use plangate::domain::usage::L0Usage;
 
     let dirs = Dirs::new();
@@ -984,18 +984,17 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
     let lease_until = chrono::Utc::now() + chrono::Duration::milliseconds(200);
     let claimed = app
         .db
-        .claim_refine_job(Uuid::new_v4(), lease_until)
+        .claim_refine_job(ClaimFor {
+            worker_id: Uuid::new_v4(),
+            lease_until,
+        })
         .await
         .unwrap()
         .unwrap();
     assert_eq!(claimed.lease.job_id, job_id);
     let both = ["P1-A1".to_owned(), "P1-A2".to_owned()];
-    let progress = app
-        .db
-        .l0s_started(claimed.lease, &both, claimed.attempt, claimed.progress)
-        .await
-        .unwrap()
-        .unwrap();
+    let mut pending = PendingProgress::default();
+    let progress = pending.start(&both, claimed.attempt, claimed.progress);
     assert_eq!((progress.l0_total, progress.l0_running), (2, 2));
     // P1-A1 ends and is stored with its cost; then the worker dies mid P1-A2.
     let usage = L0Usage {
@@ -1008,24 +1007,25 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
         source: UsageSource::Reported,
     };
     let outcome = json!({"answer": "assignment_id = P1-A1\nchanges = []\ndependency_corrections = []\nwp_proposal_adjustments = []\n"});
-    let done = L0Done {
-        assignment_id: "P1-A1",
+    let done = L0Ended {
+        assignment_id: "P1-A1".into(),
         status: "valid",
         tries: 1,
         exit_code: Some(0),
         error: None,
         output_excerpt: None,
-        outcome: &outcome,
-        usage: &usage,
+        outcome,
+        usage,
         prompt_bytes: 123,
     };
-    let stored: Result<JobProgress, LeaseLost> = app
-        .db
-        .l0s_finished(claimed.lease, &[done], &[], &[], progress)
-        .await
-        .unwrap();
-    let progress = stored.unwrap();
+    let progress = pending.end(vec![done], &[], &[], progress);
     assert_eq!((progress.l0_running, progress.l0_succeeded), (1, 1));
+    // The start of both and the end of P1-A1, stored in one write.
+    app.db
+        .write_progress(claimed.lease, &pending)
+        .await
+        .unwrap()
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let reaped = app
         .db

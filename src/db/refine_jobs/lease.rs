@@ -7,7 +7,7 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{JobProgress, add_count, budget_of, parse_status, state_event};
+use super::{JobProgress, PendingProgress, add_count, budget_of, parse_status, state_event};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::{
@@ -107,76 +107,93 @@ struct ClaimRow {
 const CLAIM_COLUMNS: &str = "id, attempt, version, l0_total, phase_id, run_id, executor, request, log, \
      cancel_requested, project_id, max_cost_usd, max_output_tokens, budget_action";
 
-impl Database {
-    /// Claims a runnable job for `worker_id`: `FOR UPDATE SKIP LOCKED` in a
-    /// MATERIALIZED CTE on Postgres (the planner cannot update more rows than the
-    /// CTE locked), one atomic `UPDATE … WHERE id = (SELECT … LIMIT 1)` on SQLite.
-    /// The claim returns what the worker needs and writes its `running` state event
-    /// in the same transaction — on Postgres in the same statement, one round trip
-    /// (a data-modifying CTE; SQLite has none, and its round trips are in-process).
-    ///
-    /// Jobs that already ran (handed back at shutdown, or re-queued by the reaper
-    /// once their backoff is over) come first, so they resume at once instead of
-    /// waiting behind the whole backlog (their `run_after` is the hand-back or
-    /// re-queue time, later than every job queued meanwhile); then queue order.
-    pub async fn claim_refine_job(
-        &self,
-        worker_id: Uuid,
-        lease_until: DateTime<Utc>,
-    ) -> DbResult<Option<ClaimedJob>> {
-        let at = now();
+/// Who claims and until when: a claim's own inputs, also handed to
+/// [`Database::finish_refine_job`] so that a worker's next claim shares the commit
+/// that ends its job.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimFor {
+    pub worker_id: Uuid,
+    pub lease_until: DateTime<Utc>,
+}
+
+/// Claims the first runnable job inside `$tx` (its `running` event included);
+/// evaluates to `Option<(ClaimRow, lease token)>`. `FOR UPDATE SKIP LOCKED` in a
+/// MATERIALIZED CTE on Postgres (the planner cannot update more rows than the CTE
+/// locked), with the event written by the same statement (a data-modifying CTE);
+/// one atomic `UPDATE … WHERE id = (SELECT … LIMIT 1)` on SQLite, then the event.
+///
+/// Jobs that already ran (handed back at shutdown, or re-queued by the reaper once
+/// their backoff is over) come first, so they resume at once instead of waiting
+/// behind the whole backlog (their `run_after` is the hand-back or re-queue time,
+/// later than every job queued meanwhile); then queue order. The order is an index's
+/// (migration 0006), so a claim reads no more of the backlog than it takes.
+macro_rules! claim_in {
+    ($db:expr, $tx:expr, $claim:expr, $at:expr) => {{
+        let claim: ClaimFor = $claim;
         let token = Uuid::new_v4();
-        let row: Option<ClaimRow> = on_pool!(self, pool => {
-            let sql = match self {
-                // The event's data is `state_event(Running, attempt, {worker_id})`.
-                Database::Postgres(_) => sqlx::AssertSqlSafe(format!(
-                    "WITH next AS MATERIALIZED ( \
-                         SELECT id FROM refine_jobs WHERE status = 'queued' AND run_after <= $1 \
-                         ORDER BY started_at IS NULL, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED), \
-                     claimed AS ( \
-                         UPDATE refine_jobs AS j SET status = 'running', attempt = j.attempt + 1, \
-                             worker_id = $2, lease_token = $3, lease_expires_at = $4, \
-                             started_at = COALESCE(j.started_at, $1), updated_at = $1, \
-                             version = j.version + 1 \
-                         FROM next WHERE j.id = next.id RETURNING j.*), \
-                     event AS ( \
-                         INSERT INTO refine_job_events (job_id, seq, event, data, created_at) \
-                         SELECT id, version, 'state', jsonb_build_object('status', 'running', \
-                             'attempt', attempt, 'worker_id', $2), $1 FROM claimed) \
-                     SELECT {CLAIM_COLUMNS} FROM claimed"
-                )),
-                Database::Sqlite(_) => sqlx::AssertSqlSafe(format!(
-                    "UPDATE refine_jobs SET status = 'running', attempt = attempt + 1, \
+        let sql = match $db {
+            // The event's data is `state_event(Running, attempt, {worker_id})`.
+            Database::Postgres(_) => sqlx::AssertSqlSafe(format!(
+                "WITH next AS MATERIALIZED ( \
+                     SELECT id FROM refine_jobs WHERE status = 'queued' AND run_after <= $1 \
+                     ORDER BY started_at IS NULL, run_after, id LIMIT 1 FOR UPDATE SKIP LOCKED), \
+                 claimed AS ( \
+                     UPDATE refine_jobs AS j SET status = 'running', attempt = j.attempt + 1, \
                          worker_id = $2, lease_token = $3, lease_expires_at = $4, \
-                         started_at = COALESCE(started_at, $1), updated_at = $1, \
-                         version = version + 1 \
-                     WHERE id = (SELECT id FROM refine_jobs WHERE status = 'queued' \
-                         AND run_after <= $1 ORDER BY started_at IS NULL, run_after, id LIMIT 1) \
-                     RETURNING {CLAIM_COLUMNS}"
-                )),
-            };
-            let query = sqlx::query_as(sql)
-                .bind(at)
-                .bind(worker_id)
-                .bind(token)
-                .bind(lease_until);
-            if let Database::Postgres(_) = self {
-                query.fetch_optional(pool).await?
-            } else {
-                let mut tx = pool.begin().await?;
-                let row: Option<ClaimRow> = query.fetch_optional(&mut *tx).await?;
-                if let Some(row) = &row {
-                    let event =
-                        state_event(JobStatus::Running, row.attempt, json!({"worker_id": worker_id}));
-                    push_events!(tx, row.id, row.version, at, &[event]);
-                    tx.commit().await?;
-                }
-                row
-            }
-        });
-        let Some(row) = row else {
-            return Ok(None);
+                         started_at = COALESCE(j.started_at, $1), updated_at = $1, \
+                         version = j.version + 1 \
+                     FROM next WHERE j.id = next.id RETURNING j.*), \
+                 event AS ( \
+                     INSERT INTO refine_job_events (job_id, seq, event, data, created_at) \
+                     SELECT id, version, 'state', jsonb_build_object('status', 'running', \
+                         'attempt', attempt, 'worker_id', $2), $1 FROM claimed) \
+                 SELECT {CLAIM_COLUMNS} FROM claimed"
+            )),
+            Database::Sqlite(_) => sqlx::AssertSqlSafe(format!(
+                "UPDATE refine_jobs SET status = 'running', attempt = attempt + 1, \
+                     worker_id = $2, lease_token = $3, lease_expires_at = $4, \
+                     started_at = COALESCE(started_at, $1), updated_at = $1, \
+                     version = version + 1 \
+                 WHERE id = (SELECT id FROM refine_jobs WHERE status = 'queued' \
+                     AND run_after <= $1 ORDER BY started_at IS NULL, run_after, id LIMIT 1) \
+                 RETURNING {CLAIM_COLUMNS}"
+            )),
         };
+        let row: Option<ClaimRow> = sqlx::query_as(sql)
+            .bind($at)
+            .bind(claim.worker_id)
+            .bind(token)
+            .bind(claim.lease_until)
+            .fetch_optional(&mut *$tx)
+            .await?;
+        if let (Database::Sqlite(_), Some(row)) = ($db, &row) {
+            let event =
+                state_event(JobStatus::Running, row.attempt, json!({"worker_id": claim.worker_id}));
+            push_events!($tx, row.id, row.version, $at, &[event]);
+        }
+        row.map(|row| (row, token))
+    }};
+}
+
+impl Database {
+    /// Claims a runnable job for a worker ([`claim_in!`] has the order and the SQL).
+    pub async fn claim_refine_job(&self, claim: ClaimFor) -> DbResult<Option<ClaimedJob>> {
+        let at = now();
+        let claimed = on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let claimed = claim_in!(self, tx, claim, at);
+            tx.commit().await?;
+            claimed
+        });
+        match claimed {
+            Some((row, token)) => Ok(Some(self.claimed_job(row, token).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// What a worker needs of the job it just claimed: the claimed row, and the
+    /// stored outcomes of a job that ran before.
+    async fn claimed_job(&self, row: ClaimRow, token: Uuid) -> DbResult<ClaimedJob> {
         // Version 2 is the insert's 1 bumped by this claim: no worker ever wrote,
         // so every L0 is pending and there is nothing to read.
         let rows: Vec<(String, String, Option<Json<Value>>)> = if row.version <= 2 {
@@ -211,7 +228,7 @@ impl Database {
                 })
             })
             .collect();
-        Ok(Some(ClaimedJob {
+        Ok(ClaimedJob {
             lease: Lease {
                 job_id: row.id,
                 token,
@@ -227,7 +244,7 @@ impl Database {
             cancel_requested: row.cancel_requested,
             project_id: row.project_id,
             budget: budget_of(row.max_cost_usd, row.max_output_tokens, &row.budget_action),
-        }))
+        })
     }
 
     /// Renews the lease. `Ok(Ok(cancel_requested))`, or `LeaseLost`.
@@ -247,18 +264,26 @@ impl Database {
         Ok(row.ok_or(LeaseLost))
     }
 
-    /// Ends a job (fenced). L0 rows still `running` (killed by a cancel) become
-    /// `failed` — looked for only when `l0s_running` says the worker left some (its
-    /// progress; nobody else writes L0 rows under its lease); the lease is cleared.
-    /// Returns the terminal status written.
+    /// Ends a job (fenced), storing the worker's `pending` writes first in the same
+    /// transaction (a job whose L0s all ended within the write-behind window costs
+    /// this one commit after its claim, docs/jobs.md). L0 rows still `running`
+    /// (killed by a cancel) become `failed` — looked for only when `l0s_running`
+    /// says the worker left some (its progress; nobody else writes L0 rows under its
+    /// lease); the lease is cleared. Returns the terminal status written.
+    ///
+    /// With `next`, the same transaction also claims the worker's next job: one
+    /// commit, and so one WAL flush, ends a job and starts another (what bounds a
+    /// worker's jobs per second, bench/README.md "queue.sh").
     pub async fn finish_refine_job(
         &self,
         lease: Lease,
         finish: &Finish<'_>,
+        pending: &PendingProgress,
         log: &[String],
         new_lines: &[String],
         l0s_running: bool,
-    ) -> Fenced<JobStatus> {
+        next: Option<ClaimFor>,
+    ) -> Fenced<(JobStatus, Option<ClaimedJob>)> {
         let at = now();
         let (status, result, path, code, message) = match finish {
             Finish::Succeeded {
@@ -284,7 +309,7 @@ impl Database {
             Finish::Cancelled => (JobStatus::Cancelled, None, None, None, None),
         };
         let in_flight = status_list(&JobStatus::IN_FLIGHT);
-        on_pool!(self, pool => {
+        let claimed = on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             // The fenced bump and the terminal state in one statement.
             let ended: Option<(i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -302,13 +327,23 @@ impl Database {
             .bind(message)
             .bind(Json(log))
             .bind(at)
-            .bind(i64::try_from(new_lines.len() + 1).unwrap_or(i64::MAX))
+            .bind(i64::try_from(pending.events.len() + new_lines.len() + 1).unwrap_or(i64::MAX))
             .bind(lease.token)
             .fetch_optional(&mut *tx)
             .await?;
             let Some((seq, attempt)) = ended else {
                 return Ok(Err(LeaseLost));
             };
+            let mut events: Vec<(&str, Value)> = new_lines
+                .iter()
+                .map(|l| ("log", json!({"line": l})))
+                .collect();
+            let extra = match code {
+                Some(code) => json!({"error": {"code": code, "message": message}}),
+                None => json!({}),
+            };
+            events.push(state_event(status, attempt, extra));
+            store_pending!(tx, lease.job_id, seq, pending, then = (&events, at));
             if l0s_running {
                 sqlx::query(
                     "UPDATE refine_l0_runs SET status = 'failed', finished_at = $2, \
@@ -319,19 +354,18 @@ impl Database {
                 .execute(&mut *tx)
                 .await?;
             }
-            let mut events: Vec<(&str, Value)> = new_lines
-                .iter()
-                .map(|l| ("log", json!({"line": l})))
-                .collect();
-            let extra = match code {
-                Some(code) => json!({"error": {"code": code, "message": message}}),
-                None => json!({}),
+            let claimed = match next {
+                Some(claim) => claim_in!(self, tx, claim, at),
+                None => None,
             };
-            events.push(state_event(status, attempt, extra));
-            push_events!(tx, lease.job_id, seq, at, &events);
             tx.commit().await?;
+            claimed
         });
-        Ok(Ok(status))
+        let next = match claimed {
+            Some((row, token)) => Some(self.claimed_job(row, token).await?),
+            None => None,
+        };
+        Ok(Ok((status, next)))
     }
 
     /// Graceful shutdown: give the job back as [`after_hand_back`] decides — queued

@@ -34,8 +34,8 @@ use super::{DbError, DbResult};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
-pub use lease::{ClaimedJob, Fenced, Finish, FinishedL0, Lease, LeaseLost, Reaped};
-pub use progress::L0Done;
+pub use lease::{ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, Lease, LeaseLost, Reaped};
+pub use progress::{L0Ended, PendingProgress};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
 pub struct NewRefineJob<'a> {
@@ -344,7 +344,7 @@ impl JobProgress {
     }
 
     /// After `n` L0 rows went `running`.
-    fn started(mut self, n: u64) -> Self {
+    fn started(mut self, n: usize) -> Self {
         self.l0_running += i64::try_from(n).unwrap_or(i64::MAX);
         self
     }
