@@ -48,7 +48,14 @@ impl StoredRequest {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
-    pub fn into_job(self, job_id: Uuid) -> Result<(RefineJob, JobFiles), String> {
+    /// The job to run. Inline task text is copied to a file whose path the prompt
+    /// carries; `copy_task_text: false` (an executor that opens no file: `builtin`)
+    /// names no file, so a job of such L0s touches no disk.
+    pub fn into_job(
+        self,
+        job_id: Uuid,
+        copy_task_text: bool,
+    ) -> Result<(RefineJob, JobFiles), String> {
         let mut context =
             context_from_value("stored request", &self.context).map_err(|e| e.to_string())?;
         let plan = match &self.refined_plan {
@@ -62,7 +69,7 @@ impl StoredRequest {
         let task_text = self.task_text.or_else(|| context.task_text.clone());
         let task_file = match (self.task_file_path, task_text) {
             (Some(path), _) => Some(path),
-            (None, Some(text)) => {
+            (None, Some(text)) if copy_task_text => {
                 // The prompt carries a path, never the text (docs/spec/refine.md §1).
                 let dir = std::env::temp_dir().join("plangate-tasks");
                 std::fs::create_dir_all(&dir)
@@ -73,7 +80,7 @@ impl StoredRequest {
                 files.task_copy = Some(path.clone());
                 Some(path.display().to_string())
             }
-            (None, None) => None,
+            (None, _) => None,
         };
         // The L0 packets name the file the server resolved, not the client's spelling.
         context.task_file_path = task_file.clone();

@@ -280,7 +280,13 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
         let none = PendingProgress::default();
         return finish(pool, &job, &Finish::Cancelled, &none, &job.log, &[]).await;
     }
-    let prepared = StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id));
+    // The builtin reviewer reads the packets, never the task file.
+    let copy_task_text = pool
+        .executors
+        .resolve(Some(&job.executor))
+        .is_none_or(|e| e.kind() != "builtin");
+    let prepared =
+        StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id, copy_task_text));
     let (refine_job, files) = match prepared {
         Ok(p) => p,
         Err(message) => {

@@ -126,7 +126,10 @@ pub struct ClaimFor {
 /// their backoff is over) come first, so they resume at once instead of waiting
 /// behind the whole backlog (their `run_after` is the hand-back or re-queue time,
 /// later than every job queued meanwhile); then queue order. The order is an index's
-/// (migration 0006), so a claim reads no more of the backlog than it takes.
+/// (migration 0006), so a claim reads no more of the backlog than it takes. SQLite is
+/// told to use it (`INDEXED BY`): without statistics its planner picks the status
+/// index and sorts the backlog, and with the hint a plan without that index is an
+/// error, not a slow claim.
 macro_rules! claim_in {
     ($db:expr, $tx:expr, $claim:expr, $at:expr) => {{
         let claim: ClaimFor = $claim;
@@ -154,8 +157,9 @@ macro_rules! claim_in {
                      worker_id = $2, lease_token = $3, lease_expires_at = $4, \
                      started_at = COALESCE(started_at, $1), updated_at = $1, \
                      version = version + 1 \
-                 WHERE id = (SELECT id FROM refine_jobs WHERE status = 'queued' \
-                     AND run_after <= $1 ORDER BY started_at IS NULL, run_after, id LIMIT 1) \
+                 WHERE id = (SELECT id FROM refine_jobs INDEXED BY refine_jobs_claim_order \
+                     WHERE status = 'queued' AND run_after <= $1 \
+                     ORDER BY started_at IS NULL, run_after, id LIMIT 1) \
                  RETURNING {CLAIM_COLUMNS}"
             )),
         };
