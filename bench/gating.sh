@@ -52,7 +52,16 @@ wrk.headers["Content-Type"] = "application/json"
 local f = io.open("$out/body50.json", "r"); wrk.body = f:read("*a"); f:close()
 LUA
 rss() { awk '/VmRSS/ {print $2 " kB"}' "/proc/$1/status"; }
-wrk_rate() { wrk -t2 -c32 -d"${WRK_SECONDS:-8}s" "$@" | awk '/Requests\/sec/ {print $2}'; }
+# Prints the rate and the server's CPU time per request (user + system, µs): the
+# rate depends on what else the two cores run, the CPU per request much less.
+wrk_rate() { # server-pid wrk-args...
+  local pid=$1 t0 t1; shift
+  t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  wrk -t2 -c32 -d"${WRK_SECONDS:-8}s" "$@" > "$out/wrk.txt"
+  t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  awk -v ticks=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" '/requests in/ {n = $1}
+    /Requests\/sec/ {r = $2} END {printf "%s %.0f\n", r, ticks / hz / n * 1e6}' "$out/wrk.txt"
+}
 http_figures() { # label binary
   local port srv health valid idle after
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -62,12 +71,13 @@ http_figures() { # label binary
   curl -fs "http://127.0.0.1:$port/v1/task-lists/validate" -H 'content-type: application/json' --data-binary @"$out/body50.json" | python3 -c "import json,sys; r=json.load(sys.stdin); assert r['valid'], r"
   sleep 2
   idle=$(rss $srv)
-  health=$(wrk_rate "http://127.0.0.1:$port/healthz")
-  valid=$(wrk_rate -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
+  read -r health health_us < <(wrk_rate $srv "http://127.0.0.1:$port/healthz")
+  read -r valid valid_us < <(wrk_rate $srv -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
   after=$(rss $srv)
-  valid2=$(wrk_rate -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
+  read -r valid2 valid2_us < <(wrk_rate $srv -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
   sleep 6 # past the purge delay and one metrics drain
   echo "$1: healthz $health req/s; validate(50 tasks) $valid, again $valid2 req/s; ratio $(python3 -c "print(f'{$valid/$health:.2f}')")"
+  echo "$1: server CPU per request: healthz $health_us µs, validate $valid_us µs, again $valid2_us µs"
   echo "$1: RSS idle $idle, after validate load $after, after a second load and 6 s idle $(rss $srv)"
   kill -TERM $srv; wait $srv || true
 }

@@ -58,7 +58,9 @@ use crate::jobs::JobsHub;
 pub struct Service {
     db: Database,
     settings: Arc<Settings>,
-    executors: Executors,
+    /// Shared: `Service` is cloned for every request (axum's `State`), and copying
+    /// the executor table allocated each time.
+    executors: Arc<Executors>,
     /// Wake-ups and kill switches shared with this process's job workers.
     hub: Arc<JobsHub>,
     shutting_down: Arc<AtomicBool>,
@@ -69,7 +71,7 @@ impl Service {
         Service {
             db,
             settings,
-            executors,
+            executors: Arc::new(executors),
             hub: Arc::new(JobsHub::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
         }

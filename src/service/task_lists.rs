@@ -12,7 +12,7 @@ use crate::domain::dispatch::{
     self, AbandonCategory, GraphFormat, GraphNode, ReadyMode, TaskStatus, render_graph,
 };
 use crate::domain::gating::{
-    self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport,
+    self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport, Violation,
 };
 use crate::domain::ids::Ident;
 use crate::domain::retry;
@@ -261,14 +261,14 @@ fn source(
     }
 }
 
-fn count_outcome(validation: &Validation, route: &'static str) {
-    let outcome = match validation.outcome {
+fn count_outcome(outcome: Outcome, errors: &[Violation], route: &'static str) {
+    let outcome = match outcome {
         Outcome::Valid => "valid",
         Outcome::SynthesisFailure => "synthesis_failure",
         Outcome::DagInvalid => "dag_invalid",
     };
     metrics::counter!("gating_outcomes_total", "route" => route, "outcome" => outcome).increment(1);
-    for error in &validation.errors {
+    for error in errors {
         metrics::counter!("gating_violations_total", "code" => error.code.to_string()).increment(1);
     }
 }
@@ -320,9 +320,9 @@ impl Service {
         request: ValidateRequest,
     ) -> Result<ValidationReport, ServiceError> {
         let source = source(request.tasks, &request.planner_output)?;
-        let validation = gating::validate(source, &request.existing_files);
-        count_outcome(&validation, "validate");
-        Ok(validation.into_report())
+        let (outcome, report) = gating::validate_report(source, &request.existing_files);
+        count_outcome(outcome, &report.errors, "validate");
+        Ok(report)
     }
 
     /// Gate a task list and, if it passes, store it all or nothing. A rejection is
@@ -339,7 +339,7 @@ impl Service {
         let created_by = Ident::parse("created_by", &request.created_by)?;
         let source = source(request.tasks, &request.planner_output)?;
         let validation = gating::validate(source, &request.existing_files);
-        count_outcome(&validation, "create");
+        count_outcome(validation.outcome, &validation.errors, "create");
 
         let team = team_pk.as_ref().map(Ident::as_str);
         if !validation.is_valid() {

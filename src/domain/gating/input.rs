@@ -202,16 +202,12 @@ enum Expect {
     StringList {
         ids: bool,
     },
-    Task {
-        index: usize,
-    },
     TaskList,
 }
 
 enum Parsed {
     Text(String),
     StringList(StringList),
-    Task(Box<RawTask>),
     TaskList(List),
     Other(Found),
 }
@@ -224,7 +220,6 @@ impl Parsed {
             Parsed::StringList(_) => Found::Array,
             Parsed::TaskList(List::OtherValue(found)) => found,
             Parsed::TaskList(_) => Found::Array,
-            Parsed::Task(_) => Found::Object,
             Parsed::Other(found) => found,
         }
     }
@@ -296,7 +291,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
         match self.0 {
             Expect::StringList { ids } => read_string_list(seq, ids).map(Parsed::StringList),
             Expect::TaskList => read_task_list(seq).map(Parsed::TaskList),
-            Expect::Scalar | Expect::Task { .. } => {
+            Expect::Scalar => {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Parsed::Other(Found::Array))
             }
@@ -304,34 +299,101 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parsed, A::Error> {
-        match self.0 {
-            Expect::Task { index } => {
-                read_task(map, index).map(|task| Parsed::Task(Box::new(task)))
-            }
-            _ => {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Parsed::Other(Found::Object))
-            }
-        }
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Parsed::Other(Found::Object))
     }
 }
 
+/// One entry of the task list: an object is read as a task and pushed straight onto
+/// `tasks` (a boxed task per entry, moved twice, was a measurable share of a
+/// validate request); anything else is what was found, for the synthesis failure.
+struct EntrySeed<'t> {
+    index: usize,
+    /// `None` once a non-object entry was seen: the rest is only checked as JSON.
+    tasks: Option<&'t mut Vec<RawTask>>,
+}
+
+impl<'de> DeserializeSeed<'de> for EntrySeed<'_> {
+    type Value = Option<Found>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+/// Non-objects are read as [`Expect::Scalar`] values would be.
+impl<'de> Visitor<'de> for EntrySeed<'_> {
+    type Value = Option<Found>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Self::Value, E> {
+        Ok(Some(Found::Bool(value)))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Self::Value, E> {
+        Ok(Some(Found::Integer(value.into())))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Self::Value, E> {
+        Ok(Some(Found::Integer(value.into())))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Self::Value, E> {
+        Ok(Some(Found::Float(value)))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Self::Value, E> {
+        Ok(Some(Found::string(value)))
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Some(Found::Null))
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(Some(Found::Null))
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Some(Found::Array))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let task = read_task(map, self.index)?;
+        if let Some(tasks) = self.tasks {
+            tasks.push(task);
+        }
+        Ok(None)
+    }
+}
+
+/// Room for a request-sized list from the start: serde_json gives no size hint, and
+/// growing from 4 moved each task up to four times (2% of a validate request,
+/// `bench/README.md`).
+const TASKS_RESERVED: usize = 64;
+
 fn read_task_list<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<List, A::Error> {
-    let mut tasks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+    let mut tasks = Vec::with_capacity(seq.size_hint().unwrap_or(TASKS_RESERVED));
     let mut first_non_object = None;
     let mut index = 0;
-    while let Some(entry) = seq.next_element_seed(ValueSeed(Expect::Task { index }))? {
-        match entry {
-            Parsed::Task(task) if first_non_object.is_none() => tasks.push(*task),
-            // After a non-object entry the list is a synthesis failure: keep reading
-            // (the rest must still be valid JSON) but stop keeping tasks.
-            Parsed::Task(_) => {}
-            other => {
-                if first_non_object.is_none() {
-                    first_non_object = Some((index, other.into_found()));
-                    tasks = Vec::new();
-                }
-            }
+    loop {
+        // After a non-object entry the list is a synthesis failure: keep reading
+        // (the rest must still be valid JSON) but stop keeping tasks.
+        let keep = first_non_object.is_none().then_some(&mut tasks);
+        let Some(found) = seq.next_element_seed(EntrySeed { index, tasks: keep })? else {
+            break;
+        };
+        if let (Some(found), None) = (found, &first_non_object) {
+            first_non_object = Some((index, found));
+            tasks = Vec::new();
         }
         index += 1;
     }

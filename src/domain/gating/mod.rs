@@ -292,6 +292,20 @@ impl Validation {
 /// Parses and gates a task list. `existing_files` are the paths that pre-exist in the
 /// repository (a leading `./` is ignored).
 pub fn validate(source: TaskListSource<'_>, existing_files: &[String]) -> Validation {
+    run(source, existing_files, true)
+}
+
+/// [`validate`] for callers that need only the verdict: the same outcome and
+/// report, without handing back the typed tasks.
+pub fn validate_report(
+    source: TaskListSource<'_>,
+    existing_files: &[String],
+) -> (Outcome, ValidationReport) {
+    let validation = run(source, existing_files, false);
+    (validation.outcome, validation.into_report())
+}
+
+fn run(source: TaskListSource<'_>, existing_files: &[String], keep_tasks: bool) -> Validation {
     let parsed = match source {
         TaskListSource::Tasks(value) => ParsedTaskList::from_value(value),
         TaskListSource::PlannerOutput(text) => fence::parse_planner_output(text),
@@ -299,7 +313,7 @@ pub fn validate(source: TaskListSource<'_>, existing_files: &[String]) -> Valida
         TaskListSource::Parsed(parsed) => Ok(parsed),
     };
     match parsed.and_then(ParsedTaskList::into_tasks) {
-        Ok(tasks) => gates::run(tasks, existing_files),
+        Ok(tasks) => gates::run(tasks, existing_files, keep_tasks),
         Err(error) => Validation::synthesis_failure(error.into_violation()),
     }
 }
