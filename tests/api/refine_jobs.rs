@@ -929,7 +929,7 @@ async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dir
 /// first ended. A draining worker (no claim asked) and a worker whose lease is gone
 /// claim nothing.
 async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
-    use plangate::db::refine_jobs::{ClaimFor, Finish, Lease, PendingProgress};
+    use plangate::db::refine_jobs::{ClaimFor, Finish, JobEnd, Lease, PendingProgress};
     use plangate::domain::job::JobStatus;
     // No workers: the test plays the worker.
     let app = spawn_app_with(backend, |s| s.workers = 0).await;
@@ -954,9 +954,16 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
         phase_refined_path: None,
     };
     let none = PendingProgress::default();
+    let end = |how| JobEnd {
+        how,
+        pending: &none,
+        log: &[],
+        new_lines: &[],
+        l0s_running: false,
+    };
     let (status, next) = app
         .db
-        .finish_refine_job(first.lease, &done, &none, &[], &[], false, Some(worker))
+        .finish_refine_job(first.lease, end(&done), Some(worker))
         .await
         .unwrap()
         .unwrap();
@@ -985,15 +992,7 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
     };
     let lost = app
         .db
-        .finish_refine_job(
-            stranger,
-            &Finish::Cancelled,
-            &none,
-            &[],
-            &[],
-            false,
-            Some(worker),
-        )
+        .finish_refine_job(stranger, end(&Finish::Cancelled), Some(worker))
         .await
         .unwrap();
     assert!(lost.is_err());
@@ -1001,7 +1000,7 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
     // A draining worker ends its job without claiming.
     let (_, claimed) = app
         .db
-        .finish_refine_job(next.lease, &done, &none, &[], &[], false, None)
+        .finish_refine_job(next.lease, end(&done), None)
         .await
         .unwrap()
         .unwrap();

@@ -77,6 +77,17 @@ pub enum Finish<'a> {
     Cancelled,
 }
 
+/// A job's end as the worker writes it: how it ended, the writes its sink held
+/// back, the final log (and the lines it adds), and whether it left L0s running.
+#[derive(Clone, Copy)]
+pub struct JobEnd<'a> {
+    pub how: &'a Finish<'a>,
+    pub pending: &'a PendingProgress,
+    pub log: &'a [String],
+    pub new_lines: &'a [String],
+    pub l0s_running: bool,
+}
+
 /// What one reaper pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Reaped {
@@ -281,13 +292,16 @@ impl Database {
     pub async fn finish_refine_job(
         &self,
         lease: Lease,
-        finish: &Finish<'_>,
-        pending: &PendingProgress,
-        log: &[String],
-        new_lines: &[String],
-        l0s_running: bool,
+        end: JobEnd<'_>,
         next: Option<ClaimFor>,
     ) -> Fenced<(JobStatus, Option<ClaimedJob>)> {
+        let JobEnd {
+            how: finish,
+            pending,
+            log,
+            new_lines,
+            l0s_running,
+        } = end;
         let at = now();
         let (status, result, path, code, message) = match finish {
             Finish::Succeeded {

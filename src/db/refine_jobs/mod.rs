@@ -34,7 +34,9 @@ use super::{DbError, DbResult};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
-pub use lease::{ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, Lease, LeaseLost, Reaped};
+pub use lease::{
+    ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, Lease, LeaseLost, Reaped,
+};
 pub use progress::{L0Ended, PendingProgress};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).

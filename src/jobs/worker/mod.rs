@@ -27,7 +27,9 @@ use super::request::StoredRequest;
 use crate::agents::Executors;
 use crate::config::Settings;
 use crate::db::notify::Notice;
-use crate::db::refine_jobs::{ClaimFor, ClaimedJob, Finish, Lease, LeaseLost, PendingProgress};
+use crate::db::refine_jobs::{
+    ClaimFor, ClaimedJob, Finish, JobEnd, Lease, LeaseLost, PendingProgress,
+};
 use crate::db::{Database, DbError};
 use crate::domain::job::JobStatus;
 
@@ -386,15 +388,15 @@ async fn finish(
 ) -> Option<ClaimedJob> {
     let lease = job.lease;
     let result = retry_db(pool, || {
-        pool.db.finish_refine_job(
-            lease,
+        let end = JobEnd {
             how,
             pending,
             log,
             new_lines,
-            job.progress.l0_running > 0,
-            (!pool.drain.is_cancelled()).then(|| claim_for(pool)),
-        )
+            l0s_running: job.progress.l0_running > 0,
+        };
+        let next = (!pool.drain.is_cancelled()).then(|| claim_for(pool));
+        pool.db.finish_refine_job(lease, end, next)
     })
     .await;
     let mut next = None;
