@@ -67,13 +67,15 @@ impl DbSink {
 
     /// Stores the writes held back (one transaction).
     pub(super) async fn store(&mut self) -> Result<(), String> {
+        // Nothing is due once this returns, even when nothing was held (a due time
+        // left behind would wake the engine's wait at once, forever).
+        self.due = None;
         if self.pending.is_empty() {
             return Ok(());
         }
         let pool = &self.pool;
         let r = retry_db(pool, || pool.db.write_progress(self.lease, &self.pending)).await;
         self.pending = PendingProgress::default();
-        self.due = None;
         pool.hub.job_changed(self.lease.job_id);
         fenced(r)
     }
