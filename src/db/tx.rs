@@ -37,11 +37,12 @@ macro_rules! begin_locked {
 
 /// Bumps `version` by `$events` (the events this write will insert, at least 1) if
 /// `$lease` still holds the job; evaluates to `Option<i64>`, the last event's seq.
-/// With `log = …` the same statement stores the job log (one round trip less).
+/// With `log = Some(…)` the same statement stores the job log (one round trip less).
 macro_rules! bump_fenced {
-    ($tx:expr, $lease:expr, $at:expr, $events:expr, log = $log:expr) => {
-        bump_fenced!(@ $tx, $lease, $at, $events, Some(sqlx::types::Json($log)))
-    };
+    ($tx:expr, $lease:expr, $at:expr, $events:expr, log = $log:expr) => {{
+        let log: Option<&[String]> = $log;
+        bump_fenced!(@ $tx, $lease, $at, $events, log.map(sqlx::types::Json))
+    }};
     ($tx:expr, $lease:expr, $at:expr, $events:expr) => {
         bump_fenced!(@ $tx, $lease, $at, $events, None::<sqlx::types::Json<&[String]>>)
     };
@@ -101,22 +102,15 @@ macro_rules! push_events {
             q.build().execute(&mut *$tx).await?;
         }
     }};
+    // `(event, data)` pairs, all created at `$at`.
     ($tx:expr, $job_id:expr, $last_seq:expr, $at:expr, $events:expr) => {{
         let events: &[(&str, serde_json::Value)] = $events;
-        if !events.is_empty() {
-            let first = $last_seq - events.len() as i64 + 1;
-            let mut q = sqlx::QueryBuilder::new(
-                "INSERT INTO refine_job_events (job_id, seq, event, data, created_at) ",
-            );
-            q.push_values(events.iter().enumerate(), |mut b, (i, (event, data))| {
-                b.push_bind($job_id)
-                    .push_bind(first + i as i64)
-                    .push_bind(event.to_string())
-                    .push_bind(sqlx::types::Json(data.clone()))
-                    .push_bind($at);
-            });
-            q.build().execute(&mut *$tx).await?;
-        }
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let timed: Vec<(&str, &serde_json::Value, chrono::DateTime<chrono::Utc>)> = events
+            .iter()
+            .map(|(event, data)| (*event, data, at))
+            .collect();
+        push_events!($tx, $job_id, $last_seq, timed = &timed);
     }};
 }
 

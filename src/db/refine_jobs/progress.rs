@@ -149,8 +149,8 @@ impl Database {
         let at = now();
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            let log = pending.log.as_deref().map(sqlx::types::Json);
-            let Some(seq) = bump_fenced!(@ tx, lease, at, pending.events.len(), log) else {
+            let log = pending.log.as_deref();
+            let Some(seq) = bump_fenced!(tx, lease, at, pending.events.len(), log = log) else {
                 return Ok(Err(LeaseLost));
             };
             store_pending!(tx, lease.job_id, seq, pending, then = (&[], at));

@@ -180,10 +180,8 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
         return finish(pool, &job, &Finish::Cancelled, &none, &job.log, &[]).await;
     }
     // The builtin reviewer reads the packets, never the task file.
-    let copy_task_text = pool
-        .executors
-        .resolve(Some(&job.executor))
-        .is_none_or(|e| e.kind() != "builtin");
+    let executor = pool.executors.resolve(Some(&job.executor));
+    let copy_task_text = executor.as_ref().is_none_or(|e| e.kind() != "builtin");
     let prepared =
         StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id, copy_task_text));
     let (refine_job, files) = match prepared {
@@ -197,7 +195,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
             return finish(pool, &job, &failed, &none, &job.log, &[]).await;
         }
     };
-    let Some(executor) = pool.executors.resolve(Some(&job.executor)) else {
+    let Some(executor) = executor else {
         let message = format!(
             "executor {:?} is not configured on this server (configured: {})",
             job.executor,
