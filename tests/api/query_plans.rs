@@ -70,6 +70,14 @@ const EXPECTED: &[(&str, &str)] = &[
         "DELETE FROM refine_runs WHERE status IN",
     ),
     (
+        "retention of events",
+        "DELETE FROM refine_job_events WHERE job_id IN",
+    ),
+    (
+        "retention of L0 records",
+        "DELETE FROM refine_l0_runs WHERE job_id IN",
+    ),
+    (
         "gauge of unfinished jobs",
         "WHERE status IN ('queued', 'running', 'cancelling') GROUP BY status",
     ),

@@ -111,7 +111,7 @@ fn plan() -> Value {
     })
 }
 
-fn body(ids: &[&str]) -> Value {
+pub(crate) fn body(ids: &[&str]) -> Value {
     let assignments: Vec<Value> = ids
         .iter()
         .enumerate()

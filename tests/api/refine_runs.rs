@@ -1019,6 +1019,121 @@ async fn unassigned_and_empty_phases_are_reported(app: TestApp) {
     assert_eq!(phases, ["P1", "P2", "P3"], "no job for an empty phase");
 }
 
+// ---------------------------------------------------------------------------
+// Retention
+
+/// Rows of `table` whose job is `job_id`, read straight from the database.
+async fn rows_of_job(app: &TestApp, table: &str, job_id: &str) -> i64 {
+    let sql = format!("SELECT COUNT(*) FROM {table} WHERE job_id = $1");
+    let id: uuid::Uuid = job_id.parse().unwrap();
+    match &app.db {
+        plangate::db::Database::Postgres(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap(),
+        plangate::db::Database::Sqlite(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .unwrap(),
+    }
+}
+
+/// Retention deletes a finished run with its jobs, and a finished standalone job,
+/// each with its events and L0 records (on Postgres nothing cascades to those,
+/// migration 0007), and leaves everything younger than the cutoff alone.
+async fn retention_deletes_finished_runs_and_jobs_with_their_rows(backend: Backend) {
+    let app = app(backend, |_| {}).await;
+    let run = submit(&app, &json!({"plan": grid_plan(2, 2)})).await;
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    wait_run(&app, &run_id, Duration::from_secs(60)).await;
+    let phase_jobs: Vec<String> = run_jobs(&app, &run_id)
+        .await
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(phase_jobs.len(), 2);
+    let response = app
+        .post_json(
+            "/v1/refine-jobs",
+            &crate::refine_jobs::body(&["P1-A1", "P1-A2"]),
+        )
+        .await;
+    assert_eq!(response.status().as_u16(), 202);
+    let standalone = json_of(response).await["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let job = json_of(
+            app.get(&format!("/v1/refine-jobs/{standalone}?wait=5"))
+                .await,
+        )
+        .await;
+        if is_terminal(job["status"].as_str().unwrap()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{job}");
+    }
+    let all: Vec<&String> = phase_jobs.iter().chain([&standalone]).collect();
+    for id in &all {
+        assert!(rows_of_job(&app, "refine_job_events", id).await > 0);
+        assert!(rows_of_job(&app, "refine_l0_runs", id).await > 0);
+    }
+
+    // A cutoff before they finished deletes nothing.
+    let past = chrono::Utc::now() - chrono::Duration::hours(1);
+    assert_eq!(
+        app.db
+            .delete_refine_jobs_finished_before(past)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        app.get(&format!("/v1/refine-runs/{run_id}"))
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
+    assert!(rows_of_job(&app, "refine_job_events", &standalone).await > 0);
+
+    let future = chrono::Utc::now() + chrono::Duration::hours(1);
+    let deleted = app
+        .db
+        .delete_refine_jobs_finished_before(future)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 2, "the run and the standalone job");
+    assert_eq!(
+        app.get(&format!("/v1/refine-runs/{run_id}"))
+            .await
+            .status()
+            .as_u16(),
+        404
+    );
+    for id in &all {
+        assert_eq!(
+            app.get(&format!("/v1/refine-jobs/{id}"))
+                .await
+                .status()
+                .as_u16(),
+            404
+        );
+        assert_eq!(
+            rows_of_job(&app, "refine_job_events", id).await,
+            0,
+            "events of {id}"
+        );
+        assert_eq!(
+            rows_of_job(&app, "refine_l0_runs", id).await,
+            0,
+            "L0 records of {id}"
+        );
+    }
+    app.shutdown().await;
+}
+
 both_backends!(
     twelve_phases_run_in_natural_order,
     duplicates_and_cross_phase_file_ownership,
@@ -1030,4 +1145,5 @@ both_backends!(
     cancelling_a_run_cancels_its_jobs,
     result_is_409_while_running,
     bad_input_creates_nothing,
+    retention_deletes_finished_runs_and_jobs_with_their_rows,
 );
