@@ -85,10 +85,8 @@ impl Database {
             .rows_affected()
                 == 1;
             if inserted {
-                for job in &new.jobs {
-                    if !insert_job!(tx, job, at) {
-                        return Err(DbError::Conflict("a phase job's id collided".into()));
-                    }
+                if insert_jobs!(tx, &new.jobs, at).len() != new.jobs.len() {
+                    return Err(DbError::Conflict("a phase job's id collided".into()));
                 }
                 tx.commit().await?;
             }

@@ -229,64 +229,89 @@ macro_rules! reset_running_l0s {
     };
 }
 
-/// Inserts a job and its L0 rows inside `$tx`; evaluates to `true` when inserted
-/// (`false`: the idempotency key exists).
-macro_rules! insert_job {
-    ($tx:expr, $new:expr, $at:expr) => {{
-        let new: &$crate::db::refine_jobs::NewRefineJob<'_> = $new;
-        let inserted = sqlx::query(
-            "INSERT INTO refine_jobs (id, status, phase_id, run_id, project_id, team_pk, \
-             executor, executor_kind, request, idempotency_key, request_hash, max_attempts, \
-             run_after, l0_total, version, created_at, updated_at, max_cost_usd, \
-             max_output_tokens, budget_action) \
-             VALUES ($1, 'queued', $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1, $12, $12, \
-             $14, $15, $16) \
-             ON CONFLICT (idempotency_key) DO NOTHING",
-        )
-        .bind(new.id)
-        .bind(new.phase_id)
-        .bind(new.run_id)
-        .bind(new.project_id)
-        .bind(new.team_pk)
-        .bind(new.executor)
-        .bind(new.executor_kind)
-        .bind(sqlx::types::Json(new.request))
-        .bind(new.idempotency_key)
-        .bind(new.request_hash)
-        .bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
-        .bind($at)
-        .bind(i32::try_from(new.l0s.len()).unwrap_or(i32::MAX))
-        .bind(new.budget.max_cost_usd)
-        .bind(new.budget.max_output_tokens)
-        .bind(new.budget.budget_action.as_str())
-        .execute(&mut *$tx)
-        .await?
-        .rows_affected()
-            == 1;
-        if inserted {
-            let rows: Vec<(usize, &(String, i32))> = new.l0s.iter().enumerate().collect();
-            for chunk in rows.chunks(500) {
-                let mut q = sqlx::QueryBuilder::new(
-                    "INSERT INTO refine_l0_runs (job_id, assignment_id, position, batch, status, \
-                     project_id, team_pk) ",
-                );
-                q.push_values(chunk.iter(), |mut b, (i, (assignment_id, batch))| {
-                    b.push_bind(new.id)
-                        .push_bind(assignment_id.clone())
-                        .push_bind(i32::try_from(*i).unwrap_or(i32::MAX))
-                        .push_bind(*batch)
-                        .push_bind("pending")
-                        .push_bind(new.project_id.map(str::to_owned))
-                        .push_bind(new.team_pk.map(str::to_owned));
-                });
-                q.build().execute(&mut *$tx).await?;
-            }
-            let event = $crate::db::refine_jobs::state_event(
-                $crate::domain::job::JobStatus::Queued,
-                0,
-                serde_json::json!({}),
+/// Inserts jobs, their L0 rows and their `queued` events inside `$tx`, a few
+/// multi-row statements for all of them; evaluates to the ids inserted (a job whose
+/// idempotency key is taken, by a stored job or an earlier one of `$jobs`, is not).
+/// Rows go in chunks of power-of-two sizes, so the statements prepared stay few
+/// whatever the number of jobs ([`pow2_chunks`](crate::db::refine_jobs::pow2_chunks)).
+macro_rules! insert_jobs {
+    ($tx:expr, $jobs:expr, $at:expr) => {{
+        use $crate::db::refine_jobs::{NewRefineJob, pow2_chunks};
+        let jobs: &[NewRefineJob<'_>] = $jobs;
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let mut inserted: Vec<uuid::Uuid> = Vec::with_capacity(jobs.len());
+        for chunk in pow2_chunks(jobs, 32) {
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_jobs (id, status, phase_id, run_id, project_id, team_pk, \
+                 executor, executor_kind, request, idempotency_key, request_hash, max_attempts, \
+                 run_after, l0_total, version, created_at, updated_at, max_cost_usd, \
+                 max_output_tokens, budget_action) ",
             );
-            push_events!($tx, new.id, 1, $at, &[event]);
+            q.push_values(chunk, |mut b, new| {
+                b.push_bind(new.id)
+                    .push("'queued'")
+                    .push_bind(new.phase_id)
+                    .push_bind(new.run_id)
+                    .push_bind(new.project_id)
+                    .push_bind(new.team_pk)
+                    .push_bind(new.executor)
+                    .push_bind(new.executor_kind)
+                    .push_bind(sqlx::types::Json(new.request))
+                    .push_bind(new.idempotency_key)
+                    .push_bind(new.request_hash)
+                    .push_bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
+                    .push_bind(at)
+                    .push_bind(i32::try_from(new.l0s.len()).unwrap_or(i32::MAX))
+                    .push("1")
+                    .push_bind(at)
+                    .push_bind(at)
+                    .push_bind(new.budget.max_cost_usd)
+                    .push_bind(new.budget.max_output_tokens)
+                    .push_bind(new.budget.budget_action.as_str());
+            });
+            q.push(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING id");
+            let ids: Vec<uuid::Uuid> = q.build_query_scalar().fetch_all(&mut *$tx).await?;
+            inserted.extend(ids);
+        }
+        let stored: Vec<&NewRefineJob<'_>> =
+            jobs.iter().filter(|j| inserted.contains(&j.id)).collect();
+        let rows: Vec<(&NewRefineJob<'_>, usize, &(String, i32))> = stored
+            .iter()
+            .flat_map(|new| new.l0s.iter().enumerate().map(move |(i, l0)| (*new, i, l0)))
+            .collect();
+        for chunk in pow2_chunks(&rows, 256) {
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_l0_runs (job_id, assignment_id, position, batch, status, \
+                 project_id, team_pk) ",
+            );
+            q.push_values(chunk, |mut b, (new, i, (assignment_id, batch))| {
+                b.push_bind(new.id)
+                    .push_bind(assignment_id.as_str())
+                    .push_bind(i32::try_from(*i).unwrap_or(i32::MAX))
+                    .push_bind(*batch)
+                    .push("'pending'")
+                    .push_bind(new.project_id)
+                    .push_bind(new.team_pk);
+            });
+            q.build().execute(&mut *$tx).await?;
+        }
+        let (event, data) = $crate::db::refine_jobs::state_event(
+            $crate::domain::job::JobStatus::Queued,
+            0,
+            serde_json::json!({}),
+        );
+        for chunk in pow2_chunks(&stored, 32) {
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_job_events (job_id, seq, event, data, created_at) ",
+            );
+            q.push_values(chunk, |mut b, new| {
+                b.push_bind(new.id)
+                    .push("1")
+                    .push_bind(event)
+                    .push_bind(sqlx::types::Json(&data))
+                    .push_bind(at);
+            });
+            q.build().execute(&mut *$tx).await?;
         }
         inserted
     }};

@@ -49,6 +49,7 @@ pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash}
 
 use crate::agents::Executors;
 use crate::config::Settings;
+use crate::db::refine_jobs::SubmitQueue;
 use crate::db::{Database, DbError};
 use crate::jobs::JobsHub;
 
@@ -64,11 +65,14 @@ pub struct Service {
     /// Wake-ups and kill switches shared with this process's job workers.
     hub: Arc<JobsHub>,
     shutting_down: Arc<AtomicBool>,
+    /// Submitted jobs are stored in groups (docs/jobs.md, "Group commit").
+    submits: SubmitQueue,
 }
 
 impl Service {
     pub fn new(db: Database, settings: Arc<Settings>, executors: Executors) -> Self {
         Service {
+            submits: SubmitQueue::new(db.clone()),
             db,
             settings,
             executors: Arc::new(executors),

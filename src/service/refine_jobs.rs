@@ -16,7 +16,7 @@ use super::submission::{
     input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
-use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob};
+use crate::db::refine_jobs::{Created, JobFilter, Submission};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
@@ -219,23 +219,22 @@ impl Service {
         if !replay {
             self.check_daily_limit(valid.project_id.as_ref()).await?;
         }
-        let request = valid.request.to_value();
-        let new = NewRefineJob {
+        let job = Submission {
             id: Uuid::now_v7(),
-            phase_id: &valid.context.phase_id,
+            phase_id: valid.context.phase_id.clone(),
             run_id: valid.run_id,
-            project_id: valid.project_id.as_ref().map(Ident::as_str),
-            team_pk: valid.team_pk.as_ref().map(Ident::as_str),
-            executor: valid.executor.name(),
-            executor_kind: valid.executor.kind(),
-            request: &request,
-            idempotency_key: valid.idempotency_key.as_deref(),
-            request_hash: Some(&valid.request_hash),
+            project_id: valid.project_id.map(|p| p.as_str().to_owned()),
+            team_pk: valid.team_pk.map(|t| t.as_str().to_owned()),
+            executor: valid.executor.name().to_owned(),
+            executor_kind: valid.executor.kind().to_owned(),
+            request: valid.request.to_value(),
+            idempotency_key: valid.idempotency_key,
+            request_hash: Some(valid.request_hash),
             max_attempts: self.settings.max_attempts,
             l0s: l0_rows(&valid.context, self.settings.l0_concurrency),
             budget: valid.budget,
         };
-        match self.db.create_refine_job(&new).await? {
+        match self.submits.create(job).await? {
             Created::New(job) => {
                 metrics::counter!("refine_jobs_created_total").increment(1);
                 self.wake_workers();

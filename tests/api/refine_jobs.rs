@@ -207,6 +207,8 @@ both_backends!(
     list_filters_and_pages_newest_first,
     bad_submissions_are_refused_and_create_nothing,
     a_job_end_claims_the_workers_next_job,
+    creates_arriving_together_are_each_stored_whole,
+    a_failing_job_in_a_group_fails_alone,
 );
 
 async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dirs) {
@@ -928,6 +930,121 @@ async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dir
 /// job instead of two, docs/jobs.md): the next job starts at the very instant the
 /// first ended. A draining worker (no claim asked) and a worker whose lease is gone
 /// claim nothing.
+/// Creates that arrive together are stored together (docs/jobs.md, "Group
+/// commit"), each whole: its row, its L0 records and its `queued` event; a key sent
+/// several times at once still makes one job, created once and replayed after.
+async fn creates_arriving_together_are_each_stored_whole(backend: Backend) {
+    use crate::refine_runs::rows_of_job;
+    use std::collections::HashSet;
+    // No workers: every job stays as its create stored it.
+    let app = spawn_app_with(backend, |s| s.workers = 0).await;
+    let request = body(&["P1-A1", "P1-A2", "P1-A3"]);
+    let send = |key: Option<&'static str>| {
+        let (app, request) = (&app, request.clone());
+        async move {
+            let mut post = app.client.post(app.url("/v1/refine-jobs")).json(&request);
+            if let Some(key) = key {
+                post = post.header("Idempotency-Key", key);
+            }
+            let response = post.send().await.unwrap();
+            assert_eq!(response.status(), 202);
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            let job: Value = response.json().await.unwrap();
+            (job["id"].as_str().unwrap().to_owned(), replayed)
+        }
+    };
+    let plain = futures::future::join_all((0..40).map(|_| send(None)));
+    let keyed = futures::future::join_all((0..8).map(|_| send(Some("together"))));
+    let (plain, keyed) = tokio::join!(plain, keyed);
+
+    let plain_ids: HashSet<&String> = plain.iter().map(|(id, _)| id).collect();
+    assert_eq!(plain_ids.len(), 40, "a job each");
+    assert!(plain.iter().all(|(_, replayed)| !replayed));
+    let keyed_ids: HashSet<&String> = keyed.iter().map(|(id, _)| id).collect();
+    assert_eq!(keyed_ids.len(), 1, "one job for one key");
+    let created = keyed.iter().filter(|(_, replayed)| !replayed).count();
+    assert_eq!(created, 1, "created once, replayed after: {keyed:?}");
+
+    for id in plain_ids.iter().chain(&keyed_ids) {
+        let records: Vec<Value> = app
+            .get(&format!("/v1/refine-jobs/{id}/assignments"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        let statuses: Vec<&str> = records
+            .iter()
+            .map(|r| r["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses, ["pending"; 3], "{id}");
+        assert_eq!(
+            rows_of_job(&app, "refine_job_events", id).await,
+            1,
+            "{id}: its queued event"
+        );
+    }
+    let page: Value = app
+        .get("/v1/refine-jobs?page_size=100")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 41);
+    app.shutdown().await;
+}
+
+/// One job whose insert fails does not fail the jobs stored with it: the group is
+/// stored again one job at a time, and only the culprit gets the error.
+async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
+    use plangate::db::refine_jobs::{Created, Submission, SubmitQueue};
+    let app = spawn_app_with(backend, |s| s.workers = 0).await;
+    let taken = submit(&app, &body(&["P1-A1"])).await["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let job = |id: uuid::Uuid| Submission {
+        id,
+        phase_id: "P1".into(),
+        run_id: None,
+        project_id: None,
+        team_pk: None,
+        executor: "builtin".into(),
+        executor_kind: "builtin".into(),
+        request: json!({}),
+        idempotency_key: None,
+        request_hash: None,
+        max_attempts: 3,
+        l0s: vec![("P1-A1".into(), 0)],
+        budget: Default::default(),
+    };
+    let queue = SubmitQueue::new(app.db.clone());
+    let mut jobs: Vec<Submission> = (0..12).map(|_| job(uuid::Uuid::now_v7())).collect();
+    // The sixth reuses a stored job's id: its insert fails.
+    jobs[5] = job(taken);
+    let outcomes = futures::future::join_all(jobs.iter().map(|j| queue.create(j.clone()))).await;
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match (i, outcome) {
+            (5, Err(_)) => {}
+            (5, Ok(_)) => panic!("a second job with a stored job's id was accepted"),
+            (_, Ok(Created::New(stored))) => assert_eq!(stored.id, jobs[i].id),
+            (_, other) => panic!("job {i}: {other:?}"),
+        }
+    }
+    let page: Value = app
+        .get("/v1/refine-jobs?page_size=100")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        page["jobs"].as_array().unwrap().len(),
+        12,
+        "the first and 11 of the group"
+    );
+    app.shutdown().await;
+}
+
 async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
     use plangate::db::refine_jobs::{ClaimFor, Finish, JobEnd, Lease, PendingProgress};
     use plangate::domain::job::JobStatus;

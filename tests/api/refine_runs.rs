@@ -1023,7 +1023,7 @@ async fn unassigned_and_empty_phases_are_reported(app: TestApp) {
 // Retention
 
 /// Rows of `table` whose job is `job_id`, read straight from the database.
-async fn rows_of_job(app: &TestApp, table: &str, job_id: &str) -> i64 {
+pub(crate) async fn rows_of_job(app: &TestApp, table: &str, job_id: &str) -> i64 {
     let sql = format!("SELECT COUNT(*) FROM {table} WHERE job_id = $1");
     let id: uuid::Uuid = job_id.parse().unwrap();
     match &app.db {

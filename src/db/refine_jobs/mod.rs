@@ -38,6 +38,7 @@ pub use lease::{
     ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, Lease, LeaseLost, Reaped,
 };
 pub use progress::{L0Ended, PendingProgress};
+pub use submit::{Submission, SubmitQueue};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
 pub struct NewRefineJob<'a> {
@@ -361,10 +362,50 @@ impl JobProgress {
     }
 }
 
+/// `items` in consecutive chunks of power-of-two sizes, largest first, none over
+/// `max` (a power of two): a multi-row statement per chunk then has one of a few
+/// shapes, so each connection prepares a handful of statements instead of one per
+/// row count.
+pub(crate) fn pow2_chunks<T>(items: &[T], max: usize) -> impl Iterator<Item = &[T]> {
+    debug_assert!(max.is_power_of_two());
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let n = rest.len().min(max);
+        let size = 1 << n.ilog2();
+        let (chunk, tail) = rest.split_at(size);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
 pub(crate) fn state_event(status: JobStatus, attempt: i32, extra: Value) -> (&'static str, Value) {
     let mut data = json!({"status": status.as_str(), "attempt": attempt});
     if let (Some(obj), Value::Object(more)) = (data.as_object_mut(), extra) {
         obj.extend(more);
     }
     ("state", data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pow2_chunks;
+
+    #[test]
+    fn chunks_are_powers_of_two_in_order_and_cover_everything() {
+        for len in 0..200usize {
+            let items: Vec<usize> = (0..len).collect();
+            let chunks: Vec<&[usize]> = pow2_chunks(&items, 32).collect();
+            assert!(
+                chunks
+                    .iter()
+                    .all(|c| c.len().is_power_of_two() && c.len() <= 32)
+            );
+            assert_eq!(chunks.concat(), items, "{len}");
+        }
+        let sizes: Vec<usize> = pow2_chunks(&[0; 13], 32).map(<[i32]>::len).collect();
+        assert_eq!(sizes, [8, 4, 1]);
+    }
 }
