@@ -994,16 +994,17 @@ async fn creates_arriving_together_are_each_stored_whole(backend: Backend) {
 }
 
 /// One job whose insert fails does not fail the jobs stored with it: the group is
-/// stored again one job at a time, and only the culprit gets the error.
+/// stored again one job at a time, and only the culprit gets the error. A key sent
+/// twice in one group makes one job.
 async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
-    use plangate::db::refine_jobs::{Created, Submission, SubmitQueue};
+    use plangate::db::refine_jobs::{Submission, store_group};
     let app = spawn_app_with(backend, |s| s.workers = 0).await;
     let taken = submit(&app, &body(&["P1-A1"])).await["id"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
-    let job = |id: uuid::Uuid| Submission {
+    let job = |id: uuid::Uuid, key: Option<&str>| Submission {
         id,
         phase_id: "P1".into(),
         run_id: None,
@@ -1012,22 +1013,24 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
         executor: "builtin".into(),
         executor_kind: "builtin".into(),
         request: json!({}),
-        idempotency_key: None,
+        idempotency_key: key.map(str::to_owned),
         request_hash: None,
         max_attempts: 3,
         l0s: vec![("P1-A1".into(), 0)],
         budget: Default::default(),
     };
-    let queue = SubmitQueue::new(app.db.clone());
-    let mut jobs: Vec<Submission> = (0..12).map(|_| job(uuid::Uuid::now_v7())).collect();
-    // The sixth reuses a stored job's id: its insert fails.
-    jobs[5] = job(taken);
-    let outcomes = futures::future::join_all(jobs.iter().map(|j| queue.create(j.clone()))).await;
-    for (i, outcome) in outcomes.iter().enumerate() {
+    // Twelve jobs in one group; the sixth reuses a stored job's id, so the group's
+    // transaction fails.
+    let mut group: Vec<Submission> = (0..12).map(|_| job(uuid::Uuid::now_v7(), None)).collect();
+    group[5] = job(taken, None);
+    let outcomes = store_group(&app.db, group.clone()).await;
+    assert_eq!(outcomes.len(), 12);
+    for (i, (stored, outcome)) in outcomes.iter().enumerate() {
+        assert_eq!(stored.id, group[i].id, "outcomes in the order given");
         match (i, outcome) {
             (5, Err(_)) => {}
             (5, Ok(_)) => panic!("a second job with a stored job's id was accepted"),
-            (_, Ok(Created::New(stored))) => assert_eq!(stored.id, jobs[i].id),
+            (_, Ok((true, _))) => {}
             (_, other) => panic!("job {i}: {other:?}"),
         }
     }
@@ -1040,8 +1043,21 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
     assert_eq!(
         page["jobs"].as_array().unwrap().len(),
         12,
-        "the first and 11 of the group"
+        "the first job and 11 of the group"
     );
+
+    // One key twice in one group (and a job without a key between them).
+    let pair = vec![
+        job(uuid::Uuid::now_v7(), Some("twice")),
+        job(uuid::Uuid::now_v7(), None),
+        job(uuid::Uuid::now_v7(), Some("twice")),
+    ];
+    let inserted: Vec<bool> = store_group(&app.db, pair)
+        .await
+        .into_iter()
+        .map(|(_, outcome)| outcome.unwrap().0)
+        .collect();
+    assert_eq!(inserted, [true, true, false], "the key's first job only");
     app.shutdown().await;
 }
 

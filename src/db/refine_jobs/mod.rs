@@ -38,7 +38,7 @@ pub use lease::{
     ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, Lease, LeaseLost, Reaped,
 };
 pub use progress::{L0Ended, PendingProgress};
-pub use submit::{Submission, SubmitQueue};
+pub use submit::{GroupOutcome, Submission, SubmitQueue, store_group};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
 pub struct NewRefineJob<'a> {

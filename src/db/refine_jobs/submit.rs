@@ -130,11 +130,8 @@ impl Submission {
     }
 }
 
-/// A submission and where its outcome goes: whether it was inserted, and when.
-type Waiting = (
-    Submission,
-    oneshot::Sender<(Submission, DbResult<(bool, DateTime<Utc>)>)>,
-);
+/// A submission and where its outcome goes.
+type Waiting = (Submission, oneshot::Sender<(Submission, GroupOutcome)>);
 
 /// Group commit for submitted jobs: each is stored by one of [`WRITERS`] writer
 /// tasks; a free writer takes every submission waiting and stores them in one
@@ -194,37 +191,49 @@ async fn write_groups(
         if taken == 0 {
             return;
         }
-        let at = now();
-        let mut jobs: Vec<NewRefineJob<'_>> = group.iter().map(|(job, _)| job.as_new()).collect();
-        // Keys in one order in every group: two groups inserting the same keys
-        // concurrently wait for each other instead of deadlocking.
-        jobs.sort_by(|a, b| a.idempotency_key.cmp(&b.idempotency_key));
-        let stored = db.insert_refine_jobs(&jobs, at).await;
-        drop(jobs);
-        match stored {
-            Ok(ids) => {
-                for (job, reply) in group.drain(..) {
-                    let inserted = ids.contains(&job.id);
-                    let _ = reply.send((job, Ok((inserted, at))));
-                }
+        let (jobs, replies): (Vec<Submission>, Vec<_>) = group.drain(..).unzip();
+        for (stored, reply) in store_group(&db, jobs).await.into_iter().zip(replies) {
+            // A create that gave up waiting (its client left) needs no answer.
+            let _ = reply.send(stored);
+        }
+    }
+}
+
+/// What storing one job of a group came to: inserted or not (its key was taken),
+/// and when.
+pub type GroupOutcome = DbResult<(bool, DateTime<Utc>)>;
+
+/// Stores `group` in one transaction; when that fails, stores each job alone, so
+/// one job's error is its own and the others go in. Returns each job with its
+/// outcome, in the order given.
+pub async fn store_group(db: &Database, group: Vec<Submission>) -> Vec<(Submission, GroupOutcome)> {
+    let at = now();
+    let mut jobs: Vec<NewRefineJob<'_>> = group.iter().map(Submission::as_new).collect();
+    // Keys in one order in every group: two groups inserting the same keys
+    // concurrently wait for each other instead of deadlocking.
+    jobs.sort_by(|a, b| a.idempotency_key.cmp(&b.idempotency_key));
+    let stored = db.insert_refine_jobs(&jobs, at).await;
+    drop(jobs);
+    match stored {
+        Ok(ids) => group
+            .into_iter()
+            .map(|job| {
+                let inserted = ids.contains(&job.id);
+                (job, Ok((inserted, at)))
+            })
+            .collect(),
+        Err(e) if group.len() == 1 => group.into_iter().zip([Err(e)]).collect(),
+        Err(_) => {
+            let mut outcomes = Vec::with_capacity(group.len());
+            for job in group {
+                let at = now();
+                let outcome = db
+                    .insert_refine_jobs(std::slice::from_ref(&job.as_new()), at)
+                    .await
+                    .map(|ids| (ids.contains(&job.id), at));
+                outcomes.push((job, outcome));
             }
-            // One job's error is its own: store each alone, so the others go in and
-            // the culprit gets its error.
-            Err(_) if group.len() > 1 => {
-                for (job, reply) in group.drain(..) {
-                    let at = now();
-                    let outcome = db
-                        .insert_refine_jobs(std::slice::from_ref(&job.as_new()), at)
-                        .await
-                        .map(|ids| (ids.contains(&job.id), at));
-                    let _ = reply.send((job, outcome));
-                }
-            }
-            Err(e) => {
-                if let Some((job, reply)) = group.pop() {
-                    let _ = reply.send((job, Err(e)));
-                }
-            }
+            outcomes
         }
     }
 }
