@@ -1,6 +1,7 @@
-//! The server-side [`JobSink`]: a running job's L0 starts, ends and log lines, held
-//! back for at most [`WRITE_BEHIND`] and stored together (docs/jobs.md,
-//! "Write-behind"), with their metrics.
+//! The server-side [`JobSink`]: a running job's L0 starts, ends and log lines —
+//! stored before the L0s start and as soon as they end, or, for the in-process
+//! `builtin` executor, held back for at most [`WRITE_BEHIND`] and stored together
+//! (docs/jobs.md, "Write-behind") — with their metrics.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,17 +18,22 @@ use crate::jobs::engine::{FinishedL0Run, JobSink, excerpt, outcome_value};
 
 /// Longest answer excerpt kept in an L0 record.
 const EXCERPT_BYTES: usize = 2048;
-/// How long a worker may hold back an L0's start or end before storing it: what
-/// happens within it shares one commit (docs/jobs.md, "Write-behind").
+/// How long a worker may hold back a `builtin` L0's start or end before storing
+/// it: what happens within it shares one commit (docs/jobs.md, "Write-behind").
 const WRITE_BEHIND: Duration = Duration::from_millis(2);
 
-/// The server-side sink: fenced writes, metrics, wake-ups. Writes are held back
-/// for at most [`WRITE_BEHIND`] and stored together (docs/jobs.md).
+/// The server-side sink: fenced writes, metrics, wake-ups (docs/jobs.md).
 pub(super) struct DbSink {
     pool: Arc<Pool>,
     lease: Lease,
     attempt: i32,
     executor: &'static str,
+    /// Whether writes may be held back: only for `builtin` L0s, which run in
+    /// process and leave nothing behind when a crash loses them. An L0 of any other
+    /// executor is a process or a paid call: its start is stored before it starts
+    /// (so `starts` counts every process, even one a crash kills at once) and its
+    /// outcome as soon as it ends (so a resume never runs it again).
+    write_behind: bool,
     /// The budget's scope is the run when the job belongs to one.
     run_id: Option<Uuid>,
     budget: Option<Budget>,
@@ -47,6 +53,7 @@ impl DbSink {
             lease: job.lease,
             attempt: job.attempt,
             executor,
+            write_behind: executor == "builtin",
             run_id: job.run_id,
             budget: job.budget,
             daily_limit: job
@@ -59,10 +66,15 @@ impl DbSink {
         }
     }
 
-    /// A write was held back: it is due within [`WRITE_BEHIND`] of the first.
-    fn held(&mut self) {
+    /// A write was added to `pending`: with write-behind it is due within
+    /// [`WRITE_BEHIND`] of the first held; otherwise it is stored now.
+    async fn held(&mut self) -> Result<(), String> {
+        if !self.write_behind {
+            return self.store().await;
+        }
         self.due
             .get_or_insert_with(|| tokio::time::Instant::now() + WRITE_BEHIND);
+        Ok(())
     }
 
     /// Stores the writes held back (one transaction).
@@ -94,8 +106,7 @@ impl JobSink for DbSink {
         self.progress = self
             .pending
             .start(assignment_ids, self.attempt, self.progress);
-        self.held();
-        Ok(())
+        self.held().await
     }
 
     async fn l0s_finished(
@@ -135,14 +146,12 @@ impl JobSink for DbSink {
             })
             .collect();
         self.progress = self.pending.end(ended, log, new_lines, self.progress);
-        self.held();
-        Ok(())
+        self.held().await
     }
 
     async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
         self.pending.log(log, new_lines);
-        self.held();
-        Ok(())
+        self.held().await
     }
 
     fn flush_due(&self) -> Option<tokio::time::Instant> {
