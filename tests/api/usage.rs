@@ -754,7 +754,8 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
     let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
     let started = Instant::now();
     let body = job_body(
-        &["P1-A1", "P1-A2-slow"],
+        // P1-A1-waits spends the budget only once P1-A2-slow runs its child `sleep`.
+        &["P1-A1-waits", "P1-A2-slow"],
         "cj",
         json!({"max_cost_usd": 0.005, "budget_action": "kill"}),
     );
@@ -775,14 +776,13 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
         "a killed call's cost is unknown"
     );
     assert_eq!(job["usage"]["calls"], 1);
-    // Its process group is gone: the script and its child `sleep`, as far as they
-    // got to record their pids (on a loaded machine the kill can come before the
-    // script has spawned its `sleep`, or even before it ran a line).
+    // Its process group is gone: the script and its child `sleep`.
     for file in ["P1-A2-slow.l0pid", "P1-A2-slow.pid"] {
-        let Ok(text) = std::fs::read_to_string(dirs.record.join(file)) else {
-            continue;
-        };
-        let pid: i32 = text.trim().parse().unwrap();
+        let pid: i32 = std::fs::read_to_string(dirs.record.join(file))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         let mut gone = false;
         for _ in 0..60 {
             // SAFETY: signal 0 only checks the process exists.
@@ -792,7 +792,7 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(gone, "the slow L0's process {file} survived");
+        assert!(gone, "the slow L0's {file} process survived");
     }
     app.shutdown().await;
 }
