@@ -23,17 +23,6 @@ const MAX_GROUP: usize = 64;
 const WRITERS: usize = 3;
 
 impl Database {
-    /// Inserts a job and its pending L0 rows in one transaction. With an
-    /// idempotency key the unique constraint decides: a second create with the same
-    /// key finds the first instead of inserting.
-    pub async fn create_refine_job(&self, new: &NewRefineJob<'_>) -> DbResult<Created<StoredJob>> {
-        let at = now();
-        let inserted = self
-            .insert_refine_jobs(std::slice::from_ref(new), at)
-            .await?;
-        self.created(new, at, inserted.contains(&new.id)).await
-    }
-
     /// Inserts jobs in one transaction; returns the ids inserted (a job whose
     /// idempotency key is taken is not).
     async fn insert_refine_jobs(
@@ -153,8 +142,9 @@ impl SubmitQueue {
         }
     }
 
-    /// Stores `job` (with the jobs submitted at the same moment) and answers as
-    /// [`Database::create_refine_job`] does.
+    /// Stores `job` (with the jobs submitted at the same moment). With an
+    /// idempotency key the unique constraint decides: a second create with the same
+    /// key finds the first instead of inserting.
     pub async fn create(&self, job: Submission) -> DbResult<Created<StoredJob>> {
         let writer = self.writer.get_or_init(|| {
             // Started on first use, inside the runtime that serves the creates; they
