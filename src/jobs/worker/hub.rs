@@ -1,9 +1,10 @@
 //! What the HTTP layer shares with the workers of its process: wake-ups, change
 //! notices for waiters, and the kill switches of running jobs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -20,7 +21,7 @@ pub struct JobsHub {
     /// on every write of every job).
     changed: tokio::sync::broadcast::Sender<Uuid>,
     /// Kill switches of the jobs running in this process.
-    running: Mutex<HashMap<Uuid, CancellationToken>>,
+    running: Mutex<Running>,
     /// A job was queued since the last NOTIFY to the other replicas was sent.
     notice_pending: AtomicBool,
     /// A task is sending NOTIFYs (at most one at a time).
@@ -32,7 +33,7 @@ impl Default for JobsHub {
         JobsHub {
             queued: Notify::new(),
             changed: tokio::sync::broadcast::channel(1024).0,
-            running: Mutex::new(HashMap::new()),
+            running: Mutex::new(Running::default()),
             notice_pending: AtomicBool::new(false),
             notice_sending: AtomicBool::new(false),
         }
@@ -86,23 +87,116 @@ impl JobsHub {
     }
 
     /// Cancels a job running in this process (a cancel request or a NOTIFY).
+    ///
+    /// A job claimed just before its cancel was stored is not registered yet: the
+    /// cancel is remembered for [`Self::register`], or it would wait for the next
+    /// heartbeat (15 s by default) to be noticed.
     pub fn cancel_local(&self, job_id: Uuid) {
-        if let Ok(running) = self.running.lock()
-            && let Some(token) = running.get(&job_id)
-        {
-            token.cancel();
+        if let Ok(mut running) = self.running.lock() {
+            match running.tokens.get(&job_id) {
+                Some(token) => token.cancel(),
+                None => running.remember_cancel(job_id, Instant::now()),
+            }
         }
     }
 
+    /// Registers a running job's kill switch, firing it at once if a cancel for the
+    /// job came in since its claim.
     pub(super) fn register(&self, job_id: Uuid, token: CancellationToken) {
         if let Ok(mut running) = self.running.lock() {
-            running.insert(job_id, token);
+            if running.take_early_cancel(job_id) {
+                token.cancel();
+            }
+            running.tokens.insert(job_id, token);
         }
     }
 
     pub(super) fn unregister(&self, job_id: Uuid) {
         if let Ok(mut running) = self.running.lock() {
-            running.remove(&job_id);
+            running.tokens.remove(&job_id);
         }
+    }
+}
+
+/// How long a cancel for a job not running here is remembered: far longer than a
+/// claim takes to register, far shorter than a job's lease.
+const EARLY_CANCEL_MEMORY: Duration = Duration::from_secs(30);
+/// A bound on the memory whatever the rate of cancels (most are for jobs that run
+/// on another replica or are only queued, and are never taken).
+const EARLY_CANCEL_LIMIT: usize = 4096;
+
+#[derive(Default)]
+struct Running {
+    tokens: HashMap<Uuid, CancellationToken>,
+    /// Cancels for jobs that were not running here, oldest first.
+    early_cancels: VecDeque<(Uuid, Instant)>,
+}
+
+impl Running {
+    fn remember_cancel(&mut self, job_id: Uuid, now: Instant) {
+        while self
+            .early_cancels
+            .front()
+            .is_some_and(|(_, at)| now.duration_since(*at) > EARLY_CANCEL_MEMORY)
+            || self.early_cancels.len() >= EARLY_CANCEL_LIMIT
+        {
+            self.early_cancels.pop_front();
+        }
+        self.early_cancels.push_back((job_id, now));
+    }
+
+    fn take_early_cancel(&mut self, job_id: Uuid) -> bool {
+        let now = Instant::now();
+        let position = self
+            .early_cancels
+            .iter()
+            .position(|(id, at)| *id == job_id && now.duration_since(*at) <= EARLY_CANCEL_MEMORY);
+        position
+            .and_then(|i| self.early_cancels.remove(i))
+            .is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_before_registration_fires_the_switch_on_registration() {
+        let hub = JobsHub::default();
+        let (early, other) = (Uuid::new_v4(), Uuid::new_v4());
+        hub.cancel_local(early);
+
+        let token = CancellationToken::new();
+        hub.register(early, token.clone());
+        assert!(token.is_cancelled());
+
+        let untouched = CancellationToken::new();
+        hub.register(other, untouched.clone());
+        assert!(!untouched.is_cancelled());
+        hub.cancel_local(other);
+        assert!(untouched.is_cancelled());
+
+        // Taken once: a later attempt of the same job (a resume) starts unharmed.
+        hub.unregister(early);
+        let again = CancellationToken::new();
+        hub.register(early, again.clone());
+        assert!(!again.is_cancelled());
+    }
+
+    #[test]
+    fn early_cancels_are_forgotten_when_old_or_too_many() {
+        let mut running = Running::default();
+        let start = Instant::now();
+        let old = Uuid::new_v4();
+        running.remember_cancel(old, start);
+        let later = start + EARLY_CANCEL_MEMORY + Duration::from_secs(1);
+        running.remember_cancel(Uuid::new_v4(), later);
+        assert!(!running.early_cancels.iter().any(|(id, _)| *id == old));
+
+        for _ in 0..EARLY_CANCEL_LIMIT + 10 {
+            running.remember_cancel(Uuid::new_v4(), later);
+        }
+        assert_eq!(running.early_cancels.len(), EARLY_CANCEL_LIMIT);
     }
 }
