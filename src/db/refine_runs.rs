@@ -28,7 +28,7 @@ pub struct NewRefineRun<'a> {
     pub idempotency_key: Option<&'a str>,
     pub request_hash: &'a str,
     /// One per phase, natural phase order; their `run_id` must be `id`.
-    pub jobs: Vec<NewRefineJob<'a>>,
+    pub jobs: Vec<NewRefineJob>,
     /// Applies to the whole run (its phase jobs carry it too).
     pub budget: Budget,
 }
@@ -85,7 +85,8 @@ impl Database {
             .rows_affected()
                 == 1;
             if inserted {
-                if insert_jobs!(tx, &new.jobs, at).len() != new.jobs.len() {
+                let jobs: Vec<&NewRefineJob> = new.jobs.iter().collect();
+                if insert_jobs!(tx, &jobs, at).len() != jobs.len() {
                     return Err(DbError::Conflict("a phase job's id collided".into()));
                 }
                 tx.commit().await?;

@@ -237,7 +237,7 @@ macro_rules! reset_running_l0s {
 macro_rules! insert_jobs {
     ($tx:expr, $jobs:expr, $at:expr) => {{
         use $crate::db::refine_jobs::{NewRefineJob, pow2_chunks};
-        let jobs: &[NewRefineJob<'_>] = $jobs;
+        let jobs: &[&NewRefineJob] = $jobs;
         let at: chrono::DateTime<chrono::Utc> = $at;
         let mut inserted: Vec<uuid::Uuid> = Vec::with_capacity(jobs.len());
         for chunk in pow2_chunks(jobs, 32) {
@@ -250,15 +250,15 @@ macro_rules! insert_jobs {
             q.push_values(chunk, |mut b, new| {
                 b.push_bind(new.id)
                     .push("'queued'")
-                    .push_bind(new.phase_id)
+                    .push_bind(new.phase_id.as_str())
                     .push_bind(new.run_id)
-                    .push_bind(new.project_id)
-                    .push_bind(new.team_pk)
-                    .push_bind(new.executor)
-                    .push_bind(new.executor_kind)
-                    .push_bind(sqlx::types::Json(new.request))
-                    .push_bind(new.idempotency_key)
-                    .push_bind(new.request_hash)
+                    .push_bind(new.project_id.as_deref())
+                    .push_bind(new.team_pk.as_deref())
+                    .push_bind(new.executor.as_str())
+                    .push_bind(new.executor_kind.as_str())
+                    .push_bind(sqlx::types::Json(&new.request))
+                    .push_bind(new.idempotency_key.as_deref())
+                    .push_bind(new.request_hash.as_deref())
                     .push_bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
                     .push_bind(at)
                     .push_bind(i32::try_from(new.l0s.len()).unwrap_or(i32::MAX))
@@ -273,9 +273,12 @@ macro_rules! insert_jobs {
             let ids: Vec<uuid::Uuid> = q.build_query_scalar().fetch_all(&mut *$tx).await?;
             inserted.extend(ids);
         }
-        let stored: Vec<&NewRefineJob<'_>> =
-            jobs.iter().filter(|j| inserted.contains(&j.id)).collect();
-        let rows: Vec<(&NewRefineJob<'_>, usize, &(String, i32))> = stored
+        let stored: Vec<&NewRefineJob> = jobs
+            .iter()
+            .copied()
+            .filter(|j| inserted.contains(&j.id))
+            .collect();
+        let rows: Vec<(&NewRefineJob, usize, &(String, i32))> = stored
             .iter()
             .flat_map(|new| new.l0s.iter().enumerate().map(move |(i, l0)| (*new, i, l0)))
             .collect();
@@ -290,8 +293,8 @@ macro_rules! insert_jobs {
                     .push_bind(i32::try_from(*i).unwrap_or(i32::MAX))
                     .push_bind(*batch)
                     .push("'pending'")
-                    .push_bind(new.project_id)
-                    .push_bind(new.team_pk);
+                    .push_bind(new.project_id.as_deref())
+                    .push_bind(new.team_pk.as_deref());
             });
             q.build().execute(&mut *$tx).await?;
         }

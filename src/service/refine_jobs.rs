@@ -16,7 +16,7 @@ use super::submission::{
     input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
-use crate::db::refine_jobs::{Created, JobFilter, Submission};
+use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
@@ -219,7 +219,7 @@ impl Service {
         if !replay {
             self.check_daily_limit(valid.project_id.as_ref()).await?;
         }
-        let job = Submission {
+        let job = NewRefineJob {
             id: Uuid::now_v7(),
             phase_id: valid.context.phase_id.clone(),
             run_id: valid.run_id,

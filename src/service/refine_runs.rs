@@ -223,20 +223,20 @@ impl Service {
             })
             .collect();
         let jobs = job_requests
-            .iter()
+            .into_iter()
             .map(|(phase_id, request, l0s)| NewRefineJob {
                 id: Uuid::now_v7(),
                 phase_id,
                 run_id: Some(run_id),
-                project_id: project_id.as_ref().map(Ident::as_str),
-                team_pk: team_pk.as_ref().map(Ident::as_str),
-                executor: executor.name(),
-                executor_kind: executor.kind(),
+                project_id: project_id.as_ref().map(|p| p.as_str().to_owned()),
+                team_pk: team_pk.as_ref().map(|t| t.as_str().to_owned()),
+                executor: executor.name().to_owned(),
+                executor_kind: executor.kind().to_owned(),
                 request,
                 idempotency_key: None,
                 request_hash: None,
                 max_attempts: self.settings.max_attempts,
-                l0s: l0s.clone(),
+                l0s,
                 budget,
             })
             .collect();

@@ -997,14 +997,14 @@ async fn creates_arriving_together_are_each_stored_whole(backend: Backend) {
 /// stored again one job at a time, and only the culprit gets the error. A key sent
 /// twice in one group makes one job.
 async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
-    use plangate::db::refine_jobs::{Submission, store_group};
+    use plangate::db::refine_jobs::{NewRefineJob, store_group};
     let app = spawn_app_with(backend, |s| s.workers = 0).await;
     let taken = submit(&app, &body(&["P1-A1"])).await["id"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
-    let job = |id: uuid::Uuid, key: Option<&str>| Submission {
+    let job = |id: uuid::Uuid, key: Option<&str>| NewRefineJob {
         id,
         phase_id: "P1".into(),
         run_id: None,
@@ -1021,7 +1021,7 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
     };
     // Twelve jobs in one group; the sixth reuses a stored job's id, so the group's
     // transaction fails.
-    let mut group: Vec<Submission> = (0..12).map(|_| job(uuid::Uuid::now_v7(), None)).collect();
+    let mut group: Vec<NewRefineJob> = (0..12).map(|_| job(uuid::Uuid::now_v7(), None)).collect();
     group[5] = job(taken, None);
     let outcomes = store_group(&app.db, group.clone()).await;
     assert_eq!(outcomes.len(), 12);

@@ -38,21 +38,23 @@ pub use lease::{
     ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, Lease, LeaseLost, Reaped,
 };
 pub use progress::{L0Ended, PendingProgress};
-pub use submit::{GroupOutcome, Submission, SubmitQueue, store_group};
+pub use submit::{GroupOutcome, SubmitQueue, store_group};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
-pub struct NewRefineJob<'a> {
+/// Owned: a job submitted on its own travels to the group writer (`submit.rs`).
+#[derive(Debug, Clone)]
+pub struct NewRefineJob {
     pub id: Uuid,
-    pub phase_id: &'a str,
+    pub phase_id: String,
     pub run_id: Option<Uuid>,
-    pub project_id: Option<&'a str>,
-    pub team_pk: Option<&'a str>,
-    pub executor: &'a str,
-    pub executor_kind: &'a str,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    pub executor_kind: String,
     /// What the worker needs: context, refined plan, task file, output dir.
-    pub request: &'a Value,
-    pub idempotency_key: Option<&'a str>,
-    pub request_hash: Option<&'a str>,
+    pub request: Value,
+    pub idempotency_key: Option<String>,
+    pub request_hash: Option<String>,
     pub max_attempts: u32,
     pub l0s: Vec<(String, i32)>,
     /// The job's budget (a run's phase jobs carry the run's; the scope is the run).

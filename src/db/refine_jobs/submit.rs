@@ -3,7 +3,6 @@
 //! commit").
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -11,7 +10,7 @@ use super::{Created, JobProgress, NewRefineJob, StoredJob, budget_of};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
-use crate::domain::usage::{Budget, UsageTotals};
+use crate::domain::usage::UsageTotals;
 
 /// Most jobs one group transaction stores.
 const MAX_GROUP: usize = 64;
@@ -27,7 +26,7 @@ impl Database {
     /// idempotency key is taken is not).
     async fn insert_refine_jobs(
         &self,
-        jobs: &[NewRefineJob<'_>],
+        jobs: &[&NewRefineJob],
         at: DateTime<Utc>,
     ) -> DbResult<Vec<Uuid>> {
         on_pool!(self, pool => {
@@ -41,14 +40,14 @@ impl Database {
     /// The answer to a create: the job as inserted at `at`, or what its key found.
     async fn created(
         &self,
-        new: &NewRefineJob<'_>,
+        new: &NewRefineJob,
         at: DateTime<Utc>,
         inserted: bool,
     ) -> DbResult<Created<StoredJob>> {
         if inserted {
             return Ok(Created::New(as_inserted(new, at)));
         }
-        let key = new.idempotency_key.unwrap_or_default();
+        let key = new.idempotency_key.as_deref().unwrap_or_default();
         let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
             sqlx::query_as("SELECT id, request_hash FROM refine_jobs WHERE idempotency_key = $1")
                 .bind(key)
@@ -56,7 +55,7 @@ impl Database {
                 .await?
         });
         match found {
-            Some((id, hash)) if hash.as_deref() == new.request_hash => Ok(self
+            Some((id, hash)) if hash == new.request_hash => Ok(self
                 .refine_job(id)
                 .await?
                 .map_or(Created::KeyReused, Created::Existing)),
@@ -80,47 +79,8 @@ impl Database {
     }
 }
 
-/// A job submitted on its own, owned: what [`NewRefineJob`] borrows, so that the
-/// group writer can store it with the jobs submitted at the same moment.
-#[derive(Debug, Clone)]
-pub struct Submission {
-    pub id: Uuid,
-    pub phase_id: String,
-    pub run_id: Option<Uuid>,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    pub executor_kind: String,
-    pub request: Value,
-    pub idempotency_key: Option<String>,
-    pub request_hash: Option<String>,
-    pub max_attempts: u32,
-    pub l0s: Vec<(String, i32)>,
-    pub budget: Budget,
-}
-
-impl Submission {
-    fn as_new(&self) -> NewRefineJob<'_> {
-        NewRefineJob {
-            id: self.id,
-            phase_id: &self.phase_id,
-            run_id: self.run_id,
-            project_id: self.project_id.as_deref(),
-            team_pk: self.team_pk.as_deref(),
-            executor: &self.executor,
-            executor_kind: &self.executor_kind,
-            request: &self.request,
-            idempotency_key: self.idempotency_key.as_deref(),
-            request_hash: self.request_hash.as_deref(),
-            max_attempts: self.max_attempts,
-            l0s: self.l0s.clone(),
-            budget: self.budget,
-        }
-    }
-}
-
 /// A submission and where its outcome goes.
-type Waiting = (Submission, oneshot::Sender<(Submission, GroupOutcome)>);
+type Waiting = (NewRefineJob, oneshot::Sender<(NewRefineJob, GroupOutcome)>);
 
 /// Group commit for submitted jobs: each is stored by one of [`WRITERS`] writer
 /// tasks; a free writer takes every submission waiting and stores them in one
@@ -145,7 +105,7 @@ impl SubmitQueue {
     /// Stores `job` (with the jobs submitted at the same moment). With an
     /// idempotency key the unique constraint decides: a second create with the same
     /// key finds the first instead of inserting.
-    pub async fn create(&self, job: Submission) -> DbResult<Created<StoredJob>> {
+    pub async fn create(&self, job: NewRefineJob) -> DbResult<Created<StoredJob>> {
         let writer = self.writer.get_or_init(|| {
             // Started on first use, inside the runtime that serves the creates; they
             // end when the last queue handle is dropped.
@@ -164,7 +124,7 @@ impl SubmitQueue {
             return Err(DbError::Conflict("the job writer stopped; retry".into()));
         };
         let (inserted, at) = outcome?;
-        self.db.created(&job.as_new(), at, inserted).await
+        self.db.created(&job, at, inserted).await
     }
 }
 
@@ -181,7 +141,7 @@ async fn write_groups(
         if taken == 0 {
             return;
         }
-        let (jobs, replies): (Vec<Submission>, Vec<_>) = group.drain(..).unzip();
+        let (jobs, replies): (Vec<NewRefineJob>, Vec<_>) = group.drain(..).unzip();
         for (stored, reply) in store_group(&db, jobs).await.into_iter().zip(replies) {
             // A create that gave up waiting (its client left) needs no answer.
             let _ = reply.send(stored);
@@ -196,9 +156,12 @@ pub type GroupOutcome = DbResult<(bool, DateTime<Utc>)>;
 /// Stores `group` in one transaction; when that fails, stores each job alone, so
 /// one job's error is its own and the others go in. Returns each job with its
 /// outcome, in the order given.
-pub async fn store_group(db: &Database, group: Vec<Submission>) -> Vec<(Submission, GroupOutcome)> {
+pub async fn store_group(
+    db: &Database,
+    group: Vec<NewRefineJob>,
+) -> Vec<(NewRefineJob, GroupOutcome)> {
     let at = now();
-    let mut jobs: Vec<NewRefineJob<'_>> = group.iter().map(Submission::as_new).collect();
+    let mut jobs: Vec<&NewRefineJob> = group.iter().collect();
     // Keys in one order in every group: two groups inserting the same keys
     // concurrently wait for each other instead of deadlocking.
     jobs.sort_by(|a, b| a.idempotency_key.cmp(&b.idempotency_key));
@@ -218,7 +181,7 @@ pub async fn store_group(db: &Database, group: Vec<Submission>) -> Vec<(Submissi
             for job in group {
                 let at = now();
                 let outcome = db
-                    .insert_refine_jobs(std::slice::from_ref(&job.as_new()), at)
+                    .insert_refine_jobs(&[&job], at)
                     .await
                     .map(|ids| (ids.contains(&job.id), at));
                 outcomes.push((job, outcome));
@@ -230,17 +193,17 @@ pub async fn store_group(db: &Database, group: Vec<Submission>) -> Vec<(Submissi
 
 /// The job as `insert_jobs!` just wrote it (what reading it back would return: the
 /// insert is its whole state, so the create answers without a second round trip).
-fn as_inserted(new: &NewRefineJob<'_>, at: DateTime<Utc>) -> StoredJob {
+fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> StoredJob {
     StoredJob {
         id: new.id,
         kind: "refine".to_owned(),
         status: JobStatus::Queued,
-        phase_id: new.phase_id.to_owned(),
+        phase_id: new.phase_id.clone(),
         run_id: new.run_id,
-        project_id: new.project_id.map(str::to_owned),
-        team_pk: new.team_pk.map(str::to_owned),
-        executor: new.executor.to_owned(),
-        executor_kind: new.executor_kind.to_owned(),
+        project_id: new.project_id.clone(),
+        team_pk: new.team_pk.clone(),
+        executor: new.executor.clone(),
+        executor_kind: new.executor_kind.clone(),
         created_at: at,
         started_at: None,
         cancel_requested_at: None,
