@@ -287,8 +287,8 @@ def test_large_list_is_summarised_per_wave(sqlite_server, browser, output):
     context.close()
 
 
-def test_job_page_shows_the_log_live_and_cancels(sqlite_server, browser, output):
-    server = sqlite_server
+def test_job_page_shows_the_log_live_and_cancels(server, browser, output, backend):
+    # Both back-ends: on Postgres the live log and the cancel travel through LISTEN/NOTIFY.
     context = browser.new_context()
     page = context.new_page()
     watched = Watched(page)
@@ -413,8 +413,8 @@ def test_job_and_run_pages_show_usage_and_cost(server, browser, output, backend)
     context.close()
 
 
-def test_hostile_values_render_as_text(sqlite_server, browser, output):
-    server = sqlite_server
+def test_hostile_values_render_as_text(server, browser, output, backend):
+    # Both back-ends: each stores and returns the text its own way.
     listing = create_list(server, team=XSS_TEAM)
     context = browser.new_context()
     page = context.new_page()
