@@ -51,6 +51,20 @@ wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local f = io.open("$out/body50.json", "r"); wrk.body = f:read("*a"); f:close()
 LUA
+# Two more loads place the 50-task validate between healthz and its own parts: a
+# one-task validate (the POST path, extractor, gates, answer and metrics, almost
+# nothing to parse) and the 12 KB body refused at once (415, wrong content type:
+# the cost of receiving the body alone).
+cat > "$out/tiny.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"tasks": [{"task_id": "a", "assigned_persona": "p", "parallel_group": 1, "depends_on": [], "reads": [], "writes": ["x"], "description": "d"}]}'
+LUA
+cat > "$out/refused.lua" <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "text/plain"
+local f = io.open("$out/body50.json", "r"); wrk.body = f:read("*a"); f:close()
+LUA
 rss() { awk '/VmRSS/ {print $2 " kB"}' "/proc/$1/status"; }
 # Prints the rate and the server's CPU time per request (user + system, µs): the
 # rate depends on what else the two cores run, the CPU per request much less.
@@ -75,9 +89,18 @@ http_figures() { # label binary
   read -r valid valid_us < <(wrk_rate $srv -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
   after=$(rss $srv)
   read -r valid2 valid2_us < <(wrk_rate $srv -s "$out/post.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
+  read -r tiny tiny_us < <(wrk_rate $srv -s "$out/tiny.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
+  read -r refused refused_us < <(wrk_rate $srv -s "$out/refused.lua" "http://127.0.0.1:$port/v1/task-lists/validate")
   sleep 6 # past the purge delay and one metrics drain
   echo "$1: healthz $health req/s; validate(50 tasks) $valid, again $valid2 req/s; ratio $(python3 -c "print(f'{$valid/$health:.2f}')")"
   echo "$1: server CPU per request: healthz $health_us µs, validate $valid_us µs, again $valid2_us µs"
+  echo "$1: parts: one-task validate $tiny req/s ($tiny_us µs), 12 KB body refused (415) $refused req/s ($refused_us µs)"
+  # wrk shares the two cores: the CPU a request costs in all is cores / rate.
+  python3 -c "
+c = $(nproc)
+h, v, t, r = (c / x * 1e6 for x in ($health, $valid, $tiny, $refused))
+print(f'$1: CPU per request in all (server and wrk, {c} cores / rate): healthz {h:.0f} µs, validate {v:.0f} µs, one-task validate {t:.0f} µs, 12 KB refused {r:.0f} µs')
+print(f'$1: for validate/healthz >= 0.5, a validate may cost {2 * h:.0f} µs in all; the one-task validate plus the 12 KB body already cost {t + r - h:.0f} µs, leaving {2 * h - (t + r - h):.0f} µs to parse and gate 50 tasks')"
   echo "$1: RSS idle $idle, after validate load $after, after a second load and 6 s idle $(rss $srv)"
   kill -TERM $srv; wait $srv || true
 }
