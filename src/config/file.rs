@@ -53,6 +53,11 @@ pub struct BudgetsConfig {
     /// Per-project limits that replace the default one.
     #[serde(default)]
     pub projects: BTreeMap<String, f64>,
+    /// `[budgets.max_call_cost_usd]`: the most one L0 call of an executor (by
+    /// profile name) may cost; the budget gate reserves it for each call before
+    /// the job has seen a cost (docs/jobs.md, "Budgets").
+    #[serde(default)]
+    pub max_call_cost_usd: BTreeMap<String, f64>,
 }
 
 impl BudgetsConfig {

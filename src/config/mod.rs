@@ -250,6 +250,12 @@ impl Settings {
                     .projects
                     .iter()
                     .map(|(p, l)| (format!("projects.{p}"), *l)),
+            )
+            .chain(
+                file.budgets
+                    .max_call_cost_usd
+                    .iter()
+                    .map(|(e, l)| (format!("max_call_cost_usd.{e}"), *l)),
             );
         for (name, limit) in limits {
             if !limit.is_finite() || limit < 0.0 {

@@ -386,6 +386,130 @@ impl Budget {
     }
 }
 
+/// One budget that applies to an L0 start: a job's or a run's request budget, or
+/// a project's daily limit (docs/jobs.md, "Budgets").
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopeLimit {
+    /// How a reason names it: "the job's budget", "project alpha's daily limit".
+    pub name: String,
+    pub max_cost_usd: Option<f64>,
+    pub max_output_tokens: Option<i64>,
+}
+
+/// What a budget's scope holds, read inside the gate's locked transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ScopeSpend {
+    /// The known cost of the calls that ended (a project's: today, UTC).
+    pub spent_usd: f64,
+    pub output_tokens: i64,
+    /// The calls running now, and the sum of their reservations.
+    pub running: i64,
+    pub reserved_usd: f64,
+    /// Running calls that hold no reservation: their cost was unknown at start.
+    pub unreserved_running: i64,
+}
+
+/// Whether one more L0 may start now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartVerdict {
+    /// Start it, holding `reserve_usd` (its expected cost) until its outcome is
+    /// stored; `None` when that cost is unknown.
+    Start { reserve_usd: Option<f64> },
+    /// Not now: calls running in a scope may leave room (or make the cost known)
+    /// when they end. Ask again after one ends.
+    Wait,
+    /// A budget is spent or cannot cover one more call: start no further L0.
+    Stop(String),
+}
+
+/// Float sums of dollars: a call that exactly fits must not be refused.
+const DOLLAR_EPSILON: f64 = 1e-9;
+
+/// The expected cost of the next call: the larger of the most one call of this
+/// job's (or run's) executor has cost so far and the configured per-call ceiling;
+/// `None` when neither is known.
+pub fn expected_call_cost(max_seen_usd: Option<f64>, ceiling_usd: Option<f64>) -> Option<f64> {
+    match (max_seen_usd, ceiling_usd) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The gate in front of every L0 start (docs/jobs.md, "Budgets"): a call starts
+/// only when, in every scope, what was spent plus what running calls reserved plus
+/// this call's expected cost fits the budget. When the expected cost is unknown,
+/// at most one unreserved call runs per scope, and only while the scope is under
+/// its budget. So a scope's spend exceeds its budget by at most one call's cost.
+pub fn may_start(scopes: &[(ScopeLimit, ScopeSpend)], expected_usd: Option<f64>) -> StartVerdict {
+    let mut wait = false;
+    for (limit, spend) in scopes {
+        if let Some(max) = limit.max_output_tokens
+            && spend.output_tokens >= max
+        {
+            return StartVerdict::Stop(format!(
+                "{} of {max} output tokens is spent ({} so far)",
+                limit.name, spend.output_tokens
+            ));
+        }
+        let Some(max) = limit.max_cost_usd else {
+            continue;
+        };
+        if spend.spent_usd >= max {
+            return StartVerdict::Stop(format!(
+                "{} of ${max} is spent (${:.6} so far)",
+                limit.name, spend.spent_usd
+            ));
+        }
+        let committed = spend.spent_usd + spend.reserved_usd;
+        let fits = match expected_usd {
+            Some(expected) => committed + expected <= max + DOLLAR_EPSILON,
+            None => spend.unreserved_running == 0 && committed < max,
+        };
+        if fits {
+            continue;
+        }
+        if spend.running > 0 {
+            wait = true;
+            continue;
+        }
+        let expected = expected_usd.map_or_else(|| "unknown".to_owned(), |e| format!("${e:.6}"));
+        return StartVerdict::Stop(format!(
+            "{} of ${max} cannot cover one more L0 call (${:.6} spent, expected cost of a call \
+             {expected})",
+            limit.name, spend.spent_usd
+        ));
+    }
+    if wait {
+        StartVerdict::Wait
+    } else {
+        StartVerdict::Start {
+            reserve_usd: expected_usd,
+        }
+    }
+}
+
+/// Whether a scope that ended all its calls spent more than its budget: such a
+/// job or run must not read plain success (docs/jobs.md, "Budgets").
+pub fn overrun(limit: &ScopeLimit, spend: &ScopeSpend) -> Option<String> {
+    if let Some(max) = limit.max_cost_usd
+        && spend.spent_usd > max + DOLLAR_EPSILON
+    {
+        return Some(format!(
+            "{} of ${max} was overrun (${:.6} spent)",
+            limit.name, spend.spent_usd
+        ));
+    }
+    if let Some(max) = limit.max_output_tokens
+        && spend.output_tokens > max
+    {
+        return Some(format!(
+            "{} of {max} output tokens was overrun ({} spent)",
+            limit.name, spend.output_tokens
+        ));
+    }
+    None
+}
+
 /// The start of the UTC day holding `now` (the daily limit counts from it).
 pub fn utc_day_start(now: DateTime<Utc>) -> DateTime<Utc> {
     now.date_naive().and_time(NaiveTime::MIN).and_utc()
@@ -570,6 +694,70 @@ mod tests {
             "budget_action"
         );
         assert_eq!(field(None, None, Some(json!("kill"))), "budget_action");
+    }
+
+    fn scope(max: f64, spent: f64, running: i64, reserved: f64, unreserved: i64) -> (ScopeLimit, ScopeSpend) {
+        (
+            ScopeLimit {
+                name: "the job's budget".into(),
+                max_cost_usd: Some(max),
+                max_output_tokens: None,
+            },
+            ScopeSpend {
+                spent_usd: spent,
+                output_tokens: 0,
+                running,
+                reserved_usd: reserved,
+                unreserved_running: unreserved,
+            },
+        )
+    }
+
+    #[test]
+    fn an_unknown_cost_runs_one_call_at_a_time_under_the_budget() {
+        let start = StartVerdict::Start { reserve_usd: None };
+        assert_eq!(may_start(&[scope(0.1, 0.0, 0, 0.0, 0)], None), start);
+        assert_eq!(may_start(&[scope(0.1, 0.0, 1, 0.0, 1)], None), StartVerdict::Wait);
+        assert!(matches!(
+            may_start(&[scope(0.1, 0.4, 0, 0.0, 0)], None),
+            StartVerdict::Stop(r) if r.contains("$0.1 is spent")
+        ));
+    }
+
+    #[test]
+    fn a_known_cost_is_reserved_and_must_fit() {
+        let e = Some(0.4);
+        assert_eq!(
+            may_start(&[scope(1.0, 0.2, 1, 0.4, 0)], e),
+            StartVerdict::Start { reserve_usd: e }
+        );
+        // Would not fit while a call runs: it may cost less than reserved.
+        assert_eq!(may_start(&[scope(1.0, 0.4, 1, 0.4, 0)], e), StartVerdict::Wait);
+        // Nothing runs and it cannot fit: stop, below the budget.
+        assert!(matches!(
+            may_start(&[scope(1.0, 0.8, 0, 0.0, 0)], e),
+            StartVerdict::Stop(r) if r.contains("cannot cover")
+        ));
+        // Exactly fits.
+        assert!(matches!(
+            may_start(&[scope(1.2, 0.8, 0, 0.0, 0)], e),
+            StartVerdict::Start { .. }
+        ));
+        // The tightest scope decides.
+        assert!(matches!(
+            may_start(&[scope(10.0, 0.0, 0, 0.0, 0), scope(1.0, 1.0, 0, 0.0, 0)], e),
+            StartVerdict::Stop(_)
+        ));
+        assert_eq!(expected_call_cost(Some(0.3), Some(0.5)), Some(0.5));
+        assert_eq!(expected_call_cost(None, None), None);
+    }
+
+    #[test]
+    fn overrun_is_strictly_above_the_budget() {
+        let (limit, mut spend) = scope(0.5, 0.5, 0, 0.0, 0);
+        assert_eq!(overrun(&limit, &spend), None);
+        spend.spent_usd = 0.9;
+        assert!(overrun(&limit, &spend).unwrap().contains("overrun"));
     }
 
     #[test]

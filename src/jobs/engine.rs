@@ -69,6 +69,24 @@ pub trait JobSink {
     /// Asked before each batch and after each write of finished L0s: `Some(why)`
     /// once a budget is spent (then no further L0 starts).
     fn budget_reached(&mut self) -> impl Future<Output = Result<Option<String>, String>> + Send;
+    /// Whether each L0 start is asked of [`JobSink::gate_start`] (a budget applies);
+    /// otherwise a batch's starts are reported together by `batch_started`.
+    fn gates_starts(&self) -> bool {
+        false
+    }
+    /// Asked before each L0 starts when [`JobSink::gates_starts`]: stores the start
+    /// when every budget can cover one more call (docs/jobs.md, "Budgets").
+    fn gate_start(
+        &mut self,
+        _assignment_id: &str,
+    ) -> impl Future<Output = Result<Gate, String>> + Send {
+        async { Ok(Gate::Start) }
+    }
+    /// Asked once every L0 of the job ended: `Some(why)` when the spend went over
+    /// the request's budget, so the job cannot read plain success.
+    fn budget_overrun(&mut self) -> impl Future<Output = Result<Option<String>, String>> + Send {
+        async { Ok(None) }
+    }
     /// When the writes this sink holds back must be stored ([`JobSink::flush`]);
     /// `None` when it holds none. The engine calls `flush` then, even while every
     /// L0 is still running.
@@ -80,6 +98,25 @@ pub trait JobSink {
         async { Ok(()) }
     }
 }
+
+/// The budget gate's answer for one L0 start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    /// Its start is stored: start it.
+    Start,
+    /// Not now: ask again once a running call (of this job or another one sharing
+    /// a budget) ends.
+    Wait,
+    /// A budget cannot cover one more call: start no further L0.
+    Stop(String),
+}
+
+/// How often a job waiting at the gate asks again when none of its own L0s runs
+/// (the calls it waits for belong to other jobs of its run or project).
+const GATE_POLL: Duration = Duration::from_millis(200);
+
+/// Why a killed L0's record says it failed.
+const KILLED_BY_BUDGET: &str = "killed: a budget was reached (budget_action \"kill\")";
 
 /// An L0 that ended, with its judgement.
 pub struct FinishedL0Run {
@@ -162,50 +199,102 @@ pub async fn run_refine(
         if switches.kill.is_cancelled() {
             return Err(Stop::Killed);
         }
-        if let Some(reason) = sink.budget_reached().await.map_err(Stop::Sink)? {
-            return Err(budget_stop(job, config, &outcomes, &log, reason));
+        // With a budget, each L0 start passes the gate (one locked transaction
+        // that also stores the start); without, the batch's starts are one write.
+        let gated = sink.gates_starts();
+        if !gated {
+            if let Some(reason) = sink.budget_reached().await.map_err(Stop::Sink)? {
+                return Err(budget_stop(job, config, &outcomes, &log, reason));
+            }
+            sink.batch_started(&todo).await.map_err(Stop::Sink)?;
         }
-        sink.batch_started(&todo).await.map_err(Stop::Sink)?;
-        let mut running = JoinSet::new();
-        for id in todo {
-            let Some(packet) = packets.remove(&id) else {
-                continue;
-            };
-            let request = L0Request {
-                job_id: job.job_id,
-                phase_id: job.context.phase_id.clone(),
-                assignment_id: id.clone(),
-                task_file: job.task_file.clone(),
-                prompt: render_prompt(config.template, &packet),
-                packet,
-                phase_assignments: phase_assignments.clone(),
-            };
-            let executor = executor.clone();
-            let kill = switches.kill.clone();
-            running.spawn(async move {
-                let started = Instant::now();
-                let run = executor.run(&request, &kill).await;
-                let prompt_bytes = request.prompt.len();
-                (request.assignment_id, run, started.elapsed(), prompt_bytes)
-            });
-        }
+        let mut waiting: std::collections::VecDeque<String> = todo.into();
+        let mut budget_stopped: Option<String> = None;
+        let mut running: Running = JoinSet::new();
         loop {
+            while budget_stopped.is_none()
+                && !switches.drain.is_cancelled()
+                && !switches.kill.is_cancelled()
+                && let Some(id) = waiting.front()
+            {
+                if gated {
+                    match sink.gate_start(id).await {
+                        Ok(Gate::Start) => {}
+                        Ok(Gate::Wait) => break,
+                        Ok(Gate::Stop(reason)) => budget_stopped = Some(reason),
+                        Err(e) => return Err(stop_running(running, switches, Stop::Sink(e)).await),
+                    }
+                    if budget_stopped.is_some() {
+                        break;
+                    }
+                }
+                let Some(id) = waiting.pop_front() else { break };
+                let Some(packet) = packets.remove(&id) else {
+                    continue;
+                };
+                let request = L0Request {
+                    job_id: job.job_id,
+                    phase_id: job.context.phase_id.clone(),
+                    assignment_id: id.clone(),
+                    task_file: job.task_file.clone(),
+                    prompt: render_prompt(config.template, &packet),
+                    packet,
+                    phase_assignments: phase_assignments.clone(),
+                };
+                let executor = executor.clone();
+                let kill = switches.kill.clone();
+                running.spawn(async move {
+                    let started = Instant::now();
+                    let run = executor.run(&request, &kill).await;
+                    let prompt_bytes = request.prompt.len();
+                    (request.assignment_id, run, started.elapsed(), prompt_bytes)
+                });
+            }
+            if let Some(reason) = &budget_stopped
+                && config.budget_action == BudgetAction::Kill
+                && !running.is_empty()
+            {
+                let reason = reason.clone();
+                return Err(kill_for_budget(running, switches, sink, job, config, outcomes, log, reason)
+                    .await);
+            }
+            if running.is_empty() {
+                if let Some(reason) = budget_stopped {
+                    return Err(budget_stop(job, config, &outcomes, &log, reason));
+                }
+                if waiting.is_empty() {
+                    break;
+                }
+                if switches.kill.is_cancelled() {
+                    return Err(Stop::Killed);
+                }
+                if switches.drain.is_cancelled() {
+                    return Err(Stop::Drained);
+                }
+                // Waiting for calls of other jobs that share a budget: ask again.
+                tokio::select! {
+                    () = tokio::time::sleep(GATE_POLL) => {}
+                    () = switches.kill.cancelled() => {}
+                }
+                continue;
+            }
             // Wait for the next L0 to end, storing what the sink holds back when it
             // is due (a start or an end is stored within its window even while the
-            // other L0s run for minutes).
-            let next = match sink.flush_due() {
-                None => running.join_next().await,
-                Some(due) => tokio::select! {
-                    joined = running.join_next() => joined,
-                    () = tokio::time::sleep_until(due) => {
-                        if let Err(e) = sink.flush().await {
-                            return Err(stop_running(running, switches, Stop::Sink(e)).await);
-                        }
-                        continue;
+            // other L0s run for minutes), and asking the gate again now and then
+            // while L0s wait for it (what they wait for may end in another job).
+            let poll = (gated && budget_stopped.is_none() && !waiting.is_empty())
+                .then(|| tokio::time::Instant::now() + GATE_POLL);
+            let next = tokio::select! {
+                joined = running.join_next() => joined,
+                () = at(sink.flush_due()) => {
+                    if let Err(e) = sink.flush().await {
+                        return Err(stop_running(running, switches, Stop::Sink(e)).await);
                     }
-                },
+                    continue;
+                }
+                () = at(poll) => continue,
             };
-            let Some(first) = next else { break };
+            let Some(first) = next else { continue };
             // The L0s that ended together (in-process ones, microseconds apart)
             // are reported together.
             let mut joined = vec![first];
@@ -217,24 +306,8 @@ pub async fn run_refine(
             let mut killed = false;
             for j in joined {
                 match j {
-                    Ok((id, Ok(mut run), elapsed, prompt_bytes)) => {
-                        if make_storable(&mut run) {
-                            let warning = format!(
-                                "WARNING: L0 {id} output held U+0000 (NUL), which cannot be \
-                                 stored; each is kept as U+FFFD"
-                            );
-                            nul_warnings.push(warning.clone());
-                            new_lines.push(warning);
-                        }
-                        let classified = classify(&id, &run.outcome);
-                        new_lines.extend(classified.log_line(&id));
-                        finished.push(FinishedL0Run {
-                            assignment_id: id,
-                            run,
-                            classified,
-                            elapsed,
-                            prompt_bytes,
-                        });
+                    Ok((id, Ok(run), elapsed, prompt_bytes)) => {
+                        finished.push(judge(id, run, elapsed, prompt_bytes, &mut nul_warnings, &mut new_lines));
                     }
                     Ok((_, Err(_cancelled), _, _)) => killed = true,
                     // An executor panicked: a bug, but it costs only this L0.
@@ -265,8 +338,10 @@ pub async fn run_refine(
             if config.budget_action == BudgetAction::Kill && !running.is_empty() {
                 match sink.budget_reached().await {
                     Ok(Some(reason)) => {
-                        let _ = stop_running(running, switches, Stop::Killed).await;
-                        return Err(budget_stop(job, config, &outcomes, &log, reason));
+                        return Err(kill_for_budget(
+                            running, switches, sink, job, config, outcomes, log, reason,
+                        )
+                        .await);
                     }
                     Ok(None) => {}
                     Err(e) => return Err(stop_running(running, switches, Stop::Sink(e)).await),
@@ -275,6 +350,10 @@ pub async fn run_refine(
         }
     }
 
+    // Every L0 ran: a spend above the budget still cannot read plain success.
+    if let Some(reason) = sink.budget_overrun().await.map_err(Stop::Sink)? {
+        return Err(budget_stop(job, config, &outcomes, &log, reason));
+    }
     let mut output = refine_phase(&job.context, &outcomes, config.max_parallel);
     // The final log replaces the live one: keep the NUL warnings in it.
     output.log.splice(0..0, nul_warnings);
@@ -297,6 +376,107 @@ fn budget_stop(
         output: Box::new(output),
         new_lines,
     }
+}
+
+/// Sleeps until `due`, or forever when there is none (a `select!` arm that
+/// never fires).
+async fn at(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// An L0 that ended, judged: its log line (and a warning when its output held
+/// NUL) added to `new_lines`.
+fn judge(
+    id: String,
+    mut run: L0Run,
+    elapsed: Duration,
+    prompt_bytes: usize,
+    nul_warnings: &mut Vec<String>,
+    new_lines: &mut Vec<String>,
+) -> FinishedL0Run {
+    if make_storable(&mut run) {
+        let warning = format!(
+            "WARNING: L0 {id} output held U+0000 (NUL), which cannot be \
+             stored; each is kept as U+FFFD"
+        );
+        nul_warnings.push(warning.clone());
+        new_lines.push(warning);
+    }
+    let classified = classify(&id, &run.outcome);
+    new_lines.extend(classified.log_line(&id));
+    FinishedL0Run {
+        assignment_id: id,
+        run,
+        classified,
+        elapsed,
+        prompt_bytes,
+    }
+}
+
+/// `budget_action: "kill"`: kills the running L0s and stores each as a call that
+/// ended `failed` with unknown usage — it was started, so it counts in `calls`
+/// and `untracked_calls`, and its cost is unknown (docs/jobs.md, "Budgets") —
+/// then the budget stop.
+#[allow(clippy::too_many_arguments)]
+async fn kill_for_budget(
+    mut running: Running,
+    switches: &Switches,
+    sink: &mut impl JobSink,
+    job: &RefineJob,
+    config: &EngineConfig<'_>,
+    mut outcomes: Vec<(String, L0Outcome)>,
+    mut log: Vec<String>,
+    reason: String,
+) -> Stop {
+    switches.kill.cancel();
+    let mut finished = Vec::new();
+    let mut new_lines = Vec::new();
+    let mut nul_warnings = Vec::new();
+    while let Some(joined) = running.join_next().await {
+        match joined {
+            Ok((id, Ok(run), elapsed, prompt_bytes)) => finished.push(judge(
+                id,
+                run,
+                elapsed,
+                prompt_bytes,
+                &mut nul_warnings,
+                &mut new_lines,
+            )),
+            Ok((id, Err(_killed), elapsed, prompt_bytes)) => {
+                let run = L0Run {
+                    outcome: L0Outcome::Failed(KILLED_BY_BUDGET.to_owned()),
+                    exit_code: None,
+                    stderr: None,
+                    tries: 1,
+                    usage: crate::domain::usage::L0Usage::default(),
+                };
+                finished.push(judge(
+                    id,
+                    run,
+                    elapsed,
+                    prompt_bytes,
+                    &mut nul_warnings,
+                    &mut new_lines,
+                ));
+            }
+            Err(e) => tracing::error!(error = %e, "an L0 task panicked"),
+        }
+    }
+    if !finished.is_empty() {
+        log.extend(new_lines.iter().cloned());
+        if let Err(e) = sink.l0s_finished(&finished, &log, &new_lines).await {
+            return Stop::Sink(e);
+        }
+        outcomes.extend(
+            finished
+                .into_iter()
+                .map(|f| (f.assignment_id, f.run.outcome)),
+        );
+    }
+    budget_stop(job, config, &outcomes, &log, reason)
 }
 
 type Running = JoinSet<(

@@ -395,6 +395,11 @@ fn configure(s: &mut Settings, dirs: &Dirs, fake_base: Option<&str>) {
     );
     s.executors
         .insert("plain".into(), command(rec, &["valid"], false));
+    // The calls of issue #23's measurements: $0.40 each.
+    s.executors.insert(
+        "cj-40".into(),
+        command(rec, &["claude-json", "0.40", "1000", "200"], true),
+    );
     if let Some(base) = fake_base {
         s.executors
             .insert("anthropic".into(), api_profile(Api::Anthropic, base));
@@ -476,6 +481,9 @@ both_backends!(
     daily_limit_refuses_with_429_until_the_next_utc_day,
     resumed_job_counts_each_l0_once,
     prompt_size_does_not_grow_with_the_task_text,
+    job_budget_caps_spend_within_one_call,
+    run_budget_caps_spend_across_two_replicas,
+    daily_limit_caps_concurrent_jobs_across_two_replicas,
 );
 
 async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
@@ -540,7 +548,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     let job = wait_job(&app, &unpriced).await;
     assert_eq!(job["usage"]["cost_usd"], Value::Null);
     assert_eq!(job["usage"]["unpriced_calls"], 2);
-    assert_eq!(job["usage"]["output_tokens"], 400);
+    assert_eq!(job["usage"]["output_tokens"], 200);
 
     // Priced from the table: 1M input tokens at $3/MTok (+ the cache tokens).
     let rows = assignments(&app, &priced).await;
@@ -683,7 +691,9 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
         s.l0_concurrency = 2;
     })
     .await;
-    // Batches of 2: $0.02 is spent after the first, over the $0.015 budget.
+    // Batches of 2, but each start passes the gate: the first call's cost is
+    // unknown, so it runs alone; after it ($0.01) a second one, expected to cost
+    // as much, would not fit the $0.015 budget.
     let ids = ["P1-A1", "P1-A2", "P1-A3", "P1-A4", "P1-A5"];
     let id = submit(&app, &job_body(&ids, "cj", json!({"max_cost_usd": 0.015}))).await;
     let job = wait_job(&app, &id).await;
@@ -695,28 +705,26 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
     );
     assert_eq!(job["budget"]["max_cost_usd"], 0.015);
     assert_eq!(job["budget"]["budget_action"], "finish");
-    assert_eq!(job["usage"]["calls"], 2);
-    assert!(close(cost(&job["usage"]["cost_usd"]), 0.02));
+    assert_eq!(job["usage"]["calls"], 1);
+    assert!(close(cost(&job["usage"]["cost_usd"]), 0.01));
 
-    let mut started = dirs.started();
-    started.sort();
     assert_eq!(
-        started,
-        ["P1-A1", "P1-A2"],
+        dirs.started(),
+        ["P1-A1"],
         "the L0s not yet started never start"
     );
     let rows = assignments(&app, &id).await;
     let statuses: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
     assert_eq!(
         statuses,
-        ["valid", "valid", "pending", "pending", "pending"]
+        ["valid", "pending", "pending", "pending", "pending"]
     );
     // The finished outcomes are kept: the partial result has every assignment,
     // the reviewed ones refined, the others unchanged.
     let result = &job["result"];
     assert_eq!(result["assignments"].as_array().unwrap().len(), 5, "{job}");
 
-    // Output tokens too: 200 per call, a budget of 100 stops after the first batch.
+    // Output tokens too: 200 per call, a budget of 100 stops after the first call.
     let id = submit(
         &app,
         &job_body(&ids[..3], "cj", json!({"max_output_tokens": 100})),
@@ -751,7 +759,13 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
 
 async fn budget_kill_stops_running_l0s(backend: Backend) {
     let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
+    // A declared ceiling of $0.001 a call lets both start together under the
+    // $0.005 budget; the first then reports $0.01.
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.budgets.max_call_cost_usd.insert("cj".into(), 0.001);
+    })
+    .await;
     let started = Instant::now();
     let body = job_body(
         // P1-A1-waits spends the budget only once P1-A2-slow runs its child `sleep`.
@@ -770,12 +784,15 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
     let rows = assignments(&app, &id).await;
     assert_eq!(rows[0]["status"], "valid");
     assert_eq!(rows[1]["status"], "failed", "{rows:?}");
-    assert_eq!(
-        rows[1]["usage"],
-        Value::Null,
-        "a killed call's cost is unknown"
-    );
-    assert_eq!(job["usage"]["calls"], 1);
+    // The killed call was started: it counts, with nothing known of it
+    // (docs/jobs.md, "Totals").
+    assert_eq!(rows[1]["usage"]["source"], "unknown", "{rows:?}");
+    assert_eq!(rows[1]["usage"]["cost_usd"], Value::Null, "{rows:?}");
+    assert_eq!(job["usage"]["calls"], 2, "the killed call counts: {job}");
+    assert_eq!(job["usage"]["untracked_calls"], 1, "{job}");
+    assert_eq!(job["usage"]["unpriced_calls"], 1, "{job}");
+    assert_eq!(job["usage"]["cost_usd"], Value::Null, "one cost is unknown: {job}");
+    assert!(close(known_cost(&job["usage"]), 0.01), "{job}");
     // Its process group is gone: the script and its child `sleep`.
     for file in ["P1-A2-slow.l0pid", "P1-A2-slow.pid"] {
         let pid: i32 = std::fs::read_to_string(dirs.record.join(file))
@@ -799,7 +816,8 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
 
 async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) {
     let dirs = Dirs::new();
-    // One worker, one L0 at a time: P1's two L0s spend $0.02, so P2 never starts.
+    // One worker, one L0 at a time: P1-A1 spends $0.01; a second call, expected to
+    // cost as much, would not fit the run's $0.015, in P1 or in P2.
     let app = spawn_app_with(backend, |s| {
         configure(s, &dirs, None);
         s.workers = 1;
@@ -844,7 +862,7 @@ async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) 
     let result = &run["result"];
     assert_eq!(
         result["budget_exceeded_phases"].as_array().unwrap().len(),
-        1,
+        2,
         "{result}"
     );
     assert_eq!(
@@ -852,15 +870,15 @@ async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) 
         4,
         "{result}"
     );
-    assert_eq!(run["usage"]["calls"], 2);
-    assert!(close(cost(&run["usage"]["cost_usd"]), 0.02));
+    assert_eq!(run["usage"]["calls"], 1);
+    assert!(close(cost(&run["usage"]["cost_usd"]), 0.01));
     let phases = result["phases"].as_object().unwrap();
     let over: Vec<&Value> = phases
         .values()
         .filter(|p| p["error_code"] == "budget_exceeded")
         .collect();
-    assert_eq!(over.len(), 1, "{result}");
-    assert_eq!(dirs.started().len(), 2);
+    assert_eq!(over.len(), 2, "{result}");
+    assert_eq!(dirs.started().len(), 1);
     app.shutdown().await;
 }
 
@@ -868,12 +886,12 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
     let dirs = Dirs::new();
     let app = spawn_app_with(backend, |s| {
         configure(s, &dirs, None);
-        s.budgets.project_daily_cost_usd = Some(0.015);
+        s.budgets.project_daily_cost_usd = Some(0.01);
         s.budgets.projects.insert("generous".into(), 100.0);
     })
     .await;
     let ids = ["P1-A1", "P1-A2"];
-    // Under the limit when it starts; $0.02 spent by its end.
+    // Under the limit when it starts; its first call spends it ($0.01).
     let keyed = job_body(
         &ids,
         "cj",
@@ -910,8 +928,8 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
         "{retry_after} vs {expected}"
     );
     assert_eq!(p["retry_after_secs"], retry_after);
-    assert_eq!(p["limit_usd"], 0.015);
-    assert!(close(cost(&p["spent_usd"]), 0.02));
+    assert_eq!(p["limit_usd"], 0.01);
+    assert!(close(cost(&p["spent_usd"]), 0.01));
 
     // Runs too; nothing was created.
     let run = json!({"plan": {"phases": [{"id": "P1", "name": "One", "goal": "g", "scope": "s",
@@ -1158,4 +1176,239 @@ fn cli_refine_prints_the_totals() {
         line,
         "usage: 3 L0 calls, 300 input + 60 output tokens (15 cache read, 21 cache write), cost $0.7500"
     );
+}
+
+// ------------------------------------------- budgets are a cap (issue #23, item 1)
+
+/// One call of the `cj-40` executor.
+const CALL_USD: f64 = 0.40;
+
+fn known_cost(usage: &Value) -> f64 {
+    cost(&usage["known_cost_usd"])
+}
+
+/// `refine_status` over MCP (no tokens configured: the endpoint is open), as an
+/// orchestrator reads the job: `(isError, the answer's JSON)`.
+async fn mcp_refine_status(base: &str, job_id: &str) -> (bool, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "refine_status", "arguments": {"job_id": job_id}}});
+    let response = reqwest::Client::new()
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let message: Value = response.json().await.unwrap();
+    let result = &message["result"];
+    let text = result["content"][0]["text"].as_str().expect("text content");
+    (result["isError"] == true, serde_json::from_str(text).unwrap())
+}
+
+/// The job as REST, MCP and the dashboard show it: stopped by its budget, never
+/// plain success.
+async fn assert_budget_exceeded_everywhere(base: &str, job_id: &str) {
+    let client = reqwest::Client::new();
+    let job: Value = client
+        .get(format!("{base}/v1/refine-jobs/{job_id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(job["status"], "failed", "REST: {job}");
+    assert_eq!(job["error"]["code"], "budget_exceeded", "REST: {job}");
+    let (is_error, answer) = mcp_refine_status(base, job_id).await;
+    assert!(!is_error, "{answer}");
+    assert_eq!(answer["status"], "failed", "MCP: {answer}");
+    assert_eq!(answer["error"]["code"], "budget_exceeded", "MCP: {answer}");
+    let page = client
+        .get(format!("{base}/ui/jobs/{job_id}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("budget_exceeded"), "the dashboard's job page: {page}");
+}
+
+async fn wait_job_on(base: &str, id: &str) -> Value {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let job: Value = client
+            .get(format!("{base}/v1/refine-jobs/{id}?wait=5"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let status = job["status"].as_str().unwrap_or_default().to_owned();
+        if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "job {id} still {status}");
+    }
+}
+
+/// Issue #23: `max_cost_usd: 0.10` and six $0.40 calls spent $2.40 and ended
+/// `succeeded` with `error: null`. The cap: at most one call over the budget.
+async fn job_budget_caps_spend_within_one_call(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
+    let ids = ["P1-A1", "P1-A2", "P1-A3", "P1-A4", "P1-A5", "P1-A6"];
+    let id = submit(&app, &job_body(&ids, "cj-40", json!({"max_cost_usd": 0.10}))).await;
+    let job = wait_job(&app, &id).await;
+    let spent = known_cost(&job["usage"]);
+    eprintln!("FIGURE {backend:?} job budget $0.10: spent ${spent:.2} in {} calls", job["usage"]["calls"]);
+    assert!(
+        spent <= 0.10 + CALL_USD + 1e-9,
+        "spent ${spent} of a $0.10 budget, more than one $0.40 call over: {job}"
+    );
+    assert_eq!(dirs.started().len(), 1, "only the first call fits: {job}");
+    assert_budget_exceeded_everywhere(&app.base, &id).await;
+    app.shutdown().await;
+}
+
+/// A three-phase plan, six assignments per phase.
+fn three_phase_run(executor: &str, extra: Value) -> Value {
+    let phase = |n: i64| {
+        json!({"id": format!("P{n}"), "name": format!("P{n}"), "goal": "g", "scope": "s",
+               "technical_approach": "t", "relationship_notes": "", "ordering": n})
+    };
+    let mut assignments = Vec::new();
+    for p in 1..=3 {
+        for a in 1..=6 {
+            let mut v = assignment(&format!("P{p}-A{a}"));
+            v["phase_id"] = json!(format!("P{p}"));
+            assignments.push(v);
+        }
+    }
+    let mut body = json!({
+        "plan": {"phases": [phase(1), phase(2), phase(3)], "assignments": assignments},
+        "executor": executor,
+    });
+    if let (Some(b), Value::Object(more)) = (body.as_object_mut(), extra) {
+        b.extend(more);
+    }
+    body
+}
+
+/// Issue #23: a three-phase run at $0.50 spent $7.20. Its phase jobs run in
+/// parallel on two servers sharing the database; the run's budget holds across
+/// them.
+async fn run_budget_caps_spend_across_two_replicas(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
+    let (other, stop, server) = serve_on(&app.database, |s| configure(s, &dirs, None)).await;
+    let response = app
+        .post_json("/v1/refine-runs", &three_phase_run("cj-40", json!({"max_cost_usd": 0.50})))
+        .await;
+    assert_eq!(response.status(), 202, "{:?}", response.text().await);
+    let run: Value = response.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let run = loop {
+        let run: Value = app
+            .get(&format!("/v1/refine-runs/{run_id}?wait=5"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        if run["result"].is_object() {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "{run}");
+    };
+    let spent = known_cost(&run["usage"]);
+    eprintln!("FIGURE {backend:?} run budget $0.50: spent ${spent:.2} in {} calls", run["usage"]["calls"]);
+    assert!(
+        spent <= 0.50 + CALL_USD + 1e-9,
+        "spent ${spent} of a $0.50 run budget, more than one $0.40 call over: {run}"
+    );
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        !run["result"]["budget_exceeded_phases"].as_array().unwrap().is_empty(),
+        "{run}"
+    );
+    // Each phase job shows why, on either replica.
+    let phases = run["phases"].as_object().unwrap();
+    assert_eq!(phases.len(), 3, "{run}");
+    for phase in phases.values() {
+        let job = wait_job_on(&other, phase["job_id"].as_str().unwrap()).await;
+        if job["status"] != "succeeded" {
+            assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
+        }
+    }
+    let _ = stop.send(());
+    let _ = server.await;
+    app.shutdown().await;
+}
+
+/// Issue #23: a project with a $1.00 daily limit spent $9.60 after 20 concurrent
+/// job creates. The limit is held in the database: 20 creates split over two
+/// servers on one database spend at most one call over it.
+async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) {
+    let dirs = Dirs::new();
+    let limit = |s: &mut Settings| {
+        configure(s, &dirs, None);
+        s.budgets.project_daily_cost_usd = Some(1.0);
+    };
+    let app = spawn_app_with(backend, limit).await;
+    let (other, stop, server) = serve_on(&app.database, limit).await;
+    let body = job_body(&["P1-A1", "P1-A2", "P1-A3"], "cj-40", json!({"project_id": "alpha"}));
+    let creates = (0..20).map(|i| {
+        let base = if i % 2 == 0 { app.base.clone() } else { other.clone() };
+        let body = body.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .post(format!("{base}/v1/refine-jobs"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let answer: Value = response.json().await.unwrap();
+            assert!(status == 202 || status == 429, "{status} {answer}");
+            (status == 202).then(|| answer["id"].as_str().unwrap().to_owned())
+        }
+    });
+    let ids: Vec<String> = futures::future::join_all(creates)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut stopped = Vec::new();
+    for id in &ids {
+        let job = wait_job_on(&other, id).await;
+        if job["status"] != "succeeded" {
+            assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
+            stopped.push(id.clone());
+        }
+    }
+    let usage: Value = app
+        .get("/v1/projects/alpha/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let spent = known_cost(&usage["usage"]);
+    eprintln!(
+        "FIGURE {backend:?} daily limit $1.00, {} jobs created of 20: spent ${spent:.2} in {} calls",
+        ids.len(),
+        usage["usage"]["calls"]
+    );
+    assert!(
+        spent <= 1.0 + CALL_USD + 1e-9,
+        "the project spent ${spent} of a $1.00 daily limit, more than one $0.40 call over"
+    );
+    assert!(!stopped.is_empty(), "some job must have been stopped");
+    assert_budget_exceeded_everywhere(&app.base, &stopped[0]).await;
+    let _ = stop.send(());
+    let _ = server.await;
+    app.shutdown().await;
 }

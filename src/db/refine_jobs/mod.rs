@@ -5,6 +5,7 @@
 //! - `read`: one job, list pages, versions, events, L0 records, status counts;
 //! - `lease`: the worker's side — claim, heartbeat, finish, hand back — and the reaper;
 //! - `progress`: the worker's writes while it runs (L0s started/finished, log lines);
+//! - `budget`: the budget gate in front of each L0 start;
 //! - `cancel`: cancel from the API;
 //! - `retention`: deleting finished jobs.
 //!
@@ -16,6 +17,7 @@
 //! event written in the same transaction, so readers follow one integer. The
 //! transaction macros live in `db/tx.rs`.
 
+mod budget;
 mod cancel;
 mod lease;
 mod progress;
@@ -34,6 +36,7 @@ use super::{DbError, DbResult};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
+pub use budget::{BudgetScopes, Gated};
 pub use lease::{
     ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, Lease, LeaseLost, Reaped,
 };

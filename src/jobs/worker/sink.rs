@@ -11,10 +11,12 @@ use uuid::Uuid;
 
 use super::{Pool, retry_db};
 use crate::db::DbError;
-use crate::db::refine_jobs::{ClaimedJob, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress};
+use crate::db::refine_jobs::{
+    BudgetScopes, ClaimedJob, Gated, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress,
+};
 use crate::domain::refine::{Classified, L0Outcome};
-use crate::domain::usage::{Budget, utc_day_start};
-use crate::jobs::engine::{FinishedL0Run, JobSink, excerpt, outcome_value};
+use crate::domain::usage::{Budget, ScopeLimit, utc_day_start};
+use crate::jobs::engine::{FinishedL0Run, Gate, JobSink, excerpt, outcome_value};
 
 /// Longest answer excerpt kept in an L0 record.
 const EXCERPT_BYTES: usize = 2048;
@@ -39,6 +41,11 @@ pub(super) struct DbSink {
     budget: Option<Budget>,
     /// The job's project and its daily limit in dollars, when the config sets one.
     daily_limit: Option<(String, f64)>,
+    /// Whether each L0 start passes the budget gate: a budget or a daily limit
+    /// applies and the executor is not `builtin` (whose calls cost nothing).
+    gated: bool,
+    /// The per-call ceiling of the job's executor (`[budgets.max_call_cost_usd]`).
+    call_ceiling_usd: Option<f64>,
     /// Its L0s by status: as claimed, then as this worker's writes left them.
     pub(super) progress: JobProgress,
     /// Writes held back, and when they must be stored.
@@ -48,7 +55,19 @@ pub(super) struct DbSink {
 
 impl DbSink {
     pub(super) fn new(pool: &Arc<Pool>, job: &ClaimedJob, executor: &'static str) -> Self {
+        let daily_limit = job
+            .project_id
+            .as_deref()
+            .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?)));
+        let limited = job.budget.is_some_and(|b| b.is_limited()) || daily_limit.is_some();
         DbSink {
+            gated: limited && executor != "builtin",
+            call_ceiling_usd: pool
+                .settings
+                .budgets
+                .max_call_cost_usd
+                .get(&job.executor)
+                .copied(),
             pool: pool.clone(),
             lease: job.lease,
             attempt: job.attempt,
@@ -56,13 +75,38 @@ impl DbSink {
             write_behind: executor == "builtin",
             run_id: job.run_id,
             budget: job.budget,
-            daily_limit: job
-                .project_id
-                .as_deref()
-                .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?))),
+            daily_limit,
             progress: job.progress,
             pending: PendingProgress::default(),
             due: None,
+        }
+    }
+
+    /// The request's budget as a gate scope: over the run when the job is a run's.
+    fn request_limit(&self) -> Option<ScopeLimit> {
+        let budget = self.budget.filter(|b| b.is_limited())?;
+        let scope = if self.run_id.is_some() { "run" } else { "job" };
+        Some(ScopeLimit {
+            name: format!("the {scope}'s budget"),
+            max_cost_usd: budget.max_cost_usd,
+            max_output_tokens: budget.max_output_tokens,
+        })
+    }
+
+    /// Every budget that applies to this job's L0 starts, today.
+    fn scopes(&self) -> BudgetScopes {
+        BudgetScopes {
+            request: self.request_limit(),
+            run_id: self.run_id,
+            project_day: self.daily_limit.as_ref().map(|(project, limit)| {
+                let limit = ScopeLimit {
+                    name: format!("project {project}'s daily limit"),
+                    max_cost_usd: Some(*limit),
+                    max_output_tokens: None,
+                };
+                (project.clone(), limit, utc_day_start(Utc::now()))
+            }),
+            call_ceiling_usd: self.call_ceiling_usd,
         }
     }
 
@@ -152,6 +196,52 @@ impl JobSink for DbSink {
     async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
         self.pending.log(log, new_lines);
         self.held().await
+    }
+
+    fn gates_starts(&self) -> bool {
+        self.gated
+    }
+
+    /// The budget gate, in the database: what it decides is read from stored
+    /// truth — every scope's spent costs and running reservations, across
+    /// replicas (docs/jobs.md, "Budgets").
+    async fn gate_start(&mut self, assignment_id: &str) -> Result<Gate, String> {
+        self.store().await?;
+        let scopes = self.scopes();
+        let pool = &self.pool;
+        let gated = retry_db(pool, || {
+            pool.db.gate_l0_start(
+                self.lease,
+                self.attempt,
+                assignment_id,
+                self.progress,
+                &scopes,
+            )
+        })
+        .await;
+        match fenced(gated)? {
+            Gated::Started(progress) => {
+                self.progress = progress;
+                pool.hub.job_changed(self.lease.job_id);
+                Ok(Gate::Start)
+            }
+            Gated::Wait => Ok(Gate::Wait),
+            Gated::Stop(why) => Ok(Gate::Stop(why)),
+        }
+    }
+
+    async fn budget_overrun(&mut self) -> Result<Option<String>, String> {
+        let Some(limit) = self.request_limit() else {
+            return Ok(None);
+        };
+        self.store().await?;
+        let pool = &self.pool;
+        retry_db(pool, || {
+            pool.db
+                .budget_overrun(self.lease.job_id, self.run_id, &limit)
+        })
+        .await
+        .map_err(|e| e.to_string())
     }
 
     fn flush_due(&self) -> Option<tokio::time::Instant> {

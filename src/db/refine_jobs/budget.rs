@@ -1,0 +1,198 @@
+//! The budget gate in front of every L0 start (docs/jobs.md, "Budgets"): in one
+//! locked transaction, read what each budget scope that applies — the job, its
+//! run, its project's day — has spent and has reserved for running calls, let
+//! [`may_start`] decide, and, when the call may start, store its start with its
+//! reservation.
+//!
+//! A reservation is the `reserved_cost_usd` of an L0 row while it is `running`.
+//! It needs no release of its own: the write that stores the L0's outcome moves
+//! the row out of `running` (and its cost into what was spent), and a job that is
+//! handed back, reaped or ended moves its `running` rows to `pending` or `failed`
+//! (`reset_running_l0s!`), so a lost lease cannot hold a reservation past the
+//! reaper.
+//!
+//! Locks: SQLite's `BEGIN IMMEDIATE` serializes every gate of the database file
+//! (any process). Postgres takes a transaction advisory lock per shared scope —
+//! the run, then the project — before the fenced bump locks the job row, always
+//! in that order, so two gates of one scope queue instead of both deciding on the
+//! same read; the job scope is the job's own, already serialized by its lease.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{Fenced, JobProgress, Lease, LeaseLost, PendingProgress};
+use crate::db::Database;
+use crate::db::task_lists::now;
+use crate::domain::usage::{
+    ScopeLimit, ScopeSpend, StartVerdict, expected_call_cost, may_start, overrun,
+};
+
+/// The budgets that apply to one job's L0 starts.
+#[derive(Debug, Clone)]
+pub struct BudgetScopes {
+    /// The request's budget: over the job's L0s, or over the run's when `run_id`.
+    pub request: Option<ScopeLimit>,
+    pub run_id: Option<Uuid>,
+    /// The project, its daily limit, and the start of today (UTC).
+    pub project_day: Option<(String, ScopeLimit, DateTime<Utc>)>,
+    /// The configured most one call of the job's executor may cost.
+    pub call_ceiling_usd: Option<f64>,
+}
+
+/// What the gate did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Gated {
+    /// The L0's start is stored (with its reservation): start it.
+    Started(JobProgress),
+    /// Ask again once a running call ends.
+    Wait,
+    /// Start no further L0: why.
+    Stop(String),
+}
+
+/// `(spent, output tokens, running, reserved, unreserved running, max cost seen)`.
+type ScopeRow = (f64, i64, i64, f64, i64, Option<f64>);
+
+/// The select list of a scope's state over `refine_l0_runs l`.
+const SCOPE_SUMS: &str = "SELECT COALESCE(SUM(l.cost_usd), 0.0), \
+    CAST(COALESCE(SUM(l.output_tokens), 0) AS BIGINT), \
+    CAST(COALESCE(SUM(CASE WHEN l.status = 'running' THEN 1 ELSE 0 END), 0) AS BIGINT), \
+    COALESCE(SUM(CASE WHEN l.status = 'running' THEN l.reserved_cost_usd END), 0.0), \
+    CAST(COALESCE(SUM(CASE WHEN l.status = 'running' AND l.reserved_cost_usd IS NULL \
+        THEN 1 ELSE 0 END), 0) AS BIGINT), \
+    MAX(l.cost_usd) \
+    FROM refine_l0_runs l WHERE ";
+
+fn spend(row: ScopeRow) -> ScopeSpend {
+    ScopeSpend {
+        spent_usd: row.0,
+        output_tokens: row.1,
+        running: row.2,
+        reserved_usd: row.3,
+        unreserved_running: row.4,
+    }
+}
+
+/// A Postgres advisory-lock key per shared scope.
+fn lock_key(kind: &str, id: &str) -> String {
+    format!("plangate budget {kind} {id}")
+}
+
+impl Database {
+    /// Stores the start of `assignment_id` with its reservation if every budget in
+    /// `scopes` can cover one more call (see the module doc), in one fenced,
+    /// locked transaction; else stores nothing.
+    pub async fn gate_l0_start(
+        &self,
+        lease: Lease,
+        attempt: i32,
+        assignment_id: &str,
+        progress: JobProgress,
+        scopes: &BudgetScopes,
+    ) -> Fenced<Gated> {
+        let mut pending = PendingProgress::default();
+        let started = pending.start(&[assignment_id.to_owned()], attempt, progress);
+        let at = now();
+        let is_postgres = matches!(self, Database::Postgres(_));
+        on_pool!(self, pool => {
+            let mut tx = begin_locked!(self, pool);
+            if is_postgres {
+                let mut keys = Vec::new();
+                if let Some(run_id) = scopes.run_id {
+                    keys.push(lock_key("run", &run_id.to_string()));
+                }
+                if let Some((project, _, _)) = &scopes.project_day {
+                    keys.push(lock_key("project", project));
+                }
+                for key in keys {
+                    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                        .bind(key)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+            let Some(seq) = bump_fenced!(tx, lease, at, pending.events.len()) else {
+                return Ok(Err(LeaseLost));
+            };
+            let own: ScopeRow = match scopes.run_id {
+                Some(run_id) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "{SCOPE_SUMS} l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
+                )))
+                .bind(run_id)
+                .fetch_one(&mut *tx)
+                .await?,
+                None => sqlx::query_as(sqlx::AssertSqlSafe(format!("{SCOPE_SUMS} l.job_id = $1")))
+                    .bind(lease.job_id)
+                    .fetch_one(&mut *tx)
+                    .await?,
+            };
+            let mut checks: Vec<(ScopeLimit, ScopeSpend)> = Vec::new();
+            if let Some(limit) = &scopes.request {
+                checks.push((limit.clone(), spend(own)));
+            }
+            if let Some((project, limit, day_start)) = &scopes.project_day {
+                // Today's ended calls and every running one (a reservation made
+                // yesterday still holds until its call ends).
+                let row: ScopeRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "{SCOPE_SUMS} l.project_id = $1 AND (l.status = 'running' \
+                     OR (l.usage_source IS NOT NULL AND l.finished_at >= $2))"
+                )))
+                .bind(project.as_str())
+                .bind(*day_start)
+                .fetch_one(&mut *tx)
+                .await?;
+                checks.push((limit.clone(), spend(row)));
+            }
+            let expected = expected_call_cost(own.5, scopes.call_ceiling_usd);
+            match may_start(&checks, expected) {
+                StartVerdict::Start { reserve_usd } => {
+                    store_pending!(tx, lease.job_id, seq, &pending, then = (&[], at));
+                    sqlx::query(
+                        "UPDATE refine_l0_runs SET reserved_cost_usd = $3 \
+                         WHERE job_id = $1 AND assignment_id = $2",
+                    )
+                    .bind(lease.job_id)
+                    .bind(assignment_id)
+                    .bind(reserve_usd)
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    Ok(Ok(Gated::Started(started)))
+                }
+                StartVerdict::Wait => {
+                    tx.rollback().await?;
+                    Ok(Ok(Gated::Wait))
+                }
+                StartVerdict::Stop(why) => {
+                    tx.rollback().await?;
+                    Ok(Ok(Gated::Stop(why)))
+                }
+            }
+        })
+    }
+
+    /// Why the request budget's scope (the job, or its run) spent more than its
+    /// budget, once its calls ended; `None` when it did not.
+    pub async fn budget_overrun(
+        &self,
+        job_id: Uuid,
+        run_id: Option<Uuid>,
+        limit: &ScopeLimit,
+    ) -> crate::db::DbResult<Option<String>> {
+        let row: ScopeRow = on_pool!(self, pool => {
+            match run_id {
+                Some(run_id) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "{SCOPE_SUMS} l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
+                )))
+                .bind(run_id)
+                .fetch_one(pool)
+                .await?,
+                None => sqlx::query_as(sqlx::AssertSqlSafe(format!("{SCOPE_SUMS} l.job_id = $1")))
+                    .bind(job_id)
+                    .fetch_one(pool)
+                    .await?,
+            }
+        });
+        Ok(overrun(limit, &spend(row)))
+    }
+}
