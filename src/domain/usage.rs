@@ -696,7 +696,13 @@ mod tests {
         assert_eq!(field(None, None, Some(json!("kill"))), "budget_action");
     }
 
-    fn scope(max: f64, spent: f64, running: i64, reserved: f64, unreserved: i64) -> (ScopeLimit, ScopeSpend) {
+    fn scope(
+        max: f64,
+        spent: f64,
+        running: i64,
+        reserved: f64,
+        unreserved: i64,
+    ) -> (ScopeLimit, ScopeSpend) {
         (
             ScopeLimit {
                 name: "the job's budget".into(),
@@ -717,7 +723,10 @@ mod tests {
     fn an_unknown_cost_runs_one_call_at_a_time_under_the_budget() {
         let start = StartVerdict::Start { reserve_usd: None };
         assert_eq!(may_start(&[scope(0.1, 0.0, 0, 0.0, 0)], None), start);
-        assert_eq!(may_start(&[scope(0.1, 0.0, 1, 0.0, 1)], None), StartVerdict::Wait);
+        assert_eq!(
+            may_start(&[scope(0.1, 0.0, 1, 0.0, 1)], None),
+            StartVerdict::Wait
+        );
         assert!(matches!(
             may_start(&[scope(0.1, 0.4, 0, 0.0, 0)], None),
             StartVerdict::Stop(r) if r.contains("$0.1 is spent")
@@ -732,7 +741,10 @@ mod tests {
             StartVerdict::Start { reserve_usd: e }
         );
         // Would not fit while a call runs: it may cost less than reserved.
-        assert_eq!(may_start(&[scope(1.0, 0.4, 1, 0.4, 0)], e), StartVerdict::Wait);
+        assert_eq!(
+            may_start(&[scope(1.0, 0.4, 1, 0.4, 0)], e),
+            StartVerdict::Wait
+        );
         // Nothing runs and it cannot fit: stop, below the budget.
         assert!(matches!(
             may_start(&[scope(1.0, 0.8, 0, 0.0, 0)], e),
@@ -745,7 +757,10 @@ mod tests {
         ));
         // The tightest scope decides.
         assert!(matches!(
-            may_start(&[scope(10.0, 0.0, 0, 0.0, 0), scope(1.0, 1.0, 0, 0.0, 0)], e),
+            may_start(
+                &[scope(10.0, 0.0, 0, 0.0, 0), scope(1.0, 1.0, 0, 0.0, 0)],
+                e
+            ),
             StartVerdict::Stop(_)
         ));
         assert_eq!(expected_call_cost(Some(0.3), Some(0.5)), Some(0.5));

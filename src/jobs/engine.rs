@@ -255,8 +255,10 @@ pub async fn run_refine(
                 && !running.is_empty()
             {
                 let reason = reason.clone();
-                return Err(kill_for_budget(running, switches, sink, job, config, outcomes, log, reason)
-                    .await);
+                return Err(kill_for_budget(
+                    running, switches, sink, job, config, outcomes, log, reason,
+                )
+                .await);
             }
             if running.is_empty() {
                 if let Some(reason) = budget_stopped {
@@ -307,7 +309,14 @@ pub async fn run_refine(
             for j in joined {
                 match j {
                     Ok((id, Ok(run), elapsed, prompt_bytes)) => {
-                        finished.push(judge(id, run, elapsed, prompt_bytes, &mut nul_warnings, &mut new_lines));
+                        finished.push(judge(
+                            id,
+                            run,
+                            elapsed,
+                            prompt_bytes,
+                            &mut nul_warnings,
+                            &mut new_lines,
+                        ));
                     }
                     Ok((_, Err(_cancelled), _, _)) => killed = true,
                     // An executor panicked: a bug, but it costs only this L0.

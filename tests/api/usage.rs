@@ -484,6 +484,8 @@ both_backends!(
     job_budget_caps_spend_within_one_call,
     run_budget_caps_spend_across_two_replicas,
     daily_limit_caps_concurrent_jobs_across_two_replicas,
+    job_overrun_by_its_calls_ends_budget_exceeded,
+    a_lost_lease_releases_its_reservations,
 );
 
 async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
@@ -791,7 +793,11 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
     assert_eq!(job["usage"]["calls"], 2, "the killed call counts: {job}");
     assert_eq!(job["usage"]["untracked_calls"], 1, "{job}");
     assert_eq!(job["usage"]["unpriced_calls"], 1, "{job}");
-    assert_eq!(job["usage"]["cost_usd"], Value::Null, "one cost is unknown: {job}");
+    assert_eq!(
+        job["usage"]["cost_usd"],
+        Value::Null,
+        "one cost is unknown: {job}"
+    );
     assert!(close(known_cost(&job["usage"]), 0.01), "{job}");
     // Its process group is gone: the script and its child `sleep`.
     for file in ["P1-A2-slow.l0pid", "P1-A2-slow.pid"] {
@@ -1203,7 +1209,10 @@ async fn mcp_refine_status(base: &str, job_id: &str) -> (bool, Value) {
     let message: Value = response.json().await.unwrap();
     let result = &message["result"];
     let text = result["content"][0]["text"].as_str().expect("text content");
-    (result["isError"] == true, serde_json::from_str(text).unwrap())
+    (
+        result["isError"] == true,
+        serde_json::from_str(text).unwrap(),
+    )
 }
 
 /// The job as REST, MCP and the dashboard show it: stopped by its budget, never
@@ -1232,7 +1241,10 @@ async fn assert_budget_exceeded_everywhere(base: &str, job_id: &str) {
         .text()
         .await
         .unwrap();
-    assert!(page.contains("budget_exceeded"), "the dashboard's job page: {page}");
+    assert!(
+        page.contains("budget_exceeded"),
+        "the dashboard's job page: {page}"
+    );
 }
 
 async fn wait_job_on(base: &str, id: &str) -> Value {
@@ -1261,10 +1273,17 @@ async fn job_budget_caps_spend_within_one_call(backend: Backend) {
     let dirs = Dirs::new();
     let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
     let ids = ["P1-A1", "P1-A2", "P1-A3", "P1-A4", "P1-A5", "P1-A6"];
-    let id = submit(&app, &job_body(&ids, "cj-40", json!({"max_cost_usd": 0.10}))).await;
+    let id = submit(
+        &app,
+        &job_body(&ids, "cj-40", json!({"max_cost_usd": 0.10})),
+    )
+    .await;
     let job = wait_job(&app, &id).await;
     let spent = known_cost(&job["usage"]);
-    eprintln!("FIGURE {backend:?} job budget $0.10: spent ${spent:.2} in {} calls", job["usage"]["calls"]);
+    eprintln!(
+        "FIGURE {backend:?} job budget $0.10: spent ${spent:.2} in {} calls",
+        job["usage"]["calls"]
+    );
     assert!(
         spent <= 0.10 + CALL_USD + 1e-9,
         "spent ${spent} of a $0.10 budget, more than one $0.40 call over: {job}"
@@ -1306,7 +1325,10 @@ async fn run_budget_caps_spend_across_two_replicas(backend: Backend) {
     let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
     let (other, stop, server) = serve_on(&app.database, |s| configure(s, &dirs, None)).await;
     let response = app
-        .post_json("/v1/refine-runs", &three_phase_run("cj-40", json!({"max_cost_usd": 0.50})))
+        .post_json(
+            "/v1/refine-runs",
+            &three_phase_run("cj-40", json!({"max_cost_usd": 0.50})),
+        )
         .await;
     assert_eq!(response.status(), 202, "{:?}", response.text().await);
     let run: Value = response.json().await.unwrap();
@@ -1325,14 +1347,20 @@ async fn run_budget_caps_spend_across_two_replicas(backend: Backend) {
         assert!(Instant::now() < deadline, "{run}");
     };
     let spent = known_cost(&run["usage"]);
-    eprintln!("FIGURE {backend:?} run budget $0.50: spent ${spent:.2} in {} calls", run["usage"]["calls"]);
+    eprintln!(
+        "FIGURE {backend:?} run budget $0.50: spent ${spent:.2} in {} calls",
+        run["usage"]["calls"]
+    );
     assert!(
         spent <= 0.50 + CALL_USD + 1e-9,
         "spent ${spent} of a $0.50 run budget, more than one $0.40 call over: {run}"
     );
     assert_eq!(run["status"], "failed", "{run}");
     assert!(
-        !run["result"]["budget_exceeded_phases"].as_array().unwrap().is_empty(),
+        !run["result"]["budget_exceeded_phases"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
         "{run}"
     );
     // Each phase job shows why, on either replica.
@@ -1360,9 +1388,17 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
     };
     let app = spawn_app_with(backend, limit).await;
     let (other, stop, server) = serve_on(&app.database, limit).await;
-    let body = job_body(&["P1-A1", "P1-A2", "P1-A3"], "cj-40", json!({"project_id": "alpha"}));
+    let body = job_body(
+        &["P1-A1", "P1-A2", "P1-A3"],
+        "cj-40",
+        json!({"project_id": "alpha"}),
+    );
     let creates = (0..20).map(|i| {
-        let base = if i % 2 == 0 { app.base.clone() } else { other.clone() };
+        let base = if i % 2 == 0 {
+            app.base.clone()
+        } else {
+            other.clone()
+        };
         let body = body.clone();
         async move {
             let response = reqwest::Client::new()
@@ -1408,6 +1444,121 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
     );
     assert!(!stopped.is_empty(), "some job must have been stopped");
     assert_budget_exceeded_everywhere(&app.base, &stopped[0]).await;
+    let _ = stop.send(());
+    let _ = server.await;
+    app.shutdown().await;
+}
+
+/// A ceiling declared too low lets both calls start together under a $0.50
+/// budget; they spend $0.80. All assignments ran, but the job must not read
+/// plain success.
+async fn job_overrun_by_its_calls_ends_budget_exceeded(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.budgets.max_call_cost_usd.insert("cj-40".into(), 0.01);
+    })
+    .await;
+    let body = job_body(&["P1-A1", "P1-A2"], "cj-40", json!({"max_cost_usd": 0.50}));
+    let id = submit(&app, &body).await;
+    let job = wait_job(&app, &id).await;
+    assert_eq!(dirs.started().len(), 2, "{job}");
+    assert!(close(known_cost(&job["usage"]), 0.80), "{job}");
+    assert!(
+        job["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("overrun"),
+        "{job}"
+    );
+    assert_eq!(
+        job["result"]["assignments"].as_array().map(Vec::len),
+        Some(2),
+        "the result of every call is kept: {job}"
+    );
+    assert_budget_exceeded_everywhere(&app.base, &id).await;
+    app.shutdown().await;
+}
+
+/// A worker that dies holding a reservation (its lease expires) does not hold it
+/// forever: the reaper's re-queue releases it, and the job resumed on another
+/// server starts its calls again.
+async fn a_lost_lease_releases_its_reservations(backend: Backend) {
+    use plangate::db::refine_jobs::{BudgetScopes, ClaimFor, Gated};
+    use plangate::domain::usage::{ScopeLimit, utc_day_start};
+
+    let dirs = Dirs::new();
+    let limited = |s: &mut Settings| {
+        configure(s, &dirs, None);
+        s.budgets.project_daily_cost_usd = Some(1.0);
+        s.budgets.max_call_cost_usd.insert("cj-40".into(), 0.90);
+    };
+    // No workers: the test plays the worker that dies.
+    let app = spawn_app_with(backend, |s| {
+        limited(s);
+        s.workers = 0;
+    })
+    .await;
+    let body = job_body(&["P1-A1", "P1-A2"], "cj-40", json!({"project_id": "alpha"}));
+    let id = submit(&app, &body).await;
+    let claimed = app
+        .db
+        .claim_refine_job(ClaimFor {
+            worker_id: Uuid::new_v4(),
+            lease_until: chrono::Utc::now() + chrono::Duration::milliseconds(300),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let scopes = BudgetScopes {
+        request: None,
+        run_id: None,
+        project_day: Some((
+            "alpha".into(),
+            ScopeLimit {
+                name: "project alpha's daily limit".into(),
+                max_cost_usd: Some(1.0),
+                max_output_tokens: None,
+            },
+            utc_day_start(chrono::Utc::now()),
+        )),
+        call_ceiling_usd: Some(0.90),
+    };
+    let gate = |assignment: &'static str, progress| {
+        let (db, scopes, lease, attempt) = (
+            app.db.clone(),
+            scopes.clone(),
+            claimed.lease,
+            claimed.attempt,
+        );
+        async move {
+            db.gate_l0_start(lease, attempt, assignment, progress, &scopes)
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let Gated::Started(progress) = gate("P1-A1", claimed.progress).await else {
+        panic!("the first call fits the $1.00 limit");
+    };
+    // $0.90 is reserved: a second $0.90 call waits for the first to end.
+    assert_eq!(gate("P1-A2", progress).await, Gated::Wait);
+
+    // The worker dies: its lease expires and the reaper re-queues the job.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let reaped = app
+        .db
+        .reap_expired_refine_jobs(|_| Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(reaped.requeued, 1);
+
+    let (base, stop, server) = serve_on(&app.database, limited).await;
+    let job = wait_job_on(&base, &id).await;
+    // P1-A1 runs ($0.40); P1-A2's $0.90 would not fit what is left.
+    assert_eq!(dirs.started(), ["P1-A1"], "{job}");
+    assert_eq!(job["usage"]["calls"], 1, "{job}");
+    assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
     let _ = stop.send(());
     let _ = server.await;
     app.shutdown().await;
