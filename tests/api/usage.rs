@@ -550,7 +550,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     let job = wait_job(&app, &unpriced).await;
     assert_eq!(job["usage"]["cost_usd"], Value::Null);
     assert_eq!(job["usage"]["unpriced_calls"], 2);
-    assert_eq!(job["usage"]["output_tokens"], 200);
+    assert_eq!(job["usage"]["output_tokens"], 400);
 
     // Priced from the table: 1M input tokens at $3/MTok (+ the cache tokens).
     let rows = assignments(&app, &priced).await;
@@ -726,7 +726,8 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
     let result = &job["result"];
     assert_eq!(result["assignments"].as_array().unwrap().len(), 5, "{job}");
 
-    // Output tokens too: 200 per call, a budget of 100 stops after the first call.
+    // Output tokens too: 200 per call, a budget of 100 stops after the first batch
+    // (a token budget reserves nothing: docs/jobs.md, "Budgets").
     let id = submit(
         &app,
         &job_body(&ids[..3], "cj", json!({"max_output_tokens": 100})),
