@@ -326,6 +326,23 @@ mod tests {
     }
 
     #[test]
+    fn call_cost_ceilings_are_dollars_by_executor() {
+        let ok = Settings::merge(
+            &ServeArgs::default(),
+            file("[budgets.max_call_cost_usd]\nbuiltin = 0.5"),
+        )
+        .expect("a ceiling parses");
+        assert_eq!(ok.budgets.max_call_cost_usd.get("builtin"), Some(&0.5));
+        let bad = Settings::merge(
+            &ServeArgs::default(),
+            file("[budgets.max_call_cost_usd]\nbuiltin = -1.0"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("max_call_cost_usd.builtin"), "{bad}");
+    }
+
+    #[test]
     fn bad_values_fail_with_the_setting_name() {
         let bad =
             |args: ServeArgs, f: &str| Settings::merge(&args, file(f)).unwrap_err().to_string();
