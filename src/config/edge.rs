@@ -22,10 +22,12 @@ impl WebOrigin {
     /// (browsers send exactly this as `Origin`). `None` for anything else, `null`
     /// included.
     pub fn parse(text: &str) -> Option<Self> {
-        let (https, authority) = if let Some(rest) = text.strip_prefix("https://") {
-            (true, rest)
-        } else if let Some(rest) = text.strip_prefix("http://") {
-            (false, rest)
+        // The scheme is case-insensitive (RFC 3986 §3.1).
+        let (scheme, authority) = text.split_once("://")?;
+        let https = if scheme.eq_ignore_ascii_case("https") {
+            true
+        } else if scheme.eq_ignore_ascii_case("http") {
+            false
         } else {
             return None;
         };
