@@ -54,6 +54,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let started = Instant::now();
+    let mut settings = settings;
+    // The address actually bound (port 0 picks one): the server's own origins
+    // carry its port (docs/configuration.md, "Edges").
+    settings.bind = listener.local_addr()?;
     let settings = Arc::new(settings);
     if settings.api_tokens.is_empty() {
         tracing::warn!("PLANGATE_API_TOKENS is empty: /v1 routes accept requests without a token");
@@ -93,7 +97,10 @@ pub async fn serve(
         startup_ms = started.elapsed().as_millis() as u64,
         "plangate listening"
     );
-    let server = axum::serve(listener, app).with_graceful_shutdown(on_signal);
+    // Our own accept loop, not `axum::serve`: header-read and idle timeouts and a
+    // connection cap (src/http/connections.rs).
+    let limits = http::connections::ConnectionLimits::from_settings(&settings);
+    let server = http::connections::serve(listener, app, limits, on_signal);
     let grace = settings.shutdown_grace;
     tokio::select! {
         result = server => result?,

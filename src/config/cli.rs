@@ -250,4 +250,22 @@ pub struct ServeArgs {
     /// L0 prompt template file replacing the shipped one [default: templates/l0_prompt.md, built in]
     #[arg(long, env = "PLANGATE_PROMPT_TEMPLATE", value_name = "FILE")]
     pub prompt_template: Option<PathBuf>,
+    /// Comma-separated web origins allowed besides the server's own, e.g. `https://plangate.example.com` [default: none]
+    #[arg(long, env = "PLANGATE_ALLOWED_ORIGINS", value_name = "ORIGINS")]
+    pub allowed_origins: Option<String>,
+    /// Comma-separated host names a loopback-bound server answers to besides localhost, 127.0.0.1 and [::1] [default: none]
+    #[arg(long, env = "PLANGATE_ALLOWED_HOSTS", value_name = "HOSTS")]
+    pub allowed_hosts: Option<String>,
+    /// Seconds a client has to send a request's headers [default: 10]
+    #[arg(long, env = "PLANGATE_HEADER_READ_TIMEOUT_SECS")]
+    pub header_read_timeout_secs: Option<u64>,
+    /// Seconds a keep-alive connection may wait for its next request [default: 60]
+    #[arg(long, env = "PLANGATE_IDLE_TIMEOUT_SECS")]
+    pub idle_timeout_secs: Option<u64>,
+    /// Open connections kept at most; at the cap the oldest idle one is closed [default: from the file-descriptor limit]
+    #[arg(long, env = "PLANGATE_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Dashboard session lifetime in seconds [default: 43200]
+    #[arg(long, env = "PLANGATE_SESSION_TTL_SECS")]
+    pub session_ttl_secs: Option<u64>,
 }

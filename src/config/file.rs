@@ -33,6 +33,13 @@ pub struct FileConfig {
     pub body_limit_bytes: Option<usize>,
     pub l0_concurrency: Option<usize>,
     pub prompt_template: Option<PathBuf>,
+    /// The edges (docs/configuration.md, "Edges").
+    pub allowed_origins: Option<Vec<String>>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub header_read_timeout_secs: Option<u64>,
+    pub idle_timeout_secs: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub session_ttl_secs: Option<u64>,
     pub default_executor: Option<String>,
     #[serde(default)]
     pub executors: BTreeMap<String, ExecutorProfile>,

@@ -9,6 +9,7 @@
 //! `tokens` the API tokens; this module merges them into [`Settings`].
 
 mod cli;
+mod edge;
 mod file;
 mod tokens;
 
@@ -22,6 +23,7 @@ use crate::domain::usage::Prices;
 
 pub use crate::db::DatabaseKind;
 pub use cli::*;
+pub use edge::*;
 pub use file::*;
 use tokens::parse_tokens;
 pub use tokens::{ApiToken, MIN_TOKEN_LEN, TokenEntry};
@@ -53,6 +55,8 @@ pub struct Settings {
     pub executors: BTreeMap<String, ExecutorProfile>,
     pub prices: Prices,
     pub budgets: BudgetsConfig,
+    /// Allowed origins and hosts, connection limits, dashboard sessions.
+    pub edge: EdgeSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +106,8 @@ impl Settings {
     }
 
     pub fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
+        // First, while `file` is whole.
+        let edge = EdgeSettings::merge(args, &file)?;
         let bind = parse_bind(args.bind.clone().or(file.bind))?;
         let database_url = args
             .database_url
@@ -289,6 +295,7 @@ impl Settings {
             executors: file.executors,
             prices: file.prices,
             budgets: file.budgets,
+            edge,
         })
     }
 

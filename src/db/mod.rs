@@ -15,6 +15,7 @@ pub mod refine_jobs;
 pub mod refine_runs;
 pub mod task_lists;
 pub mod tracks;
+pub mod ui_sessions;
 pub mod usage;
 
 use std::str::FromStr;

@@ -52,31 +52,17 @@ pub async fn require_token(
         request.extensions_mut().insert(Caller::unrestricted());
         return next.run(request).await;
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+    let Some(presented) = bearer_credentials(request.headers()) else {
+        return unauthorized("send `Authorization: Bearer <token>`");
+    };
+    // A dashboard session cookie is no credential here: it is for `/ui` pages only
+    // (docs/configuration.md, "Dashboard sessions"), so a script that rides a
+    // signed-in browser cannot use the API.
     let mut matched = None;
-    match presented {
-        Some(presented) => {
-            for token in tokens {
-                if constant_time_eq(token.secret(), presented.as_bytes()) {
-                    matched = Some(token);
-                }
-            }
+    for token in tokens {
+        if constant_time_eq(token.secret(), presented.as_bytes()) {
+            matched = Some(token);
         }
-        // The dashboard's session cookie reads (GET) only, e.g. a job's event
-        // stream, which a browser's EventSource cannot send a header to. Writes
-        // always need the bearer token, so the cookie is no CSRF lever.
-        None if request.method() == axum::http::Method::GET => {
-            matched = crate::ui::session::token_from_cookie(request.headers(), tokens);
-            if matched.is_none() {
-                return unauthorized("send `Authorization: Bearer <token>`");
-            }
-        }
-        None => return unauthorized("send `Authorization: Bearer <token>`"),
     }
     let Some(token) = matched else {
         return unauthorized("the bearer token is not valid");
@@ -87,6 +73,16 @@ pub async fn require_token(
     };
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// The credentials of `Authorization: Bearer <token>`. The scheme is
+/// case-insensitive (RFC 9110 §11.1): SDKs send `bearer` too.
+fn bearer_credentials(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, credentials) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim())
 }
 
 /// `/v1` and the MCP endpoints (docs/mcp.md: same tokens, same project limits).
@@ -113,5 +109,19 @@ mod tests {
         assert!(constant_time_eq(b"abcdefgh", b"abcdefgh"));
         assert!(!constant_time_eq(b"abcdefgh", b"abcdefgX"));
         assert!(!constant_time_eq(b"abcdefgh", b"abcdefg"));
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive() {
+        let with = |value: &'static str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+            bearer_credentials(&headers).map(str::to_owned)
+        };
+        assert_eq!(with("Bearer abc").as_deref(), Some("abc"));
+        assert_eq!(with("bearer abc").as_deref(), Some("abc"));
+        assert_eq!(with("BEARER  abc ").as_deref(), Some("abc"));
+        assert_eq!(with("Basic abc"), None);
+        assert_eq!(with("Bearerabc"), None);
     }
 }

@@ -3,7 +3,9 @@
 //! use case of [`Service`], map the answer. Nothing here touches storage.
 
 pub mod auth;
+pub mod connections;
 mod doc;
+pub mod edge;
 pub mod extract;
 pub mod loop_plans;
 pub mod middleware;
@@ -130,9 +132,15 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::ui::router(state.clone()))
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed);
-    let router = router.layer(axum::middleware::from_fn_with_state(
-        state.clone(),
-        auth::require_token,
-    ));
+    let router = router
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        // Outside auth: a foreign page is refused whatever it presents.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(edge::EdgePolicy::new(&state.settings)),
+            edge::refuse_foreign_pages,
+        ));
     middleware::stack(router, &state.settings).with_state(state)
 }

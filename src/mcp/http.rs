@@ -44,8 +44,8 @@ fn endpoint(
         .with_json_response(true)
         .with_sse_keep_alive(None)
         .with_max_request_body_bytes(settings.body_limit)
-        // A network service behind bearer tokens, reached by whatever host name the
-        // deployment gives it (as `/v1` is): no loopback-only Host check.
+        // `Host` and `Origin` are checked for every route, this one included, by
+        // `http::edge` (configurable, and exempting nothing the SDK would need).
         .disable_allowed_hosts();
     StreamableHttpService::new(
         move || Ok(server.clone()),

@@ -27,6 +27,7 @@
 //!   `refine_job_assignments`, `refine_job_events` (a stream), `cancel_refine_job`.
 //! - refine runs ([`refine_runs`]): `create_refine_run`, `refine_run` (with
 //!   `wait`), `refine_run_result`, `cancel_refine_run`.
+//! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
 //! - operations: [`Service::check_ready`], [`Service::begin_shutdown`].
 
 mod caller;
@@ -36,6 +37,7 @@ pub mod loop_plans;
 pub mod projects;
 pub mod refine_jobs;
 pub mod refine_runs;
+pub mod sessions;
 mod submission;
 pub mod task_lists;
 pub mod tracks;

@@ -23,7 +23,7 @@ use uuid::Uuid;
 use crate::domain::job::JobStatus;
 use crate::http::AppState;
 use crate::service::dashboard::{DashboardError, JobQuery, TaskState};
-use crate::service::{Caller, ErrorKind};
+use crate::service::{Caller, ErrorKind, ServiceError};
 use pages::{Chrome, error_page, respond};
 
 /// How often a live task list looks for changes.
@@ -39,6 +39,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/task-lists/{id}/events", get(task_list_events))
         .route("/ui/jobs", get(jobs))
         .route("/ui/jobs/{id}", get(job))
+        .route("/ui/jobs/{id}/events", get(job_events))
         .route("/ui/jobs/{id}/cancel", post(cancel_job))
         .route("/ui/runs", get(runs))
         .route("/ui/runs/{id}", get(run))
@@ -278,6 +279,32 @@ async fn job(
     ))
 }
 
+/// The job page's live log: the events of `GET /v1/refine-jobs/{id}/events`, for
+/// the signed-in viewer (an `EventSource` sends the session cookie, and `/v1`
+/// takes no cookie).
+async fn job_events(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Response> {
+    let last_event_id = headers
+        .get("last-event-id")
+        .map(axum::http::HeaderValue::as_bytes);
+    let events = state
+        .service
+        .refine_job_events(&caller, &raw, last_event_id)
+        .await
+        .map_err(service_failure)?;
+    let stream = futures::StreamExt::map(events, |e| {
+        Ok(Event::default()
+            .id(e.id.to_string())
+            .event(e.event)
+            .data(e.data.to_string()))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
 async fn cancel_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -389,26 +416,49 @@ async fn login(
     Form(form): Form<LoginForm>,
 ) -> Response {
     let next = session::safe_next(form.next.as_deref());
-    let tokens = &state.settings.api_tokens;
-    let Some(token) = session::token_matching(&form.token, tokens) else {
+    let signed_in = match state.service.sign_in(&form.token).await {
+        Ok(signed_in) => signed_in,
+        Err(e) => return service_failure(e),
+    };
+    let Some(new_session) = signed_in else {
         return respond(
             StatusCode::UNAUTHORIZED,
-            pages::login_page(next, true, !tokens.is_empty()),
+            pages::login_page(next, true, !state.settings.api_tokens.is_empty()),
         );
     };
     let cookie = session::set_cookie(
-        &session::session_value(token),
+        &new_session.cookie_value,
         session::is_https(&headers),
-        false,
+        new_session.max_age_secs,
     );
     let mut response = Redirect::to(next).into_response();
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     response
 }
 
-async fn logout(headers: HeaderMap) -> Response {
-    let cookie = session::set_cookie("", session::is_https(&headers), true);
+/// Ends the session on the server (a copied cookie stops working too) and in the
+/// browser.
+async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(value) = session::session_cookie(&headers)
+        && let Err(e) = state.service.sign_out(value).await
+    {
+        return service_failure(e);
+    }
+    let cookie = session::set_cookie("", session::is_https(&headers), 0);
     let mut response = Redirect::to("/ui/login").into_response();
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     response
+}
+
+/// A use case's refusal as a page.
+fn service_failure(e: ServiceError) -> Response {
+    let status = match e.kind {
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::CONFLICT,
+    };
+    error_page(status, "Refused", &e.detail)
 }

@@ -1,9 +1,11 @@
 //! Dashboard sign-in and request hygiene.
 //!
 //! - A person signs in once with an API token (a password field); the server sets
-//!   an `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind HTTPS). The cookie
-//!   holds a SHA-256 digest of the token, never the token, so a leaked cookie is
-//!   no bearer token for `/v1` writes and no page ever contains the token.
+//!   an `HttpOnly`, `SameSite=Strict` cookie (`Secure` behind HTTPS) holding a
+//!   random session id (`service::sessions`: new at every login, stored hashed,
+//!   ended by its expiry or by signing out). The cookie opens `/ui` pages only:
+//!   `/v1` and `/mcp` take bearer tokens only (docs/configuration.md, "Dashboard
+//!   sessions"), and no page ever contains the token.
 //! - Every dashboard response carries a Content-Security-Policy without inline
 //!   scripts or styles: assets come from `/ui/assets/` only.
 //! - State-changing requests are `POST`s refused unless their `Origin` (or, when a
@@ -14,9 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use sha2::{Digest, Sha256};
 
-use crate::config::ApiToken;
 use crate::http::AppState;
 use crate::service::Caller;
 
@@ -25,23 +25,6 @@ pub const COOKIE: &str = "plangate_session";
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
                        connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
                        base-uri 'none'";
-
-/// The cookie value that stands for `token`: a digest, so the token itself never
-/// leaves the login request.
-pub fn session_value(token: &ApiToken) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(b"plangate-ui-session\0");
-    hasher.update(token.secret());
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 /// The value of cookie `name`, if the request has one.
 fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -55,35 +38,9 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.trim())
 }
 
-/// The configured token whose session cookie the request carries.
-pub fn token_from_cookie<'a>(headers: &HeaderMap, tokens: &'a [ApiToken]) -> Option<&'a ApiToken> {
-    let presented = cookie(headers, COOKIE)?;
-    let mut matched = None;
-    // Compare with every token (no early exit) so timing says nothing.
-    for token in tokens {
-        if constant_time_eq(session_value(token).as_bytes(), presented.as_bytes()) {
-            matched = Some(token);
-        }
-    }
-    matched
-}
-
-/// The configured token equal to `presented` (a login).
-pub fn token_matching<'a>(presented: &str, tokens: &'a [ApiToken]) -> Option<&'a ApiToken> {
-    let mut matched = None;
-    for token in tokens {
-        if constant_time_eq(token.secret(), presented.trim().as_bytes()) {
-            matched = Some(token);
-        }
-    }
-    matched
-}
-
-pub fn caller_of(token: &ApiToken) -> Caller {
-    match token.projects() {
-        None => Caller::unrestricted(),
-        Some(projects) => Caller::limited_to(projects.clone()),
-    }
+/// The session cookie the request carries, if any.
+pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    cookie(headers, COOKIE).filter(|v| !v.is_empty())
 }
 
 /// Behind a TLS-terminating proxy (`X-Forwarded-Proto: https`) or on HTTPS itself.
@@ -100,11 +57,11 @@ pub fn is_https(headers: &HeaderMap) -> bool {
         })
 }
 
-pub fn set_cookie(value: &str, https: bool, clear: bool) -> HeaderValue {
+/// The session cookie, kept by the browser for `max_age_secs` (0 clears it).
+pub fn set_cookie(value: &str, https: bool, max_age_secs: u64) -> HeaderValue {
     let secure = if https { "; Secure" } else { "" };
-    let age = if clear { "; Max-Age=0" } else { "" };
     HeaderValue::from_str(&format!(
-        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict{secure}{age}"
+        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict{secure}; Max-Age={max_age_secs}"
     ))
     .expect("cookie text is ASCII")
 }
@@ -168,21 +125,20 @@ pub async fn require_session(
             "This form was sent from another site. Open the dashboard and use its own forms.",
         );
     }
-    let tokens = &state.settings.api_tokens;
-    if tokens.is_empty() || open {
-        let caller = match token_from_cookie(request.headers(), tokens) {
-            Some(token) => caller_of(token),
-            None => Caller::unrestricted(),
-        };
-        request.extensions_mut().insert(caller);
+    if state.settings.api_tokens.is_empty() || open {
+        request.extensions_mut().insert(Caller::unrestricted());
         return next.run(request).await;
     }
-    match token_from_cookie(request.headers(), tokens) {
-        Some(token) => {
-            request.extensions_mut().insert(caller_of(token));
+    let caller = match session_cookie(request.headers()) {
+        Some(value) => state.service.session_caller(value).await,
+        None => Ok(None),
+    };
+    match caller {
+        Ok(Some(caller)) => {
+            request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        None if request.method() == Method::GET && !path.ends_with("/events") => {
+        Ok(None) if request.method() == Method::GET && !path.ends_with("/events") => {
             let target = request
                 .uri()
                 .path_and_query()
@@ -191,11 +147,19 @@ pub async fn require_session(
             let next_param: String = url_encode(target);
             Redirect::to(&format!("/ui/login?next={next_param}")).into_response()
         }
-        None => super::pages::error_page(
+        Ok(None) => super::pages::error_page(
             StatusCode::UNAUTHORIZED,
             "Sign in first",
             "This dashboard needs a token: sign in at /ui/login.",
         ),
+        Err(e) => {
+            tracing::warn!(error = %e.detail, "cannot read the dashboard session");
+            super::pages::error_page(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                "The database did not answer; try again shortly.",
+            )
+        }
     }
 }
 
@@ -266,15 +230,11 @@ mod tests {
     }
 
     #[test]
-    fn cookies_hold_a_digest_not_the_token() {
-        let token = ApiToken::unrestricted("0123456789abcdef-secret");
-        let value = session_value(&token);
-        assert!(!value.contains("secret"));
-        let tokens = [token];
-        let h = headers(&[("cookie", &format!("a=b; {COOKIE}={value}"))]);
-        assert!(token_from_cookie(&h, &tokens).is_some());
-        let h = headers(&[("cookie", &format!("{COOKIE}=0123456789abcdef-secret"))]);
-        assert!(token_from_cookie(&h, &tokens).is_none());
+    fn the_session_cookie_is_found_among_others() {
+        let h = headers(&[("cookie", &format!("a=b; {COOKIE}=abc; c=d"))]);
+        assert_eq!(session_cookie(&h), Some("abc"));
+        let h = headers(&[("cookie", &format!("{COOKIE}="))]);
+        assert_eq!(session_cookie(&h), None);
     }
 
     #[test]

@@ -265,3 +265,229 @@ fn the_openapi_document_lists_403_where_a_project_is_named() {
         }
     }
 }
+
+/// RFC 9110 §11.1: the scheme is case-insensitive; SDKs send `bearer` too.
+async fn auth_schemes_are_case_insensitive(backend: Backend) {
+    let app = spawn(backend).await;
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let teams = app
+            .client
+            .get(app.url("/v1/projects/proj-a/teams"))
+            .header("authorization", format!("{scheme} {ADMIN}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(teams.status(), 200, "{scheme}");
+        let tools = app
+            .client
+            .post(app.url("/mcp"))
+            .header("authorization", format!("{scheme} {ADMIN}"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(tools.status(), 200, "{scheme} on /mcp");
+    }
+    for wrong in [
+        format!("Basic {ADMIN}"),
+        format!("Bearer{ADMIN}"),
+        "bearer".to_owned(),
+    ] {
+        let teams = app
+            .client
+            .get(app.url("/v1/projects/proj-a/teams"))
+            .header("authorization", wrong.clone())
+            .send()
+            .await
+            .unwrap();
+        expect_problem(teams, 401, "unauthorized").await;
+    }
+    app.shutdown().await;
+}
+
+both_backends!(auth_schemes_are_case_insensitive);
+
+/// The dashboard's session cookie (docs/configuration.md, "Dashboard sessions").
+mod sessions {
+    use super::*;
+
+    /// A client that shows redirects instead of following them.
+    fn browser() -> reqwest::Client {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    /// Signs in with `token` as the login form does; answers the session cookie
+    /// (`name=value`).
+    pub(super) async fn login(app: &TestApp, token: &str) -> String {
+        let response = browser()
+            .post(app.url("/ui/login"))
+            .header("origin", app.base.clone())
+            .form(&[("token", token), ("next", "/ui/")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303, "login");
+        let cookie = response
+            .headers()
+            .get("set-cookie")
+            .expect("a session cookie")
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(!cookie.contains(token), "{cookie}");
+        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+        cookie.split(';').next().unwrap().to_owned()
+    }
+
+    /// What `GET /ui/` answers with this cookie: 200 signed in, 303 to the login.
+    pub(super) async fn overview_status(app: &TestApp, cookie: &str) -> u16 {
+        browser()
+            .get(app.url("/ui/"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    async fn two_logins_get_different_sessions(backend: Backend) {
+        let app = spawn(backend).await;
+        let first = login(&app, ADMIN).await;
+        let second = login(&app, ADMIN).await;
+        assert_ne!(first, second, "each login is a new session");
+        assert_eq!(overview_status(&app, &first).await, 200);
+        assert_eq!(overview_status(&app, &second).await, 200);
+        assert_eq!(overview_status(&app, "plangate_session=forged").await, 303);
+        app.shutdown().await;
+    }
+
+    both_backends!(two_logins_get_different_sessions);
+
+    async fn logout_revokes_the_session(backend: Backend) {
+        let app = spawn(backend).await;
+        let kept = login(&app, ADMIN).await;
+        let ended = login(&app, ADMIN).await;
+        let logout = browser()
+            .post(app.url("/ui/logout"))
+            .header("origin", app.base.clone())
+            .header("cookie", &ended)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(logout.status(), 303);
+        // The browser forgets the cookie, and the server no longer takes it from
+        // anyone who copied it.
+        assert_eq!(overview_status(&app, &ended).await, 303);
+        let cancel = browser()
+            .post(app.url(&format!("/ui/jobs/{}/cancel", uuid::Uuid::new_v4())))
+            .header("origin", app.base.clone())
+            .header("cookie", &ended)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(cancel.status(), 401, "a revoked session cannot act");
+        assert_eq!(
+            overview_status(&app, &kept).await,
+            200,
+            "other sessions live on"
+        );
+        app.shutdown().await;
+    }
+
+    both_backends!(logout_revokes_the_session);
+
+    async fn the_session_cookie_is_no_api_credential(backend: Backend) {
+        let app = spawn(backend).await;
+        let cookie = login(&app, ADMIN).await;
+        for path in ["/v1/refine-jobs", "/v1/projects/proj-a/teams"] {
+            let read = app
+                .client
+                .get(app.url(path))
+                .header("cookie", &cookie)
+                .send()
+                .await
+                .unwrap();
+            expect_problem(read, 401, "unauthorized").await;
+        }
+        let cancel = app
+            .client
+            .post(app.url(&format!("/v1/refine-jobs/{}/cancel", uuid::Uuid::new_v4())))
+            .header("origin", app.base.clone())
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        expect_problem(cancel, 401, "unauthorized").await;
+        let mcp = app
+            .client
+            .post(app.url("/mcp"))
+            .header("cookie", &cookie)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(mcp.status(), 401, "/mcp takes bearer tokens only");
+        app.shutdown().await;
+    }
+
+    both_backends!(the_session_cookie_is_no_api_credential);
+
+    async fn an_expired_session_is_refused(backend: Backend) {
+        let app = crate::common::spawn_app_with(backend, |s| {
+            s.api_tokens = vec![ApiToken::unrestricted(ADMIN)];
+            s.edge.session_ttl = std::time::Duration::from_secs(1);
+        })
+        .await;
+        let cookie = login(&app, ADMIN).await;
+        assert_eq!(overview_status(&app, &cookie).await, 200);
+        // Expiry is kept in whole seconds: past it whatever the rounding.
+        tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+        assert_eq!(overview_status(&app, &cookie).await, 303, "expired");
+        let events = browser()
+            .get(app.url(&format!("/ui/jobs/{}/events", uuid::Uuid::new_v4())))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(events.status(), 401);
+        app.shutdown().await;
+    }
+
+    both_backends!(an_expired_session_is_refused);
+
+    /// Sessions live in the database: a restarted server (or another replica on
+    /// the same database) honours them, and the cookie's lifetime is the session's.
+    async fn sessions_outlive_a_restart(backend: Backend) {
+        let app = spawn(backend).await;
+        let response = browser()
+            .post(app.url("/ui/login"))
+            .header("origin", app.base.clone())
+            .form(&[("token", ADMIN), ("next", "/ui/")])
+            .send()
+            .await
+            .unwrap();
+        let set_cookie = response.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(set_cookie.contains("Max-Age=43200"), "{set_cookie}");
+        let cookie = set_cookie.split(';').next().unwrap().to_owned();
+        let database = app.stop_keeping_database().await;
+        let app = crate::common::spawn_app_on(database, backend, |s| {
+            s.api_tokens = vec![ApiToken::unrestricted(ADMIN)];
+        })
+        .await;
+        assert_eq!(overview_status(&app, &cookie).await, 200);
+        app.shutdown().await;
+    }
+
+    both_backends!(sessions_outlive_a_restart);
+}

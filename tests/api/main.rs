@@ -11,6 +11,7 @@ mod agents;
 mod auth;
 mod cross_project;
 mod deploy;
+mod edges;
 mod gating_props;
 mod health_cli;
 mod loop_plan_props;

@@ -92,7 +92,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
     let job = &view.job;
     let word = job.status.as_str();
     let body = html! {
-        div #job data-events={ "/v1/refine-jobs/" (job.id) "/events" } data-version=(job.version) {
+        div #job data-events={ "/ui/jobs/" (job.id) "/events" } data-version=(job.version) {
             div #job-details {
                 dl.facts {
                     dt { "State" } dd #job-state aria-live="polite" { (status(word)) }
