@@ -476,6 +476,7 @@ both_backends!(
     daily_limit_refuses_with_429_until_the_next_utc_day,
     resumed_job_counts_each_l0_once,
     prompt_size_does_not_grow_with_the_task_text,
+    metrics_label_unconfigured_models_as_other,
 );
 
 async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
@@ -1158,4 +1159,65 @@ fn cli_refine_prints_the_totals() {
         line,
         "usage: 3 L0 calls, 300 input + 60 output tokens (15 cache read, 21 cache write), cost $0.7500"
     );
+}
+
+/// Issue #23: `/metrics` labels only the models the configuration names (the
+/// profiles' `model`, the `[prices]` keys). An agent that reports a new model
+/// name on every call adds no series but `model="other"`.
+async fn metrics_label_unconfigured_models_as_other(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.executors.insert(
+            "cj-random".into(),
+            command(
+                Some(&dirs.record),
+                &["claude-json", "0.01", "1000", "200", "random"],
+                true,
+            ),
+        );
+    })
+    .await;
+    let ids: Vec<String> = (1..=30).map(|i| format!("P1-A{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let job = submit(&app, &job_body(&ids, "cj-random", json!({}))).await;
+    assert_eq!(wait_job(&app, &job).await["status"], "succeeded");
+    // The records keep what the agent said.
+    let records = assignments(&app, &job).await;
+    assert!(
+        records
+            .iter()
+            .all(|r| r["usage"]["model"].as_str().unwrap().starts_with("model-")),
+        "{records:?}"
+    );
+
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let usage_lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("l0_tokens_total{") || l.starts_with("l0_cost_usd_total{"))
+        .collect();
+    let labels: std::collections::BTreeSet<&str> = usage_lines
+        .iter()
+        .filter_map(|l| l.split("model=\"").nth(1)?.split('"').next())
+        .collect();
+    let allowed: std::collections::BTreeSet<&str> =
+        ["claude-fake", "other", "unknown"].into_iter().collect();
+    assert!(
+        labels.is_subset(&allowed),
+        "model labels {labels:?} beyond the configured ones:\n{}",
+        usage_lines.join("\n")
+    );
+    let other_output = usage_lines
+        .iter()
+        .find(|l| {
+            l.starts_with("l0_tokens_total{")
+                && l.contains("model=\"other\"")
+                && l.contains("kind=\"output\"")
+        })
+        .unwrap_or_else(|| panic!("no model=\"other\" series:\n{metrics}"));
+    assert!(
+        other_output.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 30.0 * 200.0,
+        "{other_output}"
+    );
+    app.shutdown().await;
 }
