@@ -13,7 +13,7 @@ use super::{Pool, retry_db};
 use crate::db::DbError;
 use crate::db::refine_jobs::{ClaimedJob, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress};
 use crate::domain::refine::{Classified, L0Outcome};
-use crate::domain::usage::{Budget, utc_day_start};
+use crate::domain::usage::{Budget, MetricModels, utc_day_start};
 use crate::jobs::engine::{FinishedL0Run, JobSink, excerpt, outcome_value};
 
 /// Longest answer excerpt kept in an L0 record.
@@ -123,7 +123,7 @@ impl JobSink for DbSink {
                     .increment(1);
                 metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
                     .record(f.elapsed.as_secs_f64());
-                record_usage_metrics(self.executor, &f.run.usage);
+                record_usage_metrics(self.executor, &f.run.usage, &self.pool.metric_models);
                 let error = f.classified.record(&f.assignment_id).reason;
                 if matches!(f.classified, Classified::Failed(_)) {
                     tracing::warn!(assignment_id = %f.assignment_id, reason = ?error, "L0 failed");
@@ -198,8 +198,14 @@ impl JobSink for DbSink {
 
 /// `l0_tokens_total{executor, model, kind}` and `l0_cost_usd_total{executor,
 /// model}` (a gauge that only grows: the metrics crate counts integers only).
-fn record_usage_metrics(executor: &'static str, usage: &crate::domain::usage::L0Usage) {
-    let model = usage.model.clone().unwrap_or_else(|| "unknown".to_owned());
+/// `model` is a configured model, `other` or `unknown` ([`MetricModels`]): one
+/// series per model an agent made up would grow `/metrics` without bound.
+fn record_usage_metrics(
+    executor: &'static str,
+    usage: &crate::domain::usage::L0Usage,
+    models: &MetricModels,
+) {
+    let model = models.label(usage.model.as_deref()).to_owned();
     let kinds = [
         ("input", usage.input_tokens),
         ("output", usage.output_tokens),
