@@ -258,7 +258,7 @@ impl Server {
     }
 
     /// SIGKILL, then reap: when this returns the process and its threads are gone
-    /// (so PR_SET_PDEATHSIG has fired for its L0s).
+    /// (so its L0s' guardians have seen it die).
     async fn sigkill(&mut self) {
         let mut child = self.child.take().expect("server running");
         child.start_kill().expect("SIGKILL");
@@ -569,7 +569,7 @@ async fn sigkilled_server_jobs_resume_on_another_without_rerunning_finished_l0s(
         "some L0s ran when A was killed"
     );
 
-    // A's L0 processes died with A (PR_SET_PDEATHSIG): every L0 that had started
+    // A's L0 processes died with A (their guardians): every L0 that had started
     // but not ended at the kill is gone, and never writes its `end` line.
     let before = tally(&fixture.events(), |ns| ns <= killed_at);
     let alive_at_kill: Vec<String> = before
