@@ -262,7 +262,11 @@ pub(crate) async fn run(
     // The server's child is the L0's guardian, which forks the L0 (agents/guardian.rs).
     let guardian = match Guardian::prepare() {
         Ok(g) => g,
-        Err(e) => return Ok(failed(format!("cannot spawn {name}: the guardian's pipe: {e}"))),
+        Err(e) => {
+            return Ok(failed(format!(
+                "cannot spawn {name}: the guardian's pipe: {e}"
+            )));
+        }
     };
     // SAFETY: between fork and exec, `split` makes only async-signal-safe system
     // calls and allocates nothing.

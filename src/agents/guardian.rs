@@ -52,7 +52,9 @@ fn life_pipe() -> io::Result<(RawFd, RawFd)> {
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
             Ok((fds[0], fds[1]))
         } else {
-            Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO))
         }
     });
     pipe.map_err(io::Error::from_raw_os_error)
@@ -245,7 +247,9 @@ unsafe fn sweep(l0: libc::pid_t, l0_status: &mut Option<libc::c_int>) {
             let mut any = false;
             for &byte in buf.iter().take(len) {
                 if byte.is_ascii_digit() {
-                    pid = pid.saturating_mul(10).saturating_add(libc::pid_t::from(byte - b'0'));
+                    pid = pid
+                        .saturating_mul(10)
+                        .saturating_add(libc::pid_t::from(byte - b'0'));
                 } else if pid > 0 {
                     libc::kill(-pid, libc::SIGKILL);
                     libc::kill(pid, libc::SIGKILL);

@@ -101,15 +101,15 @@ fn private_dir(root: &Path) -> Result<(), String> {
     let shown = root.display();
     let what_to_do = "remove it, or set PLANGATE_TASK_DIR to a directory of this user";
     if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
     match DirBuilder::new().mode(0o700).create(root) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("cannot create {shown}: {e}")),
     }
-    let meta =
-        std::fs::symlink_metadata(root).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = std::fs::symlink_metadata(root).map_err(|e| format!("cannot read {shown}: {e}"))?;
     if meta.file_type().is_symlink() {
         let target = std::fs::read_link(root)
             .map(|t| t.display().to_string())

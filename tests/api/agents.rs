@@ -588,7 +588,10 @@ async fn command_l0_dies_with_a_sigkilled_server() {
         }
     }
     assert!(died, "L0 {l0} outlived the SIGKILLed plangate");
-    assert!(sleep_died, "the L0's child {sleep} outlived the SIGKILLed plangate");
+    assert!(
+        sleep_died,
+        "the L0's child {sleep} outlived the SIGKILLed plangate"
+    );
 }
 
 #[tokio::test]

@@ -1084,7 +1084,11 @@ impl L0Tree {
         for what in files {
             let path = fixture.record.join(format!("{assignment_id}.{what}"));
             let pid = wait_for(&format!("{}", path.display()), FINISH_TIMEOUT, || async {
-                std::fs::read_to_string(&path).ok()?.trim().parse::<i32>().ok()
+                std::fs::read_to_string(&path)
+                    .ok()?
+                    .trim()
+                    .parse::<i32>()
+                    .ok()
             })
             .await;
             tree.push((*what, pid));

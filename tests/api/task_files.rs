@@ -123,7 +123,11 @@ both_backends!(task_text_copies_are_private);
 
 fn mode_of(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
 }
 
 /// A task directory of the server's user with group and other bits is made 0700
@@ -156,7 +160,11 @@ async fn own_task_dir_open_to_others_is_made_private(backend: Backend) {
     );
     app.shutdown().await;
     // A clean stop leaves nothing behind.
-    let left: Vec<_> = std::fs::read_dir(&tasks).unwrap().flatten().map(|e| e.path()).collect();
+    let left: Vec<_> = std::fs::read_dir(&tasks)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -177,7 +185,10 @@ async fn task_dir_not_ours_stops_the_server(backend: Backend) {
     let file = tmp.path().join("file");
     std::fs::write(&file, "x").unwrap();
     let cases = [
-        (&foreign, format!("is owned by uid {nobody}, not by this server's user")),
+        (
+            &foreign,
+            format!("is owned by uid {nobody}, not by this server's user"),
+        ),
         (&link, format!("is a symlink (to {})", elsewhere.display())),
         (&file, "is not a directory".to_owned()),
     ];
@@ -200,7 +211,10 @@ async fn task_dir_not_ours_stops_the_server(backend: Backend) {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("plangate serve with PLANGATE_TASK_DIR={} did not stop", dir.display());
+                panic!(
+                    "plangate serve with PLANGATE_TASK_DIR={} did not stop",
+                    dir.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
@@ -271,7 +285,8 @@ async fn task_files_of_dead_servers_are_swept_and_live_ones_kept(backend: Backen
 
     // A second server on the same directory keeps the first one's.
     let second_db = crate::common::FreshDatabase::new(backend).await;
-    let second = crate::common::spawn_app_on(second_db, backend, |s| s.task_dir = tasks.clone()).await;
+    let second =
+        crate::common::spawn_app_on(second_db, backend, |s| s.task_dir = tasks.clone()).await;
     assert_eq!(second.get("/readyz").await.status(), 200);
     let both = mine(&tasks);
     assert_eq!(both.len(), 2, "{both:?}");

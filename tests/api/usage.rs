@@ -1216,7 +1216,13 @@ async fn metrics_label_unconfigured_models_as_other(backend: Backend) {
         })
         .unwrap_or_else(|| panic!("no model=\"other\" series:\n{metrics}"));
     assert!(
-        other_output.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 30.0 * 200.0,
+        other_output
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+            >= 30.0 * 200.0,
         "{other_output}"
     );
     app.shutdown().await;
