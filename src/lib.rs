@@ -33,6 +33,8 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    #[error("invalid PLANGATE_TASK_DIR: {0}")]
+    TaskDir(String),
 }
 
 /// Connect to the configured database and apply its migrations.
@@ -76,7 +78,8 @@ pub async fn serve(
         executors,
         service.hub().clone(),
         stop_workers.clone(),
-    );
+    )
+    .map_err(StartError::TaskDir)?;
 
     let drain = Arc::new(tokio::sync::Notify::new());
     let on_signal = {
@@ -138,7 +141,8 @@ pub async fn serve_mcp_stdio(
         executors,
         service.hub().clone(),
         stop_workers.clone(),
-    );
+    )
+    .map_err(StartError::TaskDir)?;
     tracing::info!(database = ?db.kind(), "plangate mcp starting");
     let outcome = mcp::run_stdio(service.clone(), surface, &settings).await;
     if let Err(e) = &outcome {

@@ -9,18 +9,18 @@
 //!   the job has no task file). `PATH` reaches the child only when `env_allow`
 //!   names it.
 //! - The prompt is written to stdin, then stdin is closed.
-//! - The child leads its own process group (`process_group(0)`); every kill is a
-//!   `killpg(SIGKILL)` of that group, so grandchildren (a `sh` script's `sleep`)
-//!   die with it. A grandchild that leaves the group (`setsid`, `setpgid`) escapes.
-//! - The L0 ends when the child exits: the group is then killed (no leftovers may
-//!   outlive their L0) and the pipes are drained of what was already written.
-//! - `PR_SET_PDEATHSIG(SIGKILL)` is set in the child so that L0s die when the server
-//!   process is SIGKILLed (or crashes) and cannot kill them itself; otherwise they
-//!   would run on, orphaned, for up to their whole timeout, spending tokens. Limits:
-//!   it reaches the direct child only (its own children are orphaned, though an
-//!   agent CLI's model calls stop with it), and it is tied to the *thread* that
-//!   spawned the child: plangate spawns from tokio runtime threads, which live as
-//!   long as the server. (Do not run `Executor::run` on a `spawn_blocking` thread.)
+//! - The server's child is the L0's *guardian* (`agents/guardian.rs`), which forks
+//!   the L0 and waits for it, relaying its exit status. Guardian and L0 share a
+//!   process group the guardian leads (`process_group(0)`); every kill by the server
+//!   is a `killpg(SIGKILL)` of that group, so grandchildren (a `sh` script's
+//!   `sleep`) die with it.
+//! - The L0 ends when it exits: the guardian then kills what it left behind (even a
+//!   process that left the group, `setsid`: the guardian is a child subreaper), the
+//!   server kills the group, and the pipes are drained of what was already written.
+//! - When the server dies (SIGKILL, crash) the guardian sees its life pipe close
+//!   and kills the L0's whole tree, so no agent runs on, spending tokens, while
+//!   another replica re-runs the call. The L0 itself has `PR_SET_PDEATHSIG(SIGKILL)`
+//!   towards the guardian.
 //!
 //! Outcomes: exit 0 → `Answer(stdout)` (even when empty: the validator judges it);
 //! non-zero exit or death by a signal we did not send → `Answer(stdout)` when stdout
@@ -40,6 +40,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio_util::sync::CancellationToken;
 
+use super::guardian::Guardian;
 use super::usage::claude_json;
 use super::{Cancelled, L0Request, L0Run};
 use crate::domain::refine::L0Outcome;
@@ -255,30 +256,22 @@ pub(crate) async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        // The direct child is also killed if everything else fails; the group kill
-        // below is what takes its descendants along.
+        // The guardian is also killed if everything else fails (the L0 dies with
+        // it); the group kill below is what takes the L0's descendants along.
         .kill_on_drop(true);
-    // SAFETY: getpid before the fork; in the child, between fork and exec, only
-    // async-signal-safe syscalls (prctl, getppid) run and nothing allocates.
-    let parent = unsafe { libc::getpid() };
+    // The server's child is the L0's guardian, which forks the L0 (agents/guardian.rs).
+    let guardian = match Guardian::prepare() {
+        Ok(g) => g,
+        Err(e) => {
+            return Ok(failed(format!(
+                "cannot spawn {name}: the guardian's pipe: {e}"
+            )));
+        }
+    };
+    // SAFETY: between fork and exec, `split` makes only async-signal-safe system
+    // calls and allocates nothing.
     unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The server died between fork and prctl: the signal will never come.
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("the server exited"));
-            }
-            Ok(())
-        });
+        command.pre_exec(move || guardian.split());
     }
 
     let mut child: Child = match command.spawn() {

@@ -14,6 +14,7 @@
 //!   `openai`/`anthropic` details (endpoints, retries): `agents/http_api.rs`.
 
 mod command;
+mod guardian;
 mod http_api;
 mod usage;
 

@@ -217,6 +217,9 @@ pub struct ServeArgs {
     /// Directory under which result files may be written [default: unset = refused]
     #[arg(long, env = "PLANGATE_OUTPUT_ROOT", value_name = "DIR")]
     pub output_root: Option<PathBuf>,
+    /// Private directory (0700) for copies of inline task text [default: $TMPDIR/plangate-tasks-UID]
+    #[arg(long, env = "PLANGATE_TASK_DIR", value_name = "DIR")]
+    pub task_dir: Option<PathBuf>,
     /// Concurrent jobs per process [default: 4]
     #[arg(long, env = "PLANGATE_WORKERS")]
     pub workers: Option<u32>,

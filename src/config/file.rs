@@ -22,6 +22,7 @@ pub struct FileConfig {
     pub api_tokens: Option<Vec<TokenEntry>>,
     pub workspace_root: Option<PathBuf>,
     pub output_root: Option<PathBuf>,
+    pub task_dir: Option<PathBuf>,
     pub workers: Option<u32>,
     pub lease_secs: Option<u64>,
     pub heartbeat_secs: Option<u64>,

@@ -38,6 +38,8 @@ pub struct Settings {
     pub api_tokens: Vec<ApiToken>,
     pub workspace_root: Option<PathBuf>,
     pub output_root: Option<PathBuf>,
+    /// Private copies of inline task text (docs/jobs.md, "Task files").
+    pub task_dir: PathBuf,
     pub workers: u32,
     pub lease: Duration,
     pub heartbeat: Duration,
@@ -89,6 +91,14 @@ pub(super) fn parse_bind(text: Option<String>) -> Result<SocketAddr, ConfigError
             format!("{text:?} is not an address like 127.0.0.1:8080"),
         )
     })
+}
+
+/// `PLANGATE_TASK_DIR` unless set: per user, so two users of one host never share
+/// (or fight over) one directory.
+pub fn default_task_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("plangate-tasks-{uid}"))
 }
 
 /// Where the server listens unless told otherwise.
@@ -279,6 +289,11 @@ impl Settings {
             api_tokens,
             workspace_root: args.workspace_root.clone().or(file.workspace_root),
             output_root: args.output_root.clone().or(file.output_root),
+            task_dir: args
+                .task_dir
+                .clone()
+                .or(file.task_dir)
+                .unwrap_or_else(default_task_dir),
             // `positive` took these from u32, so they fit back.
             workers: u32::try_from(workers).unwrap_or(u32::MAX),
             lease: Duration::from_secs(lease),

@@ -6,7 +6,7 @@
 //! with no cost (reported or priced) makes every total over it `cost_usd: null`,
 //! and `unpriced_calls` says how many such calls there were.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, NaiveTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -159,6 +159,27 @@ impl Price {
 
 /// The configured price table, by model name. No built-in prices: they change.
 pub type Prices = BTreeMap<String, Price>;
+
+/// The models `/metrics` names in its `model` label: the ones the configuration
+/// names (an executor profile's `model`, a `[prices]` key). Any other model an
+/// agent reports is labelled `other`, and none reported `unknown`: an agent's
+/// answer cannot add series to the metrics (docs/jobs.md, "Totals").
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricModels(BTreeSet<String>);
+
+impl MetricModels {
+    pub fn new(configured: impl IntoIterator<Item = String>) -> Self {
+        MetricModels(configured.into_iter().collect())
+    }
+
+    pub fn label<'a>(&'a self, model: Option<&'a str>) -> &'a str {
+        match model {
+            None => "unknown",
+            Some(model) if self.0.contains(model) => model,
+            Some(_) => "other",
+        }
+    }
+}
 
 /// Sums over many calls (a job, a run, a project).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, ToSchema)]
@@ -551,6 +572,16 @@ pub fn daily_limit_spent(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metric_labels_name_configured_models_only() {
+        let models = MetricModels::new(["claude-sonnet-4-5".to_owned(), "gpt-x".to_owned()]);
+        assert_eq!(models.label(Some("claude-sonnet-4-5")), "claude-sonnet-4-5");
+        assert_eq!(models.label(Some("gpt-x")), "gpt-x");
+        assert_eq!(models.label(Some("gpt-x-2026")), "other");
+        assert_eq!(models.label(Some("")), "other");
+        assert_eq!(models.label(None), "unknown");
+    }
     use chrono::TimeZone;
 
     #[test]

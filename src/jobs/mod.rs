@@ -1,12 +1,14 @@
 //! Durable background jobs (docs/spec/jobs.md): the refine engine ([`engine`]), the worker
 //! pool with its claim loop, heartbeat, reaper and retention ([`worker`]), the
 //! stored requests and confined paths
-//! ([`request`]) and result files ([`output`]).
+//! ([`request`]), result files ([`output`]) and private task-text copies
+//! ([`task_files`]).
 
 pub mod engine;
 pub mod output;
 pub mod request;
 pub mod runs;
+pub mod task_files;
 pub mod worker;
 
 pub use worker::{JobsHub, start};

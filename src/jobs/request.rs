@@ -9,6 +9,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::engine::RefineJob;
+use super::task_files::TaskDir;
 use crate::domain::refine::{context_from_value, plan_from_value};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,13 +49,13 @@ impl StoredRequest {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
-    /// The job to run. Inline task text is copied to a file whose path the prompt
-    /// carries; `copy_task_text: false` (an executor that opens no file: `builtin`)
-    /// names no file, so a job of such L0s touches no disk.
+    /// The job to run. Inline task text is copied to a private file in `task_dir`
+    /// whose path the prompt carries; no `task_dir` (an executor that opens no
+    /// file: `builtin`) names no file, so a job of such L0s touches no disk.
     pub fn into_job(
         self,
         job_id: Uuid,
-        copy_task_text: bool,
+        task_dir: Option<&TaskDir>,
     ) -> Result<(RefineJob, JobFiles), String> {
         let mut context =
             context_from_value("stored request", &self.context).map_err(|e| e.to_string())?;
@@ -67,20 +68,15 @@ impl StoredRequest {
             task_copy: None,
         };
         let task_text = self.task_text.or_else(|| context.task_text.clone());
-        let task_file = match (self.task_file_path, task_text) {
-            (Some(path), _) => Some(path),
-            (None, Some(text)) if copy_task_text => {
+        let task_file = match (self.task_file_path, task_text, task_dir) {
+            (Some(path), _, _) => Some(path),
+            (None, Some(text), Some(task_dir)) => {
                 // The prompt carries a path, never the text (docs/spec/refine.md §1).
-                let dir = std::env::temp_dir().join("plangate-tasks");
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-                let path = dir.join(format!("{job_id}.md"));
-                std::fs::write(&path, text)
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                let path = task_dir.write(job_id, &text)?;
                 files.task_copy = Some(path.clone());
                 Some(path.display().to_string())
             }
-            (None, _) => None,
+            (None, _, _) => None,
         };
         // The L0 packets name the file the server resolved, not the client's spelling.
         context.task_file_path = task_file.clone();

@@ -526,8 +526,8 @@ async fn command_dropping_the_run_kills_the_group() {
 }
 
 /// `plangate refine` (a real plangate process) runs a `hang` L0 and is SIGKILLed:
-/// the L0 must not outlive it (PR_SET_PDEATHSIG), or it would keep spending tokens
-/// for a result nobody reads.
+/// neither the L0 nor its child may outlive it (its guardian kills them), or they
+/// would keep spending tokens for a result nobody reads.
 #[tokio::test]
 async fn command_l0_dies_with_a_sigkilled_server() {
     init();
@@ -579,13 +579,19 @@ async fn command_l0_dies_with_a_sigkilled_server() {
     server.kill().unwrap(); // SIGKILL: the process cannot clean up.
     server.wait().unwrap();
     let died = process_dies(l0).await;
-    // PR_SET_PDEATHSIG reaches the direct child only: its own children are
-    // orphaned. Clean up the one this test made.
-    // SAFETY: plain syscall; the pid is the test's own grandchild's.
-    unsafe {
-        libc::kill(sleep as libc::pid_t, libc::SIGKILL);
+    // Its child too: the L0's guardian kills the whole tree (agents/guardian.rs).
+    let sleep_died = process_dies(sleep).await;
+    if !sleep_died {
+        // SAFETY: plain syscall; the pid is the test's own grandchild's.
+        unsafe {
+            libc::kill(sleep as libc::pid_t, libc::SIGKILL);
+        }
     }
     assert!(died, "L0 {l0} outlived the SIGKILLed plangate");
+    assert!(
+        sleep_died,
+        "the L0's child {sleep} outlived the SIGKILLed plangate"
+    );
 }
 
 #[tokio::test]

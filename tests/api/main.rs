@@ -25,6 +25,7 @@ mod refine_jobs;
 mod refine_runs;
 mod shutdown;
 mod storable_strings;
+mod task_files;
 mod task_lists;
 mod tracks;
 mod usage;

@@ -1,4 +1,5 @@
-//! Crash tests of the durable refine jobs (Postgres only; docs/spec/jobs.md "Queue design").
+//! Crash tests of the durable refine jobs (Postgres only, but for the L0 process
+//! tests at the end, which run on both back-ends; docs/spec/jobs.md "Queue design").
 //!
 //! These are multi-process tests: every server is the real `plangate` binary, started
 //! on a loopback port of its own (`PLANGATE_BIND=127.0.0.1:0`; the address is read
@@ -257,7 +258,7 @@ impl Server {
     }
 
     /// SIGKILL, then reap: when this returns the process and its threads are gone
-    /// (so PR_SET_PDEATHSIG has fired for its L0s).
+    /// (so its L0s' guardians have seen it die).
     async fn sigkill(&mut self) {
         let mut child = self.child.take().expect("server running");
         child.start_kill().expect("SIGKILL");
@@ -568,7 +569,7 @@ async fn sigkilled_server_jobs_resume_on_another_without_rerunning_finished_l0s(
         "some L0s ran when A was killed"
     );
 
-    // A's L0 processes died with A (PR_SET_PDEATHSIG): every L0 that had started
+    // A's L0 processes died with A (their guardians): every L0 that had started
     // but not ended at the kill is gone, and never writes its `end` line.
     let before = tally(&fixture.events(), |ns| ns <= killed_at);
     let alive_at_kill: Vec<String> = before
@@ -1051,3 +1052,125 @@ async fn run_survives_a_server_killed_mid_run_and_merges_once() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(merge_count(&pg, &run_id).await, 1);
 }
+
+// ---------------------------------------------------------------------------
+// Issue #23: no L0 process outlives a killed server (both back-ends).
+
+/// Gone: no `/proc` entry, or a zombie whose parent is init (nobody of ours can
+/// still be holding it; a zombie of a living guardian is not gone yet).
+fn process_gone(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // `pid (comm) S ppid …`: the state and the parent follow the last `)`.
+    let mut rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace())
+        .into_iter()
+        .flatten();
+    let state = rest.next().unwrap_or("?");
+    let ppid = rest.next().unwrap_or("0");
+    (state == "Z" || state == "X") && ppid == "1"
+}
+
+/// The processes an `l0.sh escape` L0 recorded (the script, its `sleep` in the
+/// group and its `setsid sleep` out of it); the survivors are SIGKILLed on drop,
+/// so a failing test leaves nothing running.
+struct L0Tree(Vec<(&'static str, i32)>);
+
+impl L0Tree {
+    async fn wait(fixture: &Fixture, assignment_id: &str, files: &[&'static str]) -> L0Tree {
+        let mut tree = Vec::new();
+        for what in files {
+            let path = fixture.record.join(format!("{assignment_id}.{what}"));
+            let pid = wait_for(&format!("{}", path.display()), FINISH_TIMEOUT, || async {
+                std::fs::read_to_string(&path)
+                    .ok()?
+                    .trim()
+                    .parse::<i32>()
+                    .ok()
+            })
+            .await;
+            tree.push((*what, pid));
+        }
+        L0Tree(tree)
+    }
+
+    /// The processes still there after polling for `limit`.
+    async fn survivors_after(&self, limit: Duration) -> Vec<(&'static str, i32)> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let alive: Vec<_> = self
+                .0
+                .iter()
+                .copied()
+                .filter(|(_, pid)| !process_gone(*pid))
+                .collect();
+            if alive.is_empty() || Instant::now() >= deadline {
+                return alive;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for L0Tree {
+    fn drop(&mut self) {
+        for (_, pid) in &self.0 {
+            if !process_gone(*pid) {
+                // SAFETY: kill(2) of a pid this test's L0 recorded; no memory involved.
+                unsafe {
+                    libc::kill(*pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+/// `kill -9` of a server running a wrapper L0 (`l0.sh escape`: a shell whose child
+/// `sleep` stays in its process group and whose other child left it with `setsid`)
+/// leaves none of the L0's processes running: they would spend on while another
+/// replica, once the lease expires, runs the same call again (docs/jobs.md,
+/// "Shutdown").
+async fn sigkilled_server_leaves_no_l0_process_behind(backend: Backend) {
+    let db = FreshDatabase::new(backend).await;
+    let fixture = Fixture::new(&["escape"]);
+    let mut server = Server::start("A", &db.url, &fixture, &[]).await;
+    submit_jobs(&server, 1, 1, 1).await;
+    let tree = L0Tree::wait(&fixture, "J1-A1", &["l0pid", "pid", "escaped"]).await;
+    server.sigkill().await;
+    let left = tree.survivors_after(Duration::from_secs(5)).await;
+    assert!(
+        left.is_empty(),
+        "L0 processes outlived the SIGKILLed server: {left:?} (of {:?})",
+        tree.0
+    );
+}
+
+/// SIGTERM with a short grace: the L0s still running when it ends are killed,
+/// every process of their group with them, before the server exits.
+async fn sigterm_kills_every_l0_process_in_the_group(backend: Backend) {
+    let db = FreshDatabase::new(backend).await;
+    let fixture = Fixture::new(&["hang"]);
+    let mut server = Server::start(
+        "A",
+        &db.url,
+        &fixture,
+        &[("PLANGATE_SHUTDOWN_GRACE_SECS", "1")],
+    )
+    .await;
+    submit_jobs(&server, 1, 1, 1).await;
+    let tree = L0Tree::wait(&fixture, "J1-A1", &["l0pid", "pid"]).await;
+    server.sigterm(Duration::from_secs(30)).await;
+    let left = tree.survivors_after(Duration::from_secs(5)).await;
+    assert!(
+        left.is_empty(),
+        "L0 processes outlived the server's shutdown: {left:?} (of {:?})",
+        tree.0
+    );
+}
+
+both_backends!(
+    sigkilled_server_leaves_no_l0_process_behind,
+    sigterm_kills_every_l0_process_in_the_group
+);

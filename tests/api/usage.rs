@@ -486,6 +486,7 @@ both_backends!(
     daily_limit_caps_concurrent_jobs_across_two_replicas,
     job_overrun_by_its_calls_ends_budget_exceeded,
     a_lost_lease_releases_its_reservations,
+    metrics_label_unconfigured_models_as_other,
 );
 
 async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
@@ -1562,5 +1563,69 @@ async fn a_lost_lease_releases_its_reservations(backend: Backend) {
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
     let _ = stop.send(());
     let _ = server.await;
+/// Issue #23: `/metrics` labels only the models the configuration names (the
+/// profiles' `model`, the `[prices]` keys). An agent that reports a new model
+/// name on every call adds no series but `model="other"`.
+async fn metrics_label_unconfigured_models_as_other(backend: Backend) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        s.executors.insert(
+            "cj-random".into(),
+            command(
+                Some(&dirs.record),
+                &["claude-json", "0.01", "1000", "200", "random"],
+                true,
+            ),
+        );
+    })
+    .await;
+    let ids: Vec<String> = (1..=30).map(|i| format!("P1-A{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let job = submit(&app, &job_body(&ids, "cj-random", json!({}))).await;
+    assert_eq!(wait_job(&app, &job).await["status"], "succeeded");
+    // The records keep what the agent said.
+    let records = assignments(&app, &job).await;
+    assert!(
+        records
+            .iter()
+            .all(|r| r["usage"]["model"].as_str().unwrap().starts_with("model-")),
+        "{records:?}"
+    );
+
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let usage_lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("l0_tokens_total{") || l.starts_with("l0_cost_usd_total{"))
+        .collect();
+    let labels: std::collections::BTreeSet<&str> = usage_lines
+        .iter()
+        .filter_map(|l| l.split("model=\"").nth(1)?.split('"').next())
+        .collect();
+    let allowed: std::collections::BTreeSet<&str> =
+        ["claude-fake", "other", "unknown"].into_iter().collect();
+    assert!(
+        labels.is_subset(&allowed),
+        "model labels {labels:?} beyond the configured ones:\n{}",
+        usage_lines.join("\n")
+    );
+    let other_output = usage_lines
+        .iter()
+        .find(|l| {
+            l.starts_with("l0_tokens_total{")
+                && l.contains("model=\"other\"")
+                && l.contains("kind=\"output\"")
+        })
+        .unwrap_or_else(|| panic!("no model=\"other\" series:\n{metrics}"));
+    assert!(
+        other_output
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+            >= 30.0 * 200.0,
+        "{other_output}"
+    );
     app.shutdown().await;
 }

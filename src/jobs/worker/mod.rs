@@ -24,6 +24,7 @@ use self::reaper::reaper;
 use self::sink::DbSink;
 use super::engine::{EngineConfig, Stop, Switches, outcome_from_value, run_refine};
 use super::request::StoredRequest;
+use super::task_files::TaskDir;
 use crate::agents::Executors;
 use crate::config::Settings;
 use crate::db::notify::Notice;
@@ -32,6 +33,7 @@ use crate::db::refine_jobs::{
 };
 use crate::db::{Database, DbError};
 use crate::domain::job::JobStatus;
+use crate::domain::usage::MetricModels;
 
 /// Workers poll at least this often, so a lost notification never stalls a job.
 const POLL: Duration = Duration::from_secs(1);
@@ -47,28 +49,43 @@ struct Pool {
     drain: CancellationToken,
     /// The shutdown grace is over: kill what still runs.
     kill: CancellationToken,
+    /// The `model` label values of the L0 usage metrics.
+    metric_models: MetricModels,
+    /// Where inline task text is copied for the L0s (docs/jobs.md, "Task files").
+    task_dir: TaskDir,
 }
 
 /// Starts `settings.workers` workers, the reaper and (on Postgres) the listener.
 /// `shutdown` starts the drain; the returned task ends when every job this process
-/// held is finished or handed back.
+/// held is finished or handed back. Fails, before starting anything, when the
+/// task-file directory is not private (the message says why and what to do).
 pub fn start(
     db: Database,
     settings: Arc<Settings>,
     executors: Executors,
     hub: Arc<JobsHub>,
     shutdown: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    // Fresh per process start: a restarted pod reusing its hostname is still a
+    // different worker, so its predecessor's leases are never mistaken for its own.
+    let worker_id = Uuid::new_v4();
+    let task_dir = TaskDir::open(&settings.task_dir, worker_id)?;
     let pool = Arc::new(Pool {
         db,
         settings: settings.clone(),
         executors,
         hub,
-        // Fresh per process start: a restarted pod reusing its hostname is still a
-        // different worker, so its predecessor's leases are never mistaken for its own.
-        worker_id: Uuid::new_v4(),
+        worker_id,
         drain: shutdown.clone(),
         kill: CancellationToken::new(),
+        metric_models: MetricModels::new(
+            settings
+                .executors
+                .values()
+                .filter_map(|profile| profile.model.clone())
+                .chain(settings.prices.keys().cloned()),
+        ),
+        task_dir,
     });
     tracing::info!(worker_id = %pool.worker_id, workers = settings.workers, "job workers starting");
     let background = CancellationToken::new();
@@ -84,7 +101,7 @@ pub fn start(
             db.listen(on_notice, stop).await;
         });
     }
-    tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         let mut workers = JoinSet::new();
         for slot in 0..settings.workers {
             workers.spawn(worker(pool.clone(), slot));
@@ -107,7 +124,7 @@ pub fn start(
         background.cancel();
         while background_tasks.join_next().await.is_some() {}
         tracing::info!(worker_id = %pool.worker_id, "job workers stopped");
-    })
+    }))
 }
 
 async fn worker(pool: Arc<Pool>, slot: u32) {
@@ -181,9 +198,12 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
     }
     // The builtin reviewer reads the packets, never the task file.
     let executor = pool.executors.resolve(Some(&job.executor));
-    let copy_task_text = executor.as_ref().is_none_or(|e| e.kind() != "builtin");
+    let task_dir = executor
+        .as_ref()
+        .is_none_or(|e| e.kind() != "builtin")
+        .then_some(&pool.task_dir);
     let prepared =
-        StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id, copy_task_text));
+        StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id, task_dir));
     let (refine_job, files) = match prepared {
         Ok(p) => p,
         Err(message) => {

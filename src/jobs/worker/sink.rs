@@ -15,7 +15,7 @@ use crate::db::refine_jobs::{
     BudgetScopes, ClaimedJob, Gated, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress,
 };
 use crate::domain::refine::{Classified, L0Outcome};
-use crate::domain::usage::{Budget, ScopeLimit, utc_day_start};
+use crate::domain::usage::{Budget, MetricModels, ScopeLimit, utc_day_start};
 use crate::jobs::engine::{FinishedL0Run, Gate, JobSink, excerpt, outcome_value};
 
 /// Longest answer excerpt kept in an L0 record.
@@ -167,7 +167,7 @@ impl JobSink for DbSink {
                     .increment(1);
                 metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
                     .record(f.elapsed.as_secs_f64());
-                record_usage_metrics(self.executor, &f.run.usage);
+                record_usage_metrics(self.executor, &f.run.usage, &self.pool.metric_models);
                 let error = f.classified.record(&f.assignment_id).reason;
                 if matches!(f.classified, Classified::Failed(_)) {
                     tracing::warn!(assignment_id = %f.assignment_id, reason = ?error, "L0 failed");
@@ -288,8 +288,14 @@ impl JobSink for DbSink {
 
 /// `l0_tokens_total{executor, model, kind}` and `l0_cost_usd_total{executor,
 /// model}` (a gauge that only grows: the metrics crate counts integers only).
-fn record_usage_metrics(executor: &'static str, usage: &crate::domain::usage::L0Usage) {
-    let model = usage.model.clone().unwrap_or_else(|| "unknown".to_owned());
+/// `model` is a configured model, `other` or `unknown` ([`MetricModels`]): one
+/// series per model an agent made up would grow `/metrics` without bound.
+fn record_usage_metrics(
+    executor: &'static str,
+    usage: &crate::domain::usage::L0Usage,
+    models: &MetricModels,
+) {
+    let model = models.label(usage.model.as_deref()).to_owned();
     let kinds = [
         ("input", usage.input_tokens),
         ("output", usage.output_tokens),
