@@ -1563,6 +1563,9 @@ async fn a_lost_lease_releases_its_reservations(backend: Backend) {
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
     let _ = stop.send(());
     let _ = server.await;
+    app.shutdown().await;
+}
+
 /// Issue #23: `/metrics` labels only the models the configuration names (the
 /// profiles' `model`, the `[prices]` keys). An agent that reports a new model
 /// name on every call adds no series but `model="other"`.
