@@ -80,10 +80,7 @@ pub fn token_matching<'a>(presented: &str, tokens: &'a [ApiToken]) -> Option<&'a
 }
 
 pub fn caller_of(token: &ApiToken) -> Caller {
-    match token.projects() {
-        None => Caller::unrestricted(),
-        Some(projects) => Caller::limited_to(projects.clone()),
-    }
+    Caller::for_token(token)
 }
 
 /// Behind a TLS-terminating proxy (`X-Forwarded-Proto: https`) or on HTTPS itself.
