@@ -458,9 +458,12 @@ impl Database {
     /// [`Keyed::Taken`] with what the key's first create came to: read after this
     /// create's insert found the key taken, so the row is committed.
     async fn taken_key<T>(&self, key: &str) -> DbResult<Keyed<T>> {
-        self.task_list_key(key).await?.map(Keyed::Taken).ok_or_else(|| {
-            DbError::Conflict("the idempotency key's create did not commit; retry".into())
-        })
+        self.task_list_key(key)
+            .await?
+            .map(Keyed::Taken)
+            .ok_or_else(|| {
+                DbError::Conflict("the idempotency key's create did not commit; retry".into())
+            })
     }
 
     /// Count one more rejected submission of `(project_id, team_pk)`; returns the

@@ -69,7 +69,7 @@ async fn validate_task_list(
             ("Location" = String, description = "/v1/task-lists/{id}"),
             ("Idempotent-Replayed" = Option<String>, description = "`true` when the answer is the first create's with this key"),
          )),
-        (status = 400, description = "An `Idempotency-Key` that is not visible ASCII (`invalid_idempotency_key`)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON, or an `Idempotency-Key` that is not visible ASCII (`invalid_idempotency_key`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Rejected by the gate (`dag_invalid`, `synthesis_failure`), a malformed request, `invalid_idempotency_key` or `idempotency_key_reused`", body = GatingProblem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -85,8 +85,7 @@ async fn create_task_list(
         .create_task_list(&caller, request, key, &body)
         .await?;
     let mut headers = HeaderMap::new();
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/task-lists/{}", created.value.id))
-    {
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/task-lists/{}", created.value.id)) {
         headers.insert(header::LOCATION, location);
     }
     if created.replayed {

@@ -79,7 +79,7 @@ pub struct ImportQuery {
         ForbiddenProject,
         (status = 200, description = "Replaced", body = Metadata, headers(("ETag" = String))),
         (status = 201, description = "Created", body = Metadata, headers(("ETag" = String))),
-        (status = 400, description = "Invalid track id or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Invalid track id, malformed JSON or an unknown query parameter", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Not a usable metadata document, or an invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]

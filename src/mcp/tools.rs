@@ -301,8 +301,14 @@ fn rest_body(args: &CreateArgs) -> Result<Vec<u8>, ServiceError> {
     let optional = [
         ("team_pk", args.team_pk.as_deref().map(Value::from)),
         ("tasks", args.tasks.clone()),
-        ("planner_output", args.planner_output.as_deref().map(Value::from)),
-        ("existing_files", args.existing_files.clone().map(Value::from)),
+        (
+            "planner_output",
+            args.planner_output.as_deref().map(Value::from),
+        ),
+        (
+            "existing_files",
+            args.existing_files.clone().map(Value::from),
+        ),
     ];
     for (field, value) in optional {
         if let Some(value) = value {

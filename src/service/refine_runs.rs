@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key, key_reused,
-    l0_rows, opt_str, parse_id, unknown_field,
+    Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key,
+    key_reused, l0_rows, opt_str, parse_id, unknown_field,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::refine_jobs::{Created, NewRefineJob};

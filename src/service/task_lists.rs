@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Caller, ProblemCode, Service, ServiceError};
 use super::submission::{Accepted, ScopedKey, idempotency_key, key_reused};
+use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::task_lists::{
     Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey, TaskChange, TaskListKey,
     TransitionOutcome, dispatch_view,

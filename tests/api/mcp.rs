@@ -429,7 +429,8 @@ async fn limited_tokens_step_only_their_tracks(app: TestApp) {
             .unwrap();
         assert_eq!(response.status(), 201);
     }
-    let start = |id: &str| json!({"track_id": id, "step": "PLAN", "action": "start", "agent": "a1"});
+    let start =
+        |id: &str| json!({"track_id": id, "step": "PLAN", "action": "start", "agent": "a1"});
     let (error, refused) = call_tool(&app, "/mcp", LIMITED, "track_step", start("mcp-b")).await;
     assert!(error, "{refused}");
     assert_eq!(refused["code"], "forbidden_project", "{refused}");

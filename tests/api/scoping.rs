@@ -208,13 +208,19 @@ async fn task_list_replays_count_no_retry(app: TestApp) {
     let (status, _, first) = post_keyed(&app, lists, None, "bad-1", &bad).await;
     assert_eq!(status, 422, "{first}");
     assert_eq!(first["code"], "dag_invalid");
-    assert_eq!((&first["attempt"], &first["escalate"]), (&json!(1), &json!(false)));
+    assert_eq!(
+        (&first["attempt"], &first["escalate"]),
+        (&json!(1), &json!(false))
+    );
 
     // A retry of that call gets the same answer: not a second rejection.
     let (status, _, replay) = post_keyed(&app, lists, None, "bad-1", &bad).await;
     assert_eq!(status, 422, "{replay}");
     assert_eq!(replay["code"], "dag_invalid");
-    assert_eq!((&replay["attempt"], &replay["escalate"]), (&json!(1), &json!(false)));
+    assert_eq!(
+        (&replay["attempt"], &replay["escalate"]),
+        (&json!(1), &json!(false))
+    );
     assert_eq!(replay["replayed"], true, "{replay}");
     assert_eq!(replay["reprompt"], first["reprompt"]);
     // The next real rejection is the second.
@@ -243,7 +249,10 @@ async fn racing_keyed_creates_make_one_list(app: TestApp) {
     .await;
     for (status, _, list) in &answers {
         assert_eq!(*status, 201, "{list}");
-        assert_eq!(list["id"], answers[0].2["id"], "every answer is the one list");
+        assert_eq!(
+            list["id"], answers[0].2["id"],
+            "every answer is the one list"
+        );
     }
     let firsts = answers.iter().filter(|(_, replayed, _)| !replayed).count();
     assert_eq!(firsts, 1, "exactly one create is not a replay");
@@ -269,7 +278,113 @@ async fn racing_keyed_creates_make_one_list(app: TestApp) {
     app.shutdown().await;
 }
 
+/// The `UPDATE` statements of migration 0009 for `backend` (the key rewrite), run
+/// on `url` as they run at upgrade.
+async fn rewrite_keys_as_0009_does(backend: Backend, url: &str) {
+    let dir = match backend {
+        Backend::Postgres => "postgres",
+        Backend::Sqlite => "sqlite",
+    };
+    let path = format!(
+        "{}/migrations/{dir}/0009_scoped_idempotency_and_track_projects.sql",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).expect("migration 0009");
+    let code: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let updates: Vec<String> = code
+        .split(';')
+        .map(str::trim)
+        .filter(|s| s.starts_with("UPDATE"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(updates.len(), 2, "{updates:?}");
+    for update in updates {
+        match backend {
+            Backend::Postgres => {
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
+                    .await
+                    .unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(update))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            Backend::Sqlite => {
+                let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(url)
+                    .await
+                    .unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(update))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+/// Keys stored before the scoping are rewritten by migration 0009 into the form
+/// a caller with auth off sends, so a retry across the upgrade still replays
+/// (also for keys holding `"` and `\`, which JSON escapes).
+async fn keys_stored_before_the_scoping_still_replay(app: TestApp) {
+    let key = r#"legacy "key" \ 1"#;
+    let mut created = Vec::new();
+    for body in [job("proj-a", "A"), {
+        let mut loose = job("proj-a", "A");
+        loose.as_object_mut().unwrap().remove("project_id");
+        loose
+    }] {
+        let (status, _, job) = post_keyed(&app, "/v1/refine-jobs", None, key, &body).await;
+        assert_eq!(status, 202, "{job}");
+        created.push((body, job["id"].clone()));
+    }
+    // As stored before migration 0009: the bare key.
+    let unscoped = "UPDATE refine_jobs SET idempotency_key = $1 WHERE id = $2";
+    for (n, (_, id)) in created.iter().enumerate() {
+        let id = uuid::Uuid::parse_str(id.as_str().unwrap()).unwrap();
+        let bare = format!("{key}{n}");
+        match app.backend {
+            Backend::Postgres => {
+                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database.url)
+                    .await
+                    .unwrap();
+                sqlx::query(unscoped)
+                    .bind(&bare)
+                    .bind(id)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            Backend::Sqlite => {
+                let mut conn =
+                    <sqlx::SqliteConnection as sqlx::Connection>::connect(&app.database.url)
+                        .await
+                        .unwrap();
+                sqlx::query(unscoped)
+                    .bind(&bare)
+                    .bind(id)
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    rewrite_keys_as_0009_does(app.backend, &app.database.url).await;
+    for (n, (body, id)) in created.iter().enumerate() {
+        let bare = format!("{key}{n}");
+        let (status, replayed, again) =
+            post_keyed(&app, "/v1/refine-jobs", None, &bare, body).await;
+        assert_eq!((status, replayed), (202, true), "{again}");
+        assert_eq!(&again["id"], id);
+    }
+    app.shutdown().await;
+}
+
 both_backends!(
+    keys_stored_before_the_scoping_still_replay,
     idempotency_keys_are_scoped_by_project_and_token,
     task_list_creates_replay_by_key,
     task_list_replays_count_no_retry,

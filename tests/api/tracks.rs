@@ -340,7 +340,12 @@ fn v1_of(id: &str) -> Value {
 }
 
 /// `PUT /v1/tracks/{id}[?project_id=…]` with a token.
-async fn import_as(app: &TestApp, token: &str, id: &str, project: Option<&str>) -> reqwest::Response {
+async fn import_as(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    project: Option<&str>,
+) -> reqwest::Response {
     let query = project.map_or_else(String::new, |p| format!("?project_id={p}"));
     app.client
         .put(app.url(&format!("/v1/tracks/{id}{query}")))
@@ -373,13 +378,29 @@ async fn start_as(app: &TestApp, token: &str, id: &str) -> reqwest::Response {
 async fn tracks_belong_to_projects(backend: Backend) {
     let app = spawn_with_tokens(backend).await;
     // Each token works on its own project's tracks.
-    assert_eq!(import_as(&app, TOKEN_A, "track-a", Some("proj-a")).await.status(), 201);
+    assert_eq!(
+        import_as(&app, TOKEN_A, "track-a", Some("proj-a"))
+            .await
+            .status(),
+        201
+    );
     assert_eq!(get_as(&app, TOKEN_A, "track-a").await.status(), 200);
     assert_eq!(start_as(&app, TOKEN_A, "track-a").await.status(), 200);
     // A replace without project_id keeps the track's project.
-    assert_eq!(import_as(&app, TOKEN_A, "track-a", None).await.status(), 200);
-    assert_eq!(import_as(&app, ADMIN, "track-b", Some("proj-b")).await.status(), 201);
-    assert_eq!(import_as(&app, ADMIN, "track-none", None).await.status(), 201);
+    assert_eq!(
+        import_as(&app, TOKEN_A, "track-a", None).await.status(),
+        200
+    );
+    assert_eq!(
+        import_as(&app, ADMIN, "track-b", Some("proj-b"))
+            .await
+            .status(),
+        201
+    );
+    assert_eq!(
+        import_as(&app, ADMIN, "track-none", None).await.status(),
+        201
+    );
 
     // Another project's track, and one of no project, are refused whole: read,
     // step, replace, or take over; and a limited token cannot make a track of no
@@ -404,10 +425,17 @@ async fn tracks_belong_to_projects(backend: Backend) {
     }
     let loose = import_as(&app, TOKEN_A, "track-new", None).await;
     let problem = expect_problem(loose, 403, "forbidden_project").await;
-    assert!(problem["detail"].as_str().unwrap().contains("project_id"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("project_id"),
+        "{problem}"
+    );
     let moved = import_as(&app, TOKEN_A, "track-a", Some("proj-b")).await;
     expect_problem(moved, 403, "forbidden_project").await;
-    assert_eq!(crate::common::snapshot_tables(&app).await, before, "a refused call wrote");
+    assert_eq!(
+        crate::common::snapshot_tables(&app).await,
+        before,
+        "a refused call wrote"
+    );
     expect_problem(get_as(&app, ADMIN, "track-new").await, 404, "not_found").await;
 
     // A project id that is not one is a 422 naming the field.
@@ -416,9 +444,19 @@ async fn tracks_belong_to_projects(backend: Backend) {
     assert_eq!(problem["field"], "project_id", "{problem}");
 
     // An unrestricted token may move a track; then its new project's token owns it.
-    assert_eq!(import_as(&app, ADMIN, "track-none", Some("proj-a")).await.status(), 200);
+    assert_eq!(
+        import_as(&app, ADMIN, "track-none", Some("proj-a"))
+            .await
+            .status(),
+        200
+    );
     assert_eq!(start_as(&app, TOKEN_A, "track-none").await.status(), 200);
-    expect_problem(get_as(&app, TOKEN_B, "track-none").await, 403, "forbidden_project").await;
+    expect_problem(
+        get_as(&app, TOKEN_B, "track-none").await,
+        403,
+        "forbidden_project",
+    )
+    .await;
     app.shutdown().await;
 }
 
