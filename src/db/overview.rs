@@ -229,16 +229,21 @@ impl Database {
         }))
     }
 
-    /// Tracks by most recent change.
-    pub async fn track_rows(&self, limit: u32) -> DbResult<Vec<TrackRow>> {
+    /// Tracks by most recent change, of the `allowed` projects only (`None`: all;
+    /// tracks without a project are then included, else never).
+    pub async fn track_rows(
+        &self,
+        allowed: Option<&[String]>,
+        limit: u32,
+    ) -> DbResult<Vec<TrackRow>> {
         let rows: Vec<(String, Json<serde_json::Value>, i64)> = on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT track_id, metadata, revision FROM tracks ORDER BY updated_at DESC, track_id \
-                 LIMIT $1",
-            )
-            .bind(i64::from(limit))
-            .fetch_all(pool)
-            .await?
+            let mut q = QueryBuilder::new(
+                "SELECT track_id, metadata, revision FROM tracks WHERE TRUE",
+            );
+            push_allowed(&mut q, "project_id", allowed);
+            q.push(" ORDER BY updated_at DESC, track_id LIMIT ")
+                .push_bind(i64::from(limit));
+            q.build_query_as().fetch_all(pool).await?
         });
         Ok(rows
             .into_iter()

@@ -37,6 +37,37 @@ pub struct NewTaskList<'a> {
     pub tasks: &'a [Task],
 }
 
+/// The idempotency key a create came with (already scoped by the caller) and the
+/// hash of its body.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskListKey<'a> {
+    pub key: &'a str,
+    pub request_hash: &'a str,
+}
+
+/// What the first create with a key came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTaskListKey {
+    pub request_hash: String,
+    pub outcome: KeyedOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyedOutcome {
+    /// The list stored.
+    Accepted(Uuid),
+    /// Rejected by the gate, with this retry count (this rejection included).
+    Rejected(u32),
+}
+
+/// A keyed write: done, or the key was taken first (by another create, maybe a
+/// concurrent one) and this is what it came to.
+#[derive(Debug)]
+pub enum Keyed<T> {
+    Done(T),
+    Taken(StoredTaskListKey),
+}
+
 #[derive(Debug, Clone)]
 /// A stored task list (the API shows it as `StoredTaskList`).
 pub struct TaskListRecord {
@@ -239,8 +270,14 @@ pub enum StatusScope {
 
 impl Database {
     /// Store an accepted list all or nothing: the list, its tasks, their edges; and
-    /// reset the retry count of `(project_id, team_pk)`.
-    pub async fn create_task_list(&self, new: NewTaskList<'_>) -> DbResult<TaskListRecord> {
+    /// reset the retry count of `(project_id, team_pk)`. With a key, the key's row
+    /// is inserted first, in the same transaction: its primary key decides between
+    /// concurrent creates, and the losers store nothing and read what won.
+    pub async fn create_task_list(
+        &self,
+        new: NewTaskList<'_>,
+        key: Option<TaskListKey<'_>>,
+    ) -> DbResult<Keyed<TaskListRecord>> {
         let list_id = Uuid::now_v7();
         let created_at = now();
         let ids: Vec<Uuid> = new.tasks.iter().map(|_| Uuid::now_v7()).collect();
@@ -265,6 +302,24 @@ impl Database {
         let team_scope = new.team_pk.unwrap_or("");
         on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
+            if let Some(key) = key {
+                let claimed = sqlx::query(
+                    "INSERT INTO task_list_keys (idempotency_key, request_hash, task_list_id, \
+                     created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING",
+                )
+                .bind(key.key)
+                .bind(key.request_hash)
+                .bind(list_id)
+                .bind(created_at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !claimed {
+                    tx.rollback().await?;
+                    return self.taken_key(key.key).await;
+                }
+            }
             sqlx::query(
                 "INSERT INTO task_lists (id, project_id, team_pk, created_by, created_at) \
                  VALUES ($1, $2, $3, $4, $5)",
@@ -361,21 +416,88 @@ impl Database {
                 updated_at: created_at,
             })
             .collect();
-        Ok(TaskListRecord {
+        Ok(Keyed::Done(TaskListRecord {
             id: list_id,
             project_id: new.project_id.to_owned(),
             team_pk: new.team_pk.map(str::to_owned),
             created_by: new.created_by.to_owned(),
             created_at,
             tasks,
-        })
+        }))
+    }
+
+    /// What the first create with this (scoped) key came to, if there was one.
+    pub async fn task_list_key(&self, key: &str) -> DbResult<Option<StoredTaskListKey>> {
+        let row: Option<(String, Option<Uuid>, Option<i32>)> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT request_hash, task_list_id, rejections FROM task_list_keys \
+                 WHERE idempotency_key = $1",
+            )
+            .bind(key)
+            .fetch_optional(pool)
+            .await?
+        });
+        let Some((request_hash, list, rejections)) = row else {
+            return Ok(None);
+        };
+        let outcome = match (list, rejections) {
+            (Some(id), None) => KeyedOutcome::Accepted(id),
+            (None, Some(n)) => KeyedOutcome::Rejected(u32::try_from(n).unwrap_or(u32::MAX)),
+            _ => {
+                return Err(DbError::Corrupt(
+                    "a task-list key holds neither or both of a list and a rejection".into(),
+                ));
+            }
+        };
+        Ok(Some(StoredTaskListKey {
+            request_hash,
+            outcome,
+        }))
+    }
+
+    /// [`Keyed::Taken`] with what the key's first create came to: read after this
+    /// create's insert found the key taken, so the row is committed.
+    async fn taken_key<T>(&self, key: &str) -> DbResult<Keyed<T>> {
+        self.task_list_key(key)
+            .await?
+            .map(Keyed::Taken)
+            .ok_or_else(|| {
+                DbError::Conflict("the idempotency key's create did not commit; retry".into())
+            })
     }
 
     /// Count one more rejected submission of `(project_id, team_pk)`; returns the
-    /// number of rejections since the last accepted list, this one included.
-    pub async fn record_rejection(&self, project_id: &str, team_pk: Option<&str>) -> DbResult<u32> {
+    /// number of rejections since the last accepted list, this one included. With a
+    /// key, the count and the key's row go in one transaction, and a key already
+    /// taken counts nothing (its first create was counted).
+    pub async fn record_rejection(
+        &self,
+        project_id: &str,
+        team_pk: Option<&str>,
+        key: Option<TaskListKey<'_>>,
+    ) -> DbResult<Keyed<u32>> {
+        let at = now();
         let count: i32 = on_pool!(self, pool => {
-            sqlx::query_scalar(
+            let mut tx = pool.begin().await?;
+            if let Some(key) = key {
+                // 0 stands in until the count is known, a statement later.
+                let claimed = sqlx::query(
+                    "INSERT INTO task_list_keys (idempotency_key, request_hash, rejections, \
+                     created_at) VALUES ($1, $2, 0, $3) ON CONFLICT (idempotency_key) DO NOTHING",
+                )
+                .bind(key.key)
+                .bind(key.request_hash)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !claimed {
+                    tx.rollback().await?;
+                    return self.taken_key(key.key).await;
+                }
+            }
+            let count: i32 = sqlx::query_scalar(
                 "INSERT INTO planner_attempts (project_id, team_scope, rejected_count, updated_at) \
                  VALUES ($1, $2, 1, $3) \
                  ON CONFLICT (project_id, team_scope) DO UPDATE \
@@ -384,11 +506,20 @@ impl Database {
             )
             .bind(project_id)
             .bind(team_pk.unwrap_or(""))
-            .bind(now())
-            .fetch_one(pool)
-            .await?
+            .bind(at)
+            .fetch_one(&mut *tx)
+            .await?;
+            if let Some(key) = key {
+                sqlx::query("UPDATE task_list_keys SET rejections = $2 WHERE idempotency_key = $1")
+                    .bind(key.key)
+                    .bind(count)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            count
         });
-        Ok(u32::try_from(count).unwrap_or(u32::MAX))
+        Ok(Keyed::Done(u32::try_from(count).unwrap_or(u32::MAX)))
     }
 
     pub async fn task_list(&self, id: Uuid) -> DbResult<Option<TaskListRecord>> {

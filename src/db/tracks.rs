@@ -1,17 +1,19 @@
 //! Storage of track metadata (metadata.json v2) with a revision per write, so that
-//! concurrent writers are caught by a compare-and-set instead of losing an update.
+//! concurrent writers are caught by a compare-and-set instead of losing an update,
+//! and the project the track belongs to (none: unrestricted callers only).
 
 use serde_json::Value;
 use sqlx::types::Json;
 
 use super::task_lists::now;
-use super::{Database, DbError, DbResult};
+use super::{Database, DbResult};
 
-/// A stored document and the revision it was read at.
+/// A stored document, the revision it was read at and its project.
 #[derive(Debug, Clone)]
 pub struct StoredTrack {
     pub metadata: Value,
     pub revision: i64,
+    pub project_id: Option<String>,
 }
 
 /// What a conditional write found.
@@ -29,95 +31,63 @@ pub enum WriteOutcome {
 
 impl Database {
     pub async fn track(&self, track_id: &str) -> DbResult<Option<StoredTrack>> {
-        let row: Option<(Json<Value>, i64)> = on_pool!(self, pool => {
-            sqlx::query_as("SELECT metadata, revision FROM tracks WHERE track_id = $1")
+        let row: Option<(Json<Value>, i64, Option<String>)> = on_pool!(self, pool => {
+            sqlx::query_as("SELECT metadata, revision, project_id FROM tracks WHERE track_id = $1")
                 .bind(track_id)
                 .fetch_optional(pool)
                 .await?
         });
-        Ok(row.map(|(metadata, revision)| StoredTrack {
+        Ok(row.map(|(metadata, revision, project_id)| StoredTrack {
             metadata: metadata.0,
             revision,
+            project_id,
         }))
     }
 
-    /// Create or replace a track's document. With `expected`, only if the stored
-    /// revision is that one (`None` inside means "must not exist yet").
-    pub async fn put_track(
+    /// Create a track at revision 1; `false` when one with that id exists (the
+    /// primary key decides a race between two creators).
+    pub async fn insert_track(
         &self,
         track_id: &str,
         metadata: &Value,
-        expected: Option<Option<i64>>,
-    ) -> DbResult<WriteOutcome> {
-        let at = now();
-        match expected {
-            Some(Some(revision)) => self.update_track(track_id, metadata, revision).await,
-            Some(None) | None => {
-                // Insert first: the primary key decides a race between two creators.
-                let inserted = on_pool!(self, pool => {
-                    sqlx::query(
-                        "INSERT INTO tracks (track_id, metadata, revision, created_at, updated_at) \
-                         VALUES ($1, $2, 1, $3, $3) ON CONFLICT (track_id) DO NOTHING",
-                    )
-                    .bind(track_id)
-                    .bind(Json(metadata))
-                    .bind(at)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-                });
-                if inserted == 1 {
-                    return Ok(WriteOutcome::Written {
-                        revision: 1,
-                        created: true,
-                    });
-                }
-                if expected.is_some() {
-                    let current = self.track(track_id).await?.map(|t| t.revision);
-                    return Ok(WriteOutcome::Stale { current });
-                }
-                // Unconditional replace (re-import): bump the revision atomically.
-                let revision: Option<i64> = on_pool!(self, pool => {
-                    sqlx::query_scalar(
-                        "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $3 \
-                         WHERE track_id = $1 RETURNING revision",
-                    )
-                    .bind(track_id)
-                    .bind(Json(metadata))
-                    .bind(at)
-                    .fetch_optional(pool)
-                    .await?
-                });
-                revision
-                    .map(|revision| WriteOutcome::Written {
-                        revision,
-                        created: false,
-                    })
-                    .ok_or_else(|| {
-                        DbError::Conflict(format!(
-                            "track {track_id:?} was deleted during the write"
-                        ))
-                    })
-            }
-        }
+        project_id: Option<&str>,
+    ) -> DbResult<bool> {
+        let inserted = on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO tracks (track_id, metadata, revision, created_at, updated_at, project_id) \
+                 VALUES ($1, $2, 1, $3, $3, $4) ON CONFLICT (track_id) DO NOTHING",
+            )
+            .bind(track_id)
+            .bind(Json(metadata))
+            .bind(now())
+            .bind(project_id)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(inserted == 1)
     }
 
-    /// Compare-and-set: write only if the stored revision is `expected`.
+    /// Compare-and-set: write the document and project only if the stored revision
+    /// is `expected` (so the project the writer was authorized against is still the
+    /// stored one: it changes only with a revision).
     pub async fn update_track(
         &self,
         track_id: &str,
         metadata: &Value,
         expected: i64,
+        project_id: Option<&str>,
     ) -> DbResult<WriteOutcome> {
         let revision: Option<i64> = on_pool!(self, pool => {
             sqlx::query_scalar(
-                "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $4 \
-                 WHERE track_id = $1 AND revision = $3 RETURNING revision",
+                "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $4, \
+                 project_id = $5 WHERE track_id = $1 AND revision = $3 RETURNING revision",
             )
             .bind(track_id)
             .bind(Json(metadata))
             .bind(expected)
             .bind(now())
+            .bind(project_id)
             .fetch_optional(pool)
             .await?
         });

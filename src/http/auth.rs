@@ -67,10 +67,7 @@ pub async fn require_token(
     let Some(token) = matched else {
         return unauthorized("the bearer token is not valid");
     };
-    let caller = match token.projects() {
-        None => Caller::unrestricted(),
-        Some(projects) => Caller::limited_to(projects.clone()),
-    };
+    let caller = Caller::for_token(token);
     request.extensions_mut().insert(caller);
     next.run(request).await
 }

@@ -84,6 +84,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let StoredJsonAsSent(value, _) = StoredJsonAsSent::from_request(request, state).await?;
+        Ok(StoredJson(value))
+    }
+}
+
+/// [`StoredJson`] and the body as sent, for a use case that hashes it (an
+/// idempotent create compares a retry's body with the first one's).
+#[derive(Debug, Clone)]
+pub struct StoredJsonAsSent<T>(pub T, pub Bytes);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJsonAsSent<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         if !is_json(request.headers()) {
             return Err(ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -103,7 +117,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJson<T> {
                 ApiError::new(status, code, rejection.body_text())
             })?;
         refuse_nul(&body)?;
-        parse_json(&body).map(StoredJson)
+        let value = parse_json(&body)?;
+        Ok(StoredJsonAsSent(value, body))
     }
 }
 

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, StoredJson};
+use super::extract::{Json, Path, Query, StoredJsonAsSent};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
 use crate::domain::gating::ValidationReport;
 use crate::http::problem::{
@@ -53,27 +53,45 @@ async fn validate_task_list(
 /// A rejection is counted per `(project_id, team_pk)`: the first DAG-INVALID gets
 /// one retry (`escalate: false`), the second escalates; a synthesis failure
 /// escalates at once. An accepted list resets the count.
+///
+/// With an `Idempotency-Key`, a retry with the same body answers what the first
+/// create answered: the same list (201, header `Idempotent-Replayed: true`), or
+/// the same rejection with the same `attempt` (and `replayed: true`), counting
+/// nothing; another body with that key is a 422 `idempotency_key_reused`.
 #[utoipa::path(post, path = "/v1/task-lists", tag = "task-lists",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes the create safe to retry (scoped to the project and the token)")),
     request_body = CreateTaskListRequest,
     responses(
         JsonBodyRejections,
         ForbiddenProject,
-        (status = 201, description = "Stored; `Location` names the list", body = StoredTaskList,
-         headers(("Location" = String, description = "/v1/task-lists/{id}"))),
-        (status = 422, description = "Rejected by the gate (`dag_invalid`, `synthesis_failure`) or a malformed request", body = GatingProblem, content_type = "application/problem+json"),
+        (status = 201, description = "Stored (or, with `Idempotent-Replayed: true`, stored by the first create with this key); `Location` names the list", body = StoredTaskList,
+         headers(
+            ("Location" = String, description = "/v1/task-lists/{id}"),
+            ("Idempotent-Replayed" = Option<String>, description = "`true` when the answer is the first create's with this key"),
+         )),
+        (status = 400, description = "Malformed JSON, or an `Idempotency-Key` that is not visible ASCII (`invalid_idempotency_key`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Rejected by the gate (`dag_invalid`, `synthesis_failure`), a malformed request, `invalid_idempotency_key` or `idempotency_key_reused`", body = GatingProblem, content_type = "application/problem+json"),
         (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_task_list(
     State(state): State<AppState>,
     caller: Caller,
-    StoredJson(request): StoredJson<CreateTaskListRequest>,
+    headers: HeaderMap,
+    StoredJsonAsSent(request, body): StoredJsonAsSent<CreateTaskListRequest>,
 ) -> Result<Response, ApiError> {
-    let list = state.service.create_task_list(&caller, request).await?;
+    let key = headers.get("idempotency-key").map(HeaderValue::as_bytes);
+    let created = state
+        .service
+        .create_task_list(&caller, request, key, &body)
+        .await?;
     let mut headers = HeaderMap::new();
-    if let Ok(location) = HeaderValue::from_str(&format!("/v1/task-lists/{}", list.id)) {
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/task-lists/{}", created.value.id)) {
         headers.insert(header::LOCATION, location);
     }
-    Ok((StatusCode::CREATED, headers, Json(list)).into_response())
+    if created.replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok((StatusCode::CREATED, headers, Json(created.value)).into_response())
 }
 
 /// The list as created, with current task statuses.

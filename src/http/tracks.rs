@@ -7,14 +7,16 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::Value;
+use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, StoredJson};
+use super::extract::{Json, Path, Query, StoredJson};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
-use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::tracks::{Precondition, TrackVersion};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -50,32 +52,54 @@ fn respond(status: StatusCode, track: &TrackVersion) -> Response {
     response
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ImportQuery {
+    /// The project the track belongs to. Required for a token limited to
+    /// projects when creating; a replace without it keeps the stored project.
+    #[param(value_type = Option<crate::domain::ids::Ident>, nullable = false)]
+    pub project_id: Option<String>,
+}
+
 /// Import (create or replace) a track's metadata; v1 documents are upgraded to v2.
 /// Re-importing re-opens a `blocked` or `complete` track.
+///
+/// A track belongs to the project named by `project_id` (or to none: then only
+/// unrestricted tokens may read or change it).
 #[utoipa::path(put, path = "/v1/tracks/{track_id}", tag = "tracks",
     params(
         ("track_id" = TrackId, Path, description = "Letters, digits, `.`, `_`, `-`"),
+        ImportQuery,
         ("If-Match" = Option<String>, Header, nullable = false, description = "Replace only this version (ETag)"),
     ),
     request_body(content = Object, description = "metadata.json v1 or v2"),
     responses(
         JsonBodyRejections,
+        ForbiddenProject,
         (status = 200, description = "Replaced", body = Metadata, headers(("ETag" = String))),
         (status = 201, description = "Created", body = Metadata, headers(("ETag" = String))),
-        (status = 400, description = "Invalid track id or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Invalid track id, malformed JSON or an unknown query parameter", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Not a usable metadata document", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Not a usable metadata document, or an invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn put_track(
     State(state): State<AppState>,
     caller: Caller,
     Path(raw_id): Path<String>,
+    Query(query): Query<ImportQuery>,
     headers: HeaderMap,
     StoredJson(document): StoredJson<Value>,
 ) -> Result<Response, ApiError> {
     let track = state
         .service
-        .import_track(&caller, &raw_id, document, precondition(&headers))
+        .import_track(
+            &caller,
+            &raw_id,
+            query.project_id.as_deref(),
+            document,
+            precondition(&headers),
+        )
         .await?;
     let status = if track.created {
         StatusCode::CREATED
@@ -89,6 +113,7 @@ async fn put_track(
 #[utoipa::path(get, path = "/v1/tracks/{track_id}", tag = "tracks",
     params(("track_id" = TrackId, Path, description = "The track")),
     responses(
+        ForbiddenProject,
         (status = 200, description = "The metadata", body = Metadata, headers(("ETag" = String))),
         (status = 400, description = "Invalid track id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
@@ -112,6 +137,7 @@ async fn get_track(
     request_body = StepStart,
     responses(
         JsonBodyRejections,
+        ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
         (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),
@@ -150,6 +176,7 @@ async fn start_step(
     request_body = Completion,
     responses(
         JsonBodyRejections,
+        ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
         (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),

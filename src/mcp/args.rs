@@ -82,6 +82,9 @@ pub struct CreateArgs {
     pub planner_output: Option<String>,
     /// Repository paths that already exist (they satisfy reads).
     pub existing_files: Option<Vec<String>>,
+    /// Repeat a call safely: the same key and arguments answer the first call's
+    /// list (or rejection) again, creating and counting nothing.
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -97,7 +97,9 @@ impl ToolName {
                  tasks[{id, task_id}]}: `id` is the server id that ready_tasks and \
                  set_task_status use. A rejection is a tool error `dag_invalid` or \
                  `synthesis_failure` with `errors`, `attempt`, `escalate` and `reprompt` (the \
-                 exact text to re-prompt the planner with)."
+                 exact text to re-prompt the planner with). With idempotency_key, a retry \
+                 with the same arguments answers the first call's answer again (with \
+                 replayed: true) and creates or counts nothing."
             }
             ToolName::ReadyTasks => {
                 "Tasks to dispatch now. Answers {wave, tasks[{id, task_id, assigned_persona, \
@@ -291,12 +293,43 @@ fn waves(list: &StoredTaskList) -> Vec<Vec<&str>> {
     by_wave.into_values().collect()
 }
 
+/// The `POST /v1/task-lists` body these arguments stand for (without the key).
+fn rest_body(args: &CreateArgs) -> Result<Vec<u8>, ServiceError> {
+    let mut body = serde_json::Map::new();
+    body.insert("project_id".into(), Value::from(args.project_id.as_str()));
+    body.insert("created_by".into(), Value::from(args.created_by.as_str()));
+    let optional = [
+        ("team_pk", args.team_pk.as_deref().map(Value::from)),
+        ("tasks", args.tasks.clone()),
+        (
+            "planner_output",
+            args.planner_output.as_deref().map(Value::from),
+        ),
+        (
+            "existing_files",
+            args.existing_files.clone().map(Value::from),
+        ),
+    ];
+    for (field, value) in optional {
+        if let Some(value) = value {
+            body.insert(field.into(), value);
+        }
+    }
+    serde_json::to_vec(&Value::Object(body)).map_err(invalid_arguments)
+}
+
 async fn create_task_list(
     service: &Service,
     caller: &Caller,
     args: CreateArgs,
 ) -> Result<Answer, ServiceError> {
-    let list = service
+    // With a key, the REST body, so a retry is compared (hashed) the same way
+    // whichever transport brought it; without one nothing reads it.
+    let body = match args.idempotency_key {
+        Some(_) => rest_body(&args)?,
+        None => Vec::new(),
+    };
+    let created = service
         .create_task_list(
             caller,
             CreateTaskListRequest {
@@ -306,19 +339,27 @@ async fn create_task_list(
                 tasks: task_list(args.tasks)?,
                 planner_output: args.planner_output,
                 existing_files: args.existing_files.unwrap_or_default(),
+                idempotency_key: args.idempotency_key,
             },
+            None,
+            &body,
         )
         .await?;
+    let list = created.value;
     let tasks: Vec<Value> = list
         .tasks
         .iter()
         .map(|task| json!({"id": task.id, "task_id": task.task_id}))
         .collect();
-    Ok(Answer::Json(json!({
+    let mut answer = json!({
         "task_list_id": list.id,
         "waves": waves(&list),
         "tasks": tasks,
-    })))
+    });
+    if created.replayed {
+        answer["replayed"] = Value::Bool(true);
+    }
+    Ok(Answer::Json(answer))
 }
 
 async fn ready_tasks(

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
+
 use super::error::{ErrorKind, ProblemCode, ServiceError};
+use crate::config::ApiToken;
 
 /// The projects the presented token may act on. Unrestricted when auth is off or
 /// the token has no limit. Cheap to clone.
@@ -12,19 +15,68 @@ use super::error::{ErrorKind, ProblemCode, ServiceError};
 pub struct Caller {
     /// `None`: every project. `Some`: only these (never empty).
     projects: Option<Arc<[String]>>,
+    /// Which token called (`None`: auth is off): idempotency keys are the token's
+    /// own (docs/api.md, "Idempotency").
+    token: Option<TokenFingerprint>,
+}
+
+/// A token's stable identity, shared by every replica: a truncated SHA-256 of the
+/// secret under a fixed label, so what is stored beside a key cannot be presented
+/// as a token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenFingerprint(Arc<str>);
+
+impl TokenFingerprint {
+    fn of(token: &ApiToken) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(b"plangate idempotency scope\0");
+        hasher.update(token.secret());
+        let digest = hasher.finalize();
+        let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+        TokenFingerprint(hex.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Never print even the fingerprint: logs need not carry it.
+impl std::fmt::Debug for TokenFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenFingerprint(<redacted>)")
+    }
 }
 
 impl Caller {
     /// A caller that may act on every project (auth off, or an unlimited token).
     pub fn unrestricted() -> Self {
-        Caller { projects: None }
+        Caller {
+            projects: None,
+            token: None,
+        }
     }
 
     /// A caller limited to `projects`.
     pub fn limited_to(projects: Arc<[String]>) -> Self {
         Caller {
             projects: Some(projects),
+            token: None,
         }
+    }
+
+    /// The caller that presented `token`: its projects, and its identity for
+    /// idempotency keys.
+    pub fn for_token(token: &ApiToken) -> Self {
+        Caller {
+            projects: token.projects().cloned(),
+            token: Some(TokenFingerprint::of(token)),
+        }
+    }
+
+    /// The presented token's identity; `None` when auth is off.
+    pub fn token(&self) -> Option<&TokenFingerprint> {
+        self.token.as_ref()
     }
 
     /// Whether the caller may act on `project_id`.
@@ -91,5 +143,19 @@ mod tests {
             some.allowed_projects(),
             Some(&["a".to_owned(), "b".to_owned()][..])
         );
+    }
+
+    #[test]
+    fn token_fingerprints_are_stable_distinct_and_not_the_token() {
+        let one = Caller::for_token(&ApiToken::limited("token-one-aaaaaaaaaa", &["a"]));
+        let again = Caller::for_token(&ApiToken::unrestricted("token-one-aaaaaaaaaa"));
+        let two = Caller::for_token(&ApiToken::unrestricted("token-two-aaaaaaaaaa"));
+        assert_eq!(one.token(), again.token());
+        assert_ne!(one.token(), two.token());
+        let print = one.token().unwrap().as_str();
+        assert_eq!(print.len(), 32);
+        assert!(!print.contains("token-one"));
+        assert!(Caller::unrestricted().token().is_none());
+        assert!(one.check_project("a").is_ok() && one.check_project("b").is_err());
     }
 }

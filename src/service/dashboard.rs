@@ -360,11 +360,14 @@ pub struct TrackSummary {
 pub const TRACK_LIMIT: u32 = 500;
 
 impl Service {
-    /// Tracks are not tied to a project in the API, so every viewer sees them.
-    pub async fn dashboard_tracks(&self) -> Result<Vec<TrackSummary>, DashboardError> {
+    /// The tracks of the viewer's projects (all, for an unrestricted viewer).
+    pub async fn dashboard_tracks(
+        &self,
+        caller: &Caller,
+    ) -> Result<Vec<TrackSummary>, DashboardError> {
         Ok(self
             .db
-            .track_rows(TRACK_LIMIT)
+            .track_rows(caller.allowed_projects(), TRACK_LIMIT)
             .await?
             .into_iter()
             .map(|row| TrackSummary {
@@ -384,12 +387,17 @@ pub struct TrackView {
 }
 
 impl Service {
-    pub async fn dashboard_track(&self, track_id: &str) -> Result<TrackView, DashboardError> {
+    pub async fn dashboard_track(
+        &self,
+        caller: &Caller,
+        track_id: &str,
+    ) -> Result<TrackView, DashboardError> {
         let stored = self
             .db
             .track(track_id)
             .await?
             .ok_or_else(|| not_found("track", track_id))?;
+        check(caller, stored.project_id.as_deref())?;
         Ok(TrackView {
             track_id: track_id.to_owned(),
             revision: stored.revision,

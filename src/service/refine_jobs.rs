@@ -12,8 +12,8 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal, idempotency_key,
-    input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
+    Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal,
+    idempotency_key, input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob};
@@ -211,9 +211,14 @@ impl Service {
             };
             caller.check_optional_project(run.project_id.as_deref())?;
         }
+        let project = valid.project_id.as_ref().map(Ident::as_str);
+        let key = valid
+            .idempotency_key
+            .as_deref()
+            .map(|key| ScopedKey::new(project, caller, key));
         // A retry of a create that went through replays it, limit or not.
-        let replay = match valid.idempotency_key.as_deref() {
-            Some(key) => self.db.refine_job_key_exists(key).await?,
+        let replay = match &key {
+            Some(key) => self.db.refine_job_key_exists(key.as_stored()).await?,
             None => false,
         };
         if !replay {
@@ -228,7 +233,7 @@ impl Service {
             executor: valid.executor.name().to_owned(),
             executor_kind: valid.executor.kind().to_owned(),
             request: valid.request.to_value(),
-            idempotency_key: valid.idempotency_key,
+            idempotency_key: key.map(ScopedKey::into_stored),
             request_hash: Some(valid.request_hash),
             max_attempts: self.settings.max_attempts,
             l0s: l0_rows(&valid.context, self.settings.l0_concurrency),

@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key, key_reused,
-    l0_rows, opt_str, parse_id, unknown_field,
+    Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key,
+    key_reused, l0_rows, opt_str, parse_id, unknown_field,
 };
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::refine_jobs::{Created, NewRefineJob};
@@ -183,11 +183,12 @@ impl Service {
         let project_id = Ident::parse_optional("project_id", opt_str(&body, "project_id")?)?;
         let team_pk = Ident::parse_optional("team_pk", opt_str(&body, "team_pk")?)?;
         caller.check_optional_project(project_id.as_ref().map(Ident::as_str))?;
-        let key = idempotency_key(key_header, opt_str(&body, "idempotency_key")?)?;
+        let key = idempotency_key(key_header, opt_str(&body, "idempotency_key")?)?
+            .map(|key| ScopedKey::new(project_id.as_ref().map(Ident::as_str), caller, &key));
         let budget = budget_fields(&body).map_err(invalid_plan)?;
         // A retry of a create that went through replays it, limit or not.
-        let replay = match key.as_deref() {
-            Some(key) => self.db.refine_run_key_exists(key).await?,
+        let replay = match &key {
+            Some(key) => self.db.refine_run_key_exists(key.as_stored()).await?,
             None => false,
         };
         if !replay {
@@ -246,7 +247,7 @@ impl Service {
             executor: executor.name(),
             project_id: project_id.as_ref().map(Ident::as_str),
             team_pk: team_pk.as_ref().map(Ident::as_str),
-            idempotency_key: key.as_deref(),
+            idempotency_key: key.as_ref().map(ScopedKey::as_stored),
             request_hash: &request_hash,
             jobs,
             budget,

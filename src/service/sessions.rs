@@ -58,13 +58,6 @@ fn token_matching<'a>(presented: &str, tokens: &'a [ApiToken]) -> Option<&'a Api
     matched
 }
 
-fn caller_of(token: &ApiToken) -> Caller {
-    match token.projects() {
-        None => Caller::unrestricted(),
-        Some(projects) => Caller::limited_to(projects.clone()),
-    }
-}
-
 /// A cookie value: 64 hex digits from two v4 UUIDs (122 random bits each, from
 /// the operating system's generator).
 fn random_id() -> String {
@@ -117,7 +110,7 @@ impl Service {
             .api_tokens
             .iter()
             .find(|token| token_digest(token) == digest)
-            .map(caller_of))
+            .map(Caller::for_token))
     }
 
     /// End the session (idempotent: an unknown one is already ended).

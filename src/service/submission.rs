@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{ErrorKind, ProblemCode, Service, ServiceError};
+use super::caller::TokenFingerprint;
+use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 use crate::agents::Executor;
 use crate::domain::ids::Ident;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
@@ -191,6 +192,35 @@ pub(super) fn idempotency_key(
             ))
         }
         other => Ok(other.map(str::to_owned)),
+    }
+}
+
+/// An idempotency key in its scope (docs/api.md, "Idempotency"): the project the
+/// create names (or none), the token that sent it (or none, when auth is off) and
+/// the key as sent. Stored as one JSON array (`["proj-a","<token>","key"]`) in the
+/// `idempotency_key` columns, so their unique constraints decide per scope: one
+/// project or token can neither replay nor block another's creates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopedKey(String);
+
+impl ScopedKey {
+    pub fn new(project_id: Option<&str>, caller: &Caller, key: &str) -> Self {
+        let part = |p: Option<&str>| p.map_or(Value::Null, Value::from);
+        let scope = Value::Array(vec![
+            part(project_id),
+            part(caller.token().map(TokenFingerprint::as_str)),
+            Value::from(key),
+        ]);
+        ScopedKey(scope.to_string())
+    }
+
+    /// The text stored in an `idempotency_key` column.
+    pub fn as_stored(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_stored(self) -> String {
+        self.0
     }
 }
 

@@ -6,8 +6,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::submission::{Accepted, ScopedKey, idempotency_key, key_reused};
 use super::{Caller, ProblemCode, Service, ServiceError};
-use crate::db::task_lists::{NewTaskList, TaskChange, TransitionOutcome, dispatch_view};
+use crate::db::task_lists::{
+    Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey, TaskChange, TaskListKey,
+    TransitionOutcome, dispatch_view,
+};
 use crate::domain::dispatch::{
     self, AbandonCategory, GraphFormat, GraphNode, ReadyMode, TaskStatus, render_graph,
 };
@@ -153,6 +157,9 @@ pub struct CreateTaskListRequest {
     pub planner_output: Option<String>,
     #[serde(default)]
     pub existing_files: Vec<String>,
+    /// Same as the `Idempotency-Key` header: a retry with the same key and body
+    /// answers the first create's answer again (docs/api.md, "Idempotency").
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -261,6 +268,19 @@ fn source(
     }
 }
 
+/// The idempotency hash of a create: the body as sent, without its
+/// `idempotency_key`, keys sorted (a retry that reorders members is the same body).
+fn sent_body_hash(body: &[u8]) -> String {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(map)) => super::submission::body_hash(&map),
+        Ok(other) => super::submission::canonical_hash(&other),
+        // Not reached: the transports parse the body before the use case runs.
+        Err(_) => super::submission::canonical_hash(&serde_json::Value::from(
+            String::from_utf8_lossy(body).into_owned(),
+        )),
+    }
+}
+
 fn count_outcome(outcome: Outcome, errors: &[Violation], route: &'static str) {
     let outcome = match outcome {
         Outcome::Valid => "valid",
@@ -327,35 +347,103 @@ impl Service {
 
     /// Gate a task list and, if it passes, store it all or nothing. A rejection is
     /// counted per `(project_id, team_pk)` and answered with the retry verdict.
+    ///
+    /// With an idempotency key (`key_header`, raw, or the body's field) the create
+    /// is safe to retry: a retry with the same body answers what the first create
+    /// answered — the same list (`replayed`), or the same rejection with the same
+    /// retry count (a replay counts nothing and resets nothing) — and another body
+    /// is `idempotency_key_reused`. `body` is the request as sent, hashed only when
+    /// a key came with it.
     pub async fn create_task_list(
         &self,
         caller: &Caller,
         request: CreateTaskListRequest,
-    ) -> Result<StoredTaskList, ServiceError> {
+        key_header: Option<&[u8]>,
+        body: &[u8],
+    ) -> Result<Accepted<StoredTaskList>, ServiceError> {
         let project_id = Ident::parse("project_id", &request.project_id)?;
         // Before the gate: a refused caller must not move the project's retry count.
         caller.check_project(project_id.as_str())?;
         let team_pk = Ident::parse_optional("team_pk", request.team_pk.as_deref())?;
         let created_by = Ident::parse("created_by", &request.created_by)?;
+        let key = idempotency_key(key_header, request.idempotency_key.as_deref())?
+            .map(|key| ScopedKey::new(Some(project_id.as_str()), caller, &key));
+        let request_hash = key.as_ref().map(|_| sent_body_hash(body));
+        let keyed = key
+            .as_ref()
+            .zip(request_hash.as_deref())
+            .map(|(key, request_hash)| TaskListKey {
+                key: key.as_stored(),
+                request_hash,
+            });
+        let first = match keyed {
+            Some(keyed) => self.db.task_list_key(keyed.key).await?,
+            None => None,
+        };
         let source = source(request.tasks, &request.planner_output)?;
         let validation = gating::validate(source, &request.existing_files);
+        if let Some(first) = first {
+            return self
+                .replay_task_list(caller, first, request_hash.as_deref(), &validation)
+                .await;
+        }
         count_outcome(validation.outcome, &validation.errors, "create");
 
         let team = team_pk.as_ref().map(Ident::as_str);
         if !validation.is_valid() {
-            let rejections = self.db.record_rejection(project_id.as_str(), team).await?;
-            return Err(rejection(&validation, rejections));
+            return match self
+                .db
+                .record_rejection(project_id.as_str(), team, keyed)
+                .await?
+            {
+                Keyed::Done(rejections) => Err(rejection(&validation, rejections)),
+                Keyed::Taken(first) => {
+                    self.replay_task_list(caller, first, request_hash.as_deref(), &validation)
+                        .await
+                }
+            };
         }
-        Ok(self
-            .db
-            .create_task_list(NewTaskList {
-                project_id: project_id.as_str(),
-                team_pk: team,
-                created_by: created_by.as_str(),
-                tasks: &validation.tasks,
-            })
-            .await?
-            .into())
+        let new = NewTaskList {
+            project_id: project_id.as_str(),
+            team_pk: team,
+            created_by: created_by.as_str(),
+            tasks: &validation.tasks,
+        };
+        match self.db.create_task_list(new, keyed).await? {
+            Keyed::Done(list) => Ok(Accepted {
+                value: list.into(),
+                replayed: false,
+            }),
+            Keyed::Taken(first) => {
+                self.replay_task_list(caller, first, request_hash.as_deref(), &validation)
+                    .await
+            }
+        }
+    }
+
+    /// The answer of a create whose key was taken first: that create's answer again
+    /// (its list, or its rejection with the retry count it showed: `validation` is
+    /// this body's, which is that body, as the hashes match), or
+    /// `idempotency_key_reused` for another body.
+    async fn replay_task_list(
+        &self,
+        caller: &Caller,
+        first: StoredTaskListKey,
+        request_hash: Option<&str>,
+        validation: &Validation,
+    ) -> Result<Accepted<StoredTaskList>, ServiceError> {
+        if request_hash != Some(first.request_hash.as_str()) {
+            return Err(key_reused());
+        }
+        match first.outcome {
+            KeyedOutcome::Accepted(id) => Ok(Accepted {
+                value: self.load_list(caller, id).await?.into(),
+                replayed: true,
+            }),
+            KeyedOutcome::Rejected(rejections) => {
+                Err(rejection(validation, rejections).with("replayed", true))
+            }
+        }
     }
 
     /// The list as created, with current task statuses.

@@ -10,6 +10,7 @@ use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 use crate::db::DbError;
 use crate::db::task_lists::now;
 use crate::db::tracks::{StoredTrack, WriteOutcome};
+use crate::domain::ids::Ident;
 use crate::domain::track_state::{
     self, Completion, Metadata, Step, TrackError, TrackErrorCode, TrackId, TransitionCode,
     TransitionError,
@@ -99,51 +100,93 @@ fn encode(metadata: &Metadata) -> Result<Value, ServiceError> {
 impl Service {
     /// Import (create or replace) a track's metadata; v1 documents are upgraded to
     /// v2. Re-importing re-opens a `blocked` or `complete` track.
+    ///
+    /// `project_id` (raw, as the transport received it) sets the track's project;
+    /// a replace without one keeps the stored project. A limited caller must name
+    /// one of its projects to create, and may replace only its projects' tracks
+    /// (docs/api.md, "Tracks").
     pub async fn import_track(
         &self,
-        _caller: &Caller,
+        caller: &Caller,
         raw_id: &str,
+        project_id: Option<&str>,
         document: Value,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
         let id = track_id(raw_id)?;
-        let metadata = track_state::import_for_track(&id, document, now()).map_err(track_error)?;
-        let expected = match precondition {
-            Precondition::None => None,
-            Precondition::Revision(revision) => Some(Some(revision)),
-            // Replace only a track that exists, whatever its version: pin the one
-            // stored now.
-            Precondition::Exists => match self.db.track(id.as_str()).await? {
-                Some(track) => Some(Some(track.revision)),
-                None => return Err(precondition_failed(None)),
-            },
-        };
-        match self
-            .db
-            .put_track(id.as_str(), &encode(&metadata)?, expected)
-            .await?
-        {
-            WriteOutcome::Written { revision, created } => Ok(TrackVersion {
-                metadata,
-                revision,
-                created,
-            }),
-            WriteOutcome::Stale { current } => Err(precondition_failed(current)),
+        let named = Ident::parse_optional("project_id", project_id)?;
+        let named = named.as_ref().map(Ident::as_str);
+        // Naming a project the caller may not act on is refused before anything else.
+        if let Some(project) = named {
+            caller.check_project(project)?;
         }
+        let metadata = track_state::import_for_track(&id, document, now()).map_err(track_error)?;
+        let document = encode(&metadata)?;
+        let pinned = match precondition {
+            Precondition::Revision(revision) => Some(revision),
+            Precondition::None | Precondition::Exists => None,
+        };
+        for _ in 0..MAX_WRITE_RETRIES {
+            let Some(track) = self.db.track(id.as_str()).await? else {
+                if precondition != Precondition::None {
+                    return Err(precondition_failed(None));
+                }
+                caller.check_optional_project(named)?;
+                if self.db.insert_track(id.as_str(), &document, named).await? {
+                    return Ok(TrackVersion {
+                        metadata,
+                        revision: 1,
+                        created: true,
+                    });
+                }
+                // Created meanwhile by another import: replace it, if ours to.
+                continue;
+            };
+            caller.check_optional_project(track.project_id.as_deref())?;
+            let project = named.or(track.project_id.as_deref());
+            caller.check_optional_project(project)?;
+            if let Some(expected) = pinned
+                && expected != track.revision
+            {
+                return Err(precondition_failed(Some(track.revision)));
+            }
+            match self
+                .db
+                .update_track(id.as_str(), &document, track.revision, project)
+                .await?
+            {
+                WriteOutcome::Written { revision, .. } => {
+                    return Ok(TrackVersion {
+                        metadata,
+                        revision,
+                        created: false,
+                    });
+                }
+                WriteOutcome::Stale { current } if pinned.is_some() => {
+                    return Err(precondition_failed(current));
+                }
+                WriteOutcome::Stale { .. } => continue,
+            }
+        }
+        Err(write_contention())
     }
 
-    /// A track's metadata v2 with its revision.
-    pub async fn track(
-        &self,
-        _caller: &Caller,
-        raw_id: &str,
-    ) -> Result<TrackVersion, ServiceError> {
-        let id = track_id(raw_id)?;
+    /// The stored track, if the caller may see its project (a track without one:
+    /// unrestricted callers only).
+    async fn load_track(&self, caller: &Caller, id: &TrackId) -> Result<StoredTrack, ServiceError> {
         let track = self
             .db
             .track(id.as_str())
             .await?
             .ok_or_else(|| ServiceError::not_found("track", id.as_str()))?;
+        caller.check_optional_project(track.project_id.as_deref())?;
+        Ok(track)
+    }
+
+    /// A track's metadata v2 with its revision.
+    pub async fn track(&self, caller: &Caller, raw_id: &str) -> Result<TrackVersion, ServiceError> {
+        let id = track_id(raw_id)?;
+        let track = self.load_track(caller, &id).await?;
         Ok(TrackVersion {
             metadata: decode(&track)?,
             revision: track.revision,
@@ -154,13 +197,13 @@ impl Service {
     /// Start the current step (sets it `IN_PROGRESS` with the agent).
     pub async fn start_step(
         &self,
-        _caller: &Caller,
+        caller: &Caller,
         raw_id: &str,
         raw_step: &str,
         agent: &str,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
-        self.apply_step(raw_id, raw_step, precondition, |meta, step| {
+        self.apply_step(caller, raw_id, raw_step, precondition, |meta, step| {
             track_state::start_step(meta, step, agent, now())
         })
         .await
@@ -169,13 +212,13 @@ impl Service {
     /// Complete the current step with PASSED, FAILED or BLOCKED; the loop advances.
     pub async fn complete_step(
         &self,
-        _caller: &Caller,
+        caller: &Caller,
         raw_id: &str,
         raw_step: &str,
         completion: &Completion,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
-        self.apply_step(raw_id, raw_step, precondition, |meta, step| {
+        self.apply_step(caller, raw_id, raw_step, precondition, |meta, step| {
             track_state::complete_step(meta, step, completion, now())
         })
         .await
@@ -185,6 +228,7 @@ impl Service {
     /// another writer got in between (unless the caller pinned a revision).
     async fn apply_step(
         &self,
+        caller: &Caller,
         raw_id: &str,
         raw_step: &str,
         precondition: Precondition,
@@ -196,11 +240,7 @@ impl Service {
             Precondition::None | Precondition::Exists => None,
         };
         for _ in 0..MAX_WRITE_RETRIES {
-            let track = self
-                .db
-                .track(id.as_str())
-                .await?
-                .ok_or_else(|| ServiceError::not_found("track", id.as_str()))?;
+            let track = self.load_track(caller, &id).await?;
             if let Some(expected) = pinned
                 && expected != track.revision
             {
@@ -212,7 +252,12 @@ impl Service {
             let next = transition(&current, step).map_err(transition_error)?;
             match self
                 .db
-                .update_track(id.as_str(), &encode(&next)?, track.revision)
+                .update_track(
+                    id.as_str(),
+                    &encode(&next)?,
+                    track.revision,
+                    track.project_id.as_deref(),
+                )
                 .await?
             {
                 WriteOutcome::Written { revision, .. } => {
@@ -228,9 +273,13 @@ impl Service {
                 WriteOutcome::Stale { .. } => continue,
             }
         }
-        Err(ServiceError::conflict(
-            ProblemCode::WriteContention,
-            "the track changed under every retry; try again",
-        ))
+        Err(write_contention())
     }
+}
+
+fn write_contention() -> ServiceError {
+    ServiceError::conflict(
+        ProblemCode::WriteContention,
+        "the track changed under every retry; try again",
+    )
 }

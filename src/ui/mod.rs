@@ -371,18 +371,26 @@ async fn run(
     ))
 }
 
-async fn tracks(State(state): State<AppState>) -> Page {
-    let tracks = state.service.dashboard_tracks().await.map_err(failure)?;
+async fn tracks(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Page {
+    let tracks = state
+        .service
+        .dashboard_tracks(&caller)
+        .await
+        .map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
         pages::tracks::tracks_page(&tracks, chrome(&state)),
     ))
 }
 
-async fn track(State(state): State<AppState>, Path(track_id): Path<String>) -> Page {
+async fn track(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(track_id): Path<String>,
+) -> Page {
     let view = state
         .service
-        .dashboard_track(&track_id)
+        .dashboard_track(&caller, &track_id)
         .await
         .map_err(failure)?;
     Ok(respond(

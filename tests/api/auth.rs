@@ -220,7 +220,24 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
     let track = json!({"track_id": "t_1", "type": "feature", "status": "new",
                        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z",
                        "description": "d"});
-    let put = send(&app, LIMITED, Method::PUT, "/v1/tracks/t_1", Some(track)).await;
+    // A track is a project's (tests/api/tracks.rs): a limited token names one of its own.
+    let loose = send(
+        &app,
+        LIMITED,
+        Method::PUT,
+        "/v1/tracks/t_1",
+        Some(track.clone()),
+    )
+    .await;
+    forbidden(loose).await;
+    let put = send(
+        &app,
+        LIMITED,
+        Method::PUT,
+        "/v1/tracks/t_1?project_id=proj-a",
+        Some(track),
+    )
+    .await;
     assert_eq!(put.status(), 201);
     let wrong = send(
         &app,
@@ -244,10 +261,9 @@ fn the_openapi_document_lists_403_where_a_project_is_named() {
     for (path, item) in paths {
         let names_project = path.starts_with("/v1/projects/")
             || path.starts_with("/v1/tasks/")
+            || path.starts_with("/v1/tracks/")
             || (path.starts_with("/v1/task-lists") && path != "/v1/task-lists/validate");
-        let names_none = path == "/v1/task-lists/validate"
-            || path.starts_with("/v1/loop-plans/")
-            || path.starts_with("/v1/tracks/");
+        let names_none = path == "/v1/task-lists/validate" || path.starts_with("/v1/loop-plans/");
         for (method, operation) in item.as_object().unwrap() {
             if !["get", "put", "post", "patch", "delete"].contains(&method.as_str()) {
                 continue;

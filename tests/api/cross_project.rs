@@ -24,10 +24,6 @@ const PROJECTLESS: &[&str] = &[
     "POST /v1/task-lists/validate",
     "POST /v1/loop-plans/generate",
     "POST /v1/loop-plans/parse",
-    "GET /v1/tracks/{track_id}",
-    "PUT /v1/tracks/{track_id}",
-    "POST /v1/tracks/{track_id}/steps/{step}/start",
-    "POST /v1/tracks/{track_id}/steps/{step}/complete",
     // Filtered to the caller's projects rather than refused (checked below).
     "GET /v1/refine-jobs",
 ];
@@ -115,10 +111,13 @@ fn run(project: Option<&str>) -> Value {
 /// `METHOD /path/{param}` of a concrete request, for matching the OpenAPI document.
 fn route_of(method: &Method, path: &str) -> String {
     let path = path.split('?').next().unwrap_or(path);
+    let tracks = path.starts_with("/v1/tracks/");
     let templated: Vec<&str> = path
         .split('/')
         .enumerate()
         .map(|(i, segment)| match (i, segment) {
+            (3, _) if tracks => "{track_id}",
+            (5, _) if tracks => "{step}",
             (3, "proj-b") => "{project_id}",
             (3, s) if uuid::Uuid::parse_str(s).is_ok() => "{id}",
             _ => segment,
@@ -205,6 +204,24 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
     )
     .await;
     let loose_job = loose_job["id"].as_str().unwrap().to_owned();
+    // Tracks: one of proj-b, one of no project.
+    let track = |id: &str| {
+        json!({"track_id": id, "type": "feature", "status": "new",
+               "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
+    };
+    for (id, query) in [("track-b", "?project_id=proj-b"), ("track-loose", "")] {
+        created(
+            send(
+                &app,
+                ADMIN,
+                Method::PUT,
+                &format!("/v1/tracks/{id}{query}"),
+                Some(&track(id)),
+            )
+            .await,
+        )
+        .await;
+    }
 
     let status = json!({"status": "failed"});
     let new_team = json!({"team_pk": "cycle-2"});
@@ -248,6 +265,17 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
             Some(run(Some("proj-b"))),
         ),
         (Method::POST, "/v1/refine-runs".into(), Some(run(None))),
+        // A new track in another project, or in none.
+        (
+            Method::PUT,
+            "/v1/tracks/track-new?project_id=proj-b".into(),
+            Some(track("track-new")),
+        ),
+        (
+            Method::PUT,
+            "/v1/tracks/track-new".into(),
+            Some(track("track-new")),
+        ),
     ]
     .into_iter()
     .chain([&other_job, &loose_job].into_iter().flat_map(|id| {
@@ -261,6 +289,28 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
             ),
             (Method::GET, format!("/v1/refine-jobs/{id}/events"), None),
             (Method::POST, format!("/v1/refine-jobs/{id}/cancel"), None),
+        ]
+    }))
+    .chain(["track-b", "track-loose"].into_iter().flat_map(|id| {
+        [
+            (Method::GET, format!("/v1/tracks/{id}"), None),
+            // Replacing it, naming the caller's own project or none.
+            (
+                Method::PUT,
+                format!("/v1/tracks/{id}?project_id=proj-a"),
+                Some(track(id)),
+            ),
+            (Method::PUT, format!("/v1/tracks/{id}"), Some(track(id))),
+            (
+                Method::POST,
+                format!("/v1/tracks/{id}/steps/PLAN/start"),
+                Some(json!({"agent": "a"})),
+            ),
+            (
+                Method::POST,
+                format!("/v1/tracks/{id}/steps/PLAN/complete"),
+                Some(json!({"outcome": "PASSED"})),
+            ),
         ]
     }))
     .chain([&other_run, &loose_run].into_iter().flat_map(|id| {

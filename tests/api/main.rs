@@ -23,6 +23,7 @@ mod refine_cli;
 mod refine_crash;
 mod refine_jobs;
 mod refine_runs;
+mod scoping;
 mod shutdown;
 mod storable_strings;
 mod task_files;

@@ -414,7 +414,73 @@ macro_rules! on_both {
     )+};
 }
 
+/// Tracks belong to projects on MCP as on REST (docs/mcp.md).
+async fn limited_tokens_step_only_their_tracks(app: TestApp) {
+    for (id, project) in [("mcp-a", "proj-a"), ("mcp-b", "proj-b")] {
+        let doc = json!({"track_id": id, "type": "feature", "status": "new",
+                         "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"});
+        let response = app
+            .client
+            .put(app.url(&format!("/v1/tracks/{id}?project_id={project}")))
+            .bearer_auth(ADMIN)
+            .json(&doc)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 201);
+    }
+    let start =
+        |id: &str| json!({"track_id": id, "step": "PLAN", "action": "start", "agent": "a1"});
+    let (error, refused) = call_tool(&app, "/mcp", LIMITED, "track_step", start("mcp-b")).await;
+    assert!(error, "{refused}");
+    assert_eq!(refused["code"], "forbidden_project", "{refused}");
+    let (error, own) = call_tool(&app, "/mcp", LIMITED, "track_step", start("mcp-a")).await;
+    assert!(!error, "{own}");
+    assert_eq!(own["step_status"], "IN_PROGRESS", "{own}");
+    // The refused step changed nothing.
+    let (error, other) = call_tool(&app, "/mcp", ADMIN, "track_step", start("mcp-b")).await;
+    assert!(!error, "{other}");
+    assert_eq!(other["revision"], 2, "{other}");
+    app.shutdown().await;
+}
+
+/// `create_task_list` with `idempotency_key`: a repeated call answers the first
+/// list (with `replayed: true`) and stores nothing more; the key is the token's.
+async fn create_task_list_replays_by_key(app: TestApp) {
+    let args = json!({"project_id": "proj-a", "created_by": "pm", "tasks": two_tasks(),
+                      "idempotency_key": "mcp-key-1"});
+    let (error, first) = call_tool(&app, "/mcp", LIMITED, "create_task_list", args.clone()).await;
+    assert!(!error, "{first}");
+    assert!(first.get("replayed").is_none(), "{first}");
+    let (error, again) = call_tool(&app, "/mcp", LIMITED, "create_task_list", args.clone()).await;
+    assert!(!error, "{again}");
+    assert_eq!(again["task_list_id"], first["task_list_id"], "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+    let (_, status) = call_tool(
+        &app,
+        "/mcp",
+        LIMITED,
+        "project_status",
+        json!({"project_id": "proj-a"}),
+    )
+    .await;
+    assert_eq!(status["counts"]["pending"], 2, "{status}");
+    // The same key and arguments from another token are that token's own create.
+    let (error, admins) = call_tool(&app, "/mcp", ADMIN, "create_task_list", args.clone()).await;
+    assert!(!error, "{admins}");
+    assert_ne!(admins["task_list_id"], first["task_list_id"], "{admins}");
+    // Other arguments with the key: refused, naming the code.
+    let mut other = args;
+    other["created_by"] = json!("someone-else");
+    let (error, reused) = call_tool(&app, "/mcp", LIMITED, "create_task_list", other).await;
+    assert!(error, "{reused}");
+    assert_eq!(reused["code"], "idempotency_key_reused", "{reused}");
+    app.shutdown().await;
+}
+
 on_both! {
+    limited_tokens_step_only_their_tracks => spawn,
+    create_task_list_replays_by_key => spawn,
     tokens_are_checked_as_on_v1 => spawn,
     limited_tokens_stay_in_their_projects => spawn,
     the_read_only_surface_changes_nothing => spawn,

@@ -791,9 +791,10 @@ async fn idempotent_create(app: TestApp) {
     assert_eq!(response.status().as_u16(), 202);
     assert_eq!(json_of(response).await["id"], first["id"]);
 
-    // Same key, another body.
+    // Same key, another body. (Another project would be another scope, where the
+    // key is free: tests/api/scoping.rs.)
     let mut other = body.clone();
-    other["project_id"] = json!("proj-8");
+    other["task_text"] = json!("another task");
     let response = post(other, "run-key-1").await;
     expect_problem(response, 422, "idempotency_key_reused").await;
 

@@ -1,7 +1,8 @@
 //! Track loop state over HTTP on both databases: v1 import, the seed's transitions,
 //! bounds, illegal steps, and optimistic concurrency with ETag / If-Match.
 
-use crate::common::{TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem};
+use plangate::config::ApiToken;
 use serde_json::{Value, json};
 
 const TRACK: &str = "auth-cache_20261130";
@@ -315,7 +316,179 @@ async fn stale_if_match_is_412_and_no_write_is_lost(app: TestApp) {
     app.shutdown().await;
 }
 
+const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
+/// May act on `proj-a` only.
+const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
+/// May act on `proj-b` only.
+const TOKEN_B: &str = "token-b-cccccccccccccccc";
+
+async fn spawn_with_tokens(backend: Backend) -> TestApp {
+    crate::common::spawn_app_with(backend, |s| {
+        s.api_tokens = vec![
+            ApiToken::unrestricted(ADMIN),
+            ApiToken::limited(TOKEN_A, &["proj-a"]),
+            ApiToken::limited(TOKEN_B, &["proj-b"]),
+        ];
+    })
+    .await
+}
+
+fn v1_of(id: &str) -> Value {
+    let mut doc = v1();
+    doc["track_id"] = json!(id);
+    doc
+}
+
+/// `PUT /v1/tracks/{id}[?project_id=…]` with a token.
+async fn import_as(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    project: Option<&str>,
+) -> reqwest::Response {
+    let query = project.map_or_else(String::new, |p| format!("?project_id={p}"));
+    app.client
+        .put(app.url(&format!("/v1/tracks/{id}{query}")))
+        .bearer_auth(token)
+        .json(&v1_of(id))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn get_as(app: &TestApp, token: &str, id: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(&format!("/v1/tracks/{id}")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn start_as(app: &TestApp, token: &str, id: &str) -> reqwest::Response {
+    app.client
+        .post(app.url(&format!("/v1/tracks/{id}/steps/PLAN/start")))
+        .bearer_auth(token)
+        .json(&json!({"agent": "agent-1"}))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn tracks_belong_to_projects(backend: Backend) {
+    let app = spawn_with_tokens(backend).await;
+    // Each token works on its own project's tracks.
+    assert_eq!(
+        import_as(&app, TOKEN_A, "track-a", Some("proj-a"))
+            .await
+            .status(),
+        201
+    );
+    assert_eq!(get_as(&app, TOKEN_A, "track-a").await.status(), 200);
+    assert_eq!(start_as(&app, TOKEN_A, "track-a").await.status(), 200);
+    // A replace without project_id keeps the track's project.
+    assert_eq!(
+        import_as(&app, TOKEN_A, "track-a", None).await.status(),
+        200
+    );
+    assert_eq!(
+        import_as(&app, ADMIN, "track-b", Some("proj-b"))
+            .await
+            .status(),
+        201
+    );
+    assert_eq!(
+        import_as(&app, ADMIN, "track-none", None).await.status(),
+        201
+    );
+
+    // Another project's track, and one of no project, are refused whole: read,
+    // step, replace, or take over; and a limited token cannot make a track of no
+    // project, or move its own track out of its projects.
+    let before = crate::common::snapshot_tables(&app).await;
+    for id in ["track-b", "track-none"] {
+        expect_problem(get_as(&app, TOKEN_A, id).await, 403, "forbidden_project").await;
+        expect_problem(start_as(&app, TOKEN_A, id).await, 403, "forbidden_project").await;
+        let complete = app
+            .client
+            .post(app.url(&format!("/v1/tracks/{id}/steps/PLAN/complete")))
+            .bearer_auth(TOKEN_A)
+            .json(&json!({"outcome": "PASSED"}))
+            .send()
+            .await
+            .unwrap();
+        expect_problem(complete, 403, "forbidden_project").await;
+        for project in [None, Some("proj-a")] {
+            let replace = import_as(&app, TOKEN_A, id, project).await;
+            expect_problem(replace, 403, "forbidden_project").await;
+        }
+    }
+    let loose = import_as(&app, TOKEN_A, "track-new", None).await;
+    let problem = expect_problem(loose, 403, "forbidden_project").await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("project_id"),
+        "{problem}"
+    );
+    let moved = import_as(&app, TOKEN_A, "track-a", Some("proj-b")).await;
+    expect_problem(moved, 403, "forbidden_project").await;
+    assert_eq!(
+        crate::common::snapshot_tables(&app).await,
+        before,
+        "a refused call wrote"
+    );
+    expect_problem(get_as(&app, ADMIN, "track-new").await, 404, "not_found").await;
+
+    // A project id that is not one is a 422 naming the field.
+    let blank = import_as(&app, ADMIN, "track-x", Some("")).await;
+    let problem = expect_problem(blank, 422, "invalid_field").await;
+    assert_eq!(problem["field"], "project_id", "{problem}");
+
+    // An unrestricted token may move a track; then its new project's token owns it.
+    assert_eq!(
+        import_as(&app, ADMIN, "track-none", Some("proj-a"))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(start_as(&app, TOKEN_A, "track-none").await.status(), 200);
+    expect_problem(
+        get_as(&app, TOKEN_B, "track-none").await,
+        403,
+        "forbidden_project",
+    )
+    .await;
+    app.shutdown().await;
+}
+
+/// Two projects' tokens import one new track id at once: one creates it, in its
+/// project; the other may not replace it.
+async fn racing_imports_keep_the_creators_project(backend: Backend) {
+    let app = spawn_with_tokens(backend).await;
+    for round in 0..5 {
+        let id = format!("raced-{round}");
+        let (a, b) = tokio::join!(
+            import_as(&app, TOKEN_A, &id, Some("proj-a")),
+            import_as(&app, TOKEN_B, &id, Some("proj-b")),
+        );
+        let mut statuses = [a.status().as_u16(), b.status().as_u16()];
+        statuses.sort();
+        assert_eq!(statuses, [201, 403], "{id}");
+        let (winner, loser) = if a.status() == 201 {
+            (TOKEN_A, TOKEN_B)
+        } else {
+            (TOKEN_B, TOKEN_A)
+        };
+        assert_eq!(get_as(&app, winner, &id).await.status(), 200);
+        let etag = get_as(&app, ADMIN, &id).await.headers()["etag"].clone();
+        assert_eq!(etag, "\"1\"", "{id}: the loser wrote nothing");
+        expect_problem(get_as(&app, loser, &id).await, 403, "forbidden_project").await;
+    }
+    app.shutdown().await;
+}
+
 both_backends!(
+    tracks_belong_to_projects,
+    racing_imports_keep_the_creators_project,
     v1_import_upgrades_and_keeps_fields,
     plan_passed_moves_to_evaluate_plan,
     plan_revisions_are_bounded,
