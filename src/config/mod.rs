@@ -17,10 +17,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::domain::gating::DEFAULT_MAX_ERRORS;
 use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
 use crate::domain::usage::Prices;
 
-pub use crate::db::DatabaseKind;
+pub use crate::db::{DatabaseKind, SqliteSync};
 pub use cli::*;
 pub use file::*;
 use tokens::parse_tokens;
@@ -45,6 +46,12 @@ pub struct Settings {
     pub retention: Duration,
     pub request_timeout: Duration,
     pub body_limit: usize,
+    /// Errors (and warnings) a gating answer lists; the counts cover all.
+    pub max_gating_errors: usize,
+    /// Bytes of large gating bodies in memory at once (`http::gating_budget`).
+    pub gating_budget_bytes: u64,
+    /// When an SQLite commit waits for the disk (docs/configuration.md).
+    pub sqlite_synchronous: SqliteSync,
     /// Concurrent L0s per job, `1..=MAX_PARALLEL`.
     pub l0_concurrency: usize,
     /// The L0 prompt template text (the shipped one unless configured).
@@ -86,6 +93,10 @@ pub(super) fn parse_bind(text: Option<String>) -> Result<SocketAddr, ConfigError
         )
     })
 }
+
+/// Bytes of large task-list bodies gated at once: four lists at the default body
+/// limit (docs/configuration.md).
+pub const DEFAULT_GATING_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Where the server listens unless told otherwise.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
@@ -198,6 +209,39 @@ impl Settings {
                 "must be at least 1024",
             ));
         }
+        let max_gating_errors = positive(
+            "PLANGATE_MAX_GATING_ERRORS",
+            args.max_gating_errors
+                .or(file.max_gating_errors)
+                .map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
+            DEFAULT_MAX_ERRORS as u64,
+        )?;
+        let gating_budget_bytes = args
+            .gating_budget_bytes
+            .or(file.gating_budget_bytes)
+            .unwrap_or(DEFAULT_GATING_BUDGET_BYTES);
+        if gating_budget_bytes < 1024 {
+            return Err(invalid(
+                "PLANGATE_GATING_BUDGET_BYTES",
+                "must be at least 1024",
+            ));
+        }
+        let sqlite_synchronous = match args
+            .sqlite_synchronous
+            .as_deref()
+            .or(file.sqlite_synchronous.as_deref())
+        {
+            None => SqliteSync::default(),
+            Some(text) => SqliteSync::parse(text).ok_or_else(|| {
+                invalid(
+                    "PLANGATE_SQLITE_SYNCHRONOUS",
+                    format!(
+                        "must be one of {} (got {text:?})",
+                        SqliteSync::NAMES.join(", ")
+                    ),
+                )
+            })?,
+        };
 
         let l0_concurrency = args
             .l0_concurrency
@@ -277,6 +321,9 @@ impl Settings {
             retention: Duration::from_secs(retention_days.saturating_mul(86_400)),
             request_timeout: Duration::from_secs(request_timeout),
             body_limit,
+            sqlite_synchronous,
+            gating_budget_bytes,
+            max_gating_errors: usize::try_from(max_gating_errors).unwrap_or(usize::MAX),
             l0_concurrency,
             prompt_template,
             default_executor,

@@ -18,6 +18,7 @@ pub mod tracks;
 pub mod usage;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::job::JobStatus;
@@ -101,7 +102,66 @@ impl DatabaseKind {
 #[derive(Clone, Debug)]
 pub enum Database {
     Postgres(PgPool),
-    Sqlite(SqlitePool),
+    Sqlite(SqliteDb),
+}
+
+/// An SQLite pool and its writers' queue.
+///
+/// SQLite has one write lock per file, and a connection that finds it taken polls
+/// (its busy handler sleeps, up to 100 ms a time) instead of queueing: with many
+/// writers a poller can lose every round until `busy_timeout` ends and the request
+/// fails with "database is locked" (docs/architecture.md, "Writers on SQLite"). So
+/// the writers of this process take turns here first, in arrival order (tokio's
+/// mutex is fair), and only the one whose turn it is asks SQLite for the lock.
+#[derive(Clone, Debug)]
+pub struct SqliteDb {
+    pub pool: SqlitePool,
+    writers: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The turn of one writer ([`Database::writer_turn`]): held until its transaction
+/// ends. Always `None` on Postgres, whose row locks queue writers themselves.
+pub(crate) type WriterTurn = Option<tokio::sync::OwnedMutexGuard<()>>;
+
+/// SQLite's `synchronous` setting: when a commit waits for the disk
+/// (docs/configuration.md, "Durability on SQLite").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    /// Never waits: a process crash keeps commits, an OS crash or a power loss may
+    /// corrupt the file.
+    Off,
+    /// With WAL, waits at checkpoints only: a process crash keeps every commit, an
+    /// OS crash or a power loss may lose the last ones (the file stays sound).
+    Normal,
+    /// Waits for the WAL on every commit: an acknowledged write survives a power
+    /// loss.
+    #[default]
+    Full,
+    /// `Full`, and the directory too after a rollback journal is deleted.
+    Extra,
+}
+
+impl SqliteSync {
+    pub const NAMES: [&str; 4] = ["off", "normal", "full", "extra"];
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" => Some(SqliteSync::Off),
+            "normal" => Some(SqliteSync::Normal),
+            "full" => Some(SqliteSync::Full),
+            "extra" => Some(SqliteSync::Extra),
+            _ => None,
+        }
+    }
+
+    fn pragma(self) -> SqliteSynchronous {
+        match self {
+            SqliteSync::Off => SqliteSynchronous::Off,
+            SqliteSync::Normal => SqliteSynchronous::Normal,
+            SqliteSync::Full => SqliteSynchronous::Full,
+            SqliteSync::Extra => SqliteSynchronous::Extra,
+        }
+    }
 }
 
 /// How long a request waits for a pooled connection before answering 503.
@@ -110,6 +170,12 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 impl Database {
     /// Connect eagerly so that a wrong URL fails at start, not at the first request.
     pub async fn connect(url: &str) -> DbResult<Self> {
+        Self::connect_with(url, SqliteSync::default()).await
+    }
+
+    /// [`connect`](Self::connect) with SQLite's `synchronous` setting (ignored on
+    /// Postgres).
+    pub async fn connect_with(url: &str, sync: SqliteSync) -> DbResult<Self> {
         let kind = DatabaseKind::of_url(url).ok_or_else(|| {
             DbError::Url("invalid DATABASE_URL: must start with sqlite:// or postgres://".into())
         })?;
@@ -130,7 +196,7 @@ impl Database {
                     .map_err(|e| DbError::Url(e.to_string()))?
                     .create_if_missing(true)
                     .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
+                    .synchronous(sync.pragma())
                     .foreign_keys(true)
                     .busy_timeout(Duration::from_secs(10));
                 let pool = SqlitePoolOptions::new()
@@ -138,13 +204,26 @@ impl Database {
                     .acquire_timeout(ACQUIRE_TIMEOUT)
                     .connect_with(options)
                     .await?;
-                Ok(Database::Sqlite(pool))
+                Ok(Database::Sqlite(SqliteDb {
+                    pool,
+                    writers: Arc::default(),
+                }))
             }
         }
     }
 
+    /// Waits for this writer's turn on SQLite (see [`SqliteDb`]); take it before the
+    /// connection, so queued writers hold no pooled connection the readers need.
+    /// Never taken twice by one task: it is not re-entrant.
+    pub(crate) async fn writer_turn(&self) -> WriterTurn {
+        match self {
+            Database::Sqlite(sqlite) => Some(sqlite.writers.clone().lock_owned().await),
+            Database::Postgres(_) => None,
+        }
+    }
+
     /// What a locking read (`SELECT … FOR UPDATE`) appends: nothing on SQLite, whose
-    /// `begin_locked!` transaction already holds the database's write lock.
+    /// `begin_write!` transaction already holds the database's write lock.
     pub(crate) fn row_lock(&self) -> &'static str {
         match self {
             Database::Postgres(_) => " FOR UPDATE",
@@ -164,7 +243,7 @@ impl Database {
     pub async fn migrate(&self) -> DbResult<()> {
         match self {
             Database::Postgres(pool) => PG_MIGRATOR.run(pool).await?,
-            Database::Sqlite(pool) => SQLITE_MIGRATOR.run(pool).await?,
+            Database::Sqlite(sqlite) => SQLITE_MIGRATOR.run(&sqlite.pool).await?,
         }
         Ok(())
     }
@@ -178,9 +257,9 @@ impl Database {
                     .await?,
                 PG_MIGRATOR.iter().count(),
             ),
-            Database::Sqlite(pool) => (
+            Database::Sqlite(sqlite) => (
                 sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
-                    .fetch_one(pool)
+                    .fetch_one(&sqlite.pool)
                     .await?,
                 SQLITE_MIGRATOR.iter().count(),
             ),
@@ -196,7 +275,7 @@ impl Database {
     pub async fn close(&self) {
         match self {
             Database::Postgres(pool) => pool.close().await,
-            Database::Sqlite(pool) => pool.close().await,
+            Database::Sqlite(sqlite) => sqlite.pool.close().await,
         }
     }
 }

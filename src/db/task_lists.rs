@@ -115,6 +115,16 @@ struct TaskRow {
     updated_at: DateTime<Utc>,
 }
 
+/// What a transition decides on, per task of the list: a fraction of a full row
+/// (no text, no JSON), since the write lock is held while it is read and decoded.
+#[derive(FromRow)]
+struct StatusRow {
+    id: Uuid,
+    task_id: String,
+    parallel_group: i64,
+    status: String,
+}
+
 #[derive(FromRow)]
 struct EdgeRow {
     task_id: Uuid,
@@ -178,6 +188,40 @@ fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>
             row.into_task(deps)
         })
         .collect()
+}
+
+/// What a transition decides on: the list's server ids and its dispatch view (in
+/// submission order; `writes` left empty, no transition rule reads them), and the
+/// local ids `changed` depends on.
+fn decision_view(
+    rows: Vec<StatusRow>,
+    edges: Vec<EdgeRow>,
+    changed: Uuid,
+) -> DbResult<(Vec<Uuid>, Vec<DispatchTask>, Vec<String>)> {
+    let index: HashMap<Uuid, usize> = rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+    let mut view = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let status = TaskStatus::parse(&row.status).ok_or_else(|| {
+            DbError::Corrupt(format!("task {} has status {:?}", row.id, row.status))
+        })?;
+        view.push(DispatchTask {
+            wave: row.parallel_group,
+            status,
+            depends_on: Vec::new(),
+            writes: Vec::new(),
+        });
+    }
+    let mut depends_on = Vec::new();
+    for edge in edges {
+        // Read defensively, as in `assemble`: an edge out of the list is skipped.
+        if let (Some(&task), Some(&dep)) = (index.get(&edge.task_id), index.get(&edge.depends_on)) {
+            view[task].depends_on.push(dep);
+            if edge.task_id == changed {
+                depends_on.push(rows[dep].task_id.clone());
+            }
+        }
+    }
+    Ok((rows.into_iter().map(|r| r.id).collect(), view, depends_on))
 }
 
 /// The dispatch read model (indices into `tasks`) the pure rules work on.
@@ -264,7 +308,7 @@ impl Database {
         }
         let team_scope = new.team_pk.unwrap_or("");
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             sqlx::query(
                 "INSERT INTO task_lists (id, project_id, team_pk, created_by, created_at) \
                  VALUES ($1, $2, $3, $4, $5)",
@@ -374,6 +418,7 @@ impl Database {
     /// Count one more rejected submission of `(project_id, team_pk)`; returns the
     /// number of rejections since the last accepted list, this one included.
     pub async fn record_rejection(&self, project_id: &str, team_pk: Option<&str>) -> DbResult<u32> {
+        let _turn = self.writer_turn().await;
         let count: i32 = on_pool!(self, pool => {
             sqlx::query_scalar(
                 "INSERT INTO planner_attempts (project_id, team_scope, rejected_count, updated_at) \
@@ -450,7 +495,7 @@ impl Database {
     ) -> DbResult<TransitionOutcome> {
         let at = now();
         on_pool!(self, pool => {
-            let mut tx = begin_locked!(self, pool);
+            let (_turn, mut tx) = begin_write!(self, pool);
             let list_id: Option<Uuid> =
                 sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
                     .bind(id)
@@ -460,8 +505,9 @@ impl Database {
                 return Ok(TransitionOutcome::NotFound);
             };
             let lock = self.row_lock();
-            let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position{lock}"
+            let rows = sqlx::query_as::<_, StatusRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT id, task_id, parallel_group, status FROM tasks \
+                 WHERE task_list_id = $1 ORDER BY position{lock}"
             )))
             .bind(list_id)
             .fetch_all(&mut *tx)
@@ -474,17 +520,23 @@ impl Database {
             .bind(list_id)
             .fetch_all(&mut *tx)
             .await?;
-            let tasks = assemble(rows, edges)?;
-            let Some(origin) = tasks.iter().position(|t| t.id == id) else {
+            let (ids, view, depends_on) = decision_view(rows, edges, id)?;
+            let Some(origin) = ids.iter().position(|t| *t == id) else {
                 return Ok(TransitionOutcome::NotFound);
             };
-            let current = tasks[origin].status;
+            let current = view[origin].status;
             match dispatch::check_transition(current, change.status) {
                 Err(illegal) => return Ok(TransitionOutcome::Illegal(illegal)),
                 Ok(Transition::NoChange) => {
+                    let row = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                        "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"
+                    )))
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
                     tx.commit().await?;
                     return Ok(TransitionOutcome::Changed {
-                        task: Box::new(tasks[origin].clone()),
+                        task: Box::new(row.into_task(depends_on)?),
                         cascaded: Vec::new(),
                     });
                 }
@@ -512,10 +564,9 @@ impl Database {
             .await?;
             let mut cascaded = Vec::new();
             if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
-                let view = dispatch_view(&tasks);
                 cascaded = dispatch::cascade(origin, &view)
                     .into_iter()
-                    .map(|i| tasks[i].id)
+                    .map(|i| ids[i])
                     .collect::<Vec<Uuid>>();
                 for chunk in cascaded.chunks(EDGE_ROWS_PER_INSERT) {
                     let mut update = QueryBuilder::new("UPDATE tasks SET status = ");
@@ -539,7 +590,6 @@ impl Database {
                 }
             }
             tx.commit().await?;
-            let depends_on = tasks[origin].depends_on.clone();
             Ok::<_, DbError>(TransitionOutcome::Changed {
                 task: Box::new(stored.into_task(depends_on)?),
                 cascaded,
@@ -609,6 +659,7 @@ impl Database {
             lead_role: lead_role.map(str::to_owned),
             created_at: now(),
         };
+        let turn = self.writer_turn().await;
         let inserted = on_pool!(self, pool => {
             sqlx::query(
                 "INSERT INTO teams (id, project_id, team_pk, lead_role, created_at) \
@@ -623,6 +674,7 @@ impl Database {
             .await?
             .rows_affected()
         });
+        drop(turn);
         if inserted == 0 {
             return Err(DbError::Conflict(format!(
                 "team {team_pk:?} is already registered for project {project_id:?}"

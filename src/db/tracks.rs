@@ -54,6 +54,7 @@ impl Database {
             Some(Some(revision)) => self.update_track(track_id, metadata, revision).await,
             Some(None) | None => {
                 // Insert first: the primary key decides a race between two creators.
+                let turn = self.writer_turn().await;
                 let inserted = on_pool!(self, pool => {
                     sqlx::query(
                         "INSERT INTO tracks (track_id, metadata, revision, created_at, updated_at) \
@@ -66,6 +67,7 @@ impl Database {
                     .await?
                     .rows_affected()
                 });
+                drop(turn);
                 if inserted == 1 {
                     return Ok(WriteOutcome::Written {
                         revision: 1,
@@ -77,6 +79,7 @@ impl Database {
                     return Ok(WriteOutcome::Stale { current });
                 }
                 // Unconditional replace (re-import): bump the revision atomically.
+                let turn = self.writer_turn().await;
                 let revision: Option<i64> = on_pool!(self, pool => {
                     sqlx::query_scalar(
                         "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $3 \
@@ -88,6 +91,7 @@ impl Database {
                     .fetch_optional(pool)
                     .await?
                 });
+                drop(turn);
                 revision
                     .map(|revision| WriteOutcome::Written {
                         revision,
@@ -109,6 +113,7 @@ impl Database {
         metadata: &Value,
         expected: i64,
     ) -> DbResult<WriteOutcome> {
+        let turn = self.writer_turn().await;
         let revision: Option<i64> = on_pool!(self, pool => {
             sqlx::query_scalar(
                 "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $4 \
@@ -121,6 +126,7 @@ impl Database {
             .fetch_optional(pool)
             .await?
         });
+        drop(turn);
         match revision {
             Some(revision) => Ok(WriteOutcome::Written {
                 revision,

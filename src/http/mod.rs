@@ -5,6 +5,7 @@
 pub mod auth;
 mod doc;
 pub mod extract;
+pub mod gating_budget;
 pub mod loop_plans;
 pub mod middleware;
 pub mod ops;
@@ -130,6 +131,11 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::ui::router(state.clone()))
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed);
+    // Inside auth: a refused caller takes nothing from the gating budget.
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        gating_budget::GatingBudget::new(&state.settings),
+        gating_budget::charge_large_bodies,
+    ));
     let router = router.layer(axum::middleware::from_fn_with_state(
         state.clone(),
         auth::require_token,

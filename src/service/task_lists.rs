@@ -273,8 +273,9 @@ fn count_outcome(outcome: Outcome, errors: &[Violation], route: &'static str) {
     }
 }
 
-/// The 422 of a rejected list: every violation, the retry verdict and the re-prompt.
-fn rejection(validation: &Validation, rejections: u32) -> ServiceError {
+/// The 422 of a rejected list: the first `max_errors` violations with the counts of
+/// all, the retry verdict and the re-prompt.
+fn rejection(validation: &Validation, rejections: u32, max_errors: usize) -> ServiceError {
     let synthesis_failure = matches!(validation.outcome, Outcome::SynthesisFailure);
     let verdict = retry::verdict(synthesis_failure, rejections);
     let (code, detail) = if synthesis_failure {
@@ -288,7 +289,7 @@ fn rejection(validation: &Validation, rejections: u32) -> ServiceError {
             "the task list violates the DAG gates",
         )
     };
-    let report = validation.report();
+    let report = validation.report_within(max_errors);
     let first = validation
         .errors
         .first()
@@ -303,13 +304,20 @@ fn rejection(validation: &Validation, rejections: u32) -> ServiceError {
             "warnings",
             serde_json::to_value(&report.warnings).unwrap_or_default(),
         )
+        .with("error_count", report.error_count)
+        .with("warning_count", report.warning_count)
+        .with(
+            "error_counts",
+            serde_json::to_value(&report.error_counts).unwrap_or_default(),
+        )
+        .with("truncated", report.truncated)
         .with("attempt", verdict.attempt)
         .with("escalate", verdict.escalate)
         .with(
             "escalation",
             serde_json::to_value(verdict.escalation).unwrap_or_default(),
         )
-        .with("reprompt", validation.reprompt())
+        .with("reprompt", validation.reprompt_within(max_errors))
 }
 
 impl Service {
@@ -322,7 +330,7 @@ impl Service {
         let source = source(request.tasks, &request.planner_output)?;
         let (outcome, report) = gating::validate_report(source, &request.existing_files);
         count_outcome(outcome, &report.errors, "validate");
-        Ok(report)
+        Ok(report.capped(self.settings().max_gating_errors))
     }
 
     /// Gate a task list and, if it passes, store it all or nothing. A rejection is
@@ -344,7 +352,11 @@ impl Service {
         let team = team_pk.as_ref().map(Ident::as_str);
         if !validation.is_valid() {
             let rejections = self.db.record_rejection(project_id.as_str(), team).await?;
-            return Err(rejection(&validation, rejections));
+            return Err(rejection(
+                &validation,
+                rejections,
+                self.settings().max_gating_errors,
+            ));
         }
         Ok(self
             .db
