@@ -247,7 +247,7 @@ pub struct ServeArgs {
     /// Bytes of large task-list bodies gated at once [default: 67108864]
     #[arg(long, env = "PLANGATE_GATING_BUDGET_BYTES")]
     pub gating_budget_bytes: Option<u64>,
-    /// SQLite's `synchronous`: off, normal, full or extra [default: full]
+    /// SQLite's `synchronous`: off, normal, full or extra [default: normal]
     #[arg(long, env = "PLANGATE_SQLITE_SYNCHRONOUS")]
     pub sqlite_synchronous: Option<String>,
     /// Request body limit in bytes [default: 16777216]

@@ -353,6 +353,45 @@ mod tests {
     }
 
     #[test]
+    fn sqlite_synchronous_is_parsed_at_start_and_a_bad_value_names_the_variable() {
+        let with = |value: &str| {
+            let args = ServeArgs {
+                sqlite_synchronous: Some(value.into()),
+                ..Default::default()
+            };
+            Settings::merge(&args, FileConfig::default())
+        };
+        assert_eq!(with("FULL").unwrap().sqlite_synchronous, SqliteSync::Full);
+        assert_eq!(with("extra").unwrap().sqlite_synchronous, SqliteSync::Extra);
+        let defaults = Settings::merge(&ServeArgs::default(), FileConfig::default()).unwrap();
+        assert_eq!(defaults.sqlite_synchronous, SqliteSync::Normal);
+        assert_eq!(defaults.max_gating_errors, 100);
+        let message = with("fsync").unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "invalid PLANGATE_SQLITE_SYNCHRONOUS: must be one of off, normal, full, extra \
+             (got \"fsync\")"
+        );
+        let from_file = Settings::merge(
+            &ServeArgs::default(),
+            file("sqlite_synchronous = \"full\"\nmax_gating_errors = 7"),
+        )
+        .unwrap();
+        assert_eq!(
+            (from_file.sqlite_synchronous, from_file.max_gating_errors),
+            (SqliteSync::Full, 7)
+        );
+        let zero = ServeArgs {
+            max_gating_errors: Some(0),
+            ..Default::default()
+        };
+        let message = Settings::merge(&zero, FileConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("PLANGATE_MAX_GATING_ERRORS"), "{message}");
+    }
+
+    #[test]
     fn flags_override_file_and_defaults_fill_the_rest() {
         let args = ServeArgs {
             bind: Some("127.0.0.1:9999".into()),

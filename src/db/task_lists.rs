@@ -486,8 +486,9 @@ impl Database {
     }
 
     /// Apply a status change and, on `failed`/`abandoned`, cascade-abandon every
-    /// non-terminal transitive dependent — in one transaction, serialised per list
-    /// so two concurrent changes cannot both read the old state.
+    /// non-terminal transitive dependent — in one transaction. A cascading change
+    /// locks the whole list, any other its own task, so two concurrent changes cannot
+    /// both decide on the old state (docs/architecture.md, "Read, decide, write").
     pub async fn transition_task(
         &self,
         id: Uuid,
@@ -496,35 +497,61 @@ impl Database {
         let at = now();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let list_id: Option<Uuid> =
-                sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            let Some(list_id) = list_id else {
-                return Ok(TransitionOutcome::NotFound);
-            };
             let lock = self.row_lock();
-            let rows = sqlx::query_as::<_, StatusRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT id, task_id, parallel_group, status FROM tasks \
-                 WHERE task_list_id = $1 ORDER BY position{lock}"
-            )))
-            .bind(list_id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let edges = sqlx::query_as::<_, EdgeRow>(
-                "SELECT d.task_id, d.depends_on FROM task_dependencies d \
-                 JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
-                 ORDER BY d.task_id, d.position",
-            )
-            .bind(list_id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let (ids, view, depends_on) = decision_view(rows, edges, id)?;
-            let Some(origin) = ids.iter().position(|t| *t == id) else {
-                return Ok(TransitionOutcome::NotFound);
+            // A change that cascades decides on the whole list (under the lock); any
+            // other only on its own task's status, so it reads and locks one row.
+            let cascades = matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned);
+            let (current, depends_on, list) = if cascades {
+                let list_id: Option<Uuid> =
+                    sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                let Some(list_id) = list_id else {
+                    return Ok(TransitionOutcome::NotFound);
+                };
+                let rows = sqlx::query_as::<_, StatusRow>(sqlx::AssertSqlSafe(format!(
+                    "SELECT id, task_id, parallel_group, status FROM tasks \
+                     WHERE task_list_id = $1 ORDER BY position{lock}"
+                )))
+                .bind(list_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                let edges = sqlx::query_as::<_, EdgeRow>(
+                    "SELECT d.task_id, d.depends_on FROM task_dependencies d \
+                     JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
+                     ORDER BY d.task_id, d.position",
+                )
+                .bind(list_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                let (ids, view, depends_on) = decision_view(rows, edges, id)?;
+                let Some(origin) = ids.iter().position(|t| *t == id) else {
+                    return Ok(TransitionOutcome::NotFound);
+                };
+                (view[origin].status, depends_on, Some((ids, view, origin)))
+            } else {
+                let status: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT status FROM tasks WHERE id = $1{lock}"
+                )))
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(status) = status else {
+                    return Ok(TransitionOutcome::NotFound);
+                };
+                let status = TaskStatus::parse(&status).ok_or_else(|| {
+                    DbError::Corrupt(format!("task {id} has status {status:?}"))
+                })?;
+                let depends_on: Vec<String> = sqlx::query_scalar(
+                    "SELECT t.task_id FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on \
+                     WHERE d.task_id = $1 ORDER BY d.position",
+                )
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+                (status, depends_on, None)
             };
-            let current = view[origin].status;
             match dispatch::check_transition(current, change.status) {
                 Err(illegal) => return Ok(TransitionOutcome::Illegal(illegal)),
                 Ok(Transition::NoChange) => {
@@ -563,7 +590,7 @@ impl Database {
             .fetch_one(&mut *tx)
             .await?;
             let mut cascaded = Vec::new();
-            if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
+            if let Some((ids, view, origin)) = list {
                 cascaded = dispatch::cascade(origin, &view)
                     .into_iter()
                     .map(|i| ids[i])

@@ -933,8 +933,12 @@ fn five_hundred_orphans() -> Value {
 async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Backend) {
     let app = crate::common::spawn_app(backend).await;
     let body = json!({"project_id": "proj", "created_by": "pm", "tasks": five_hundred_orphans()});
-    let problem =
-        expect_problem(app.post_json("/v1/task-lists", &body).await, 422, "dag_invalid").await;
+    let problem = expect_problem(
+        app.post_json("/v1/task-lists", &body).await,
+        422,
+        "dag_invalid",
+    )
+    .await;
     let errors = problem["errors"].as_array().unwrap();
     assert_eq!(errors.len(), 100, "the first 100 errors only");
     assert_eq!(errors[0]["task_ids"], json!(["t0", "ghost0"]));
@@ -955,7 +959,10 @@ async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Ba
     );
 
     let report: Value = app
-        .post_json("/v1/task-lists/validate", &json!({"tasks": five_hundred_orphans()}))
+        .post_json(
+            "/v1/task-lists/validate",
+            &json!({"tasks": five_hundred_orphans()}),
+        )
         .await
         .json()
         .await
@@ -974,14 +981,21 @@ async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Ba
         .await
         .unwrap();
     assert_eq!(
-        (diamond_report["error_count"].clone(), diamond_report["truncated"].clone()),
+        (
+            diamond_report["error_count"].clone(),
+            diamond_report["truncated"].clone()
+        ),
         (json!(0), json!(false))
     );
     app.shutdown().await;
 
     let app = crate::common::spawn_app_with(backend, |s| s.max_gating_errors = 3).await;
-    let problem =
-        expect_problem(app.post_json("/v1/task-lists", &body).await, 422, "dag_invalid").await;
+    let problem = expect_problem(
+        app.post_json("/v1/task-lists", &body).await,
+        422,
+        "dag_invalid",
+    )
+    .await;
     assert_eq!(problem["errors"].as_array().unwrap().len(), 3);
     assert_eq!(problem["error_count"], 500);
     assert_eq!(problem["reprompt"].as_str().unwrap().lines().count(), 4);
@@ -995,8 +1009,7 @@ async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Ba
 /// budget is back. Small bodies never wait.
 async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let app =
-        crate::common::spawn_app_with(backend, |s| s.gating_budget_bytes = 400 * 1024).await;
+    let app = crate::common::spawn_app_with(backend, |s| s.gating_budget_bytes = 400 * 1024).await;
     // About 300 KiB: over the 256 KiB a body may have without asking the budget.
     let tasks: Vec<Value> = (0..1000)
         .map(|i| {
@@ -1006,7 +1019,11 @@ async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
         })
         .collect();
     let body = json!({"tasks": tasks}).to_string();
-    assert!(body.len() > 256 * 1024 && body.len() < 400 * 1024, "{}", body.len());
+    assert!(
+        body.len() > 256 * 1024 && body.len() < 400 * 1024,
+        "{}",
+        body.len()
+    );
 
     let mut stalled = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     let head = format!(
@@ -1030,12 +1047,18 @@ async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
     };
     let refused = post().await.unwrap();
     assert_eq!(
-        refused.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned()),
+        refused
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned()),
         Some("1".to_owned())
     );
     let problem = expect_problem(refused, 503, "server_busy").await;
     assert!(
-        problem["detail"].as_str().unwrap().contains("PLANGATE_GATING_BUDGET_BYTES"),
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("PLANGATE_GATING_BUDGET_BYTES"),
         "{problem}"
     );
     // A small list does not wait for the budget.
@@ -1047,7 +1070,11 @@ async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
     stalled.write_all(second_half).await.unwrap();
     let mut answer = String::new();
     stalled.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{}", &answer[..answer.len().min(200)]);
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{}",
+        &answer[..answer.len().min(200)]
+    );
     let accepted = post().await.unwrap();
     assert_eq!(accepted.status(), 200, "the budget is back");
     app.shutdown().await;
