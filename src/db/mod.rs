@@ -63,12 +63,23 @@ impl From<sqlx::Error> for DbError {
             {
                 DbError::Unavailable(err)
             }
+            // SQLITE_BUSY or SQLITE_LOCKED (any extended code): the lock stayed taken
+            // past busy_timeout — by another process, since this one's writers take
+            // turns (docs/architecture.md, "Writers on SQLite"). Retryable: 503.
+            sqlx::Error::Database(db) if is_sqlite_busy(db.as_ref()) => DbError::Unavailable(err),
             _ => DbError::Other(err),
         }
     }
 }
 
 pub type DbResult<T> = Result<T, DbError>;
+
+fn is_sqlite_busy(error: &dyn sqlx::error::DatabaseError) -> bool {
+    error
+        .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+        .and_then(|e| sqlx::error::DatabaseError::code(e)?.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
 
 /// A set of job statuses (`domain::job::JobStatus::IN_FLIGHT` …) as SQL text,
 /// `('running', 'cancelling')`, so that no status list is spelled out in SQL. Literal

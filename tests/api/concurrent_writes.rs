@@ -303,4 +303,48 @@ async fn writers_of_every_kind_are_all_acknowledged_and_stored(app: TestApp) {
     app.shutdown().await;
 }
 
+/// Another process holding SQLite's write lock past `busy_timeout` (10 s) makes a
+/// write answer 503 `database_unavailable` with `Retry-After` — retryable, not a 500
+/// — and the write is not applied (docs/architecture.md, "Writers on SQLite").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_locked_by_another_process_answers_503_with_retry_after() {
+    use sqlx::Connection;
+    let app = crate::common::spawn_app(crate::common::Backend::Sqlite).await;
+    let tasks = json!([{"task_id": "a", "assigned_persona": "dev", "parallel_group": 1,
+                        "depends_on": [], "reads": [], "writes": [], "description": "a"}]);
+    let list: Value = app
+        .post_json(
+            "/v1/task-lists",
+            &json!({"project_id": "p", "created_by": "pm", "tasks": tasks}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let task = list["tasks"][0]["id"].as_str().unwrap().to_owned();
+    // The other process: a connection of its own holding the write lock.
+    let mut other = sqlx::SqliteConnection::connect(&app.database.url)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let response = app
+        .patch_json(&format!("/v1/tasks/{task}"), &json!({"status": "running"}))
+        .await;
+    let retry_after = response.headers().get("retry-after").cloned();
+    crate::common::expect_problem(response, 503, "database_unavailable").await;
+    assert_eq!(retry_after.unwrap(), "1");
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    let stored: Value = app
+        .get(&format!("/v1/task-lists/{}", list["id"].as_str().unwrap()))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stored["tasks"][0]["status"], "pending");
+    app.shutdown().await;
+}
+
 both_backends!(writers_of_every_kind_are_all_acknowledged_and_stored);
