@@ -39,7 +39,7 @@ pub enum StartError {
 
 /// Connect to the configured database and apply its migrations.
 pub async fn open_database(settings: &Settings) -> Result<Database, DbError> {
-    let db = Database::connect(&settings.database_url).await?;
+    let db = Database::connect_with(&settings.database_url, settings.sqlite_synchronous).await?;
     db.migrate().await?;
     Ok(db)
 }

@@ -346,7 +346,9 @@ mod tests {
         assert_eq!(status, 0);
         assert_eq!(
             out,
-            "{\"valid\":true,\"errors\":[],\"warnings\":[],\"waves\":[[\"t-1\"],[\"t-2\"]]}\n"
+            "{\"valid\":true,\"errors\":[],\"warnings\":[],\"error_count\":0,\
+             \"warning_count\":0,\"error_counts\":{},\"truncated\":false,\
+             \"waves\":[[\"t-1\"],[\"t-2\"]]}\n"
         );
     }
 

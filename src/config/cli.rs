@@ -244,6 +244,15 @@ pub struct ServeArgs {
     /// Request timeout in seconds [default: 30]
     #[arg(long, env = "PLANGATE_REQUEST_TIMEOUT_SECS")]
     pub request_timeout_secs: Option<u64>,
+    /// Errors (and warnings) a gating answer lists, at least 1 [default: 100]
+    #[arg(long, env = "PLANGATE_MAX_GATING_ERRORS")]
+    pub max_gating_errors: Option<usize>,
+    /// Bytes of large task-list bodies gated at once [default: 67108864]
+    #[arg(long, env = "PLANGATE_GATING_BUDGET_BYTES")]
+    pub gating_budget_bytes: Option<u64>,
+    /// SQLite's `synchronous`: off, normal, full or extra [default: normal]
+    #[arg(long, env = "PLANGATE_SQLITE_SYNCHRONOUS")]
+    pub sqlite_synchronous: Option<String>,
     /// Request body limit in bytes [default: 16777216]
     #[arg(long, env = "PLANGATE_BODY_LIMIT_BYTES")]
     pub body_limit_bytes: Option<usize>,

@@ -32,6 +32,9 @@ pub struct FileConfig {
     pub retention_days: Option<u64>,
     pub request_timeout_secs: Option<u64>,
     pub body_limit_bytes: Option<usize>,
+    pub sqlite_synchronous: Option<String>,
+    pub max_gating_errors: Option<usize>,
+    pub gating_budget_bytes: Option<u64>,
     pub l0_concurrency: Option<usize>,
     pub prompt_template: Option<PathBuf>,
     /// The edges (docs/configuration.md, "Edges").

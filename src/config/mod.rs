@@ -18,10 +18,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::domain::gating::DEFAULT_MAX_ERRORS;
 use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
 use crate::domain::usage::Prices;
 
-pub use crate::db::DatabaseKind;
+pub use crate::db::{DatabaseKind, SqliteSync};
 pub use cli::*;
 pub use edge::*;
 pub use file::*;
@@ -49,6 +50,12 @@ pub struct Settings {
     pub retention: Duration,
     pub request_timeout: Duration,
     pub body_limit: usize,
+    /// Errors (and warnings) a gating answer lists; the counts cover all.
+    pub max_gating_errors: usize,
+    /// Bytes of large gating bodies in memory at once (`http::gating_budget`).
+    pub gating_budget_bytes: u64,
+    /// When an SQLite commit waits for the disk (docs/configuration.md).
+    pub sqlite_synchronous: SqliteSync,
     /// Concurrent L0s per job, `1..=MAX_PARALLEL`.
     pub l0_concurrency: usize,
     /// The L0 prompt template text (the shipped one unless configured).
@@ -100,6 +107,10 @@ pub fn default_task_dir() -> PathBuf {
     let uid = unsafe { libc::geteuid() };
     std::env::temp_dir().join(format!("plangate-tasks-{uid}"))
 }
+
+/// Bytes of large task-list bodies gated at once: four lists at the default body
+/// limit (docs/configuration.md).
+pub const DEFAULT_GATING_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Where the server listens unless told otherwise.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
@@ -214,6 +225,39 @@ impl Settings {
                 "must be at least 1024",
             ));
         }
+        let max_gating_errors = positive(
+            "PLANGATE_MAX_GATING_ERRORS",
+            args.max_gating_errors
+                .or(file.max_gating_errors)
+                .map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
+            DEFAULT_MAX_ERRORS as u64,
+        )?;
+        let gating_budget_bytes = args
+            .gating_budget_bytes
+            .or(file.gating_budget_bytes)
+            .unwrap_or(DEFAULT_GATING_BUDGET_BYTES);
+        if gating_budget_bytes < 1024 {
+            return Err(invalid(
+                "PLANGATE_GATING_BUDGET_BYTES",
+                "must be at least 1024",
+            ));
+        }
+        let sqlite_synchronous = match args
+            .sqlite_synchronous
+            .as_deref()
+            .or(file.sqlite_synchronous.as_deref())
+        {
+            None => SqliteSync::default(),
+            Some(text) => SqliteSync::parse(text).ok_or_else(|| {
+                invalid(
+                    "PLANGATE_SQLITE_SYNCHRONOUS",
+                    format!(
+                        "must be one of {} (got {text:?})",
+                        SqliteSync::NAMES.join(", ")
+                    ),
+                )
+            })?,
+        };
 
         let l0_concurrency = args
             .l0_concurrency
@@ -304,6 +348,9 @@ impl Settings {
             retention: Duration::from_secs(retention_days.saturating_mul(86_400)),
             request_timeout: Duration::from_secs(request_timeout),
             body_limit,
+            sqlite_synchronous,
+            gating_budget_bytes,
+            max_gating_errors: usize::try_from(max_gating_errors).unwrap_or(usize::MAX),
             l0_concurrency,
             prompt_template,
             default_executor,
@@ -331,6 +378,45 @@ mod tests {
 
     fn file(text: &str) -> FileConfig {
         toml::from_str(text).expect("test config parses")
+    }
+
+    #[test]
+    fn sqlite_synchronous_is_parsed_at_start_and_a_bad_value_names_the_variable() {
+        let with = |value: &str| {
+            let args = ServeArgs {
+                sqlite_synchronous: Some(value.into()),
+                ..Default::default()
+            };
+            Settings::merge(&args, FileConfig::default())
+        };
+        assert_eq!(with("FULL").unwrap().sqlite_synchronous, SqliteSync::Full);
+        assert_eq!(with("extra").unwrap().sqlite_synchronous, SqliteSync::Extra);
+        let defaults = Settings::merge(&ServeArgs::default(), FileConfig::default()).unwrap();
+        assert_eq!(defaults.sqlite_synchronous, SqliteSync::Normal);
+        assert_eq!(defaults.max_gating_errors, 100);
+        let message = with("fsync").unwrap_err().to_string();
+        assert_eq!(
+            message,
+            "invalid PLANGATE_SQLITE_SYNCHRONOUS: must be one of off, normal, full, extra \
+             (got \"fsync\")"
+        );
+        let from_file = Settings::merge(
+            &ServeArgs::default(),
+            file("sqlite_synchronous = \"full\"\nmax_gating_errors = 7"),
+        )
+        .unwrap();
+        assert_eq!(
+            (from_file.sqlite_synchronous, from_file.max_gating_errors),
+            (SqliteSync::Full, 7)
+        );
+        let zero = ServeArgs {
+            max_gating_errors: Some(0),
+            ..Default::default()
+        };
+        let message = Settings::merge(&zero, FileConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("PLANGATE_MAX_GATING_ERRORS"), "{message}");
     }
 
     #[test]

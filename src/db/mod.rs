@@ -19,6 +19,7 @@ pub mod ui_sessions;
 pub mod usage;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::job::JobStatus;
@@ -63,12 +64,23 @@ impl From<sqlx::Error> for DbError {
             {
                 DbError::Unavailable(err)
             }
+            // SQLITE_BUSY or SQLITE_LOCKED (any extended code): the lock stayed taken
+            // past busy_timeout — by another process, since this one's writers take
+            // turns (docs/architecture.md, "Writers on SQLite"). Retryable: 503.
+            sqlx::Error::Database(db) if is_sqlite_busy(db.as_ref()) => DbError::Unavailable(err),
             _ => DbError::Other(err),
         }
     }
 }
 
 pub type DbResult<T> = Result<T, DbError>;
+
+fn is_sqlite_busy(error: &dyn sqlx::error::DatabaseError) -> bool {
+    error
+        .try_downcast_ref::<sqlx::sqlite::SqliteError>()
+        .and_then(|e| sqlx::error::DatabaseError::code(e)?.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
 
 /// A set of job statuses (`domain::job::JobStatus::IN_FLIGHT` …) as SQL text,
 /// `('running', 'cancelling')`, so that no status list is spelled out in SQL. Literal
@@ -102,7 +114,67 @@ impl DatabaseKind {
 #[derive(Clone, Debug)]
 pub enum Database {
     Postgres(PgPool),
-    Sqlite(SqlitePool),
+    Sqlite(SqliteDb),
+}
+
+/// An SQLite pool and its writers' queue.
+///
+/// SQLite has one write lock per file, and a connection that finds it taken polls
+/// (its busy handler sleeps, up to 100 ms a time) instead of queueing: with many
+/// writers a poller can lose every round until `busy_timeout` ends and the request
+/// fails with "database is locked" (docs/architecture.md, "Writers on SQLite"). So
+/// the writers of this process take turns here first, in arrival order (tokio's
+/// mutex is fair), and only the one whose turn it is asks SQLite for the lock.
+#[derive(Clone, Debug)]
+pub struct SqliteDb {
+    pub pool: SqlitePool,
+    writers: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The turn of one writer ([`Database::writer_turn`]): held until its transaction
+/// ends. Always `None` on Postgres, whose row locks queue writers themselves.
+pub(crate) type WriterTurn = Option<tokio::sync::OwnedMutexGuard<()>>;
+
+/// SQLite's `synchronous` setting: when a commit waits for the disk
+/// (docs/configuration.md, "Durability on SQLite").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    /// Never waits: a process crash keeps commits, an OS crash or a power loss may
+    /// corrupt the file.
+    Off,
+    /// With WAL, waits at checkpoints only: a process crash keeps every commit, an
+    /// OS crash or a power loss may lose the last ones (the file stays sound). The
+    /// default: `full` doubled a write's time under load (docs/configuration.md).
+    #[default]
+    Normal,
+    /// Waits for the WAL on every commit: an acknowledged write survives a power
+    /// loss.
+    Full,
+    /// `Full`, and the directory too after a rollback journal is deleted.
+    Extra,
+}
+
+impl SqliteSync {
+    pub const NAMES: [&str; 4] = ["off", "normal", "full", "extra"];
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "off" => Some(SqliteSync::Off),
+            "normal" => Some(SqliteSync::Normal),
+            "full" => Some(SqliteSync::Full),
+            "extra" => Some(SqliteSync::Extra),
+            _ => None,
+        }
+    }
+
+    fn pragma(self) -> SqliteSynchronous {
+        match self {
+            SqliteSync::Off => SqliteSynchronous::Off,
+            SqliteSync::Normal => SqliteSynchronous::Normal,
+            SqliteSync::Full => SqliteSynchronous::Full,
+            SqliteSync::Extra => SqliteSynchronous::Extra,
+        }
+    }
 }
 
 /// How long a request waits for a pooled connection before answering 503.
@@ -111,6 +183,12 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 impl Database {
     /// Connect eagerly so that a wrong URL fails at start, not at the first request.
     pub async fn connect(url: &str) -> DbResult<Self> {
+        Self::connect_with(url, SqliteSync::default()).await
+    }
+
+    /// [`connect`](Self::connect) with SQLite's `synchronous` setting (ignored on
+    /// Postgres).
+    pub async fn connect_with(url: &str, sync: SqliteSync) -> DbResult<Self> {
         let kind = DatabaseKind::of_url(url).ok_or_else(|| {
             DbError::Url("invalid DATABASE_URL: must start with sqlite:// or postgres://".into())
         })?;
@@ -131,7 +209,7 @@ impl Database {
                     .map_err(|e| DbError::Url(e.to_string()))?
                     .create_if_missing(true)
                     .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal)
+                    .synchronous(sync.pragma())
                     .foreign_keys(true)
                     .busy_timeout(Duration::from_secs(10));
                 let pool = SqlitePoolOptions::new()
@@ -139,13 +217,26 @@ impl Database {
                     .acquire_timeout(ACQUIRE_TIMEOUT)
                     .connect_with(options)
                     .await?;
-                Ok(Database::Sqlite(pool))
+                Ok(Database::Sqlite(SqliteDb {
+                    pool,
+                    writers: Arc::default(),
+                }))
             }
         }
     }
 
+    /// Waits for this writer's turn on SQLite (see [`SqliteDb`]); take it before the
+    /// connection, so queued writers hold no pooled connection the readers need.
+    /// Never taken twice by one task: it is not re-entrant.
+    pub(crate) async fn writer_turn(&self) -> WriterTurn {
+        match self {
+            Database::Sqlite(sqlite) => Some(sqlite.writers.clone().lock_owned().await),
+            Database::Postgres(_) => None,
+        }
+    }
+
     /// What a locking read (`SELECT … FOR UPDATE`) appends: nothing on SQLite, whose
-    /// `begin_locked!` transaction already holds the database's write lock.
+    /// `begin_write!` transaction already holds the database's write lock.
     pub(crate) fn row_lock(&self) -> &'static str {
         match self {
             Database::Postgres(_) => " FOR UPDATE",
@@ -165,7 +256,7 @@ impl Database {
     pub async fn migrate(&self) -> DbResult<()> {
         match self {
             Database::Postgres(pool) => PG_MIGRATOR.run(pool).await?,
-            Database::Sqlite(pool) => SQLITE_MIGRATOR.run(pool).await?,
+            Database::Sqlite(sqlite) => SQLITE_MIGRATOR.run(&sqlite.pool).await?,
         }
         Ok(())
     }
@@ -179,9 +270,9 @@ impl Database {
                     .await?,
                 PG_MIGRATOR.iter().count(),
             ),
-            Database::Sqlite(pool) => (
+            Database::Sqlite(sqlite) => (
                 sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
-                    .fetch_one(pool)
+                    .fetch_one(&sqlite.pool)
                     .await?,
                 SQLITE_MIGRATOR.iter().count(),
             ),
@@ -197,7 +288,7 @@ impl Database {
     pub async fn close(&self) {
         match self {
             Database::Postgres(pool) => pool.close().await,
-            Database::Sqlite(pool) => pool.close().await,
+            Database::Sqlite(sqlite) => sqlite.pool.close().await,
         }
     }
 }

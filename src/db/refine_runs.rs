@@ -61,7 +61,7 @@ impl Database {
     pub async fn create_refine_run(&self, new: &NewRefineRun<'_>) -> DbResult<Created<Uuid>> {
         let at = now();
         let inserted = on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             let inserted = sqlx::query(
                 "INSERT INTO refine_runs (id, status, request, executor, project_id, team_pk, \
                  idempotency_key, request_hash, version, created_at, updated_at, max_cost_usd, \
@@ -220,6 +220,7 @@ impl Database {
     /// (the caller cancels each). `None` for an unknown run.
     pub async fn cancel_refine_run(&self, id: Uuid) -> DbResult<Option<Vec<Uuid>>> {
         let at = now();
+        let turn = self.writer_turn().await;
         let found = on_pool!(self, pool => {
             sqlx::query(
                 "UPDATE refine_runs SET status = 'cancelling', version = version + 1, updated_at = $2 \
@@ -234,6 +235,7 @@ impl Database {
                 .fetch_one(pool)
                 .await?
         });
+        drop(turn);
         if found == 0 {
             return Ok(None);
         }
@@ -273,7 +275,7 @@ impl Database {
         let at = now();
         let lock = self.row_lock();
         on_pool!(self, pool => {
-            let mut tx = begin_locked!(self, pool);
+            let (_turn, mut tx) = begin_write!(self, pool);
             let run: Option<(String, Json<Value>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, request FROM refine_runs WHERE id = $1{lock}"
             )))

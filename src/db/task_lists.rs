@@ -146,6 +146,16 @@ struct TaskRow {
     updated_at: DateTime<Utc>,
 }
 
+/// What a transition decides on, per task of the list: a fraction of a full row
+/// (no text, no JSON), since the write lock is held while it is read and decoded.
+#[derive(FromRow)]
+struct StatusRow {
+    id: Uuid,
+    task_id: String,
+    parallel_group: i64,
+    status: String,
+}
+
 #[derive(FromRow)]
 struct EdgeRow {
     task_id: Uuid,
@@ -209,6 +219,40 @@ fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>
             row.into_task(deps)
         })
         .collect()
+}
+
+/// What a transition decides on: the list's server ids and its dispatch view (in
+/// submission order; `writes` left empty, no transition rule reads them), and the
+/// local ids `changed` depends on.
+fn decision_view(
+    rows: Vec<StatusRow>,
+    edges: Vec<EdgeRow>,
+    changed: Uuid,
+) -> DbResult<(Vec<Uuid>, Vec<DispatchTask>, Vec<String>)> {
+    let index: HashMap<Uuid, usize> = rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+    let mut view = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let status = TaskStatus::parse(&row.status).ok_or_else(|| {
+            DbError::Corrupt(format!("task {} has status {:?}", row.id, row.status))
+        })?;
+        view.push(DispatchTask {
+            wave: row.parallel_group,
+            status,
+            depends_on: Vec::new(),
+            writes: Vec::new(),
+        });
+    }
+    let mut depends_on = Vec::new();
+    for edge in edges {
+        // Read defensively, as in `assemble`: an edge out of the list is skipped.
+        if let (Some(&task), Some(&dep)) = (index.get(&edge.task_id), index.get(&edge.depends_on)) {
+            view[task].depends_on.push(dep);
+            if edge.task_id == changed {
+                depends_on.push(rows[dep].task_id.clone());
+            }
+        }
+    }
+    Ok((rows.into_iter().map(|r| r.id).collect(), view, depends_on))
 }
 
 /// The dispatch read model (indices into `tasks`) the pure rules work on.
@@ -301,7 +345,7 @@ impl Database {
         }
         let team_scope = new.team_pk.unwrap_or("");
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             if let Some(key) = key {
                 let claimed = sqlx::query(
                     "INSERT INTO task_list_keys (idempotency_key, request_hash, task_list_id, \
@@ -477,6 +521,7 @@ impl Database {
         key: Option<TaskListKey<'_>>,
     ) -> DbResult<Keyed<u32>> {
         let at = now();
+        let _turn = self.writer_turn().await;
         let count: i32 = on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
             if let Some(key) = key {
@@ -572,8 +617,9 @@ impl Database {
     }
 
     /// Apply a status change and, on `failed`/`abandoned`, cascade-abandon every
-    /// non-terminal transitive dependent — in one transaction, serialised per list
-    /// so two concurrent changes cannot both read the old state.
+    /// non-terminal transitive dependent — in one transaction. A cascading change
+    /// locks the whole list, any other its own task, so two concurrent changes cannot
+    /// both decide on the old state (docs/architecture.md, "Read, decide, write").
     pub async fn transition_task(
         &self,
         id: Uuid,
@@ -581,41 +627,74 @@ impl Database {
     ) -> DbResult<TransitionOutcome> {
         let at = now();
         on_pool!(self, pool => {
-            let mut tx = begin_locked!(self, pool);
-            let list_id: Option<Uuid> =
-                sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            let Some(list_id) = list_id else {
-                return Ok(TransitionOutcome::NotFound);
-            };
+            let (_turn, mut tx) = begin_write!(self, pool);
             let lock = self.row_lock();
-            let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position{lock}"
-            )))
-            .bind(list_id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let edges = sqlx::query_as::<_, EdgeRow>(
-                "SELECT d.task_id, d.depends_on FROM task_dependencies d \
-                 JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
-                 ORDER BY d.task_id, d.position",
-            )
-            .bind(list_id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let tasks = assemble(rows, edges)?;
-            let Some(origin) = tasks.iter().position(|t| t.id == id) else {
-                return Ok(TransitionOutcome::NotFound);
+            // A change that cascades decides on the whole list (under the lock); any
+            // other only on its own task's status, so it reads and locks one row.
+            let cascades = matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned);
+            let (current, depends_on, list) = if cascades {
+                let list_id: Option<Uuid> =
+                    sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                let Some(list_id) = list_id else {
+                    return Ok(TransitionOutcome::NotFound);
+                };
+                let rows = sqlx::query_as::<_, StatusRow>(sqlx::AssertSqlSafe(format!(
+                    "SELECT id, task_id, parallel_group, status FROM tasks \
+                     WHERE task_list_id = $1 ORDER BY position{lock}"
+                )))
+                .bind(list_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                let edges = sqlx::query_as::<_, EdgeRow>(
+                    "SELECT d.task_id, d.depends_on FROM task_dependencies d \
+                     JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
+                     ORDER BY d.task_id, d.position",
+                )
+                .bind(list_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                let (ids, view, depends_on) = decision_view(rows, edges, id)?;
+                let Some(origin) = ids.iter().position(|t| *t == id) else {
+                    return Ok(TransitionOutcome::NotFound);
+                };
+                (view[origin].status, depends_on, Some((ids, view, origin)))
+            } else {
+                let status: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT status FROM tasks WHERE id = $1{lock}"
+                )))
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(status) = status else {
+                    return Ok(TransitionOutcome::NotFound);
+                };
+                let status = TaskStatus::parse(&status).ok_or_else(|| {
+                    DbError::Corrupt(format!("task {id} has status {status:?}"))
+                })?;
+                let depends_on: Vec<String> = sqlx::query_scalar(
+                    "SELECT t.task_id FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on \
+                     WHERE d.task_id = $1 ORDER BY d.position",
+                )
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+                (status, depends_on, None)
             };
-            let current = tasks[origin].status;
             match dispatch::check_transition(current, change.status) {
                 Err(illegal) => return Ok(TransitionOutcome::Illegal(illegal)),
                 Ok(Transition::NoChange) => {
+                    let row = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                        "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"
+                    )))
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
                     tx.commit().await?;
                     return Ok(TransitionOutcome::Changed {
-                        task: Box::new(tasks[origin].clone()),
+                        task: Box::new(row.into_task(depends_on)?),
                         cascaded: Vec::new(),
                     });
                 }
@@ -642,11 +721,10 @@ impl Database {
             .fetch_one(&mut *tx)
             .await?;
             let mut cascaded = Vec::new();
-            if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
-                let view = dispatch_view(&tasks);
+            if let Some((ids, view, origin)) = list {
                 cascaded = dispatch::cascade(origin, &view)
                     .into_iter()
-                    .map(|i| tasks[i].id)
+                    .map(|i| ids[i])
                     .collect::<Vec<Uuid>>();
                 for chunk in cascaded.chunks(EDGE_ROWS_PER_INSERT) {
                     let mut update = QueryBuilder::new("UPDATE tasks SET status = ");
@@ -670,7 +748,6 @@ impl Database {
                 }
             }
             tx.commit().await?;
-            let depends_on = tasks[origin].depends_on.clone();
             Ok::<_, DbError>(TransitionOutcome::Changed {
                 task: Box::new(stored.into_task(depends_on)?),
                 cascaded,
@@ -740,6 +817,7 @@ impl Database {
             lead_role: lead_role.map(str::to_owned),
             created_at: now(),
         };
+        let turn = self.writer_turn().await;
         let inserted = on_pool!(self, pool => {
             sqlx::query(
                 "INSERT INTO teams (id, project_id, team_pk, lead_role, created_at) \
@@ -754,6 +832,7 @@ impl Database {
             .await?
             .rows_affected()
         });
+        drop(turn);
         if inserted == 0 {
             return Err(DbError::Conflict(format!(
                 "team {team_pk:?} is already registered for project {project_id:?}"

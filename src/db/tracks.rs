@@ -52,6 +52,7 @@ impl Database {
         metadata: &Value,
         project_id: Option<&str>,
     ) -> DbResult<bool> {
+        let turn = self.writer_turn().await;
         let inserted = on_pool!(self, pool => {
             sqlx::query(
                 "INSERT INTO tracks (track_id, metadata, revision, created_at, updated_at, project_id) \
@@ -65,6 +66,7 @@ impl Database {
             .await?
             .rows_affected()
         });
+        drop(turn);
         Ok(inserted == 1)
     }
 
@@ -78,6 +80,7 @@ impl Database {
         expected: i64,
         project_id: Option<&str>,
     ) -> DbResult<WriteOutcome> {
+        let turn = self.writer_turn().await;
         let revision: Option<i64> = on_pool!(self, pool => {
             sqlx::query_scalar(
                 "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $4, \
@@ -91,6 +94,7 @@ impl Database {
             .fetch_optional(pool)
             .await?
         });
+        drop(turn);
         match revision {
             Some(revision) => Ok(WriteOutcome::Written {
                 revision,

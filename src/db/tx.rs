@@ -16,23 +16,35 @@ macro_rules! on_pool {
     ($db:expr, $pool:ident => $body:block) => {
         match $db {
             $crate::db::Database::Postgres($pool) => $body,
-            $crate::db::Database::Sqlite($pool) => $body,
+            $crate::db::Database::Sqlite(sqlite) => {
+                let $pool = &sqlite.pool;
+                $body
+            }
         }
     };
 }
 
-/// Opens the transaction of a read-decide-write (docs/architecture.md) inside an
-/// `on_pool!` arm. SQLite: `BEGIN IMMEDIATE` takes the write lock up front (a deferred
-/// transaction that reads and then writes can fail with SQLITE_BUSY instead of
-/// waiting). Postgres: a plain transaction whose reads lock their rows
+/// Opens a write transaction inside an `on_pool!` arm; evaluates to `(turn, tx)`,
+/// the writer's turn ([`Database::writer_turn`](crate::db::Database::writer_turn))
+/// to keep until the transaction ends. Every transaction that writes opens this way,
+/// on SQLite:
+/// - after its turn, so the writers of this process queue in order instead of
+///   polling for the lock and timing out (docs/architecture.md, "Writers on SQLite");
+/// - with `BEGIN IMMEDIATE`, which takes the write lock up front: a deferred
+///   transaction that reads and then writes fails at once with SQLITE_BUSY (no busy
+///   wait) when another connection wrote since its read.
+///
+/// On Postgres it is a plain transaction whose locking reads lock their rows
 /// ([`Database::row_lock`](crate::db::Database::row_lock)).
-macro_rules! begin_locked {
-    ($db:expr, $pool:ident) => {
-        match $db {
+macro_rules! begin_write {
+    ($db:expr, $pool:ident) => {{
+        let turn = $db.writer_turn().await;
+        let tx = match $db {
             $crate::db::Database::Sqlite(_) => $pool.begin_with("BEGIN IMMEDIATE").await?,
             $crate::db::Database::Postgres(_) => $pool.begin().await?,
-        }
-    };
+        };
+        (turn, tx)
+    }};
 }
 
 /// Bumps `version` by `$events` (the events this write will insert, at least 1) if

@@ -7,6 +7,7 @@ pub mod connections;
 mod doc;
 pub mod edge;
 pub mod extract;
+pub mod gating_budget;
 pub mod loop_plans;
 pub mod middleware;
 pub mod ops;
@@ -132,7 +133,12 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::ui::router(state.clone()))
         .fallback(middleware::not_found)
         .method_not_allowed_fallback(middleware::method_not_allowed);
+    // Inside auth: a refused caller takes nothing from the gating budget.
     let router = router
+        .layer(axum::middleware::from_fn_with_state(
+            gating_budget::GatingBudget::new(&state.settings),
+            gating_budget::charge_large_bodies,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

@@ -141,10 +141,25 @@ pub struct Problem {
 pub struct GatingProblem {
     #[serde(flatten)]
     pub problem: Problem,
+    /// The first violations (`max_gating_errors`, 100 by default), in gate order.
     #[schema(required = false)]
     pub errors: Vec<gating::Violation>,
+    /// The first warnings, cut like `errors`.
     #[schema(required = false)]
     pub warnings: Vec<gating::Violation>,
+    /// Every error found, listed or not.
+    #[schema(required = false)]
+    pub error_count: usize,
+    /// Every warning found, listed or not.
+    #[schema(required = false)]
+    pub warning_count: usize,
+    /// Every error found, listed or not, counted by code.
+    #[schema(required = false)]
+    pub error_counts: std::collections::BTreeMap<gating::Code, usize>,
+    /// True when `errors` or `warnings` lists only the first ones: fix every
+    /// violation of the kinds `error_counts` names and resubmit the whole list.
+    #[schema(required = false)]
+    pub truncated: bool,
     /// 1 for the first rejection since the last accepted list of this cycle, 2 after.
     #[schema(required = false)]
     pub attempt: u32,
@@ -153,7 +168,8 @@ pub struct GatingProblem {
     pub escalate: bool,
     #[schema(required = false)]
     pub escalation: Option<retry::Escalation>,
-    /// The exact text to re-prompt the planner with: every violation, one a line.
+    /// The exact text to re-prompt the planner with: the listed violations, one a
+    /// line, then (when some were left out) how many of each kind were not listed.
     #[schema(required = false)]
     pub reprompt: String,
     /// For `invalid_field`: which field.

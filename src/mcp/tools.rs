@@ -90,7 +90,9 @@ impl ToolName {
         match self {
             ToolName::ValidateTaskList => {
                 "Gate a planner task list without storing it. Answers {valid, errors[{code, \
-                 message, task_ids}], warnings, waves}; waves lists task ids per wave."
+                 message, task_ids}], warnings, error_count, warning_count, error_counts, \
+                 truncated, waves}; waves lists task ids per wave. Only the first errors are \
+                 listed (truncated: true): fix every error of the kinds error_counts names."
             }
             ToolName::CreateTaskList => {
                 "Gate a task list and store it if it passes. Answers {task_list_id, waves, \
@@ -273,12 +275,8 @@ async fn validate_task_list(
             existing_files: args.existing_files.unwrap_or_default(),
         },
     )?;
-    Ok(Answer::Json(json!({
-        "valid": report.valid,
-        "errors": report.errors,
-        "warnings": report.warnings,
-        "waves": report.waves,
-    })))
+    // The whole report, counts included: the same answer as the REST route.
+    Ok(Answer::Json(json!(report)))
 }
 
 /// Task ids per wave, in wave order then submission order.

@@ -71,6 +71,7 @@ pub enum ProblemCode {
     OutputNotAllowed,
     RouteNotFound,
     RunNotFinished,
+    ServerBusy,
     StaleEtag,
     SynthesisFailure,
     TaskFileNotAllowed,
@@ -125,6 +126,7 @@ impl ProblemCode {
             OutputNotAllowed => "output_not_allowed",
             RouteNotFound => "route_not_found",
             RunNotFinished => "run_not_finished",
+            ServerBusy => "server_busy",
             StaleEtag => "stale_etag",
             SynthesisFailure => "synthesis_failure",
             TaskFileNotAllowed => "task_file_not_allowed",
@@ -224,6 +226,7 @@ impl From<DbError> for ServiceError {
                     ProblemCode::DatabaseUnavailable,
                     "the database is not reachable; retry shortly",
                 )
+                .with("retry_after_secs", 1)
             }
             DbError::Conflict(detail) => ServiceError::conflict(ProblemCode::Conflict, detail),
             other => {

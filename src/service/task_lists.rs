@@ -293,8 +293,9 @@ fn count_outcome(outcome: Outcome, errors: &[Violation], route: &'static str) {
     }
 }
 
-/// The 422 of a rejected list: every violation, the retry verdict and the re-prompt.
-fn rejection(validation: &Validation, rejections: u32) -> ServiceError {
+/// The 422 of a rejected list: the first `max_errors` violations with the counts of
+/// all, the retry verdict and the re-prompt.
+fn rejection(validation: &Validation, rejections: u32, max_errors: usize) -> ServiceError {
     let synthesis_failure = matches!(validation.outcome, Outcome::SynthesisFailure);
     let verdict = retry::verdict(synthesis_failure, rejections);
     let (code, detail) = if synthesis_failure {
@@ -308,7 +309,7 @@ fn rejection(validation: &Validation, rejections: u32) -> ServiceError {
             "the task list violates the DAG gates",
         )
     };
-    let report = validation.report();
+    let report = validation.report_within(max_errors);
     let first = validation
         .errors
         .first()
@@ -323,13 +324,20 @@ fn rejection(validation: &Validation, rejections: u32) -> ServiceError {
             "warnings",
             serde_json::to_value(&report.warnings).unwrap_or_default(),
         )
+        .with("error_count", report.error_count)
+        .with("warning_count", report.warning_count)
+        .with(
+            "error_counts",
+            serde_json::to_value(&report.error_counts).unwrap_or_default(),
+        )
+        .with("truncated", report.truncated)
         .with("attempt", verdict.attempt)
         .with("escalate", verdict.escalate)
         .with(
             "escalation",
             serde_json::to_value(verdict.escalation).unwrap_or_default(),
         )
-        .with("reprompt", validation.reprompt())
+        .with("reprompt", validation.reprompt_within(max_errors))
 }
 
 impl Service {
@@ -342,7 +350,7 @@ impl Service {
         let source = source(request.tasks, &request.planner_output)?;
         let (outcome, report) = gating::validate_report(source, &request.existing_files);
         count_outcome(outcome, &report.errors, "validate");
-        Ok(report)
+        Ok(report.capped(self.settings().max_gating_errors))
     }
 
     /// Gate a task list and, if it passes, store it all or nothing. A rejection is
@@ -396,7 +404,11 @@ impl Service {
                 .record_rejection(project_id.as_str(), team, keyed)
                 .await?
             {
-                Keyed::Done(rejections) => Err(rejection(&validation, rejections)),
+                Keyed::Done(rejections) => Err(rejection(
+                    &validation,
+                    rejections,
+                    self.settings().max_gating_errors,
+                )),
                 Keyed::Taken(first) => {
                     self.replay_task_list(caller, first, request_hash.as_deref(), &validation)
                         .await
@@ -441,7 +453,10 @@ impl Service {
                 replayed: true,
             }),
             KeyedOutcome::Rejected(rejections) => {
-                Err(rejection(validation, rejections).with("replayed", true))
+                Err(
+                rejection(validation, rejections, self.settings().max_gating_errors)
+                    .with("replayed", true),
+            )
             }
         }
     }

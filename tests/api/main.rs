@@ -9,6 +9,7 @@ mod common;
 
 mod agents;
 mod auth;
+mod concurrent_writes;
 mod cross_project;
 mod deploy;
 mod edges;

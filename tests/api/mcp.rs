@@ -478,9 +478,53 @@ async fn create_task_list_replays_by_key(app: TestApp) {
     app.shutdown().await;
 }
 
+/// The gate's tools answer like the REST routes: the first 100 errors, with the
+/// count of all of them by code (docs/mcp.md).
+async fn gating_tools_answer_the_first_errors_and_the_counts(app: TestApp) {
+    let orphans: Vec<Value> = (0..150)
+        .map(|i| {
+            json!({"task_id": format!("t{i}"), "assigned_persona": "p", "parallel_group": 1,
+                   "depends_on": [format!("ghost{i}")], "reads": [], "writes": [],
+                   "description": "d"})
+        })
+        .collect();
+    let (error, report) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "validate_task_list",
+        json!({"tasks": orphans}),
+    )
+    .await;
+    assert!(!error, "{report}");
+    assert_eq!(report["errors"].as_array().unwrap().len(), 100, "{report}");
+    assert_eq!(
+        (report["error_count"].clone(), report["truncated"].clone()),
+        (json!(150), json!(true))
+    );
+    assert_eq!(report["error_counts"], json!({"orphan_dependency": 150}));
+    let (error, refused) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "create_task_list",
+        json!({"project_id": "proj-a", "created_by": "pm", "tasks": orphans}),
+    )
+    .await;
+    assert!(error, "{refused}");
+    assert_eq!(refused["code"], "dag_invalid");
+    assert_eq!(refused["errors"].as_array().unwrap().len(), 100);
+    assert_eq!(refused["error_count"], 150);
+    let reprompt = refused["reprompt"].as_str().unwrap();
+    assert_eq!(reprompt.lines().count(), 101, "{reprompt}");
+    assert!(reprompt.contains("50 more errors"), "{reprompt}");
+    app.shutdown().await;
+}
+
 on_both! {
     limited_tokens_step_only_their_tracks => spawn,
     create_task_list_replays_by_key => spawn,
+    gating_tools_answer_the_first_errors_and_the_counts => spawn,
     tokens_are_checked_as_on_v1 => spawn,
     limited_tokens_stay_in_their_projects => spawn,
     the_read_only_surface_changes_nothing => spawn,

@@ -1033,9 +1033,9 @@ pub(crate) async fn rows_of_job(app: &TestApp, table: &str, job_id: &str) -> i64
             .fetch_one(pool)
             .await
             .unwrap(),
-        plangate::db::Database::Sqlite(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        plangate::db::Database::Sqlite(sqlite) => sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
             .bind(id)
-            .fetch_one(pool)
+            .fetch_one(&sqlite.pool)
             .await
             .unwrap(),
     }

@@ -909,7 +909,180 @@ async fn stored_tasks_and_edges(
     (ids, pairs.into_iter().collect())
 }
 
+/// 500 tasks, each depending on a task that does not exist: 500 errors.
+fn five_hundred_orphans() -> Value {
+    let tasks: Vec<Value> = (0..500)
+        .map(|i| {
+            task(
+                &format!("t{i}"),
+                "p",
+                1,
+                &[&format!("ghost{i}")],
+                &[],
+                &[&format!("f{i}.py")],
+            )
+        })
+        .collect();
+    Value::Array(tasks)
+}
+
+/// A rejected list answers the first 100 errors (issue #23: a 12 MB list once got a
+/// 52.6 MB answer), with the count of all of them by code, and a re-prompt that
+/// lists those 100 and says how many more of which kind to fix; `validate` answers
+/// the same, and the limit is a setting.
+async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Backend) {
+    let app = crate::common::spawn_app(backend).await;
+    let body = json!({"project_id": "proj", "created_by": "pm", "tasks": five_hundred_orphans()});
+    let problem = expect_problem(
+        app.post_json("/v1/task-lists", &body).await,
+        422,
+        "dag_invalid",
+    )
+    .await;
+    let errors = problem["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 100, "the first 100 errors only");
+    assert_eq!(errors[0]["task_ids"], json!(["t0", "ghost0"]));
+    assert_eq!(errors[99]["task_ids"], json!(["t99", "ghost99"]));
+    assert_eq!(problem["error_count"], 500, "{}", problem["error_count"]);
+    assert_eq!(problem["error_counts"], json!({"orphan_dependency": 500}));
+    assert_eq!(problem["truncated"], true);
+    let reprompt = problem["reprompt"].as_str().unwrap();
+    let lines: Vec<&str> = reprompt.lines().collect();
+    assert_eq!(lines.len(), 101, "{reprompt}");
+    assert!(lines[0].starts_with("OrphanDepsError: "), "{}", lines[0]);
+    assert!(
+        lines[100].contains("400 more errors")
+            && lines[100].contains("400 orphan_dependency")
+            && lines[100].contains("resubmit"),
+        "{}",
+        lines[100]
+    );
+
+    let report: Value = app
+        .post_json(
+            "/v1/task-lists/validate",
+            &json!({"tasks": five_hundred_orphans()}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["errors"].as_array().unwrap().len(), 100);
+    assert_eq!(
+        (report["error_count"].clone(), report["truncated"].clone()),
+        (json!(500), json!(true))
+    );
+    assert_eq!(report["error_counts"], json!({"orphan_dependency": 500}));
+    // A short list is whole.
+    let diamond_report: Value = app
+        .post_json("/v1/task-lists/validate", &json!({"tasks": diamond()}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            diamond_report["error_count"].clone(),
+            diamond_report["truncated"].clone()
+        ),
+        (json!(0), json!(false))
+    );
+    app.shutdown().await;
+
+    let app = crate::common::spawn_app_with(backend, |s| s.max_gating_errors = 3).await;
+    let problem = expect_problem(
+        app.post_json("/v1/task-lists", &body).await,
+        422,
+        "dag_invalid",
+    )
+    .await;
+    assert_eq!(problem["errors"].as_array().unwrap().len(), 3);
+    assert_eq!(problem["error_count"], 500);
+    assert_eq!(problem["reprompt"].as_str().unwrap().lines().count(), 4);
+    app.shutdown().await;
+}
+
+/// Large gating bodies take their size from `PLANGATE_GATING_BUDGET_BYTES` before
+/// they are read (docs/api.md, "Bounded gating answers"): while a client holds
+/// most of it (headers sent, half its body not), another large list waits, then
+/// answers 503 `server_busy` with `Retry-After`; once the first is answered, the
+/// budget is back. Small bodies never wait.
+async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = crate::common::spawn_app_with(backend, |s| s.gating_budget_bytes = 400 * 1024).await;
+    // About 300 KiB: over the 256 KiB a body may have without asking the budget.
+    let tasks: Vec<Value> = (0..1000)
+        .map(|i| {
+            let mut t = task(&format!("t{i}"), "p", 1, &[], &[], &[&format!("f{i}.py")]);
+            t["description"] = json!("x".repeat(280));
+            t
+        })
+        .collect();
+    let body = json!({"tasks": tasks}).to_string();
+    assert!(
+        body.len() > 256 * 1024 && body.len() < 400 * 1024,
+        "{}",
+        body.len()
+    );
+
+    let mut stalled = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/task-lists/validate HTTP/1.1\r\nHost: plangate\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (first_half, second_half) = body.as_bytes().split_at(body.len() / 2);
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    stalled.write_all(first_half).await.unwrap();
+    // Sequencing only (nothing is timed): let the server take the stalled request's
+    // share before the next large body arrives.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let post = || {
+        app.client
+            .post(app.url("/v1/task-lists/validate"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+    };
+    let refused = post().await.unwrap();
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        Some("1".to_owned())
+    );
+    let problem = expect_problem(refused, 503, "server_busy").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("PLANGATE_GATING_BUDGET_BYTES"),
+        "{problem}"
+    );
+    // A small list does not wait for the budget.
+    let small = app
+        .post_json("/v1/task-lists/validate", &json!({"tasks": diamond()}))
+        .await;
+    assert_eq!(small.status(), 200);
+
+    stalled.write_all(second_half).await.unwrap();
+    let mut answer = String::new();
+    stalled.read_to_string(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{}",
+        &answer[..answer.len().min(200)]
+    );
+    let accepted = post().await.unwrap();
+    assert_eq!(accepted.status(), 200, "the budget is back");
+    app.shutdown().await;
+}
+
 both_backends!(
+    large_gating_bodies_share_a_memory_budget,
+    rejected_large_lists_answer_the_first_errors_and_the_counts,
     validate_reports_every_violation_in_gate_order,
     validate_refuses_malformed_requests,
     created_list_keeps_edges_team_and_extra_fields,

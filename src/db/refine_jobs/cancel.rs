@@ -17,7 +17,7 @@ impl Database {
         let at = now();
         let lock = self.row_lock();
         let status = on_pool!(self, pool => {
-            let mut tx = begin_locked!(self, pool);
+            let (_turn, mut tx) = begin_write!(self, pool);
             let row: Option<(String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, attempt FROM refine_jobs WHERE id = $1{lock}"
             )))

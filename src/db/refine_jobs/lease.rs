@@ -195,7 +195,7 @@ impl Database {
     pub async fn claim_refine_job(&self, claim: ClaimFor) -> DbResult<Option<ClaimedJob>> {
         let at = now();
         let claimed = on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             let claimed = claim_in!(self, tx, claim, at);
             tx.commit().await?;
             claimed
@@ -265,6 +265,7 @@ impl Database {
     /// Renews the lease. `Ok(Ok(cancel_requested))`, or `LeaseLost`.
     pub async fn heartbeat_refine_job(&self, lease: Lease, until: DateTime<Utc>) -> Fenced<bool> {
         let in_flight = status_list(&JobStatus::IN_FLIGHT);
+        let _turn = self.writer_turn().await;
         let row: Option<bool> = on_pool!(self, pool => {
             sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                 "UPDATE refine_jobs SET lease_expires_at = $3 WHERE id = $1 AND lease_token = $2 \
@@ -328,7 +329,7 @@ impl Database {
         };
         let in_flight = status_list(&JobStatus::IN_FLIGHT);
         let claimed = on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             // The fenced bump and the terminal state in one statement.
             let ended: Option<(i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "UPDATE refine_jobs SET version = version + $9, updated_at = $8, status = $2, \
@@ -392,7 +393,7 @@ impl Database {
     pub async fn release_refine_job(&self, lease: Lease) -> Fenced<JobStatus> {
         let at = now();
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             let Some(seq) = bump_fenced!(tx, lease, at, 1usize) else {
                 return Ok(Err(LeaseLost));
             };
@@ -441,7 +442,7 @@ impl Database {
             Database::Sqlite(_) => "",
         };
         on_pool!(self, pool => {
-            let mut tx = begin_locked!(self, pool);
+            let (_turn, mut tx) = begin_write!(self, pool);
             let expired: Vec<(Uuid, String, i32, i32)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT id, status, attempt, max_attempts FROM refine_jobs \

@@ -148,7 +148,7 @@ impl Database {
         }
         let at = now();
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             let log = pending.log.as_deref();
             let Some(seq) = bump_fenced!(tx, lease, at, pending.events.len(), log = log) else {
                 return Ok(Err(LeaseLost));

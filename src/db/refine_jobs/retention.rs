@@ -33,7 +33,7 @@ impl Database {
             ),
         ];
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             for child in JOB_CHILDREN {
                 for jobs in &expired_job_sets {
                     sqlx::query(sqlx::AssertSqlSafe(format!(

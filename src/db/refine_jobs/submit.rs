@@ -30,7 +30,7 @@ impl Database {
         at: DateTime<Utc>,
     ) -> DbResult<Vec<Uuid>> {
         on_pool!(self, pool => {
-            let mut tx = pool.begin().await?;
+            let (_turn, mut tx) = begin_write!(self, pool);
             let inserted = insert_jobs!(tx, jobs, at);
             tx.commit().await?;
             Ok(inserted)

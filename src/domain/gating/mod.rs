@@ -37,6 +37,8 @@ mod text;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -72,8 +74,10 @@ pub struct Task {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Stable violation codes (serialized snake_case).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+/// Stable violation codes (serialized snake_case), in gate order.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Code {
     SynthesisFailure,
@@ -235,13 +239,53 @@ pub struct Validation {
     pub waves: Vec<Vec<String>>,
 }
 
+/// How many errors, and how many warnings, an answer of the server lists by default
+/// (`PLANGATE_MAX_GATING_ERRORS`): a rejected 12 MB list once answered with 52.6 MB
+/// of violations (docs/api.md, "Bounded gating answers").
+pub const DEFAULT_MAX_ERRORS: usize = 100;
+
 /// The body of `POST /v1/task-lists/validate` and of `plangate validate --format json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ValidationReport {
     pub valid: bool,
+    /// The errors in gate order then task order: the server lists the first ones
+    /// only (its `max_gating_errors`, 100 by default); `plangate validate` lists all.
     pub errors: Vec<Violation>,
+    /// The warnings, cut like `errors`.
     pub warnings: Vec<Violation>,
+    /// Every error found, listed or not.
+    pub error_count: usize,
+    /// Every warning found, listed or not.
+    pub warning_count: usize,
+    /// Every error found, listed or not, counted by code.
+    pub error_counts: BTreeMap<Code, usize>,
+    /// True when `errors` or `warnings` lists only the first ones: fix those and
+    /// every other violation of the kinds `error_counts` names, then resubmit the
+    /// list (or run `plangate validate` on it, which lists all).
+    pub truncated: bool,
     pub waves: Vec<Vec<String>>,
+}
+
+impl ValidationReport {
+    /// The report listing at most `max` errors and `max` warnings (the counts still
+    /// count all of them).
+    pub fn capped(mut self, max: usize) -> Self {
+        if self.errors.len() > max || self.warnings.len() > max {
+            self.truncated = true;
+            self.errors.truncate(max);
+            self.warnings.truncate(max);
+        }
+        self
+    }
+}
+
+/// Errors per code.
+fn counts_by_code(errors: &[Violation]) -> BTreeMap<Code, usize> {
+    let mut counts = BTreeMap::new();
+    for error in errors {
+        *counts.entry(error.code).or_insert(0) += 1;
+    }
+    counts
 }
 
 impl Validation {
@@ -249,11 +293,22 @@ impl Validation {
         self.outcome == Outcome::Valid
     }
 
+    /// The whole report: every error and warning.
     pub fn report(&self) -> ValidationReport {
+        self.report_within(usize::MAX)
+    }
+
+    /// The report listing at most `max` errors and `max` warnings, copying only
+    /// those.
+    pub fn report_within(&self, max: usize) -> ValidationReport {
         ValidationReport {
             valid: self.is_valid(),
-            errors: self.errors.clone(),
-            warnings: self.warnings.clone(),
+            errors: self.errors.iter().take(max).cloned().collect(),
+            warnings: self.warnings.iter().take(max).cloned().collect(),
+            error_count: self.errors.len(),
+            warning_count: self.warnings.len(),
+            error_counts: counts_by_code(&self.errors),
+            truncated: self.errors.len() > max || self.warnings.len() > max,
             waves: self.waves.clone(),
         }
     }
@@ -262,6 +317,10 @@ impl Validation {
     pub fn into_report(self) -> ValidationReport {
         ValidationReport {
             valid: self.is_valid(),
+            error_count: self.errors.len(),
+            warning_count: self.warnings.len(),
+            error_counts: counts_by_code(&self.errors),
+            truncated: false,
             errors: self.errors,
             warnings: self.warnings,
             waves: self.waves,
@@ -270,10 +329,30 @@ impl Validation {
 
     /// The text a planner is re-prompted with: every error message, one a line.
     pub fn reprompt(&self) -> String {
+        self.reprompt_within(usize::MAX)
+    }
+
+    /// The re-prompt with the first `max` error messages, one a line; when there are
+    /// more, a last line says how many of each kind were left out and asks for all of
+    /// them to be fixed, so the planner does not fix the first ones only.
+    pub fn reprompt_within(&self, max: usize) -> String {
         let mut text = String::new();
-        for error in &self.errors {
+        for error in self.errors.iter().take(max) {
             text.push_str(&error.message);
             text.push('\n');
+        }
+        let left_out = &self.errors[self.errors.len().min(max)..];
+        if !left_out.is_empty() {
+            let kinds: Vec<String> = counts_by_code(left_out)
+                .iter()
+                .map(|(code, n)| format!("{n} {code}"))
+                .collect();
+            text.push_str(&format!(
+                "... and {} more errors not listed ({}). Fix every violation of these kinds \
+                 in the whole list, not only the ones listed, then resubmit the whole list.\n",
+                left_out.len(),
+                kinds.join(", ")
+            ));
         }
         text
     }

@@ -1100,6 +1100,10 @@ fn report_serializes_codes_snake_case_and_skips_absent_fields() {
                 "cycle": ["t-1"],
             }],
             "warnings": [],
+            "error_count": 1,
+            "warning_count": 0,
+            "error_counts": {"cycle": 1},
+            "truncated": false,
             "waves": [["t-1"]],
         })
     );
@@ -1107,6 +1111,25 @@ fn report_serializes_codes_snake_case_and_skips_absent_fields() {
     let round_trip: ValidationReport =
         serde_json::from_value(report).unwrap_or_else(|_| validation.report());
     assert_eq!(round_trip, validation.report());
+}
+
+/// A capped report keeps the first errors and the counts of all; the capped
+/// re-prompt ends with one line naming what was left out.
+#[test]
+fn capped_reports_keep_the_first_errors_and_count_all() {
+    let tasks: Vec<_> = (0..5)
+        .map(|i| task(&format!("t{i}"), 1, &[&format!("ghost{i}")]))
+        .collect();
+    let validation = check(&tasks);
+    let report = validation.report_within(2);
+    assert_eq!(report.errors.len(), 2);
+    assert_eq!((report.error_count, report.truncated), (5, true));
+    assert_eq!(report, validation.report().capped(2));
+    let reprompt = validation.reprompt_within(2);
+    let lines: Vec<&str> = reprompt.lines().collect();
+    assert_eq!(lines.len(), 3, "{reprompt}");
+    assert!(lines[2].starts_with("... and 3 more errors not listed (3 orphan_dependency)."));
+    assert_eq!(validation.reprompt_within(5), validation.reprompt());
 }
 
 #[test]
