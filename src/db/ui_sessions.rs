@@ -14,6 +14,7 @@ impl Database {
         created_at: i64,
         expires_at: i64,
     ) -> DbResult<()> {
+        let _turn = self.writer_turn().await;
         on_pool!(self, pool => {
             sqlx::query("DELETE FROM ui_sessions WHERE expires_at <= $1")
                 .bind(created_at)
@@ -47,6 +48,7 @@ impl Database {
     }
 
     pub async fn delete_ui_session(&self, id_hash: &str) -> DbResult<()> {
+        let _turn = self.writer_turn().await;
         on_pool!(self, pool => {
             sqlx::query("DELETE FROM ui_sessions WHERE id_hash = $1")
                 .bind(id_hash)

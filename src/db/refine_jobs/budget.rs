@@ -95,7 +95,7 @@ impl Database {
         let at = now();
         let is_postgres = matches!(self, Database::Postgres(_));
         on_pool!(self, pool => {
-            let mut tx = begin_locked!(self, pool);
+            let (_turn, mut tx) = begin_write!(self, pool);
             if is_postgres {
                 let mut keys = Vec::new();
                 if let Some(run_id) = scopes.run_id {
