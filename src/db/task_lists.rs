@@ -14,9 +14,12 @@ use sqlx::types::Json;
 use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
+use super::task_claims::TaskEvent;
 use super::{Database, DbError, DbResult};
 use crate::domain::dispatch::{
-    self, AbandonCategory, DispatchTask, IllegalTransition, TaskStatus, Transition,
+    self, AbandonCategory, DispatchTask, HeldByOther, HolderCheck, IllegalTransition, Lease,
+    TaskEventKind,
+    TaskStatus, Transition,
 };
 use crate::domain::gating::Task;
 
@@ -81,6 +84,11 @@ pub struct TaskRecord {
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The live claim of a running task (docs/api.md "Claims").
+    pub lease: Option<Lease>,
+    /// Whose claim the task had when it finished (kept after the lease ends), so a
+    /// late holder cannot take another holder's completion for its own.
+    pub last_holder: Option<String>,
 }
 
 #[derive(FromRow)]
@@ -93,7 +101,7 @@ struct TaskListRow {
 }
 
 #[derive(FromRow)]
-struct TaskRow {
+pub(super) struct TaskRow {
     id: Uuid,
     task_list_id: Uuid,
     task_id: String,
@@ -113,20 +121,23 @@ struct TaskRow {
     finished_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    claim_holder: Option<String>,
+    lease_expires_at: Option<DateTime<Utc>>,
 }
 
 #[derive(FromRow)]
-struct EdgeRow {
+pub(super) struct EdgeRow {
     task_id: Uuid,
     depends_on: Uuid,
 }
 
-const TASK_COLUMNS: &str = "id, task_list_id, task_id, assigned_persona, parallel_group, \
+pub(super) const TASK_COLUMNS: &str = "id, task_list_id, task_id, assigned_persona, parallel_group, \
      description, reads, writes, reviews, extra, status, abandon_category, upstream_task_id, \
-     notes, attempts, started_at, finished_at, created_at, updated_at";
+     notes, attempts, started_at, finished_at, created_at, updated_at, claim_holder, \
+     lease_expires_at";
 
 impl TaskRow {
-    fn into_task(self, depends_on: Vec<String>) -> DbResult<TaskRecord> {
+    pub(super) fn into_task(self, depends_on: Vec<String>) -> DbResult<TaskRecord> {
         let status = TaskStatus::parse(&self.status).ok_or_else(|| {
             DbError::Corrupt(format!("task {} has status {:?}", self.id, self.status))
         })?;
@@ -157,12 +168,20 @@ impl TaskRow {
             finished_at: self.finished_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            lease: match (&self.claim_holder, self.lease_expires_at) {
+                (Some(holder), Some(expires_at)) => Some(Lease {
+                    holder: holder.clone(),
+                    expires_at,
+                }),
+                _ => None,
+            },
+            last_holder: self.claim_holder,
         })
     }
 }
 
 /// Tasks of one list with their edges resolved, in submission order.
-fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
+pub(super) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
     let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
     let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
     for edge in edges {
@@ -207,6 +226,9 @@ pub struct TaskChange {
     pub status: TaskStatus,
     pub abandon_category: Option<AbandonCategory>,
     pub notes: Option<String>,
+    /// Who makes the change; must be the holder of a claimed task unless `force`.
+    pub holder: Option<String>,
+    pub force: bool,
 }
 
 pub enum TransitionOutcome {
@@ -216,6 +238,8 @@ pub enum TransitionOutcome {
         cascaded: Vec<Uuid>,
     },
     Illegal(IllegalTransition),
+    /// The task is claimed by another holder and the change did not force it.
+    HeldByOther(HeldByOther),
     NotFound,
 }
 
@@ -359,6 +383,8 @@ impl Database {
                 finished_at: None,
                 created_at,
                 updated_at: created_at,
+                lease: None,
+                last_holder: None,
             })
             .collect();
         Ok(TaskListRecord {
@@ -459,28 +485,38 @@ impl Database {
             let Some(list_id) = list_id else {
                 return Ok(TransitionOutcome::NotFound);
             };
-            let lock = self.row_lock();
-            let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position{lock}"
-            )))
-            .bind(list_id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let edges = sqlx::query_as::<_, EdgeRow>(
-                "SELECT d.task_id, d.depends_on FROM task_dependencies d \
-                 JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
-                 ORDER BY d.task_id, d.position",
-            )
-            .bind(list_id)
-            .fetch_all(&mut *tx)
-            .await?;
-            let tasks = assemble(rows, edges)?;
+            let mut tasks = read_list_locked!(self, tx, list_id);
+            // Lapsed leases first (docs/api.md "Claims"): a holder whose lease ran
+            // out no longer holds the task, whatever it sends now.
+            expire_lapsed!(tx, tasks, at);
             let Some(origin) = tasks.iter().position(|t| t.id == id) else {
                 return Ok(TransitionOutcome::NotFound);
             };
             let current = tasks[origin].status;
+            // A live claim's holder; for a finished task, whoever held it last when
+            // the change names a holder (an unnamed repeat stays idempotent).
+            let live_holder = tasks[origin]
+                .lease
+                .as_ref()
+                .map(|l| l.holder.as_str())
+                .or_else(|| {
+                    let origin = &tasks[origin];
+                    let named = change.holder.is_some() && origin.status.is_terminal();
+                    origin.last_holder.as_deref().filter(|_| named)
+                });
+            let holder_check =
+                match dispatch::check_holder(live_holder, change.holder.as_deref(), change.force) {
+                    Ok(check) => check,
+                    Err(held) => {
+                        tx.commit().await?;
+                        return Ok(TransitionOutcome::HeldByOther(held));
+                    }
+                };
             match dispatch::check_transition(current, change.status) {
-                Err(illegal) => return Ok(TransitionOutcome::Illegal(illegal)),
+                Err(illegal) => {
+                    tx.commit().await?;
+                    return Ok(TransitionOutcome::Illegal(illegal));
+                }
                 Ok(Transition::NoChange) => {
                     tx.commit().await?;
                     return Ok(TransitionOutcome::Changed {
@@ -492,12 +528,14 @@ impl Database {
             }
             let starts = change.status == TaskStatus::Running;
             let finishes = change.status.is_terminal();
+            // Leaving `running` ends the claim; a claimed task only ever leaves it.
             // RETURNING: the answer shows exactly what is stored without re-reading.
             let stored = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
                 "UPDATE tasks SET status = $2, abandon_category = $3, \
                  notes = COALESCE($4, notes), attempts = attempts + $5, \
                  started_at = CASE WHEN $6 THEN $8 ELSE started_at END, \
                  finished_at = CASE WHEN $7 THEN $8 ELSE finished_at END, \
+                 lease_expires_at = NULL, \
                  updated_at = $8 WHERE id = $1 RETURNING {TASK_COLUMNS}"
             )))
             .bind(id)
@@ -510,6 +548,23 @@ impl Database {
             .bind(at)
             .fetch_one(&mut *tx)
             .await?;
+            let overrode = match &holder_check {
+                HolderCheck::Forced { overrode } => Some(overrode.as_str()),
+                _ => None,
+            };
+            insert_event!(tx, TaskEvent {
+                task_id: id,
+                task_list_id: list_id,
+                at,
+                kind: TaskEventKind::StatusChanged,
+                holder: change.holder.as_deref(),
+                from: current,
+                to: change.status,
+                attempt: stored.attempts,
+                forced: overrode.is_some(),
+                overrode,
+                lease_expires_at: None,
+            });
             let mut cascaded = Vec::new();
             if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
                 let view = dispatch_view(&tasks);
@@ -527,6 +582,7 @@ impl Database {
                         .push_bind(id)
                         .push(", finished_at = ")
                         .push_bind(at)
+                        .push(", lease_expires_at = NULL")
                         .push(", updated_at = ")
                         .push_bind(at)
                         .push(" WHERE id IN (");

@@ -37,6 +37,7 @@ pub mod projects;
 pub mod refine_jobs;
 pub mod refine_runs;
 mod submission;
+pub mod task_claims;
 pub mod task_lists;
 pub mod tracks;
 

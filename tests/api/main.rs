@@ -9,6 +9,7 @@ mod common;
 
 mod agents;
 mod auth;
+mod claims;
 mod cross_project;
 mod deploy;
 mod gating_props;
