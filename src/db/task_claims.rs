@@ -25,15 +25,14 @@ macro_rules! read_list_locked {
         .bind($list_id)
         .fetch_optional(&mut *$tx)
         .await?;
-        let rows = sqlx::query_as::<_, $crate::db::task_lists::TaskRow>(sqlx::AssertSqlSafe(
-            format!(
+        let rows =
+            sqlx::query_as::<_, $crate::db::task_lists::TaskRow>(sqlx::AssertSqlSafe(format!(
                 "SELECT {} FROM tasks WHERE task_list_id = $1 ORDER BY position",
                 $crate::db::task_lists::TASK_COLUMNS
-            ),
-        ))
-        .bind($list_id)
-        .fetch_all(&mut *$tx)
-        .await?;
+            )))
+            .bind($list_id)
+            .fetch_all(&mut *$tx)
+            .await?;
         let edges = sqlx::query_as::<_, $crate::db::task_lists::EdgeRow>(
             "SELECT d.task_id, d.depends_on FROM task_dependencies d \
              JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
@@ -96,19 +95,22 @@ macro_rules! expire_lapsed {
             .await?;
             task.status = $crate::domain::dispatch::TaskStatus::Pending;
             task.updated_at = at;
-            insert_event!($tx, $crate::db::task_claims::TaskEvent {
-                task_id: task.id,
-                task_list_id: task.task_list_id,
-                at,
-                kind: $crate::domain::dispatch::TaskEventKind::LeaseExpired,
-                holder: lease.as_ref().map(|l| l.holder.as_str()),
-                from: $crate::domain::dispatch::TaskStatus::Running,
-                to: $crate::domain::dispatch::TaskStatus::Pending,
-                attempt: task.attempts,
-                forced: false,
-                overrode: None,
-                lease_expires_at: lease.as_ref().map(|l| l.expires_at),
-            });
+            insert_event!(
+                $tx,
+                $crate::db::task_claims::TaskEvent {
+                    task_id: task.id,
+                    task_list_id: task.task_list_id,
+                    at,
+                    kind: $crate::domain::dispatch::TaskEventKind::LeaseExpired,
+                    holder: lease.as_ref().map(|l| l.holder.as_str()),
+                    from: $crate::domain::dispatch::TaskStatus::Running,
+                    to: $crate::domain::dispatch::TaskStatus::Pending,
+                    attempt: task.attempts,
+                    forced: false,
+                    overrode: None,
+                    lease_expires_at: lease.as_ref().map(|l| l.expires_at),
+                }
+            );
         }
         lapsed.len()
     }};
@@ -158,7 +160,8 @@ struct TaskEventRow {
 
 impl TaskEventRow {
     fn into_record(self) -> DbResult<TaskEventRecord> {
-        let corrupt = |what: &str, v: &str| DbError::Corrupt(format!("a task event has {what} {v:?}"));
+        let corrupt =
+            |what: &str, v: &str| DbError::Corrupt(format!("a task event has {what} {v:?}"));
         Ok(TaskEventRecord {
             at: self.at,
             kind: TaskEventKind::parse(&self.kind).ok_or_else(|| corrupt("kind", &self.kind))?,
@@ -201,7 +204,11 @@ impl Database {
     /// Hands the first ready task (for `persona`, if given) to `holder` with a lease,
     /// moving it to `running` — after expiring lapsed leases, in one transaction
     /// over the locked list. `None`: no such list.
-    pub async fn claim_task(&self, list_id: Uuid, ask: ClaimAsk<'_>) -> DbResult<Option<ClaimOutcome>> {
+    pub async fn claim_task(
+        &self,
+        list_id: Uuid,
+        ask: ClaimAsk<'_>,
+    ) -> DbResult<Option<ClaimOutcome>> {
         let at = now();
         on_pool!(self, pool => {
             let mut tx = begin_locked!(self, pool);

@@ -18,8 +18,7 @@ use super::task_claims::TaskEvent;
 use super::{Database, DbError, DbResult};
 use crate::domain::dispatch::{
     self, AbandonCategory, DispatchTask, HeldByOther, HolderCheck, IllegalTransition, Lease,
-    TaskEventKind,
-    TaskStatus, Transition,
+    TaskEventKind, TaskStatus, Transition,
 };
 use crate::domain::gating::Task;
 

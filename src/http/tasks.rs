@@ -65,7 +65,9 @@ async fn heartbeat(
     Path(id): Path<Uuid>,
     Json(request): Json<HeartbeatRequest>,
 ) -> Result<Json<StoredTask>, ApiError> {
-    Ok(Json(state.service.heartbeat_task(&caller, id, request).await?))
+    Ok(Json(
+        state.service.heartbeat_task(&caller, id, request).await?,
+    ))
 }
 
 /// A task's history, oldest first: claims, renewals, lease expiries and status

@@ -359,7 +359,8 @@ async fn ready_tasks(
             caller,
             args.task_list_id,
             args.mode.unwrap_or_default(),
-            args.wait_seconds.map(|w| w.min(crate::service::MAX_WAIT_SECS)),
+            args.wait_seconds
+                .map(|w| w.min(crate::service::MAX_WAIT_SECS)),
         )
         .await?;
     let tasks: Vec<Value> = ready.tasks.iter().map(compact_task).collect();

@@ -71,7 +71,11 @@ pub struct BlockedTaskView {
 }
 
 /// `next` for a list, its dispatch view and the ready answer computed on them.
-pub(super) fn next_answer(tasks: &[TaskRecord], view: &[DispatchTask], ready: &Ready) -> NextAnswer {
+pub(super) fn next_answer(
+    tasks: &[TaskRecord],
+    view: &[DispatchTask],
+    ready: &Ready,
+) -> NextAnswer {
     let at = now();
     let index: std::collections::HashMap<Uuid, usize> =
         tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
@@ -95,7 +99,10 @@ pub(super) fn next_answer(tasks: &[TaskRecord], view: &[DispatchTask], ready: &R
                 BlockedBy::Upstream(u) => {
                     let name = local(u).unwrap_or_default();
                     let what = tasks.get(u).map_or(TaskStatus::Failed, |t| t.status);
-                    (Some(name.clone()), format!("abandoned because {name:?} {what}"))
+                    (
+                        Some(name.clone()),
+                        format!("abandoned because {name:?} {what}"),
+                    )
                 }
                 BlockedBy::UnmetDependency(d) => {
                     let name = local(d).unwrap_or_default();
@@ -225,7 +232,10 @@ fn claim_answer(tasks: &[TaskRecord], mode: ReadyMode, claimed: Option<usize>) -
     let view = dispatch_view(tasks);
     let ready = dispatch::ready(mode, &view);
     let mut next = next_answer(tasks, &view, &ready);
-    let task = claimed.and_then(|i| tasks.get(i)).cloned().map(StoredTask::from);
+    let task = claimed
+        .and_then(|i| tasks.get(i))
+        .cloned()
+        .map(StoredTask::from);
     if task.is_some() {
         next.next = Next::Dispatch;
         next.retry_after_s = None;
@@ -260,7 +270,11 @@ impl Service {
         let mode = request.mode.unwrap_or_default();
         // Authorises, and expires lapsed leases, before the claim.
         let list = self.load_list(caller, list_id).await?;
-        let personas: Vec<&str> = list.tasks.iter().map(|t| t.assigned_persona.as_str()).collect();
+        let personas: Vec<&str> = list
+            .tasks
+            .iter()
+            .map(|t| t.assigned_persona.as_str())
+            .collect();
         let view = dispatch_view(&list.tasks);
         let ready = dispatch::ready(mode, &view);
         if dispatch::pick_claim(&ready, &personas, persona).is_none() {
@@ -319,7 +333,11 @@ impl Service {
     }
 
     /// A task's history: claims, renewals, lease expiries and status changes.
-    pub async fn task_history(&self, caller: &Caller, id: Uuid) -> Result<TaskHistory, ServiceError> {
+    pub async fn task_history(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<TaskHistory, ServiceError> {
         let (project_id, events) = self
             .db
             .task_history(id)

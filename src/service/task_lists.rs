@@ -17,9 +17,9 @@ use crate::domain::gating::{
 use crate::domain::ids::Ident;
 use crate::domain::retry;
 
+use super::task_claims::{NextAnswer, TaskClaim, next_answer};
 use crate::db::task_lists::{TaskListRecord, TaskRecord};
 use crate::domain::dispatch::HeldByOther;
-use super::task_claims::{NextAnswer, TaskClaim, next_answer};
 
 /// Notes are free text for people; the bound keeps rows small. Characters (what
 /// JSON Schema's `maxLength` counts), so the OpenAPI document states it exactly.

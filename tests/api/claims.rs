@@ -37,7 +37,10 @@ fn server_id(list: &Value, local: &str) -> String {
 
 async fn ready(app: &TestApp, list: &Value, query: &str) -> Value {
     let response = app
-        .get(&format!("/v1/task-lists/{}/ready?{query}", list["id"].as_str().unwrap()))
+        .get(&format!(
+            "/v1/task-lists/{}/ready?{query}",
+            list["id"].as_str().unwrap()
+        ))
         .await;
     let status = response.status();
     let body: Value = response.json().await.unwrap();
@@ -122,7 +125,11 @@ async fn next_goes_dispatch_wait_dispatch_done_through_a_list(app: TestApp) {
     for mode in ["pipeline", "barrier"] {
         let list = create(
             &app,
-            json!([task("t-1", "dev", 1, &[]), task("t-2", "dev", 2, &["t-1"]), task("t-3", "dev", 3, &["t-2"])]),
+            json!([
+                task("t-1", "dev", 1, &[]),
+                task("t-2", "dev", 2, &["t-1"]),
+                task("t-3", "dev", 3, &["t-2"])
+            ]),
         )
         .await;
         let query = format!("mode={mode}");
@@ -131,7 +138,12 @@ async fn next_goes_dispatch_wait_dispatch_done_through_a_list(app: TestApp) {
             assert_eq!(answer["next"], "dispatch", "{mode}: {answer}");
             assert_eq!(local_ids(&answer), [local], "{mode}: {answer}");
             let id = server_id(&list, local);
-            assert_eq!(patch(&app, &id, json!({"status": "running"})).await.status(), 200);
+            assert_eq!(
+                patch(&app, &id, json!({"status": "running"}))
+                    .await
+                    .status(),
+                200
+            );
 
             let answer = ready(&app, &list, &query).await;
             assert_eq!(answer["next"], "wait", "{mode}: {answer}");
@@ -139,7 +151,10 @@ async fn next_goes_dispatch_wait_dispatch_done_through_a_list(app: TestApp) {
             assert_eq!(answer["in_flight"], 1, "{answer}");
             assert!(answer["retry_after_s"].as_u64().unwrap() >= 1, "{answer}");
             assert_eq!(answer["remaining"]["running"], 1, "{answer}");
-            assert_eq!(patch(&app, &id, json!({"status": "done"})).await.status(), 200);
+            assert_eq!(
+                patch(&app, &id, json!({"status": "done"})).await.status(),
+                200
+            );
         }
         let answer = ready(&app, &list, &query).await;
         assert_eq!(answer["next"], "done", "{mode}: {answer}");
@@ -153,16 +168,30 @@ async fn next_goes_dispatch_wait_dispatch_done_through_a_list(app: TestApp) {
 async fn next_is_blocked_when_a_failure_cascades(app: TestApp) {
     let list = create(
         &app,
-        json!([task("a", "dev", 1, &[]), task("b", "dev", 2, &["a"]), task("c", "dev", 3, &["b"]), task("x", "dev", 1, &[])]),
+        json!([
+            task("a", "dev", 1, &[]),
+            task("b", "dev", 2, &["a"]),
+            task("c", "dev", 3, &["b"]),
+            task("x", "dev", 1, &[])
+        ]),
     )
     .await;
     let a = server_id(&list, "a");
     let x = server_id(&list, "x");
     for id in [&a, &x] {
-        assert_eq!(patch(&app, id, json!({"status": "running"})).await.status(), 200);
+        assert_eq!(
+            patch(&app, id, json!({"status": "running"})).await.status(),
+            200
+        );
     }
-    assert_eq!(patch(&app, &x, json!({"status": "done"})).await.status(), 200);
-    assert_eq!(patch(&app, &a, json!({"status": "failed"})).await.status(), 200);
+    assert_eq!(
+        patch(&app, &x, json!({"status": "done"})).await.status(),
+        200
+    );
+    assert_eq!(
+        patch(&app, &a, json!({"status": "failed"})).await.status(),
+        200
+    );
     for mode in ["pipeline", "barrier"] {
         let answer = ready(&app, &list, &format!("mode={mode}")).await;
         assert_eq!(answer["next"], "blocked", "{answer}");
@@ -185,9 +214,18 @@ async fn next_is_blocked_when_a_failure_cascades(app: TestApp) {
 /// `?wait=N` answers as soon as a task becomes ready, not after N seconds; with
 /// nothing changing it answers `wait` once N is over.
 async fn ready_long_polls_until_something_is_ready(app: TestApp) {
-    let list = create(&app, json!([task("t-1", "dev", 1, &[]), task("t-2", "dev", 2, &["t-1"])])).await;
+    let list = create(
+        &app,
+        json!([task("t-1", "dev", 1, &[]), task("t-2", "dev", 2, &["t-1"])]),
+    )
+    .await;
     let first = server_id(&list, "t-1");
-    assert_eq!(patch(&app, &first, json!({"status": "running"})).await.status(), 200);
+    assert_eq!(
+        patch(&app, &first, json!({"status": "running"}))
+            .await
+            .status(),
+        200
+    );
 
     let unchanged = ready(&app, &list, "mode=pipeline&wait=1").await;
     assert_eq!(unchanged["next"], "wait", "{unchanged}");
@@ -195,11 +233,14 @@ async fn ready_long_polls_until_something_is_ready(app: TestApp) {
     // The long-poll waits on another replica than the one the change is made on.
     let replica = second_replica(&app).await;
     let poll = {
-        let (client, url) = (app.client.clone(), format!(
-            "{}/v1/task-lists/{}/ready?mode=pipeline&wait=20",
-            replica.base,
-            list["id"].as_str().unwrap()
-        ));
+        let (client, url) = (
+            app.client.clone(),
+            format!(
+                "{}/v1/task-lists/{}/ready?mode=pipeline&wait=20",
+                replica.base,
+                list["id"].as_str().unwrap()
+            ),
+        );
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             let body: Value = client.get(url).send().await.unwrap().json().await.unwrap();
@@ -207,7 +248,12 @@ async fn ready_long_polls_until_something_is_ready(app: TestApp) {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(patch(&app, &first, json!({"status": "done"})).await.status(), 200);
+    assert_eq!(
+        patch(&app, &first, json!({"status": "done"}))
+            .await
+            .status(),
+        200
+    );
     let (answer, took) = poll.await.unwrap();
     assert_eq!(answer["next"], "dispatch", "{answer}");
     assert_eq!(local_ids(&answer), ["t-2"], "{answer}");
@@ -218,10 +264,16 @@ async fn ready_long_polls_until_something_is_ready(app: TestApp) {
     replica.shutdown().await;
 
     let bad = app
-        .get(&format!("/v1/task-lists/{}/ready?wait=31", list["id"].as_str().unwrap()))
+        .get(&format!(
+            "/v1/task-lists/{}/ready?wait=31",
+            list["id"].as_str().unwrap()
+        ))
         .await;
     let problem = expect_problem(bad, 400, "invalid_query").await;
-    assert!(problem["detail"].as_str().unwrap().contains("wait"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("wait"),
+        "{problem}"
+    );
 }
 
 /// Four agents claim the only task of a list at once: exactly one gets it.
@@ -231,7 +283,10 @@ async fn four_concurrent_claims_of_one_task_give_it_to_one(app: TestApp) {
     for n in 0..4 {
         let (client, url) = (
             app.client.clone(),
-            app.url(&format!("/v1/task-lists/{}/claim", list["id"].as_str().unwrap())),
+            app.url(&format!(
+                "/v1/task-lists/{}/claim",
+                list["id"].as_str().unwrap()
+            )),
         );
         claims.push(tokio::spawn(async move {
             let response = client
@@ -259,7 +314,12 @@ async fn four_concurrent_claims_of_one_task_give_it_to_one(app: TestApp) {
     let task = &winners[0]["task"];
     assert_eq!(task["status"], "running");
     assert_eq!(task["attempts"], 1);
-    assert!(task["claim"]["holder"].as_str().unwrap().starts_with("agent-"));
+    assert!(
+        task["claim"]["holder"]
+            .as_str()
+            .unwrap()
+            .starts_with("agent-")
+    );
 }
 
 /// 16 agents drain a 200-task list (4 waves of 50, barrier rule) at once, half of
@@ -273,7 +333,12 @@ async fn sixteen_claimers_share_a_200_task_list(app: TestApp) {
             let id = format!("w{wave}-{n}");
             let dep = format!("w{}-{n}", wave - 1);
             let deps: Vec<&str> = if wave > 1 { vec![dep.as_str()] } else { vec![] };
-            tasks.push(task(&id, if n % 2 == 0 { "dev" } else { "qa" }, wave, &deps));
+            tasks.push(task(
+                &id,
+                if n % 2 == 0 { "dev" } else { "qa" },
+                wave,
+                &deps,
+            ));
         }
     }
     let list = create(&app, Value::Array(tasks)).await;
@@ -289,22 +354,25 @@ async fn sixteen_claimers_share_a_200_task_list(app: TestApp) {
             Some(replica) if agent % 2 == 1 => replica.base.clone(),
             _ => app.base.clone(),
         };
-        let claim_url = format!("{base}/v1/task-lists/{}/claim", list["id"].as_str().unwrap());
+        let claim_url = format!(
+            "{base}/v1/task-lists/{}/claim",
+            list["id"].as_str().unwrap()
+        );
         let client = app.client.clone();
         agents.push(tokio::spawn(async move {
             let holder = format!("agent-{agent}");
             let (mut completed, mut dropped, mut late) = (Vec::new(), 0, 0);
             for round in 0.. {
                 assert!(round < 5000, "{holder}: the list never finished");
-                let answer: Value = client
+                let response = client
                     .post(&claim_url)
                     .json(&json!({"holder": holder, "lease_s": 2}))
                     .send()
                     .await
-                    .unwrap()
-                    .json()
-                    .await
                     .unwrap();
+                let status = response.status();
+                let answer: Value = response.json().await.unwrap();
+                assert_eq!(status, 200, "{holder}: claim: {answer}");
                 match answer["next"].as_str().unwrap() {
                     "done" => break,
                     "wait" => {
@@ -371,7 +439,11 @@ async fn sixteen_claimers_share_a_200_task_list(app: TestApp) {
     eprintln!(
         "{:?}: 200 tasks, 16 agents on {} replica(s), {claims} claims, {dropped} dropped, {expiries} leases expired, {late} late completions refused, {elapsed:?}",
         app.backend,
-        if app.backend == crate::common::Backend::Postgres { 2 } else { 1 }
+        if app.backend == crate::common::Backend::Postgres {
+            2
+        } else {
+            1
+        }
     );
     let answer = ready(&app, &list, "").await;
     assert_eq!(answer["next"], "done", "{answer}");
@@ -380,12 +452,21 @@ async fn sixteen_claimers_share_a_200_task_list(app: TestApp) {
 /// While claimed, a change must name the holder (409 names who holds it); `force`
 /// overrides and is recorded; heartbeats renew; an expired lease returns the task.
 async fn claims_name_their_holder_and_expire(app: TestApp) {
-    let list = create(&app, json!([task("a", "dev", 1, &[]), task("b", "qa", 1, &[])])).await;
+    let list = create(
+        &app,
+        json!([task("a", "dev", 1, &[]), task("b", "qa", 1, &[])]),
+    )
+    .await;
     let a = server_id(&list, "a");
     let b = server_id(&list, "b");
 
     // The persona picks the task assigned to it, not the first ready one.
-    let got = claim_ok(&app, &list, json!({"holder": "agent-q", "persona": "qa", "lease_s": 60})).await;
+    let got = claim_ok(
+        &app,
+        &list,
+        json!({"holder": "agent-q", "persona": "qa", "lease_s": 60}),
+    )
+    .await;
     assert_eq!(got["task"]["task_id"], "b", "{got}");
     let got = claim_ok(&app, &list, json!({"holder": "agent-d", "lease_s": 1})).await;
     assert_eq!(got["task"]["task_id"], "a", "{got}");
@@ -397,15 +478,24 @@ async fn claims_name_their_holder_and_expire(app: TestApp) {
     ] {
         let problem = expect_problem(patch(&app, &b, body).await, 409, "task_claimed").await;
         assert_eq!(problem["holder"], "agent-q", "{problem}");
-        assert!(problem["detail"].as_str().unwrap().contains("agent-q"), "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("agent-q"),
+            "{problem}"
+        );
     }
     let hb = app
-        .post_json(&format!("/v1/tasks/{b}/heartbeat"), &json!({"holder": "agent-x"}))
+        .post_json(
+            &format!("/v1/tasks/{b}/heartbeat"),
+            &json!({"holder": "agent-x"}),
+        )
         .await;
     let problem = expect_problem(hb, 409, "task_claimed").await;
     assert_eq!(problem["holder"], "agent-q", "{problem}");
     let hb = app
-        .post_json(&format!("/v1/tasks/{b}/heartbeat"), &json!({"holder": "agent-q", "lease_s": 120}))
+        .post_json(
+            &format!("/v1/tasks/{b}/heartbeat"),
+            &json!({"holder": "agent-q", "lease_s": 120}),
+        )
         .await;
     assert_eq!(hb.status(), 200);
     let renewed: Value = hb.json().await.unwrap();
@@ -434,11 +524,20 @@ async fn claims_name_their_holder_and_expire(app: TestApp) {
     let events = history(&app, &a).await;
     let kinds: Vec<(&str, &str)> = events
         .iter()
-        .map(|e| (e["kind"].as_str().unwrap(), e["holder"].as_str().unwrap_or("")))
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap(),
+                e["holder"].as_str().unwrap_or(""),
+            )
+        })
         .collect();
     assert_eq!(
         kinds,
-        [("claimed", "agent-d"), ("lease_expired", "agent-d"), ("claimed", "agent-e")],
+        [
+            ("claimed", "agent-d"),
+            ("lease_expired", "agent-d"),
+            ("claimed", "agent-e")
+        ],
         "{events:?}"
     );
     let done = patch(&app, &a, json!({"status": "done", "holder": "agent-e"})).await;
@@ -457,50 +556,102 @@ async fn bad_claims_name_the_field(app: TestApp) {
         (json!({"holder": "x", "lease_s": 86401}), "lease_s"),
         (json!({"holder": "x", "persona": ""}), "persona"),
     ] {
-        let problem = expect_problem(claim(&app, &list, body.clone()).await, 422, "invalid_field").await;
+        let problem =
+            expect_problem(claim(&app, &list, body.clone()).await, 422, "invalid_field").await;
         assert_eq!(problem["field"], field, "{body}: {problem}");
     }
     let problem = expect_problem(claim(&app, &list, json!({})).await, 422, "invalid_body").await;
-    assert!(problem["detail"].as_str().unwrap().contains("holder"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("holder"),
+        "{problem}"
+    );
     let missing = app
-        .post_json(&format!("/v1/task-lists/{}/claim", uuid::Uuid::now_v7()), &json!({"holder": "x"}))
+        .post_json(
+            &format!("/v1/task-lists/{}/claim", uuid::Uuid::now_v7()),
+            &json!({"holder": "x"}),
+        )
         .await;
     expect_problem(missing, 404, "not_found").await;
     let a = server_id(&list, "a");
-    let hb = app.post_json(&format!("/v1/tasks/{a}/heartbeat"), &json!({"holder": "x"})).await;
+    let hb = app
+        .post_json(&format!("/v1/tasks/{a}/heartbeat"), &json!({"holder": "x"}))
+        .await;
     expect_problem(hb, 409, "task_not_claimed").await;
-    let problem = expect_problem(patch(&app, &a, json!({"status": "running", "force": "yes"})).await, 422, "invalid_body").await;
-    assert!(problem["detail"].as_str().unwrap().contains("force"), "{problem}");
+    let problem = expect_problem(
+        patch(&app, &a, json!({"status": "running", "force": "yes"})).await,
+        422,
+        "invalid_body",
+    )
+    .await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("force"),
+        "{problem}"
+    );
 }
 
 /// The same over MCP: ready_tasks says next, claim_task, heartbeat_task, and
 /// set_task_status checking the holder.
 async fn mcp_agents_claim_and_complete(app: TestApp) {
-    let (error, created) = mcp(&app, "create_task_list", json!({"project_id": "proj", "created_by": "pm",
-        "tasks": [task("a", "dev", 1, &[]), task("b", "dev", 2, &["a"])]})).await;
+    let (error, created) = mcp(
+        &app,
+        "create_task_list",
+        json!({"project_id": "proj", "created_by": "pm",
+        "tasks": [task("a", "dev", 1, &[]), task("b", "dev", 2, &["a"])]}),
+    )
+    .await;
     assert!(!error, "{created}");
     let list = created["task_list_id"].clone();
     let (error, answer) = mcp(&app, "ready_tasks", json!({"task_list_id": list})).await;
     assert!(!error, "{answer}");
     assert_eq!(answer["next"], "dispatch", "{answer}");
 
-    let (error, got) = mcp(&app, "claim_task", json!({"task_list_id": list, "holder": "agent-1", "lease_s": 60})).await;
+    let (error, got) = mcp(
+        &app,
+        "claim_task",
+        json!({"task_list_id": list, "holder": "agent-1", "lease_s": 60}),
+    )
+    .await;
     assert!(!error, "{got}");
     assert_eq!(got["task"]["task_id"], "a", "{got}");
     let id = got["task"]["id"].clone();
-    let (error, other) = mcp(&app, "claim_task", json!({"task_list_id": list, "holder": "agent-2"})).await;
+    let (error, other) = mcp(
+        &app,
+        "claim_task",
+        json!({"task_list_id": list, "holder": "agent-2"}),
+    )
+    .await;
     assert!(!error, "{other}");
     assert_eq!(other["next"], "wait", "{other}");
     assert!(other["task"].is_null(), "{other}");
-    let (error, beat) = mcp(&app, "heartbeat_task", json!({"task_id": id, "holder": "agent-1"})).await;
+    let (error, beat) = mcp(
+        &app,
+        "heartbeat_task",
+        json!({"task_id": id, "holder": "agent-1"}),
+    )
+    .await;
     assert!(!error, "{beat}");
-    let (error, refused) = mcp(&app, "set_task_status", json!({"task_id": id, "status": "done", "holder": "agent-2"})).await;
+    let (error, refused) = mcp(
+        &app,
+        "set_task_status",
+        json!({"task_id": id, "status": "done", "holder": "agent-2"}),
+    )
+    .await;
     assert!(error, "{refused}");
     assert_eq!(refused["code"], "task_claimed", "{refused}");
     assert_eq!(refused["holder"], "agent-1", "{refused}");
-    let (error, done) = mcp(&app, "set_task_status", json!({"task_id": id, "status": "done", "holder": "agent-1"})).await;
+    let (error, done) = mcp(
+        &app,
+        "set_task_status",
+        json!({"task_id": id, "status": "done", "holder": "agent-1"}),
+    )
+    .await;
     assert!(!error, "{done}");
-    let (error, answer) = mcp(&app, "ready_tasks", json!({"task_list_id": list, "wait_seconds": 1})).await;
+    let (error, answer) = mcp(
+        &app,
+        "ready_tasks",
+        json!({"task_list_id": list, "wait_seconds": 1}),
+    )
+    .await;
     assert!(!error, "{answer}");
     assert_eq!(answer["next"], "dispatch", "{answer}");
     assert_eq!(answer["remaining"]["done"], 1, "{answer}");

@@ -163,12 +163,23 @@ mod tests {
     #[test]
     fn the_holder_or_force_may_change_a_claimed_task() {
         assert_eq!(check_holder(None, None, false), Ok(HolderCheck::Unclaimed));
-        assert_eq!(check_holder(None, Some("x"), true), Ok(HolderCheck::Unclaimed));
-        assert_eq!(check_holder(Some("a"), Some("a"), false), Ok(HolderCheck::Holder));
-        assert_eq!(check_holder(Some("a"), Some("a"), true), Ok(HolderCheck::Holder));
+        assert_eq!(
+            check_holder(None, Some("x"), true),
+            Ok(HolderCheck::Unclaimed)
+        );
+        assert_eq!(
+            check_holder(Some("a"), Some("a"), false),
+            Ok(HolderCheck::Holder)
+        );
+        assert_eq!(
+            check_holder(Some("a"), Some("a"), true),
+            Ok(HolderCheck::Holder)
+        );
         assert_eq!(
             check_holder(Some("a"), Some("boss"), true),
-            Ok(HolderCheck::Forced { overrode: "a".into() })
+            Ok(HolderCheck::Forced {
+                overrode: "a".into()
+            })
         );
         for asked in [None, Some("b")] {
             let err = check_holder(Some("a"), asked, false).unwrap_err();

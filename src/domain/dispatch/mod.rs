@@ -65,7 +65,8 @@ mod status;
 
 pub use cascade::cascade;
 pub use claim::{
-    HeldByOther, HolderCheck, Lease, MAX_LEASE_SECS, TaskEventKind, check_holder, expired_leases, pick_claim,
+    HeldByOther, HolderCheck, Lease, MAX_LEASE_SECS, TaskEventKind, check_holder, expired_leases,
+    pick_claim,
 };
 pub use graph::{GraphFormat, GraphNode, render_graph};
 pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};

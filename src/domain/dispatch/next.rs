@@ -188,9 +188,18 @@ mod tests {
     fn a_lease_expiring_sooner_shortens_the_retry() {
         let tasks = [t(1, Running, &[]), t(2, Pending, &[0])];
         let r = ready(ReadyMode::Barrier, &tasks);
-        assert_eq!(next_step(&tasks, &[None; 2], &r, Some(2)).retry_after_s, Some(2));
-        assert_eq!(next_step(&tasks, &[None; 2], &r, Some(0)).retry_after_s, Some(1));
-        assert_eq!(next_step(&tasks, &[None; 2], &r, Some(900)).retry_after_s, Some(5));
+        assert_eq!(
+            next_step(&tasks, &[None; 2], &r, Some(2)).retry_after_s,
+            Some(2)
+        );
+        assert_eq!(
+            next_step(&tasks, &[None; 2], &r, Some(0)).retry_after_s,
+            Some(1)
+        );
+        assert_eq!(
+            next_step(&tasks, &[None; 2], &r, Some(900)).retry_after_s,
+            Some(5)
+        );
     }
 
     #[test]
@@ -206,14 +215,25 @@ mod tests {
 
     #[test]
     fn a_cascaded_failure_is_blocked_naming_the_failure() {
-        let tasks = [t(1, Failed, &[]), t(2, Abandoned, &[0]), t(3, Abandoned, &[1]), t(1, Done, &[])];
+        let tasks = [
+            t(1, Failed, &[]),
+            t(2, Abandoned, &[0]),
+            t(3, Abandoned, &[1]),
+            t(1, Done, &[]),
+        ];
         let step = decide(ReadyMode::Pipeline, &tasks, &[None, Some(0), Some(0), None]);
         assert_eq!(step.next, Next::Blocked);
         assert_eq!(
             step.blocked,
             [
-                BlockedTask { index: 1, by: BlockedBy::Upstream(0) },
-                BlockedTask { index: 2, by: BlockedBy::Upstream(0) },
+                BlockedTask {
+                    index: 1,
+                    by: BlockedBy::Upstream(0)
+                },
+                BlockedTask {
+                    index: 2,
+                    by: BlockedBy::Upstream(0)
+                },
             ]
         );
     }
