@@ -13,6 +13,9 @@ pub mod notify;
 pub mod overview;
 pub mod refine_jobs;
 pub mod refine_runs;
+// Before `task_lists`, whose transition uses its macros.
+#[macro_use]
+pub mod task_claims;
 pub mod task_lists;
 pub mod tracks;
 pub mod ui_sessions;

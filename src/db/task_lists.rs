@@ -14,9 +14,11 @@ use sqlx::types::Json;
 use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
+use super::task_claims::TaskEvent;
 use super::{Database, DbError, DbResult};
 use crate::domain::dispatch::{
-    self, AbandonCategory, DispatchTask, IllegalTransition, TaskStatus, Transition,
+    self, AbandonCategory, DispatchTask, HeldByOther, HolderCheck, IllegalTransition, Lease,
+    TaskEventKind, TaskStatus, Transition,
 };
 use crate::domain::gating::Task;
 
@@ -112,6 +114,11 @@ pub struct TaskRecord {
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The live claim of a running task (docs/api.md "Claims").
+    pub lease: Option<Lease>,
+    /// Whose claim the task had when it finished (kept after the lease ends), so a
+    /// late holder cannot take another holder's completion for its own.
+    pub last_holder: Option<String>,
 }
 
 #[derive(FromRow)]
@@ -124,7 +131,7 @@ struct TaskListRow {
 }
 
 #[derive(FromRow)]
-struct TaskRow {
+pub(super) struct TaskRow {
     id: Uuid,
     task_list_id: Uuid,
     task_id: String,
@@ -144,6 +151,8 @@ struct TaskRow {
     finished_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    claim_holder: Option<String>,
+    lease_expires_at: Option<DateTime<Utc>>,
 }
 
 /// What a transition decides on, per task of the list: a fraction of a full row
@@ -157,17 +166,18 @@ struct StatusRow {
 }
 
 #[derive(FromRow)]
-struct EdgeRow {
+pub(super) struct EdgeRow {
     task_id: Uuid,
     depends_on: Uuid,
 }
 
-const TASK_COLUMNS: &str = "id, task_list_id, task_id, assigned_persona, parallel_group, \
+pub(super) const TASK_COLUMNS: &str = "id, task_list_id, task_id, assigned_persona, parallel_group, \
      description, reads, writes, reviews, extra, status, abandon_category, upstream_task_id, \
-     notes, attempts, started_at, finished_at, created_at, updated_at";
+     notes, attempts, started_at, finished_at, created_at, updated_at, claim_holder, \
+     lease_expires_at";
 
 impl TaskRow {
-    fn into_task(self, depends_on: Vec<String>) -> DbResult<TaskRecord> {
+    pub(super) fn into_task(self, depends_on: Vec<String>) -> DbResult<TaskRecord> {
         let status = TaskStatus::parse(&self.status).ok_or_else(|| {
             DbError::Corrupt(format!("task {} has status {:?}", self.id, self.status))
         })?;
@@ -198,12 +208,20 @@ impl TaskRow {
             finished_at: self.finished_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
+            lease: match (&self.claim_holder, self.lease_expires_at) {
+                (Some(holder), Some(expires_at)) => Some(Lease {
+                    holder: holder.clone(),
+                    expires_at,
+                }),
+                _ => None,
+            },
+            last_holder: self.claim_holder,
         })
     }
 }
 
 /// Tasks of one list with their edges resolved, in submission order.
-fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
+pub(super) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
     let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
     let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
     for edge in edges {
@@ -282,6 +300,9 @@ pub struct TaskChange {
     pub status: TaskStatus,
     pub abandon_category: Option<AbandonCategory>,
     pub notes: Option<String>,
+    /// Who makes the change; must be the holder of a claimed task unless `force`.
+    pub holder: Option<String>,
+    pub force: bool,
 }
 
 pub enum TransitionOutcome {
@@ -291,6 +312,8 @@ pub enum TransitionOutcome {
         cascaded: Vec<Uuid>,
     },
     Illegal(IllegalTransition),
+    /// The task is claimed by another holder and the change did not force it.
+    HeldByOther(HeldByOther),
     NotFound,
 }
 
@@ -458,6 +481,8 @@ impl Database {
                 finished_at: None,
                 created_at,
                 updated_at: created_at,
+                lease: None,
+                last_holder: None,
             })
             .collect();
         Ok(Keyed::Done(TaskListRecord {
@@ -617,9 +642,10 @@ impl Database {
     }
 
     /// Apply a status change and, on `failed`/`abandoned`, cascade-abandon every
-    /// non-terminal transitive dependent — in one transaction. A cascading change
-    /// locks the whole list, any other its own task, so two concurrent changes cannot
-    /// both decide on the old state (docs/architecture.md, "Read, decide, write").
+    /// non-terminal transitive dependent — in one transaction that locks the list
+    /// (its `task_lists` row; SQLite's write lock), so two concurrent changes cannot
+    /// both decide on the old state and a lapsed lease is applied first
+    /// (docs/architecture.md, "Read, decide, write").
     pub async fn transition_task(
         &self,
         id: Uuid,
@@ -628,73 +654,50 @@ impl Database {
         let at = now();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let lock = self.row_lock();
-            // A change that cascades decides on the whole list (under the lock); any
-            // other only on its own task's status, so it reads and locks one row.
-            let cascades = matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned);
-            let (current, depends_on, list) = if cascades {
-                let list_id: Option<Uuid> =
-                    sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                let Some(list_id) = list_id else {
-                    return Ok(TransitionOutcome::NotFound);
-                };
-                let rows = sqlx::query_as::<_, StatusRow>(sqlx::AssertSqlSafe(format!(
-                    "SELECT id, task_id, parallel_group, status FROM tasks \
-                     WHERE task_list_id = $1 ORDER BY position{lock}"
-                )))
-                .bind(list_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                let edges = sqlx::query_as::<_, EdgeRow>(
-                    "SELECT d.task_id, d.depends_on FROM task_dependencies d \
-                     JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
-                     ORDER BY d.task_id, d.position",
-                )
-                .bind(list_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                let (ids, view, depends_on) = decision_view(rows, edges, id)?;
-                let Some(origin) = ids.iter().position(|t| *t == id) else {
-                    return Ok(TransitionOutcome::NotFound);
-                };
-                (view[origin].status, depends_on, Some((ids, view, origin)))
-            } else {
-                let status: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT status FROM tasks WHERE id = $1{lock}"
-                )))
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let Some(status) = status else {
-                    return Ok(TransitionOutcome::NotFound);
-                };
-                let status = TaskStatus::parse(&status).ok_or_else(|| {
-                    DbError::Corrupt(format!("task {id} has status {status:?}"))
-                })?;
-                let depends_on: Vec<String> = sqlx::query_scalar(
-                    "SELECT t.task_id FROM task_dependencies d JOIN tasks t ON t.id = d.depends_on \
-                     WHERE d.task_id = $1 ORDER BY d.position",
-                )
-                .bind(id)
-                .fetch_all(&mut *tx)
-                .await?;
-                (status, depends_on, None)
-            };
-            match dispatch::check_transition(current, change.status) {
-                Err(illegal) => return Ok(TransitionOutcome::Illegal(illegal)),
-                Ok(Transition::NoChange) => {
-                    let row = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                        "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"
-                    )))
+            let list_id: Option<Uuid> =
+                sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
                     .bind(id)
-                    .fetch_one(&mut *tx)
+                    .fetch_optional(&mut *tx)
                     .await?;
+            let Some(list_id) = list_id else {
+                return Ok(TransitionOutcome::NotFound);
+            };
+            let mut tasks = read_list_locked!(self, tx, list_id);
+            // Lapsed leases first (docs/api.md "Claims"): a holder whose lease ran
+            // out no longer holds the task, whatever it sends now.
+            expire_lapsed!(tx, tasks, at);
+            let Some(origin) = tasks.iter().position(|t| t.id == id) else {
+                return Ok(TransitionOutcome::NotFound);
+            };
+            let current = tasks[origin].status;
+            // A live claim's holder; for a finished task, whoever held it last when
+            // the change names a holder (an unnamed repeat stays idempotent).
+            let live_holder = tasks[origin]
+                .lease
+                .as_ref()
+                .map(|l| l.holder.as_str())
+                .or_else(|| {
+                    let origin = &tasks[origin];
+                    let named = change.holder.is_some() && origin.status.is_terminal();
+                    origin.last_holder.as_deref().filter(|_| named)
+                });
+            let holder_check =
+                match dispatch::check_holder(live_holder, change.holder.as_deref(), change.force) {
+                    Ok(check) => check,
+                    Err(held) => {
+                        tx.commit().await?;
+                        return Ok(TransitionOutcome::HeldByOther(held));
+                    }
+                };
+            match dispatch::check_transition(current, change.status) {
+                Err(illegal) => {
+                    tx.commit().await?;
+                    return Ok(TransitionOutcome::Illegal(illegal));
+                }
+                Ok(Transition::NoChange) => {
                     tx.commit().await?;
                     return Ok(TransitionOutcome::Changed {
-                        task: Box::new(row.into_task(depends_on)?),
+                        task: Box::new(tasks[origin].clone()),
                         cascaded: Vec::new(),
                     });
                 }
@@ -702,12 +705,14 @@ impl Database {
             }
             let starts = change.status == TaskStatus::Running;
             let finishes = change.status.is_terminal();
+            // Leaving `running` ends the claim; a claimed task only ever leaves it.
             // RETURNING: the answer shows exactly what is stored without re-reading.
             let stored = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
                 "UPDATE tasks SET status = $2, abandon_category = $3, \
                  notes = COALESCE($4, notes), attempts = attempts + $5, \
                  started_at = CASE WHEN $6 THEN $8 ELSE started_at END, \
                  finished_at = CASE WHEN $7 THEN $8 ELSE finished_at END, \
+                 lease_expires_at = NULL, \
                  updated_at = $8 WHERE id = $1 RETURNING {TASK_COLUMNS}"
             )))
             .bind(id)
@@ -720,11 +725,29 @@ impl Database {
             .bind(at)
             .fetch_one(&mut *tx)
             .await?;
+            let overrode = match &holder_check {
+                HolderCheck::Forced { overrode } => Some(overrode.as_str()),
+                _ => None,
+            };
+            insert_event!(tx, TaskEvent {
+                task_id: id,
+                task_list_id: list_id,
+                at,
+                kind: TaskEventKind::StatusChanged,
+                holder: change.holder.as_deref(),
+                from: current,
+                to: change.status,
+                attempt: stored.attempts,
+                forced: overrode.is_some(),
+                overrode,
+                lease_expires_at: None,
+            });
             let mut cascaded = Vec::new();
-            if let Some((ids, view, origin)) = list {
+            if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
+                let view = dispatch_view(&tasks);
                 cascaded = dispatch::cascade(origin, &view)
                     .into_iter()
-                    .map(|i| ids[i])
+                    .map(|i| tasks[i].id)
                     .collect::<Vec<Uuid>>();
                 for chunk in cascaded.chunks(EDGE_ROWS_PER_INSERT) {
                     let mut update = QueryBuilder::new("UPDATE tasks SET status = ");
@@ -736,6 +759,7 @@ impl Database {
                         .push_bind(id)
                         .push(", finished_at = ")
                         .push_bind(at)
+                        .push(", lease_expires_at = NULL")
                         .push(", updated_at = ")
                         .push_bind(at)
                         .push(" WHERE id IN (");
@@ -748,6 +772,7 @@ impl Database {
                 }
             }
             tx.commit().await?;
+            let depends_on = tasks[origin].depends_on.clone();
             Ok::<_, DbError>(TransitionOutcome::Changed {
                 task: Box::new(stored.into_task(depends_on)?),
                 cascaded,

@@ -16,9 +16,11 @@ use crate::domain::gating::ValidationReport;
 use crate::http::problem::{
     ApiError, ForbiddenProject, GatingProblem, JsonBodyRejections, Problem,
 };
+use crate::service::task_claims::{ClaimRequest, ClaimResponse};
 use crate::service::task_lists::{
     CreateTaskListRequest, ReadyResponse, StoredTaskList, ValidateRequest,
 };
+use crate::service::{MAX_WAIT_SECS, ProblemCode};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -26,6 +28,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create_task_list))
         .routes(routes!(get_task_list))
         .routes(routes!(ready))
+        .routes(routes!(claim))
         .routes(routes!(graph))
 }
 
@@ -120,14 +123,22 @@ pub struct ReadyQuery {
     /// are free.
     #[param(value_type = Option<ReadyMode>)]
     pub mode: Option<ReadyMode>,
+    /// Long-poll: when the answer would be `next: wait`, hold it until a task
+    /// becomes ready or the list finishes, or this many seconds (at most 30) pass.
+    #[param(minimum = 0, maximum = 30)]
+    pub wait: Option<u64>,
 }
 
-/// Tasks ready to dispatch now.
+/// Tasks ready to dispatch now, and what to do `next`.
+///
+/// `next` is `dispatch` (tasks are ready), `wait` (nothing ready, tasks running;
+/// `retry_after_s`, or long-poll with `?wait=`), `done` (every task terminal) or
+/// `blocked` (nothing will run any more: `blocked` names the tasks and why).
 #[utoipa::path(get, path = "/v1/task-lists/{id}/ready", operation_id = "ready_tasks", tag = "task-lists",
     params(("id" = Uuid, Path, description = "Server id of the list"), ReadyQuery),
     responses(
-        (status = 200, description = "Ready tasks", body = ReadyResponse),
-        (status = 400, description = "Not a UUID or unknown mode", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Ready tasks and `next`", body = ReadyResponse),
+        (status = 400, description = "Not a UUID, unknown mode, or `wait` over 30", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -138,7 +149,46 @@ async fn ready(
     Query(query): Query<ReadyQuery>,
 ) -> Result<Json<ReadyResponse>, ApiError> {
     let mode = query.mode.unwrap_or_default();
-    Ok(Json(state.service.ready_tasks(&caller, id, mode).await?))
+    if query.wait.is_some_and(|w| w > MAX_WAIT_SECS) {
+        return Err(ApiError::bad_request(
+            ProblemCode::InvalidQuery,
+            format!("wait may be at most {MAX_WAIT_SECS} seconds; ask again for longer"),
+        ));
+    }
+    Ok(Json(
+        state
+            .service
+            .ready_tasks(&caller, id, mode, query.wait)
+            .await?,
+    ))
+}
+
+/// Claim one ready task: it moves to `running`, held by `holder` until its lease
+/// runs out.
+///
+/// Exactly one of concurrent claimers gets a task. The task is the first ready
+/// one under `mode` (as `GET …/ready` offers them), or the first assigned to
+/// `persona`. Renew with `POST /v1/tasks/{id}/heartbeat`; finish with `PATCH
+/// /v1/tasks/{id}` naming `holder`. When none is ready, `task` is null and `next`
+/// says what to do.
+#[utoipa::path(post, path = "/v1/task-lists/{id}/claim", operation_id = "claim_task", tag = "task-lists",
+    params(("id" = Uuid, Path, description = "Server id of the list")),
+    request_body = ClaimRequest,
+    responses(
+        JsonBodyRejections,
+        (status = 200, description = "The claimed task (or null) and `next`", body = ClaimResponse),
+        (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
+        (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_field` (`holder`, `persona`, `lease_s`) or `invalid_body`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn claim(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+    Json(request): Json<ClaimRequest>,
+) -> Result<Json<ClaimResponse>, ApiError> {
+    Ok(Json(state.service.claim_task(&caller, id, request).await?))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

@@ -95,6 +95,39 @@ pub struct ReadyArgs {
     #[serde(default)]
     #[schemars(schema_with = "ready_mode_schema")]
     pub mode: Option<ReadyMode>,
+    /// Long-poll: when next would be "wait", hold the answer until a task becomes
+    /// ready or the list finishes, or this many seconds (at most 30) pass.
+    #[schemars(range(max = 30))]
+    pub wait_seconds: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimArgs {
+    /// The server id of the task list.
+    pub task_list_id: Uuid,
+    /// Who claims: your agent id (letters, digits, `.`, `_`, `-`).
+    pub holder: String,
+    /// Claim only a task assigned to this persona.
+    pub persona: Option<String>,
+    /// Lease in seconds (1 to 86400, default 300); renew with heartbeat_task.
+    #[schemars(range(min = 1, max = 86400))]
+    pub lease_s: Option<u64>,
+    #[serde(default)]
+    #[schemars(schema_with = "ready_mode_schema")]
+    pub mode: Option<ReadyMode>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatArgs {
+    /// The server id of the claimed task.
+    pub task_id: Uuid,
+    /// The claim's holder.
+    pub holder: String,
+    /// New lease from now in seconds (1 to 86400, default 300).
+    #[schemars(range(min = 1, max = 86400))]
+    pub lease_s: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -109,6 +142,11 @@ pub struct SetStatusArgs {
     pub abandon_category: Option<AbandonCategory>,
     /// Free text for people, at most 65536 characters.
     pub notes: Option<String>,
+    /// Who makes the change: required (the claim's holder) while the task is claimed.
+    pub holder: Option<String>,
+    /// Override another holder's claim (recorded in the task's history).
+    #[serde(default)]
+    pub force: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -30,7 +30,7 @@ pub use tools::ToolName;
 /// Which tools a connection sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Surface {
-    /// All ten tools.
+    /// All the tools.
     Full,
     /// Only the tools that change nothing (`/mcp/readonly`, `plangate mcp --read-only`).
     ReadOnly,

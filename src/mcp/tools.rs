@@ -1,4 +1,4 @@
-//! The ten tools: their names, descriptions and input schemas (from the argument
+//! The tools: their names, descriptions and input schemas (from the argument
 //! types, so the two cannot drift), and the thin call into the service with a
 //! compact answer (ids, counts, the next action; not whole documents).
 
@@ -11,14 +11,16 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::args::{
-    CancelRefineArgs, CreateArgs, PlanFormat, PlanLoopArgs, ProjectStatusArgs, ReadyArgs,
-    RefineStatusArgs, SetStatusArgs, StartRefineArgs, StepAction, TrackStepArgs, ValidateArgs,
+    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, PlanFormat, PlanLoopArgs,
+    ProjectStatusArgs, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs, StepAction,
+    TrackStepArgs, ValidateArgs,
 };
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
 use crate::domain::track_state::Completion;
+use crate::service::task_claims::{ClaimRequest, HeartbeatRequest, NextAnswer};
 use crate::service::task_lists::{
-    CreateTaskListRequest, StoredTaskList, TaskUpdate, ValidateRequest,
+    CreateTaskListRequest, StoredTask, StoredTaskList, TaskUpdate, ValidateRequest,
 };
 use crate::service::tracks::{Precondition, TrackVersion};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
@@ -39,10 +41,12 @@ pub enum ToolName {
     StartRefine,
     RefineStatus,
     CancelRefine,
+    ClaimTask,
+    HeartbeatTask,
 }
 
 impl ToolName {
-    pub const ALL: [ToolName; 10] = [
+    pub const ALL: [ToolName; 12] = [
         ToolName::ValidateTaskList,
         ToolName::CreateTaskList,
         ToolName::ReadyTasks,
@@ -53,6 +57,8 @@ impl ToolName {
         ToolName::StartRefine,
         ToolName::RefineStatus,
         ToolName::CancelRefine,
+        ToolName::ClaimTask,
+        ToolName::HeartbeatTask,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +73,8 @@ impl ToolName {
             ToolName::StartRefine => "start_refine",
             ToolName::RefineStatus => "refine_status",
             ToolName::CancelRefine => "cancel_refine",
+            ToolName::ClaimTask => "claim_task",
+            ToolName::HeartbeatTask => "heartbeat_task",
         }
     }
 
@@ -104,8 +112,12 @@ impl ToolName {
                  replayed: true) and creates or counts nothing."
             }
             ToolName::ReadyTasks => {
-                "Tasks to dispatch now. Answers {wave, tasks[{id, task_id, assigned_persona, \
-                 description, writes, reads}]}; wave is null when nothing is left to do."
+                "Tasks to dispatch now and what to do next. Answers {next, wave, tasks[{id, \
+                 task_id, assigned_persona, description, writes, reads}], in_flight, \
+                 retry_after_s?, remaining, blocked?}. next: dispatch (tasks are ready), wait \
+                 (tasks running; call again with wait_seconds), done (every task finished), \
+                 blocked (nothing will run any more; blocked names the tasks and why). Stop \
+                 only on done or blocked."
             }
             ToolName::SetTaskStatus => {
                 "Move a task: pending -> running -> done | failed; any unfinished task -> \
@@ -138,6 +150,18 @@ impl ToolName {
             ToolName::CancelRefine => {
                 "Cancel a refine job (running L0s are stopped). Answers {status}."
             }
+            ToolName::ClaimTask => {
+                "Claim one ready task for yourself (holder): it becomes running and is yours \
+                 until its lease (lease_s) runs out; renew with heartbeat_task, finish with \
+                 set_task_status naming the same holder. Exactly one concurrent claimer gets \
+                 a task. Answers {task{id, task_id, ...}|null, next, in_flight, remaining, \
+                 ...} with next as in ready_tasks."
+            }
+            ToolName::HeartbeatTask => {
+                "Renew your claim's lease on a task (holder must be the claim's). Answers \
+                 {id, status, claim{holder, lease_expires_at}}; error task_not_claimed when \
+                 the lease already ran out (claim another task)."
+            }
         }
     }
 
@@ -153,6 +177,8 @@ impl ToolName {
             ToolName::StartRefine => schema_for_input::<StartRefineArgs>(),
             ToolName::RefineStatus => schema_for_input::<RefineStatusArgs>(),
             ToolName::CancelRefine => schema_for_input::<CancelRefineArgs>(),
+            ToolName::ClaimTask => schema_for_input::<ClaimArgs>(),
+            ToolName::HeartbeatTask => schema_for_input::<HeartbeatArgs>(),
         };
         // Every argument type is a struct, so the schema is an object: a failure
         // here is a programming error caught by the tests, not by a client.
@@ -196,6 +222,8 @@ pub async fn call(
         ToolName::StartRefine => run(args, |a| start_refine(service, caller, a)).await,
         ToolName::RefineStatus => run(args, |a| refine_status(service, caller, a, max_wait)).await,
         ToolName::CancelRefine => run(args, |a| cancel_refine(service, caller, a)).await,
+        ToolName::ClaimTask => run(args, |a| claim_task(service, caller, a)).await,
+        ToolName::HeartbeatTask => run(args, |a| heartbeat_task(service, caller, a)).await,
     };
     let outcome_label = if outcome.is_ok() { "ok" } else { "error" };
     metrics::counter!("mcp_tool_calls_total", "tool" => tool.as_str(), "outcome" => outcome_label)
@@ -366,23 +394,82 @@ async fn ready_tasks(
     args: ReadyArgs,
 ) -> Result<Answer, ServiceError> {
     let ready = service
-        .ready_tasks(caller, args.task_list_id, args.mode.unwrap_or_default())
+        .ready_tasks(
+            caller,
+            args.task_list_id,
+            args.mode.unwrap_or_default(),
+            args.wait_seconds
+                .map(|w| w.min(crate::service::MAX_WAIT_SECS)),
+        )
         .await?;
-    let tasks: Vec<Value> = ready
-        .tasks
-        .iter()
-        .map(|task| {
-            json!({
-                "id": task.id,
-                "task_id": task.task_id,
-                "assigned_persona": task.assigned_persona,
-                "description": task.description,
-                "writes": task.writes,
-                "reads": task.reads,
-            })
-        })
-        .collect();
-    Ok(Answer::Json(json!({"wave": ready.wave, "tasks": tasks})))
+    let tasks: Vec<Value> = ready.tasks.iter().map(compact_task).collect();
+    let mut answer = with_next(&ready.next);
+    answer["wave"] = json!(ready.wave);
+    answer["tasks"] = json!(tasks);
+    Ok(Answer::Json(answer))
+}
+
+/// What an agent needs to work on a task.
+fn compact_task(task: &StoredTask) -> Value {
+    let mut compact = json!({
+        "id": task.id,
+        "task_id": task.task_id,
+        "assigned_persona": task.assigned_persona,
+        "description": task.description,
+        "writes": task.writes,
+        "reads": task.reads,
+    });
+    if let Some(claim) = &task.claim {
+        compact["claim"] = json!(claim);
+    }
+    compact
+}
+
+/// `{next, in_flight, retry_after_s?, remaining, blocked?}`.
+fn with_next(next: &NextAnswer) -> Value {
+    serde_json::to_value(next).unwrap_or_else(|_| json!({"next": next.next}))
+}
+
+async fn claim_task(
+    service: &Service,
+    caller: &Caller,
+    args: ClaimArgs,
+) -> Result<Answer, ServiceError> {
+    let claimed = service
+        .claim_task(
+            caller,
+            args.task_list_id,
+            ClaimRequest {
+                holder: args.holder,
+                persona: args.persona,
+                lease_s: args.lease_s,
+                mode: args.mode,
+            },
+        )
+        .await?;
+    let mut answer = with_next(&claimed.next);
+    answer["task"] = claimed.task.as_ref().map_or(Value::Null, compact_task);
+    Ok(Answer::Json(answer))
+}
+
+async fn heartbeat_task(
+    service: &Service,
+    caller: &Caller,
+    args: HeartbeatArgs,
+) -> Result<Answer, ServiceError> {
+    let task = service
+        .heartbeat_task(
+            caller,
+            args.task_id,
+            HeartbeatRequest {
+                holder: args.holder,
+                lease_s: args.lease_s,
+            },
+        )
+        .await?;
+    Ok(Answer::Json(
+        json!({"id": task.id, "status": task.status, "claim": task.claim}),
+    ))
 }
 
 async fn set_task_status(
@@ -398,6 +485,8 @@ async fn set_task_status(
                 status: args.status,
                 abandon_category: args.abandon_category,
                 notes: args.notes,
+                holder: args.holder,
+                force: args.force,
             },
         )
         .await?;

@@ -39,6 +39,7 @@ pub mod refine_jobs;
 pub mod refine_runs;
 pub mod sessions;
 mod submission;
+pub mod task_claims;
 pub mod task_lists;
 pub mod tracks;
 

@@ -13,7 +13,7 @@ use crate::db::task_lists::{
     TransitionOutcome, dispatch_view,
 };
 use crate::domain::dispatch::{
-    self, AbandonCategory, GraphFormat, GraphNode, ReadyMode, TaskStatus, render_graph,
+    self, AbandonCategory, GraphFormat, GraphNode, Next, ReadyMode, TaskStatus, render_graph,
 };
 use crate::domain::gating::{
     self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport, Violation,
@@ -21,7 +21,9 @@ use crate::domain::gating::{
 use crate::domain::ids::Ident;
 use crate::domain::retry;
 
+use super::task_claims::{NextAnswer, TaskClaim, next_answer};
 use crate::db::task_lists::{TaskListRecord, TaskRecord};
+use crate::domain::dispatch::HeldByOther;
 
 /// Notes are free text for people; the bound keeps rows small. Characters (what
 /// JSON Schema's `maxLength` counts), so the OpenAPI document states it exactly.
@@ -78,6 +80,10 @@ pub struct StoredTask {
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Who holds this running task and until when (docs/api.md "Claims"); absent
+    /// when nobody claimed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim: Option<TaskClaim>,
 }
 
 impl From<TaskListRecord> for StoredTaskList {
@@ -116,6 +122,7 @@ impl From<TaskRecord> for StoredTask {
             finished_at: r.finished_at,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            claim: r.lease.map(TaskClaim::from),
         }
     }
 }
@@ -165,10 +172,13 @@ pub struct CreateTaskListRequest {
 #[derive(Serialize, ToSchema)]
 pub struct ReadyResponse {
     pub mode: ReadyMode,
-    /// Barrier: the active wave; pipeline: the lowest wave offered. Null when
-    /// nothing is left to do.
+    /// Barrier: the active wave; pipeline: the lowest wave offered. Null when no
+    /// task is offered in pipeline mode, or every task is terminal: read `next`
+    /// for what to do.
     pub wave: Option<i64>,
     pub tasks: Vec<StoredTask>,
+    #[serde(flatten)]
+    pub next: NextAnswer,
 }
 
 /// A status change of one task.
@@ -180,6 +190,11 @@ pub struct TaskUpdate {
     /// Required with `abandoned`, refused otherwise.
     pub abandon_category: Option<AbandonCategory>,
     pub notes: Option<String>,
+    /// Who makes the change. Required (the holder) while the task is claimed.
+    pub holder: Option<String>,
+    /// Change a task claimed by someone else (recorded in its history).
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// The schema states the pairing rule the handler enforces: `abandon_category` is
@@ -201,6 +216,20 @@ impl utoipa::PartialSchema for TaskUpdate {
             .description(Some("Free text for people, at most 65536 characters."))
             .build();
         let closed = || Some(AdditionalProperties::FreeForm(false));
+        let holder = ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+            .description(Some(
+                "Who makes the change (letters, digits, `.`, `_`, `-`). While the task is \
+                 claimed it must be the claim's holder, or the change is 409 `task_claimed`.",
+            ))
+            .build();
+        let force = ObjectBuilder::new()
+            .schema_type(Type::Boolean)
+            .description(Some(
+                "Override another holder's claim (an orchestrator taking over); recorded in \
+                 the task's history.",
+            ))
+            .build();
         let abandon = ObjectBuilder::new()
             .title(Some("abandon"))
             .property("status", status(&[TaskStatus::Abandoned]))
@@ -209,6 +238,8 @@ impl utoipa::PartialSchema for TaskUpdate {
                 <AbandonCategory as utoipa::PartialSchema>::schema(),
             )
             .property("notes", notes.clone())
+            .property("holder", holder.clone())
+            .property("force", force.clone())
             .required("status")
             .required("abandon_category")
             .additional_properties(closed());
@@ -224,6 +255,8 @@ impl utoipa::PartialSchema for TaskUpdate {
                 ObjectBuilder::new().schema_type(Type::Null),
             )
             .property("notes", notes)
+            .property("holder", holder)
+            .property("force", force)
             .required("status")
             .additional_properties(closed());
         OneOfBuilder::new()
@@ -338,6 +371,11 @@ fn rejection(validation: &Validation, rejections: u32, max_errors: usize) -> Ser
             serde_json::to_value(verdict.escalation).unwrap_or_default(),
         )
         .with("reprompt", validation.reprompt_within(max_errors))
+}
+
+/// 409 `task_claimed`, naming the holder (docs/api.md "Claims").
+pub(super) fn held_by_other(held: HeldByOther) -> ServiceError {
+    ServiceError::conflict(ProblemCode::TaskClaimed, held.to_string()).with("holder", held.holder)
 }
 
 impl Service {
@@ -471,18 +509,66 @@ impl Service {
     }
 
     /// The stored list, if the caller may see its project.
-    async fn load_list(&self, caller: &Caller, id: Uuid) -> Result<TaskListRecord, ServiceError> {
-        let list = self
-            .db
-            .task_list(id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
+    ///
+    /// A lease seen lapsed is expired first (docs/api.md "Claims": lazily, in a
+    /// locked transaction, exactly once) and the list read again, so no answer
+    /// shows a task held by a holder whose lease ran out.
+    pub(super) async fn load_list(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<TaskListRecord, ServiceError> {
+        let list = self.read_list(id).await?;
         caller.check_project(&list.project_id)?;
-        Ok(list)
+        let lapsed = dispatch::expired_leases(
+            list.tasks.iter().map(|t| (t.status, t.lease.as_ref())),
+            crate::db::task_lists::now(),
+        );
+        if lapsed.is_empty() {
+            return Ok(list);
+        }
+        if self.db.expire_leases(id).await? > 0 {
+            self.hub.task_list_changed(id);
+        }
+        self.read_list(id).await
     }
 
-    /// Tasks ready to dispatch now.
+    async fn read_list(&self, id: Uuid) -> Result<TaskListRecord, ServiceError> {
+        self.db
+            .task_list(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))
+    }
+
+    /// Tasks ready to dispatch now, and what to do `next`. With `wait` seconds
+    /// (at most 30) a `wait` answer is held until a task becomes ready or the list
+    /// finishes (or the seconds pass): local changes wake it at once, changes of
+    /// other replicas and lapsed leases are seen by polling.
     pub async fn ready_tasks(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        mode: ReadyMode,
+        wait: Option<u64>,
+    ) -> Result<ReadyResponse, ServiceError> {
+        let answer = self.ready_now(caller, id, mode).await?;
+        let wait = wait.unwrap_or(0);
+        if wait == 0 || answer.next.next != Next::Wait {
+            return Ok(answer);
+        }
+        self.wait_until_changed(
+            std::time::Duration::from_secs(wait),
+            |changed| changed == id,
+            || async {
+                let answer = self.ready_now(caller, id, mode).await?;
+                Ok::<_, ServiceError>(answer.next.next != Next::Wait)
+            },
+        )
+        .await?;
+        self.ready_now(caller, id, mode).await
+    }
+
+    async fn ready_now(
         &self,
         caller: &Caller,
         id: Uuid,
@@ -491,15 +577,17 @@ impl Service {
         let list = self.load_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let ready = dispatch::ready(mode, &view);
+        let next = next_answer(&list.tasks, &view, &ready);
         let tasks = ready
             .tasks
-            .into_iter()
-            .filter_map(|i| list.tasks.get(i).cloned().map(StoredTask::from))
+            .iter()
+            .filter_map(|&i| list.tasks.get(i).cloned().map(StoredTask::from))
             .collect();
         Ok(ReadyResponse {
             mode,
             wave: ready.wave,
             tasks,
+            next,
         })
     }
 
@@ -571,16 +659,23 @@ impl Service {
                 None => return Err(ServiceError::not_found("task", &id.to_string())),
             }
         }
+        let holder = Ident::parse_optional("holder", update.holder.as_deref())?;
         let change = TaskChange {
             status: update.status,
             abandon_category: update.abandon_category,
             notes: update.notes,
+            holder: holder.map(|h| h.as_str().to_owned()),
+            force: update.force,
         };
         match self.db.transition_task(id, change).await? {
-            TransitionOutcome::Changed { task, cascaded } => Ok(TaskUpdated {
-                task: (*task).into(),
-                cascaded,
-            }),
+            TransitionOutcome::Changed { task, cascaded } => {
+                self.hub.task_list_changed(task.task_list_id);
+                Ok(TaskUpdated {
+                    task: (*task).into(),
+                    cascaded,
+                })
+            }
+            TransitionOutcome::HeldByOther(held) => Err(held_by_other(held)),
             TransitionOutcome::NotFound => Err(ServiceError::not_found("task", &id.to_string())),
             TransitionOutcome::Illegal(illegal) => Err(ServiceError::conflict(
                 ProblemCode::IllegalTransition,

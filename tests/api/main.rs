@@ -10,6 +10,7 @@ mod common;
 mod agents;
 mod auth;
 mod concurrent_writes;
+mod claims;
 mod cross_project;
 mod deploy;
 mod edges;

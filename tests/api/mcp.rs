@@ -323,6 +323,8 @@ async fn every_schema_says_what_is_required(app: TestApp) {
         ("start_refine", vec!["context", "refined_plan"]),
         ("refine_status", vec!["job_id"]),
         ("cancel_refine", vec!["job_id"]),
+        ("claim_task", vec!["holder", "task_list_id"]),
+        ("heartbeat_task", vec!["holder", "task_id"]),
     ];
     let tools = list["result"]["tools"].as_array().expect("tools");
     assert_eq!(tools.len(), required_by_tool.len());

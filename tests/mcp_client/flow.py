@@ -35,7 +35,7 @@ LIMITED = "mcp-flow-limited-0123456789"
 ALL_TOOLS = {
     "validate_task_list", "create_task_list", "ready_tasks", "set_task_status",
     "project_status", "plan_loop", "track_step", "start_refine", "refine_status",
-    "cancel_refine",
+    "cancel_refine", "claim_task", "heartbeat_task",
 }
 READ_ONLY_TOOLS = {"validate_task_list", "ready_tasks", "project_status", "plan_loop", "refine_status"}
 

@@ -56,13 +56,20 @@ macro_rules! wire_strings {
 }
 
 mod cascade;
+mod claim;
 mod graph;
+mod next;
 mod ready;
 mod snapshot;
 mod status;
 
 pub use cascade::cascade;
+pub use claim::{
+    HeldByOther, HolderCheck, Lease, MAX_LEASE_SECS, TaskEventKind, check_holder, expired_leases,
+    pick_claim,
+};
 pub use graph::{GraphFormat, GraphNode, render_graph};
+pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
 pub use ready::{DispatchTask, Ready, ReadyMode, ready};
 pub use snapshot::{StatusSnapshot, WaveCounts, snapshot};
 pub use status::{

@@ -81,6 +81,12 @@ impl JobsHub {
         let _ = self.changed.send(job_id);
     }
 
+    /// A task list changed in this process: wakes its `ready?wait=` long-polls
+    /// (task list and job ids are both UUIDv7, so one channel serves both).
+    pub fn task_list_changed(&self, list_id: Uuid) {
+        let _ = self.changed.send(list_id);
+    }
+
     /// Wake-ups of changed jobs; a lagging receiver should re-check (it missed some).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Uuid> {
         self.changed.subscribe()

@@ -1,0 +1,352 @@
+//! Agents at work (docs/api.md "Agents at work" and "Claims"): what to do `next`
+//! after a ready answer, claims with leases, heartbeats and the task history.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::task_lists::{StoredTask, held_by_other};
+use super::{Caller, ProblemCode, Service, ServiceError};
+use crate::db::task_claims::{ClaimAsk, HeartbeatOutcome, TaskEventRecord};
+use crate::db::task_lists::{TaskRecord, dispatch_view, now};
+use crate::domain::dispatch::{
+    self, BlockedBy, DispatchTask, Lease, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining,
+    TaskEventKind, TaskStatus, WAIT_RETRY_SECS,
+};
+use crate::domain::ids::Ident;
+
+/// Lease of a claim or heartbeat that names none: long enough for a step of real
+/// work, short enough that a dead agent's task comes back within minutes.
+pub const DEFAULT_LEASE_SECS: u64 = 300;
+
+/// Who holds a running task, and until when.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TaskClaim {
+    pub holder: String,
+    /// Renew before this (heartbeat), or the task goes back to `pending`.
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+impl From<Lease> for TaskClaim {
+    fn from(l: Lease) -> Self {
+        TaskClaim {
+            holder: l.holder,
+            lease_expires_at: l.expires_at,
+        }
+    }
+}
+
+/// What to do after this answer; part of every ready and claim answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct NextAnswer {
+    /// `dispatch`: tasks are ready. `wait`: nothing ready, tasks running — ask
+    /// again after `retry_after_s` or long-poll with `wait`. `done`: every task is
+    /// terminal. `blocked`: nothing ready or running and work will never run
+    /// (`blocked` says which and why) — re-plan.
+    pub next: Next,
+    /// Tasks `running`.
+    pub in_flight: u64,
+    /// With `wait`: seconds after which asking again is worth it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_s: Option<u64>,
+    /// Tasks of the list by status.
+    pub remaining: Remaining,
+    /// With `blocked`: the tasks that will not run, in list order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<BlockedTaskView>,
+}
+
+/// One task of a `blocked` answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BlockedTaskView {
+    pub id: Uuid,
+    pub task_id: String,
+    pub status: TaskStatus,
+    /// The task (its `task_id`) whose failure abandoned this one, or the
+    /// dependency that is not done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub because_of: Option<String>,
+    pub reason: String,
+}
+
+/// `next` for a list, its dispatch view and the ready answer computed on them.
+pub(super) fn next_answer(
+    tasks: &[TaskRecord],
+    view: &[DispatchTask],
+    ready: &Ready,
+) -> NextAnswer {
+    let at = now();
+    let index: std::collections::HashMap<Uuid, usize> =
+        tasks.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+    let upstream: Vec<Option<usize>> = tasks
+        .iter()
+        .map(|t| t.upstream_task_id.and_then(|u| index.get(&u).copied()))
+        .collect();
+    let earliest_lease_s = tasks
+        .iter()
+        .filter_map(|t| t.lease.as_ref())
+        .map(|l| u64::try_from((l.expires_at - at).num_seconds().max(0)).unwrap_or(0) + 1)
+        .min();
+    let step = dispatch::next_step(view, &upstream, ready, earliest_lease_s);
+    let local = |i: usize| tasks.get(i).map(|t| t.task_id.clone());
+    let blocked = step
+        .blocked
+        .iter()
+        .filter_map(|b| {
+            let task = tasks.get(b.index)?;
+            let (because_of, reason) = match b.by {
+                BlockedBy::Upstream(u) => {
+                    let name = local(u).unwrap_or_default();
+                    let what = tasks.get(u).map_or(TaskStatus::Failed, |t| t.status);
+                    (
+                        Some(name.clone()),
+                        format!("abandoned because {name:?} {what}"),
+                    )
+                }
+                BlockedBy::UnmetDependency(d) => {
+                    let name = local(d).unwrap_or_default();
+                    (
+                        Some(name.clone()),
+                        format!("pending on {name:?}, which is not done and not running"),
+                    )
+                }
+                BlockedBy::NotOffered => (None, "pending but never offered".to_owned()),
+            };
+            Some(BlockedTaskView {
+                id: task.id,
+                task_id: task.task_id.clone(),
+                status: task.status,
+                because_of,
+                reason,
+            })
+        })
+        .collect();
+    NextAnswer {
+        next: step.next,
+        in_flight: step.in_flight,
+        retry_after_s: step.retry_after_s,
+        remaining: step.remaining,
+        blocked,
+    }
+}
+
+/// `POST /v1/task-lists/{id}/claim`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRequest {
+    /// Who claims (an agent id: letters, digits, `.`, `_`, `-`).
+    #[schema(value_type = Ident)]
+    pub holder: String,
+    /// Claim only a task assigned to this persona (`assigned_persona`).
+    pub persona: Option<String>,
+    /// Lease in seconds (1 to 86400, default 300): heartbeat before it runs out.
+    #[schema(minimum = 1, maximum = 86400)]
+    pub lease_s: Option<u64>,
+    /// The rule that decides what is ready: `barrier` (default) or `pipeline`.
+    pub mode: Option<ReadyMode>,
+}
+
+/// A claim's answer: the task now held (null when none was ready) and `next`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClaimResponse {
+    /// The claimed task, now `running`, with its `claim`; null when none was ready.
+    pub task: Option<StoredTask>,
+    #[serde(flatten)]
+    pub next: NextAnswer,
+}
+
+/// `POST /v1/tasks/{id}/heartbeat`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    /// The claim's holder.
+    #[schema(value_type = Ident)]
+    pub holder: String,
+    /// New lease from now, in seconds (1 to 86400, default 300).
+    #[schema(minimum = 1, maximum = 86400)]
+    pub lease_s: Option<u64>,
+}
+
+/// One entry of a task's history.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTaskEvent {
+    pub at: DateTime<Utc>,
+    pub kind: TaskEventKind,
+    /// The claim's holder, or who made the status change (when it said).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    pub from_status: TaskStatus,
+    pub to_status: TaskStatus,
+    /// The task's attempts at that moment.
+    pub attempt: i32,
+    /// A status change that overrode another holder's claim.
+    pub forced: bool,
+    /// With `forced`: whose claim was overridden.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overrode: Option<String>,
+    /// Claims and renewals: the lease given; expiries: the lease that lapsed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<DateTime<Utc>>,
+}
+
+impl From<TaskEventRecord> for StoredTaskEvent {
+    fn from(e: TaskEventRecord) -> Self {
+        StoredTaskEvent {
+            at: e.at,
+            kind: e.kind,
+            holder: e.holder,
+            from_status: e.from,
+            to_status: e.to,
+            attempt: e.attempt,
+            forced: e.forced,
+            overrode: e.overrode,
+            lease_expires_at: e.lease_expires_at,
+        }
+    }
+}
+
+/// `GET /v1/tasks/{id}/history`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskHistory {
+    pub id: Uuid,
+    /// Oldest first.
+    pub events: Vec<StoredTaskEvent>,
+}
+
+/// Lease seconds from a request: 1 to [`MAX_LEASE_SECS`], [`DEFAULT_LEASE_SECS`] when absent.
+fn lease(lease_s: Option<u64>) -> Result<chrono::Duration, ServiceError> {
+    let secs = lease_s.unwrap_or(DEFAULT_LEASE_SECS);
+    if !(1..=MAX_LEASE_SECS).contains(&secs) {
+        return Err(ServiceError::unprocessable(
+            ProblemCode::InvalidField,
+            format!("lease_s must be between 1 and {MAX_LEASE_SECS} seconds, not {secs}"),
+        )
+        .with("field", "lease_s"));
+    }
+    Ok(chrono::Duration::seconds(secs as i64))
+}
+
+/// The claim's answer on the list as it stands after it.
+fn claim_answer(tasks: &[TaskRecord], mode: ReadyMode, claimed: Option<usize>) -> ClaimResponse {
+    let view = dispatch_view(tasks);
+    let ready = dispatch::ready(mode, &view);
+    let mut next = next_answer(tasks, &view, &ready);
+    let task = claimed
+        .and_then(|i| tasks.get(i))
+        .cloned()
+        .map(StoredTask::from);
+    if task.is_some() {
+        next.next = Next::Dispatch;
+        next.retry_after_s = None;
+    } else if next.next == Next::Dispatch {
+        // Ready tasks exist, none for this persona: others will move the list.
+        next.next = Next::Wait;
+        next.retry_after_s = Some(WAIT_RETRY_SECS);
+    }
+    ClaimResponse { task, next }
+}
+
+impl Service {
+    /// Claims one ready task for `holder` (docs/api.md "Claims").
+    pub async fn claim_task(
+        &self,
+        caller: &Caller,
+        list_id: Uuid,
+        request: ClaimRequest,
+    ) -> Result<ClaimResponse, ServiceError> {
+        let holder = Ident::parse("holder", &request.holder)?;
+        let persona = match request.persona.as_deref() {
+            Some(p) if p.trim().is_empty() => {
+                return Err(ServiceError::unprocessable(
+                    ProblemCode::InvalidField,
+                    "persona must name an assigned_persona of the list, or be left out",
+                )
+                .with("field", "persona"));
+            }
+            p => p,
+        };
+        let lease = lease(request.lease_s)?;
+        let mode = request.mode.unwrap_or_default();
+        // Authorises, and expires lapsed leases, before the claim.
+        let list = self.load_list(caller, list_id).await?;
+        let personas: Vec<&str> = list
+            .tasks
+            .iter()
+            .map(|t| t.assigned_persona.as_str())
+            .collect();
+        let view = dispatch_view(&list.tasks);
+        let ready = dispatch::ready(mode, &view);
+        if dispatch::pick_claim(&ready, &personas, persona).is_none() {
+            // Nothing to claim in a fresh read: answer without taking the list's
+            // write lock, so agents asking while they wait do not queue behind the
+            // ones claiming and completing (SQLite has one writer).
+            return Ok(claim_answer(&list.tasks, mode, None));
+        }
+        let outcome = self
+            .db
+            .claim_task(
+                list_id,
+                ClaimAsk {
+                    holder: holder.as_str(),
+                    persona,
+                    lease,
+                    mode,
+                },
+            )
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task list", &list_id.to_string()))?;
+        if outcome.claimed.is_some() {
+            self.hub.task_list_changed(list_id);
+        }
+        Ok(claim_answer(&outcome.tasks, mode, outcome.claimed))
+    }
+
+    /// Renews `holder`'s lease on a claimed task.
+    pub async fn heartbeat_task(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        request: HeartbeatRequest,
+    ) -> Result<StoredTask, ServiceError> {
+        let holder = Ident::parse("holder", &request.holder)?;
+        let lease = lease(request.lease_s)?;
+        if caller.allowed_projects().is_some() {
+            match self.db.task_project(id).await? {
+                Some(project_id) => caller.check_project(&project_id)?,
+                None => return Err(ServiceError::not_found("task", &id.to_string())),
+            }
+        }
+        match self.db.heartbeat_task(id, holder.as_str(), lease).await? {
+            HeartbeatOutcome::Renewed(task) => Ok((*task).into()),
+            HeartbeatOutcome::NotFound => Err(ServiceError::not_found("task", &id.to_string())),
+            HeartbeatOutcome::HeldByOther(held) => Err(held_by_other(held)),
+            HeartbeatOutcome::NotClaimed(status) => Err(ServiceError::conflict(
+                ProblemCode::TaskNotClaimed,
+                format!(
+                    "the task is {status} and holds no claim (never claimed, finished, or its \
+                     lease ran out): claim a task with POST /v1/task-lists/{{id}}/claim"
+                ),
+            )
+            .with("task_status", status.as_str())),
+        }
+    }
+
+    /// A task's history: claims, renewals, lease expiries and status changes.
+    pub async fn task_history(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<TaskHistory, ServiceError> {
+        let (project_id, events) = self
+            .db
+            .task_history(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task", &id.to_string()))?;
+        caller.check_project(&project_id)?;
+        Ok(TaskHistory {
+            id,
+            events: events.into_iter().map(StoredTaskEvent::from).collect(),
+        })
+    }
+}

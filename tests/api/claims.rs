@@ -1,0 +1,688 @@
+//! Agents at work (issue #24): every ready answer says what to do `next`, ready
+//! long-polls, and claims with leases let several agents share one list — on both
+//! databases, over real HTTP with concurrent clients, and over MCP.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::common::{TestApp, expect_problem, settings_for};
+use serde_json::{Value, json};
+
+fn task(id: &str, persona: &str, wave: i64, deps: &[&str]) -> Value {
+    json!({
+        "task_id": id, "assigned_persona": persona, "parallel_group": wave,
+        "depends_on": deps, "reads": [], "writes": [format!("{id}.rs")],
+        "description": format!("do {id}"),
+    })
+}
+
+async fn create(app: &TestApp, tasks: Value) -> Value {
+    let body = json!({"project_id": "proj", "created_by": "pm", "tasks": tasks});
+    let response = app.post_json("/v1/task-lists", &body).await;
+    assert_eq!(response.status(), 201);
+    response.json().await.unwrap()
+}
+
+fn server_id(list: &Value, local: &str) -> String {
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == local)
+        .unwrap_or_else(|| panic!("no task {local} in {list}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn ready(app: &TestApp, list: &Value, query: &str) -> Value {
+    let response = app
+        .get(&format!(
+            "/v1/task-lists/{}/ready?{query}",
+            list["id"].as_str().unwrap()
+        ))
+        .await;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+async fn patch(app: &TestApp, id: &str, body: Value) -> reqwest::Response {
+    app.patch_json(&format!("/v1/tasks/{id}"), &body).await
+}
+
+async fn claim(app: &TestApp, list: &Value, body: Value) -> reqwest::Response {
+    app.post_json(
+        &format!("/v1/task-lists/{}/claim", list["id"].as_str().unwrap()),
+        &body,
+    )
+    .await
+}
+
+async fn claim_ok(app: &TestApp, list: &Value, body: Value) -> Value {
+    let response = claim(app, list, body).await;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+async fn history(app: &TestApp, id: &str) -> Vec<Value> {
+    let response = app.get(&format!("/v1/tasks/{id}/history")).await;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    body["events"].as_array().unwrap().clone()
+}
+
+/// A second replica: another server on the test's database.
+struct Replica {
+    base: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+async fn second_replica(app: &TestApp) -> Replica {
+    let settings = settings_for(&app.database.url);
+    let db = plangate::open_database(&settings).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        plangate::serve(listener, settings, db, async {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    Replica {
+        base: format!("http://{addr}"),
+        stop,
+        server,
+    }
+}
+
+impl Replica {
+    async fn shutdown(self) {
+        let _ = self.stop.send(());
+        let _ = self.server.await;
+    }
+}
+
+fn local_ids(answer: &Value) -> Vec<String> {
+    answer["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// t-1 → t-2 → t-3, one per wave: the pipeline case the issue quotes (t-2
+/// running, t-3 pending behind it) answered `{"wave": null, "tasks": []}`.
+async fn next_goes_dispatch_wait_dispatch_done_through_a_list(app: TestApp) {
+    for mode in ["pipeline", "barrier"] {
+        let list = create(
+            &app,
+            json!([
+                task("t-1", "dev", 1, &[]),
+                task("t-2", "dev", 2, &["t-1"]),
+                task("t-3", "dev", 3, &["t-2"])
+            ]),
+        )
+        .await;
+        let query = format!("mode={mode}");
+        for local in ["t-1", "t-2", "t-3"] {
+            let answer = ready(&app, &list, &query).await;
+            assert_eq!(answer["next"], "dispatch", "{mode}: {answer}");
+            assert_eq!(local_ids(&answer), [local], "{mode}: {answer}");
+            let id = server_id(&list, local);
+            assert_eq!(
+                patch(&app, &id, json!({"status": "running"}))
+                    .await
+                    .status(),
+                200
+            );
+
+            let answer = ready(&app, &list, &query).await;
+            assert_eq!(answer["next"], "wait", "{mode}: {answer}");
+            assert_eq!(answer["tasks"], json!([]), "{answer}");
+            assert_eq!(answer["in_flight"], 1, "{answer}");
+            assert!(answer["retry_after_s"].as_u64().unwrap() >= 1, "{answer}");
+            assert_eq!(answer["remaining"]["running"], 1, "{answer}");
+            assert_eq!(
+                patch(&app, &id, json!({"status": "done"})).await.status(),
+                200
+            );
+        }
+        let answer = ready(&app, &list, &query).await;
+        assert_eq!(answer["next"], "done", "{mode}: {answer}");
+        assert_eq!(answer["remaining"]["done"], 3, "{answer}");
+        assert_eq!(answer["remaining"]["pending"], 0, "{answer}");
+    }
+}
+
+/// a fails: b and c are cascade-abandoned. Nothing is ready or running, but the
+/// list did not finish its work: `blocked`, naming the tasks and the failure.
+async fn next_is_blocked_when_a_failure_cascades(app: TestApp) {
+    let list = create(
+        &app,
+        json!([
+            task("a", "dev", 1, &[]),
+            task("b", "dev", 2, &["a"]),
+            task("c", "dev", 3, &["b"]),
+            task("x", "dev", 1, &[])
+        ]),
+    )
+    .await;
+    let a = server_id(&list, "a");
+    let x = server_id(&list, "x");
+    for id in [&a, &x] {
+        assert_eq!(
+            patch(&app, id, json!({"status": "running"})).await.status(),
+            200
+        );
+    }
+    assert_eq!(
+        patch(&app, &x, json!({"status": "done"})).await.status(),
+        200
+    );
+    assert_eq!(
+        patch(&app, &a, json!({"status": "failed"})).await.status(),
+        200
+    );
+    for mode in ["pipeline", "barrier"] {
+        let answer = ready(&app, &list, &format!("mode={mode}")).await;
+        assert_eq!(answer["next"], "blocked", "{answer}");
+        let blocked: Vec<&str> = answer["blocked"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no blocked list: {answer}"))
+            .iter()
+            .map(|b| b["task_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(blocked, ["b", "c"], "{answer}");
+        for b in answer["blocked"].as_array().unwrap() {
+            assert_eq!(b["because_of"], "a", "{answer}");
+            assert!(b["reason"].as_str().unwrap().contains('a'), "{answer}");
+        }
+        assert_eq!(answer["remaining"]["abandoned"], 2, "{answer}");
+        assert_eq!(answer["remaining"]["failed"], 1, "{answer}");
+    }
+}
+
+/// `?wait=N` answers as soon as a task becomes ready, not after N seconds; with
+/// nothing changing it answers `wait` once N is over.
+async fn ready_long_polls_until_something_is_ready(app: TestApp) {
+    let list = create(
+        &app,
+        json!([task("t-1", "dev", 1, &[]), task("t-2", "dev", 2, &["t-1"])]),
+    )
+    .await;
+    let first = server_id(&list, "t-1");
+    assert_eq!(
+        patch(&app, &first, json!({"status": "running"}))
+            .await
+            .status(),
+        200
+    );
+
+    let unchanged = ready(&app, &list, "mode=pipeline&wait=1").await;
+    assert_eq!(unchanged["next"], "wait", "{unchanged}");
+
+    // The long-poll waits on another replica than the one the change is made on.
+    let replica = second_replica(&app).await;
+    let poll = {
+        let (client, url) = (
+            app.client.clone(),
+            format!(
+                "{}/v1/task-lists/{}/ready?mode=pipeline&wait=20",
+                replica.base,
+                list["id"].as_str().unwrap()
+            ),
+        );
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let body: Value = client.get(url).send().await.unwrap().json().await.unwrap();
+            (body, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        patch(&app, &first, json!({"status": "done"}))
+            .await
+            .status(),
+        200
+    );
+    let (answer, took) = poll.await.unwrap();
+    assert_eq!(answer["next"], "dispatch", "{answer}");
+    assert_eq!(local_ids(&answer), ["t-2"], "{answer}");
+    eprintln!(
+        "{:?}: long-poll on replica B answered {took:?} after it started (change made on A at 300 ms)",
+        app.backend
+    );
+    replica.shutdown().await;
+
+    let bad = app
+        .get(&format!(
+            "/v1/task-lists/{}/ready?wait=31",
+            list["id"].as_str().unwrap()
+        ))
+        .await;
+    let problem = expect_problem(bad, 400, "invalid_query").await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("wait"),
+        "{problem}"
+    );
+}
+
+/// Four agents claim the only task of a list at once: exactly one gets it.
+async fn four_concurrent_claims_of_one_task_give_it_to_one(app: TestApp) {
+    let list = create(&app, json!([task("only", "dev", 1, &[])])).await;
+    let mut claims = Vec::new();
+    for n in 0..4 {
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!(
+                "/v1/task-lists/{}/claim",
+                list["id"].as_str().unwrap()
+            )),
+        );
+        claims.push(tokio::spawn(async move {
+            let response = client
+                .post(url)
+                .json(&json!({"holder": format!("agent-{n}")}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            response.json::<Value>().await.unwrap()
+        }));
+    }
+    let mut winners = Vec::new();
+    for claim in claims {
+        let answer = claim.await.unwrap();
+        if answer["task"].is_object() {
+            assert_eq!(answer["next"], "dispatch", "{answer}");
+            winners.push(answer);
+        } else {
+            assert_eq!(answer["next"], "wait", "{answer}");
+            assert_eq!(answer["in_flight"], 1, "{answer}");
+        }
+    }
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let task = &winners[0]["task"];
+    assert_eq!(task["status"], "running");
+    assert_eq!(task["attempts"], 1);
+    assert!(
+        task["claim"]["holder"]
+            .as_str()
+            .unwrap()
+            .starts_with("agent-")
+    );
+}
+
+/// 16 agents drain a 200-task list (4 waves of 50, barrier rule) at once, half of
+/// them through a second replica on the same database. Some claims are dropped
+/// without a word (the agent "dies"): their short lease expires and another agent
+/// takes the task. Every task is completed exactly once.
+async fn sixteen_claimers_share_a_200_task_list(app: TestApp) {
+    let mut tasks = Vec::new();
+    for wave in 1..=4i64 {
+        for n in 0..50 {
+            let id = format!("w{wave}-{n}");
+            let dep = format!("w{}-{n}", wave - 1);
+            let deps: Vec<&str> = if wave > 1 { vec![dep.as_str()] } else { vec![] };
+            tasks.push(task(
+                &id,
+                if n % 2 == 0 { "dev" } else { "qa" },
+                wave,
+                &deps,
+            ));
+        }
+    }
+    let list = create(&app, Value::Array(tasks)).await;
+    // SQLite is single-node (docs/deployment): a second replica only on Postgres.
+    let replica = match app.backend {
+        crate::common::Backend::Postgres => Some(second_replica(&app).await),
+        crate::common::Backend::Sqlite => None,
+    };
+    let started = std::time::Instant::now();
+    let mut agents = Vec::new();
+    for agent in 0..16 {
+        let base = match &replica {
+            Some(replica) if agent % 2 == 1 => replica.base.clone(),
+            _ => app.base.clone(),
+        };
+        let claim_url = format!(
+            "{base}/v1/task-lists/{}/claim",
+            list["id"].as_str().unwrap()
+        );
+        let client = app.client.clone();
+        agents.push(tokio::spawn(async move {
+            let holder = format!("agent-{agent}");
+            let (mut completed, mut dropped, mut late) = (Vec::new(), 0, 0);
+            for round in 0.. {
+                assert!(round < 5000, "{holder}: the list never finished");
+                let response = client
+                    .post(&claim_url)
+                    .json(&json!({"holder": holder, "lease_s": 2}))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status();
+                let answer: Value = response.json().await.unwrap();
+                assert_eq!(status, 200, "{holder}: claim: {answer}");
+                match answer["next"].as_str().unwrap() {
+                    "done" => break,
+                    "wait" => {
+                        let s = answer["retry_after_s"].as_u64().unwrap();
+                        assert!(s >= 1, "{answer}");
+                        // As docs/api.md says: long-poll ready rather than spin.
+                        let ready_url = claim_url.replace("/claim", "/ready?wait=2");
+                        let _ = client.get(&ready_url).send().await.unwrap();
+                        continue;
+                    }
+                    "dispatch" => {}
+                    other => panic!("{holder}: next {other}: {answer}"),
+                }
+                let id = answer["task"]["id"].as_str().unwrap().to_owned();
+                // Agents 0 and 1 drop every fifth claim: they stop renewing it.
+                if agent < 2 && (completed.len() + dropped) % 5 == 4 {
+                    dropped += 1;
+                    continue;
+                }
+                let response = client
+                    .patch(format!("{base}/v1/tasks/{id}"))
+                    .json(&json!({"status": "done", "holder": holder}))
+                    .send()
+                    .await
+                    .unwrap();
+                match response.status().as_u16() {
+                    200 => completed.push(id),
+                    // The lease ran out under load before the completion came in.
+                    409 => late += 1,
+                    s => panic!("{holder}: PATCH {s}: {}", response.text().await.unwrap()),
+                }
+            }
+            (completed, dropped, late)
+        }));
+    }
+    let (mut completed, mut dropped, mut late) = (Vec::new(), 0, 0);
+    for agent in agents {
+        let (c, d, l) = agent.await.unwrap();
+        completed.extend(c);
+        dropped += d;
+        late += l;
+    }
+    let elapsed = started.elapsed();
+    if let Some(replica) = replica {
+        replica.shutdown().await;
+    }
+    let distinct: HashSet<&String> = completed.iter().collect();
+    assert_eq!(completed.len(), 200, "each task completed once");
+    assert_eq!(distinct.len(), 200);
+    assert!(dropped > 0);
+    let mut expiries = 0;
+    let mut claims = 0;
+    for t in list["tasks"].as_array().unwrap() {
+        let events = history(&app, t["id"].as_str().unwrap()).await;
+        let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        let count = |k: &str| kinds.iter().filter(|x| **x == k).count();
+        assert_eq!(count("claimed"), count("lease_expired") + 1, "{kinds:?}");
+        expiries += count("lease_expired");
+        claims += count("claimed");
+        let done = events.iter().filter(|e| e["to_status"] == "done").count();
+        assert_eq!(done, 1, "{events:?}");
+    }
+    assert!(expiries >= dropped, "{expiries} < {dropped}");
+    eprintln!(
+        "{:?}: 200 tasks, 16 agents on {} replica(s), {claims} claims, {dropped} dropped, {expiries} leases expired, {late} late completions refused, {elapsed:?}",
+        app.backend,
+        if app.backend == crate::common::Backend::Postgres {
+            2
+        } else {
+            1
+        }
+    );
+    let answer = ready(&app, &list, "").await;
+    assert_eq!(answer["next"], "done", "{answer}");
+}
+
+/// While claimed, a change must name the holder (409 names who holds it); `force`
+/// overrides and is recorded; heartbeats renew; an expired lease returns the task.
+async fn claims_name_their_holder_and_expire(app: TestApp) {
+    let list = create(
+        &app,
+        json!([task("a", "dev", 1, &[]), task("b", "qa", 1, &[])]),
+    )
+    .await;
+    let a = server_id(&list, "a");
+    let b = server_id(&list, "b");
+
+    // The persona picks the task assigned to it, not the first ready one.
+    let got = claim_ok(
+        &app,
+        &list,
+        json!({"holder": "agent-q", "persona": "qa", "lease_s": 60}),
+    )
+    .await;
+    assert_eq!(got["task"]["task_id"], "b", "{got}");
+    let got = claim_ok(&app, &list, json!({"holder": "agent-d", "lease_s": 1})).await;
+    assert_eq!(got["task"]["task_id"], "a", "{got}");
+    assert_eq!(got["task"]["claim"]["holder"], "agent-d", "{got}");
+
+    for body in [
+        json!({"status": "done"}),
+        json!({"status": "done", "holder": "agent-x"}),
+    ] {
+        let problem = expect_problem(patch(&app, &b, body).await, 409, "task_claimed").await;
+        assert_eq!(problem["holder"], "agent-q", "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("agent-q"),
+            "{problem}"
+        );
+    }
+    let hb = app
+        .post_json(
+            &format!("/v1/tasks/{b}/heartbeat"),
+            &json!({"holder": "agent-x"}),
+        )
+        .await;
+    let problem = expect_problem(hb, 409, "task_claimed").await;
+    assert_eq!(problem["holder"], "agent-q", "{problem}");
+    let hb = app
+        .post_json(
+            &format!("/v1/tasks/{b}/heartbeat"),
+            &json!({"holder": "agent-q", "lease_s": 120}),
+        )
+        .await;
+    assert_eq!(hb.status(), 200);
+    let renewed: Value = hb.json().await.unwrap();
+    assert_eq!(renewed["claim"]["holder"], "agent-q", "{renewed}");
+
+    let forced = patch(&app, &b, json!({"status": "abandoned", "abandon_category": "scope", "holder": "orchestrator", "force": true})).await;
+    assert_eq!(forced.status(), 200);
+    let events = history(&app, &b).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["kind"], "status_changed", "{events:?}");
+    assert_eq!(last["forced"], true, "{events:?}");
+    assert_eq!(last["holder"], "orchestrator", "{events:?}");
+    assert_eq!(last["overrode"], "agent-q", "{events:?}");
+    assert!(events.iter().any(|e| e["kind"] == "renewed"), "{events:?}");
+
+    // agent-d stops renewing: after its second the task is pending again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let answer = ready(&app, &list, "").await;
+    assert_eq!(local_ids(&answer), ["a"], "{answer}");
+    let got = claim_ok(&app, &list, json!({"holder": "agent-e"})).await;
+    assert_eq!(got["task"]["task_id"], "a", "{got}");
+    assert_eq!(got["task"]["attempts"], 2, "{got}");
+    let late = patch(&app, &a, json!({"status": "done", "holder": "agent-d"})).await;
+    let problem = expect_problem(late, 409, "task_claimed").await;
+    assert_eq!(problem["holder"], "agent-e", "{problem}");
+    let events = history(&app, &a).await;
+    let kinds: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap(),
+                e["holder"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("claimed", "agent-d"),
+            ("lease_expired", "agent-d"),
+            ("claimed", "agent-e")
+        ],
+        "{events:?}"
+    );
+    let done = patch(&app, &a, json!({"status": "done", "holder": "agent-e"})).await;
+    assert_eq!(done.status(), 200);
+    let answer = claim_ok(&app, &list, json!({"holder": "agent-e"})).await;
+    assert_eq!(answer["next"], "done", "{answer}");
+    assert!(answer["task"].is_null(), "{answer}");
+}
+
+async fn bad_claims_name_the_field(app: TestApp) {
+    let list = create(&app, json!([task("a", "dev", 1, &[])])).await;
+    for (body, field) in [
+        (json!({"holder": ""}), "holder"),
+        (json!({"holder": "a\u{7}b"}), "holder"),
+        (json!({"holder": "x", "lease_s": 0}), "lease_s"),
+        (json!({"holder": "x", "lease_s": 86401}), "lease_s"),
+        (json!({"holder": "x", "persona": ""}), "persona"),
+    ] {
+        let problem =
+            expect_problem(claim(&app, &list, body.clone()).await, 422, "invalid_field").await;
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+    }
+    let problem = expect_problem(claim(&app, &list, json!({})).await, 422, "invalid_body").await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("holder"),
+        "{problem}"
+    );
+    let missing = app
+        .post_json(
+            &format!("/v1/task-lists/{}/claim", uuid::Uuid::now_v7()),
+            &json!({"holder": "x"}),
+        )
+        .await;
+    expect_problem(missing, 404, "not_found").await;
+    let a = server_id(&list, "a");
+    let hb = app
+        .post_json(&format!("/v1/tasks/{a}/heartbeat"), &json!({"holder": "x"}))
+        .await;
+    expect_problem(hb, 409, "task_not_claimed").await;
+    let problem = expect_problem(
+        patch(&app, &a, json!({"status": "running", "force": "yes"})).await,
+        422,
+        "invalid_body",
+    )
+    .await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains("force"),
+        "{problem}"
+    );
+}
+
+/// The same over MCP: ready_tasks says next, claim_task, heartbeat_task, and
+/// set_task_status checking the holder.
+async fn mcp_agents_claim_and_complete(app: TestApp) {
+    let (error, created) = mcp(
+        &app,
+        "create_task_list",
+        json!({"project_id": "proj", "created_by": "pm",
+        "tasks": [task("a", "dev", 1, &[]), task("b", "dev", 2, &["a"])]}),
+    )
+    .await;
+    assert!(!error, "{created}");
+    let list = created["task_list_id"].clone();
+    let (error, answer) = mcp(&app, "ready_tasks", json!({"task_list_id": list})).await;
+    assert!(!error, "{answer}");
+    assert_eq!(answer["next"], "dispatch", "{answer}");
+
+    let (error, got) = mcp(
+        &app,
+        "claim_task",
+        json!({"task_list_id": list, "holder": "agent-1", "lease_s": 60}),
+    )
+    .await;
+    assert!(!error, "{got}");
+    assert_eq!(got["task"]["task_id"], "a", "{got}");
+    let id = got["task"]["id"].clone();
+    let (error, other) = mcp(
+        &app,
+        "claim_task",
+        json!({"task_list_id": list, "holder": "agent-2"}),
+    )
+    .await;
+    assert!(!error, "{other}");
+    assert_eq!(other["next"], "wait", "{other}");
+    assert!(other["task"].is_null(), "{other}");
+    let (error, beat) = mcp(
+        &app,
+        "heartbeat_task",
+        json!({"task_id": id, "holder": "agent-1"}),
+    )
+    .await;
+    assert!(!error, "{beat}");
+    let (error, refused) = mcp(
+        &app,
+        "set_task_status",
+        json!({"task_id": id, "status": "done", "holder": "agent-2"}),
+    )
+    .await;
+    assert!(error, "{refused}");
+    assert_eq!(refused["code"], "task_claimed", "{refused}");
+    assert_eq!(refused["holder"], "agent-1", "{refused}");
+    let (error, done) = mcp(
+        &app,
+        "set_task_status",
+        json!({"task_id": id, "status": "done", "holder": "agent-1"}),
+    )
+    .await;
+    assert!(!error, "{done}");
+    let (error, answer) = mcp(
+        &app,
+        "ready_tasks",
+        json!({"task_list_id": list, "wait_seconds": 1}),
+    )
+    .await;
+    assert!(!error, "{answer}");
+    assert_eq!(answer["next"], "dispatch", "{answer}");
+    assert_eq!(answer["remaining"]["done"], 1, "{answer}");
+}
+
+async fn mcp(app: &TestApp, name: &str, arguments: Value) -> (bool, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments}});
+    let response = app
+        .client
+        .post(app.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let message: Value = response.json().await.unwrap();
+    let result = &message["result"];
+    assert!(result.is_object(), "{name}: {message}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+    (result["isError"] == true, value)
+}
+
+both_backends!(
+    next_goes_dispatch_wait_dispatch_done_through_a_list,
+    next_is_blocked_when_a_failure_cascades,
+    ready_long_polls_until_something_is_ready,
+    four_concurrent_claims_of_one_task_give_it_to_one,
+    sixteen_claimers_share_a_200_task_list,
+    claims_name_their_holder_and_expire,
+    bad_claims_name_the_field,
+    mcp_agents_claim_and_complete,
+);
