@@ -155,16 +155,6 @@ pub(super) struct TaskRow {
     lease_expires_at: Option<DateTime<Utc>>,
 }
 
-/// What a transition decides on, per task of the list: a fraction of a full row
-/// (no text, no JSON), since the write lock is held while it is read and decoded.
-#[derive(FromRow)]
-struct StatusRow {
-    id: Uuid,
-    task_id: String,
-    parallel_group: i64,
-    status: String,
-}
-
 #[derive(FromRow)]
 pub(super) struct EdgeRow {
     task_id: Uuid,
@@ -237,40 +227,6 @@ pub(super) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<
             row.into_task(deps)
         })
         .collect()
-}
-
-/// What a transition decides on: the list's server ids and its dispatch view (in
-/// submission order; `writes` left empty, no transition rule reads them), and the
-/// local ids `changed` depends on.
-fn decision_view(
-    rows: Vec<StatusRow>,
-    edges: Vec<EdgeRow>,
-    changed: Uuid,
-) -> DbResult<(Vec<Uuid>, Vec<DispatchTask>, Vec<String>)> {
-    let index: HashMap<Uuid, usize> = rows.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
-    let mut view = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let status = TaskStatus::parse(&row.status).ok_or_else(|| {
-            DbError::Corrupt(format!("task {} has status {:?}", row.id, row.status))
-        })?;
-        view.push(DispatchTask {
-            wave: row.parallel_group,
-            status,
-            depends_on: Vec::new(),
-            writes: Vec::new(),
-        });
-    }
-    let mut depends_on = Vec::new();
-    for edge in edges {
-        // Read defensively, as in `assemble`: an edge out of the list is skipped.
-        if let (Some(&task), Some(&dep)) = (index.get(&edge.task_id), index.get(&edge.depends_on)) {
-            view[task].depends_on.push(dep);
-            if edge.task_id == changed {
-                depends_on.push(rows[dep].task_id.clone());
-            }
-        }
-    }
-    Ok((rows.into_iter().map(|r| r.id).collect(), view, depends_on))
 }
 
 /// The dispatch read model (indices into `tasks`) the pure rules work on.

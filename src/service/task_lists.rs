@@ -492,9 +492,9 @@ impl Service {
             }),
             KeyedOutcome::Rejected(rejections) => {
                 Err(
-                rejection(validation, rejections, self.settings().max_gating_errors)
-                    .with("replayed", true),
-            )
+                    rejection(validation, rejections, self.settings().max_gating_errors)
+                        .with("replayed", true),
+                )
             }
         }
     }

@@ -9,8 +9,8 @@ mod common;
 
 mod agents;
 mod auth;
-mod concurrent_writes;
 mod claims;
+mod concurrent_writes;
 mod cross_project;
 mod deploy;
 mod edges;
