@@ -235,6 +235,17 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         (Method::GET, format!("/v1/task-lists/{list_id}/ready"), None),
         (Method::GET, format!("/v1/task-lists/{list_id}/graph"), None),
         (Method::PATCH, format!("/v1/tasks/{task_id}"), Some(status)),
+        (
+            Method::POST,
+            format!("/v1/task-lists/{list_id}/claim"),
+            Some(json!({"holder": "agent-b"})),
+        ),
+        (
+            Method::POST,
+            format!("/v1/tasks/{task_id}/heartbeat"),
+            Some(json!({"holder": "agent-b"})),
+        ),
+        (Method::GET, format!("/v1/tasks/{task_id}/history"), None),
         (Method::GET, "/v1/projects/proj-b/status".into(), None),
         (Method::GET, "/v1/projects/proj-b/teams".into(), None),
         (Method::GET, "/v1/projects/proj-b/usage".into(), None),

@@ -1027,7 +1027,7 @@ async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
 
     let mut stalled = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     let head = format!(
-        "POST /v1/task-lists/validate HTTP/1.1\r\nHost: plangate\r\nConnection: close\r\n\
+        "POST /v1/task-lists/validate HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
