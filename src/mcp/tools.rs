@@ -442,7 +442,8 @@ async fn claim_task(
             ClaimRequest {
                 holder: args.holder,
                 persona: args.persona,
-                lease_s: args.lease_s,
+                // Past u32 is past the 86,400 s bound: refused there, naming the field.
+                lease_s: args.lease_s.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
                 mode: args.mode,
             },
         )
@@ -463,7 +464,8 @@ async fn heartbeat_task(
             args.task_id,
             HeartbeatRequest {
                 holder: args.holder,
-                lease_s: args.lease_s,
+                // Past u32 is past the 86,400 s bound: refused there, naming the field.
+                lease_s: args.lease_s.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
             },
         )
         .await?;

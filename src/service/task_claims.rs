@@ -142,7 +142,8 @@ pub struct ClaimRequest {
     pub persona: Option<String>,
     /// Lease in seconds (1 to 86400, default 300): heartbeat before it runs out.
     #[schema(minimum = 1, maximum = 86400)]
-    pub lease_s: Option<u64>,
+    #[serde(default, deserialize_with = "crate::domain::json_int::option_u32")]
+    pub lease_s: Option<u32>,
     /// The rule that decides what is ready: `barrier` (default) or `pipeline`.
     pub mode: Option<ReadyMode>,
 }
@@ -165,7 +166,8 @@ pub struct HeartbeatRequest {
     pub holder: String,
     /// New lease from now, in seconds (1 to 86400, default 300).
     #[schema(minimum = 1, maximum = 86400)]
-    pub lease_s: Option<u64>,
+    #[serde(default, deserialize_with = "crate::domain::json_int::option_u32")]
+    pub lease_s: Option<u32>,
 }
 
 /// One entry of a task's history.
@@ -215,8 +217,8 @@ pub struct TaskHistory {
 }
 
 /// Lease seconds from a request: 1 to [`MAX_LEASE_SECS`], [`DEFAULT_LEASE_SECS`] when absent.
-fn lease(lease_s: Option<u64>) -> Result<chrono::Duration, ServiceError> {
-    let secs = lease_s.unwrap_or(DEFAULT_LEASE_SECS);
+fn lease(lease_s: Option<u32>) -> Result<chrono::Duration, ServiceError> {
+    let secs = lease_s.map_or(DEFAULT_LEASE_SECS, u64::from);
     if !(1..=MAX_LEASE_SECS).contains(&secs) {
         return Err(ServiceError::unprocessable(
             ProblemCode::InvalidField,
