@@ -309,7 +309,14 @@ async fn writers_of_every_kind_are_all_acknowledged_and_stored(app: TestApp) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_locked_by_another_process_answers_503_with_retry_after() {
     use sqlx::Connection;
-    let app = crate::common::spawn_app(crate::common::Backend::Sqlite).await;
+    // The PATCH may queue behind the background workers' own writes (claim poll,
+    // reaper), each of which first waits out busy_timeout against the foreign lock:
+    // give the request room for those waits, so what is checked is the answer (503
+    // with Retry-After, never 500), not the request timeout (seen in CI: 408).
+    let app = crate::common::spawn_app_with(crate::common::Backend::Sqlite, |s| {
+        s.request_timeout = std::time::Duration::from_secs(120);
+    })
+    .await;
     let tasks = json!([{"task_id": "a", "assigned_persona": "dev", "parallel_group": 1,
                         "depends_on": [], "reads": [], "writes": [], "description": "a"}]);
     let list: Value = app
