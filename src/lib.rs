@@ -1,7 +1,8 @@
 //! plangate: deterministic, durable planning for LLM-agent orchestrators.
 //!
-//! Layers (see `docs/architecture.md`): `http` → `domain` → `db`, with
-//! `jobs` and `agents` beside them. `domain` is pure; `db` owns SQL; `http` is thin.
+//! Layers and their allowed arrows: `docs/architecture.md`. In short: the adapters
+//! (`http`, `mcp`, `ui`) call `service`; `service` uses `jobs`, `db` and `domain`;
+//! `domain` is pure and uses nothing of the crate.
 
 pub mod agents;
 pub mod cli;

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::guardian::Guardian;
 use super::usage::claude_json;
-use super::{Cancelled, L0Request, L0Run};
+use super::{Cancelled, L0Request, L0Run, StdoutFormat};
 use crate::domain::refine::L0Outcome;
 use crate::domain::usage::L0Usage;
 
@@ -57,21 +57,9 @@ pub(crate) struct CommandConfig {
     pub env_allow: Vec<String>,
     pub timeout: Duration,
     pub max_output_bytes: usize,
-    pub output: OutputFormat,
+    pub output: StdoutFormat,
     /// The profile's `model`: the usage label (and price) when the agent names none.
     pub model: Option<String>,
-}
-
-/// How a command's stdout is read (`output` in the profile).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OutputFormat {
-    /// stdout is the answer; usage unknown.
-    #[default]
-    Text,
-    /// stdout is a `claude -p --output-format json` envelope: the answer is its
-    /// `result`, the usage and cost come from it, `is_error: true` is a failure.
-    ClaudeJson,
 }
 
 /// Kills the whole process group when dropped (the run future was dropped, or the
@@ -392,17 +380,17 @@ pub(crate) async fn run(
         "L0 command ended"
     );
     let (outcome, usage) = match (cfg.output, outcome) {
-        (OutputFormat::Text, outcome) => (
+        (StdoutFormat::Text, outcome) => (
             outcome,
             L0Usage {
                 model: cfg.model.clone(),
                 ..L0Usage::default()
             },
         ),
-        (OutputFormat::ClaudeJson, L0Outcome::Answer(stdout)) => {
+        (StdoutFormat::ClaudeJson, L0Outcome::Answer(stdout)) => {
             read_envelope(&stdout, cfg.model.as_deref())
         }
-        (OutputFormat::ClaudeJson, failed) => (
+        (StdoutFormat::ClaudeJson, failed) => (
             failed,
             L0Usage {
                 model: cfg.model.clone(),

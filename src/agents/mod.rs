@@ -30,7 +30,7 @@ use crate::domain::refine::{Assignment, L0Outcome, L0Packet, builtin_review};
 use crate::domain::usage::{L0Usage, Prices, UsageSource};
 use command::CommandConfig;
 
-pub use command::OutputFormat;
+pub use crate::config::StdoutFormat;
 use http_api::{Api, HttpConfig};
 
 pub use command::STDERR_CAP;
@@ -195,7 +195,7 @@ impl Executor {
                 Kind::Http(http)
             }
         };
-        if profile.output != OutputFormat::Text && profile.kind != ExecutorKind::Command {
+        if profile.output != StdoutFormat::Text && profile.kind != ExecutorKind::Command {
             return Err(profile_error(
                 name,
                 "output applies to kind \"command\" only",

@@ -107,7 +107,19 @@ pub struct ExecutorProfile {
     pub env_allow: Vec<String>,
     /// `command` only: `text` (default) or `claude-json`.
     #[serde(default)]
-    pub output: crate::agents::OutputFormat,
+    pub output: StdoutFormat,
+}
+
+/// How a command's stdout is read (`output` in the profile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StdoutFormat {
+    /// stdout is the answer; usage unknown.
+    #[default]
+    Text,
+    /// stdout is a `claude -p --output-format json` envelope: the answer is its
+    /// `result`, the usage and cost come from it, `is_error: true` is a failure.
+    ClaudeJson,
 }
 
 impl FileConfig {

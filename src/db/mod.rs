@@ -1,8 +1,9 @@
 //! Storage: one interface over a Postgres and a SQLite implementation.
 //!
 //! `sqlx::Any` cannot decode uuid/jsonb/timestamptz, so the interface is an enum over
-//! the two pools; each method dispatches to the back-end module, which owns its SQL.
-//! The db layer speaks domain types and its own row types, never HTTP.
+//! the two pools. Each query is written once: `on_pool!` pastes the same body into
+//! both arms, so it is type-checked against each driver (docs/architecture.md).
+//! The db layer speaks domain types and its own `*Record` rows, never HTTP.
 
 // First, so that every module below sees its macros (`on_pool!` and the job
 // transaction helpers).

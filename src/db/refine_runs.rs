@@ -33,9 +33,9 @@ pub struct NewRefineRun<'a> {
     pub budget: Budget,
 }
 
-/// A refine run as stored (the API's shape is `service::refine_runs::StoredRun`).
+/// A refine run as stored (the API's shape is `service::refine_runs::RunRecord`).
 #[derive(Debug, Clone)]
-pub struct StoredRun {
+pub struct RunRecord {
     pub id: Uuid,
     /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
     pub status: JobStatus,
@@ -114,7 +114,7 @@ impl Database {
         }
     }
 
-    pub async fn refine_run(&self, id: Uuid) -> DbResult<Option<StoredRun>> {
+    pub async fn refine_run(&self, id: Uuid) -> DbResult<Option<RunRecord>> {
         type Row = (
             String,
             Option<String>,
@@ -169,7 +169,7 @@ impl Database {
             .collect();
         let version = self.refine_run_version(id).await?.map_or(0, |(v, _)| v);
         let usage = self.run_usage(id).await?;
-        Ok(Some(StoredRun {
+        Ok(Some(RunRecord {
             id,
             status,
             project_id,

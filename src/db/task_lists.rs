@@ -4,7 +4,7 @@
 //! `on_pool!` expands each body per pool so each is type-checked against its own
 //! driver. Where the engines differ (row locks, write transactions) the code says so.
 //!
-//! Long (about 660 lines) on purpose: the create, read and transition transactions
+//! Long on purpose: the create, read and transition transactions
 //! share the private row types, the column list and `assemble`.
 
 use std::collections::HashMap;

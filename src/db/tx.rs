@@ -210,7 +210,7 @@ macro_rules! progress_of {
         .bind($job_id)
         .fetch_all(&mut *$tx)
         .await?;
-        let mut p = $crate::db::refine_jobs::JobProgress::default();
+        let mut p = $crate::db::refine_jobs::ProgressRecord::default();
         for (status, n) in rows {
             $crate::db::refine_jobs::add_count(&mut p, &status, n);
         }

@@ -38,7 +38,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
 /// read again by axum, so rejections name the same path with the same text.
 ///
 /// The body's UTF-8 is checked once, as a whole, and the text read with
-/// `from_str`: `from_slice` checks every string on its own, which cost 4% of a
+/// `from_str`: `from_slice` checks every string on its own, a measurable part of a
 /// validate request (`bench/README.md`, "Gating over HTTP"). Both accept exactly
 /// the same bodies once the bytes are UTF-8; a body that is not goes the old way,
 /// so its rejection is worded as before.

@@ -1,12 +1,11 @@
 //! Refine runs (docs/spec/refine.md §7): triggers the exactly-once merge and counts it.
-//! What a run stores and how it merges are the pure `domain::refine` ([`RunRequest`],
+//! What a run stores and how it merges are the pure `domain::refine` ([`RunRequest`](crate::domain::refine::RunRequest),
 //! `merge_run`); the merge runs inside `db`'s transaction.
 
 use uuid::Uuid;
 
 use crate::db::{Database, DbResult};
 use crate::domain::job::JobStatus;
-pub use crate::domain::refine::RunRequest as StoredRun;
 
 /// Merges the run if every phase job is terminal and nobody merged it yet.
 pub async fn merge_if_due(db: &Database, run_id: Uuid) -> DbResult<Option<JobStatus>> {

@@ -18,10 +18,10 @@ use crate::db::refine_jobs::{Created, NewRefineJob};
 use crate::db::refine_runs::{self as rows, NewRefineRun};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
+use crate::domain::refine::RunRequest;
 use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
 use crate::domain::usage::{Budget, UsageTotals};
 use crate::jobs::request::StoredRequest;
-use crate::jobs::runs::StoredRun as RunRequest;
 
 /// A refine run as the API shows it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -49,8 +49,8 @@ pub struct StoredRun {
     pub budget: Option<Budget>,
 }
 
-impl From<rows::StoredRun> for StoredRun {
-    fn from(row: rows::StoredRun) -> Self {
+impl From<rows::RunRecord> for StoredRun {
+    fn from(row: rows::RunRecord) -> Self {
         StoredRun {
             id: row.id,
             status: row.status,

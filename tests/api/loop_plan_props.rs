@@ -5,8 +5,8 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
 use plangate::domain::loop_plan::{
-    CompletedTrack, LoopPlan, LoopPlanRequest, PhaseInfo, TaskStatus, TrackInfo, parse_markdown,
-    plan, render_markdown,
+    CompletedTrack, LoopPlan, LoopPlanRequest, PhaseInfo, ProgressStatus, TrackInfo,
+    parse_markdown, plan, render_markdown,
 };
 use plangate::domain::natural::natural_cmp;
 use proptest::prelude::*;
@@ -234,8 +234,8 @@ proptest! {
                 plan.dag.nodes.iter().enumerate().filter(|(_, n)| n.phase == phase.number).map(|(i, _)| i),
             );
         }
-        let all = [TaskStatus::Pending, TaskStatus::InProgress, TaskStatus::Done, TaskStatus::Blocked];
-        let mut expected = vec![TaskStatus::Pending; plan.dag.nodes.len()];
+        let all = [ProgressStatus::Pending, ProgressStatus::InProgress, ProgressStatus::Done, ProgressStatus::Blocked];
+        let mut expected = vec![ProgressStatus::Pending; plan.dag.nodes.len()];
         let mut next = 0;
         let mut edited = String::new();
         for line in markdown.lines() {
@@ -251,7 +251,7 @@ proptest! {
         }
         prop_assert_eq!(next, plan.dag.nodes.len());
         let parsed = parse_markdown(&edited).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-        let got: Vec<TaskStatus> = parsed.progress.tasks.iter().map(|t| t.status).collect();
+        let got: Vec<ProgressStatus> = parsed.progress.tasks.iter().map(|t| t.status).collect();
         prop_assert_eq!(got, expected);
         prop_assert_eq!(parsed.dag, plan.dag);
     }

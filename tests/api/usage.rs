@@ -56,7 +56,7 @@ fn command(record: Option<&Path>, args: &[&str], claude_json: bool) -> ExecutorP
     }
     p.argv.extend(args.iter().map(|a| a.to_string()));
     if claude_json {
-        p.output = plangate::agents::OutputFormat::ClaudeJson;
+        p.output = plangate::config::StdoutFormat::ClaudeJson;
     }
     p
 }
@@ -208,7 +208,7 @@ async fn claude_json_garbage_and_is_error_fail_the_l0() {
     // `output` is for commands only.
     let mut api = profile(ExecutorKind::Openai);
     api.model = Some("m".into());
-    api.output = plangate::agents::OutputFormat::ClaudeJson;
+    api.output = plangate::config::StdoutFormat::ClaudeJson;
     assert!(Executor::from_profile("x", &api).is_err());
 }
 

@@ -20,7 +20,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Fenced, JobProgress, Lease, LeaseLost, PendingProgress};
+use super::{Fenced, Lease, LeaseLost, PendingProgress, ProgressRecord};
 use crate::db::Database;
 use crate::db::task_lists::now;
 use crate::domain::usage::{
@@ -43,7 +43,7 @@ pub struct BudgetScopes {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Gated {
     /// The L0's start is stored (with its reservation): start it.
-    Started(JobProgress),
+    Started(ProgressRecord),
     /// Ask again once a running call ends.
     Wait,
     /// Start no further L0: why.
@@ -87,7 +87,7 @@ impl Database {
         lease: Lease,
         attempt: i32,
         assignment_id: &str,
-        progress: JobProgress,
+        progress: ProgressRecord,
         scopes: &BudgetScopes,
     ) -> Fenced<Gated> {
         let mut pending = PendingProgress::default();

@@ -7,7 +7,7 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{JobProgress, PendingProgress, add_count, budget_of, parse_status, state_event};
+use super::{PendingProgress, ProgressRecord, add_count, budget_of, parse_status, state_event};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::{
@@ -36,7 +36,7 @@ pub struct ClaimedJob {
     /// L0s whose outcome is stored, natural order.
     pub finished: Vec<FinishedL0>,
     /// Its L0s by status as claimed (the worker's writes move it on).
-    pub progress: JobProgress,
+    pub progress: ProgressRecord,
     pub cancel_requested: bool,
     pub project_id: Option<String>,
     /// The job's (or its run's) budget, if it has one.
@@ -224,12 +224,12 @@ impl Database {
                 .await?
             })
         };
-        let mut progress = JobProgress {
+        let mut progress = ProgressRecord {
             l0_total: i64::from(row.l0_total),
-            ..JobProgress::default()
+            ..ProgressRecord::default()
         };
         if !rows.is_empty() {
-            progress = JobProgress::default();
+            progress = ProgressRecord::default();
             for (_, status, _) in &rows {
                 add_count(&mut progress, status, 1);
             }

@@ -75,7 +75,7 @@ pub enum Created<T> {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct JobProgress {
+pub struct ProgressRecord {
     pub l0_total: i64,
     pub l0_running: i64,
     /// Valid answers.
@@ -87,15 +87,15 @@ pub struct JobProgress {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobError {
+pub struct JobErrorRecord {
     /// `lease_expired`, `internal`, …
     pub code: String,
     pub message: String,
 }
 
-/// A refine job as stored (the API's shape is `service::refine_jobs::StoredJob`).
+/// A refine job as stored (the API's shape is `service::refine_jobs::JobRecord`).
 #[derive(Debug, Clone)]
-pub struct StoredJob {
+pub struct JobRecord {
     pub id: Uuid,
     /// Always `refine`.
     pub kind: String,
@@ -116,12 +116,12 @@ pub struct StoredJob {
     /// Attempts started so far (a hand-back at shutdown is not charged).
     pub attempt: i32,
     pub max_attempts: i32,
-    pub progress: JobProgress,
+    pub progress: ProgressRecord,
     /// The job log, in order: one line per L0 verdict, work-package conflict or warning.
     pub log: Vec<String>,
     pub result: Option<Value>,
     pub phase_refined_path: Option<String>,
-    pub error: Option<JobError>,
+    pub error: Option<JobErrorRecord>,
     /// Bumped by every change; the `id` of the job's last event.
     pub version: i64,
     /// What its L0 calls cost so far (for a run's phase job: this job's calls).
@@ -185,13 +185,13 @@ fn parse_status(id: Uuid, text: &str) -> DbResult<JobStatus> {
 }
 
 impl JobRow {
-    fn into_job(self, mut progress: JobProgress, usage: UsageTotals) -> DbResult<StoredJob> {
+    fn into_job(self, mut progress: ProgressRecord, usage: UsageTotals) -> DbResult<JobRecord> {
         progress.l0_total = i64::from(self.l0_total);
-        let error = self.error_code.map(|code| JobError {
+        let error = self.error_code.map(|code| JobErrorRecord {
             code,
             message: self.error_message.unwrap_or_default(),
         });
-        Ok(StoredJob {
+        Ok(JobRecord {
             status: parse_status(self.id, &self.status)?,
             id: self.id,
             kind: self.kind,
@@ -226,7 +226,7 @@ impl JobRow {
 
 /// One L0's record.
 #[derive(Debug, Clone)]
-pub struct StoredL0 {
+pub struct L0Record {
     pub assignment_id: String,
     /// 1-based batch number.
     pub batch: i32,
@@ -280,7 +280,7 @@ struct L0Row {
     prompt_bytes: Option<i64>,
 }
 
-impl From<L0Row> for StoredL0 {
+impl From<L0Row> for L0Record {
     fn from(r: L0Row) -> Self {
         let usage = r.usage_source.map(|source| L0Usage {
             input_tokens: r.input_tokens,
@@ -291,7 +291,7 @@ impl From<L0Row> for StoredL0 {
             model: r.usage_model,
             source: UsageSource::parse(&source).unwrap_or_default(),
         });
-        StoredL0 {
+        L0Record {
             assignment_id: r.assignment_id,
             batch: r.batch,
             status: r.status,
@@ -335,12 +335,12 @@ pub struct JobFilter {
     pub allowed_projects: Option<Vec<String>>,
 }
 
-pub(crate) fn add_count(p: &mut JobProgress, status: &str, n: i64) {
+pub(crate) fn add_count(p: &mut ProgressRecord, status: &str, n: i64) {
     p.l0_total += n;
     p.count(status, n);
 }
 
-impl JobProgress {
+impl ProgressRecord {
     fn count(&mut self, status: &str, n: i64) {
         match status {
             "running" => self.l0_running += n,

@@ -14,7 +14,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Fenced, JobProgress, Lease, LeaseLost};
+use super::{Fenced, Lease, LeaseLost, ProgressRecord};
 use crate::db::Database;
 use crate::db::task_lists::now;
 use crate::domain::usage::L0Usage;
@@ -72,7 +72,12 @@ impl PendingProgress {
 
     /// A batch's L0s are about to start: their rows go `running` and `starts`
     /// counts them, one `progress` event each. Returns the job's progress after it.
-    pub fn start(&mut self, ids: &[String], attempt: i32, progress: JobProgress) -> JobProgress {
+    pub fn start(
+        &mut self,
+        ids: &[String],
+        attempt: i32,
+        progress: ProgressRecord,
+    ) -> ProgressRecord {
         let at = now();
         let progress = progress.started(ids.len());
         for id in ids {
@@ -94,8 +99,8 @@ impl PendingProgress {
         l0s: Vec<L0Ended>,
         log: &[String],
         new_lines: &[String],
-        progress: JobProgress,
-    ) -> JobProgress {
+        progress: ProgressRecord,
+    ) -> ProgressRecord {
         let at = now();
         let progress = progress.ended(l0s.iter().map(|l| l.status));
         for l0 in &l0s {

@@ -7,15 +7,15 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{
-    JOB_COLUMNS, JobEvent, JobFilter, JobProgress, JobRow, L0_COLUMNS, L0Row, StoredJob, StoredL0,
-    add_count, parse_status,
+    JOB_COLUMNS, JobEvent, JobFilter, JobRecord, JobRow, L0_COLUMNS, L0Record, L0Row,
+    ProgressRecord, add_count, parse_status,
 };
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::UsageTotals;
 
 impl Database {
-    pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<StoredJob>> {
+    pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<JobRecord>> {
         let row: Option<JobRow> = on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {JOB_COLUMNS} FROM refine_jobs WHERE id = $1"
@@ -45,7 +45,7 @@ impl Database {
         filter: &JobFilter,
         limit: u32,
         after: Option<Uuid>,
-    ) -> DbResult<Vec<StoredJob>> {
+    ) -> DbResult<Vec<JobRecord>> {
         let rows: Vec<JobRow> = on_pool!(self, pool => {
             let mut q =
                 QueryBuilder::new(format!("SELECT {JOB_COLUMNS} FROM refine_jobs WHERE TRUE"));
@@ -97,7 +97,7 @@ impl Database {
             q.push(") GROUP BY job_id, status");
             q.build_query_as().fetch_all(pool).await?
         });
-        let mut progress: HashMap<Uuid, JobProgress> = HashMap::new();
+        let mut progress: HashMap<Uuid, ProgressRecord> = HashMap::new();
         for (id, status, n) in counts {
             add_count(progress.entry(id).or_default(), &status, n);
         }
@@ -144,7 +144,7 @@ impl Database {
     }
 
     /// Per-L0 records in natural assignment order (`position`).
-    pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<StoredL0>> {
+    pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<L0Record>> {
         let rows: Vec<L0Row> = on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {L0_COLUMNS} FROM refine_l0_runs WHERE job_id = $1 ORDER BY position"
@@ -153,7 +153,7 @@ impl Database {
             .fetch_all(pool)
             .await?
         });
-        Ok(rows.into_iter().map(StoredL0::from).collect())
+        Ok(rows.into_iter().map(L0Record::from).collect())
     }
 
     /// Jobs by status (the `refine_jobs` gauge; `queued` is the queue depth).

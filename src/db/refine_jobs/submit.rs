@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::{Created, JobProgress, NewRefineJob, StoredJob, budget_of};
+use super::{Created, JobRecord, NewRefineJob, ProgressRecord, budget_of};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
@@ -43,7 +43,7 @@ impl Database {
         new: &NewRefineJob,
         at: DateTime<Utc>,
         inserted: bool,
-    ) -> DbResult<Created<StoredJob>> {
+    ) -> DbResult<Created<JobRecord>> {
         if inserted {
             return Ok(Created::New(as_inserted(new, at)));
         }
@@ -105,7 +105,7 @@ impl SubmitQueue {
     /// Stores `job` (with the jobs submitted at the same moment). With an
     /// idempotency key the unique constraint decides: a second create with the same
     /// key finds the first instead of inserting.
-    pub async fn create(&self, job: NewRefineJob) -> DbResult<Created<StoredJob>> {
+    pub async fn create(&self, job: NewRefineJob) -> DbResult<Created<JobRecord>> {
         let writer = self.writer.get_or_init(|| {
             // Started on first use, inside the runtime that serves the creates; they
             // end when the last queue handle is dropped.
@@ -193,8 +193,8 @@ pub async fn store_group(
 
 /// The job as `insert_jobs!` just wrote it (what reading it back would return: the
 /// insert is its whole state, so the create answers without a second round trip).
-fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> StoredJob {
-    StoredJob {
+fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> JobRecord {
+    JobRecord {
         id: new.id,
         kind: "refine".to_owned(),
         status: JobStatus::Queued,
@@ -211,9 +211,9 @@ fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> StoredJob {
         updated_at: at,
         attempt: 0,
         max_attempts: i32::try_from(new.max_attempts).unwrap_or(i32::MAX),
-        progress: JobProgress {
+        progress: ProgressRecord {
             l0_total: i64::try_from(new.l0s.len()).unwrap_or(i64::MAX),
-            ..JobProgress::default()
+            ..ProgressRecord::default()
         },
         log: Vec::new(),
         result: None,

@@ -57,9 +57,9 @@ macro_rules! wire_strings {
 
 mod cascade;
 mod claim;
-mod graph;
 mod next;
 mod ready;
+mod render;
 mod snapshot;
 mod status;
 
@@ -68,9 +68,9 @@ pub use claim::{
     HeldByOther, HolderCheck, Lease, MAX_LEASE_SECS, TaskEventKind, check_holder, expired_leases,
     pick_claim,
 };
-pub use graph::{GraphFormat, GraphNode, render_graph};
 pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
 pub use ready::{DispatchTask, Ready, ReadyMode, ready};
+pub use render::{GraphFormat, GraphNode, render_graph};
 pub use snapshot::{StatusSnapshot, WaveCounts, snapshot};
 pub use status::{
     AbandonCategory, IllegalTransition, TaskStatus, Transition, allowed_targets, check_transition,

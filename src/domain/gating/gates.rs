@@ -6,7 +6,7 @@
 //! buffer before they are hashed, and every distinct path is hashed once and then
 //! handled as a small integer.
 //!
-//! Long (about 740 lines) on purpose: the eight gates share the interned ids and
+//! Long on purpose: the eight gates share the interned ids and
 //! paths built here; each gate is one short function in gate order.
 
 use std::collections::hash_map::Entry;
@@ -197,8 +197,8 @@ impl<'a> PathNumbering<'a> {
 }
 
 /// `keep_tasks: false` leaves [`Validation::tasks`] empty, for callers that only
-/// answer the report (moving every task out cost a validate request 1–2%,
-/// `bench/README.md`).
+/// answer the report (moving every task out showed in a validate request's
+/// profile, `bench/README.md`).
 pub(crate) fn run(
     mut tasks: Vec<RawTask>,
     existing_files: &[String],

@@ -6,7 +6,7 @@
 //! data for a violation. Only malformed JSON is an error. Nesting depth stays bounded
 //! by serde_json's recursion limit, which is left on.
 //!
-//! Long (about 690 lines) on purpose: the visitor must name every field it meets to
+//! Long on purpose: the visitor must name every field it meets to
 //! report shape errors with their JSON pointer; split, it would need a shared state type.
 
 use std::fmt;
@@ -376,8 +376,7 @@ impl<'de> Visitor<'de> for EntrySeed<'_> {
 }
 
 /// Room for a request-sized list from the start: serde_json gives no size hint, and
-/// growing from 4 moved each task up to four times (2% of a validate request,
-/// `bench/README.md`).
+/// growing from 4 moved each task up to four times (measured in `bench/README.md`).
 const TASKS_RESERVED: usize = 64;
 
 fn read_task_list<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<List, A::Error> {

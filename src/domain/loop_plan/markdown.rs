@@ -34,7 +34,7 @@
 //!   item is a discovered item, with its marker status when it has one.
 //! - Errors name the 1-based line of the document (YAML errors are shifted to it).
 //!
-//! Long (about 730 lines) on purpose: the renderer and the reader live together so
+//! Long on purpose: the renderer and the reader live together so
 //! the layout above is stated once and a round trip is checked beside it.
 
 use std::collections::HashMap;
@@ -49,7 +49,7 @@ use super::{Dag, LoopPlan, Node, PlanError, PlanErrorKind};
 /// A task's status by its marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum TaskStatus {
+pub enum ProgressStatus {
     /// `[ ]`
     Pending,
     /// `[~]`
@@ -60,22 +60,22 @@ pub enum TaskStatus {
     Blocked,
 }
 
-impl TaskStatus {
+impl ProgressStatus {
     pub fn marker(self) -> char {
         match self {
-            TaskStatus::Pending => ' ',
-            TaskStatus::InProgress => '~',
-            TaskStatus::Done => 'x',
-            TaskStatus::Blocked => '!',
+            ProgressStatus::Pending => ' ',
+            ProgressStatus::InProgress => '~',
+            ProgressStatus::Done => 'x',
+            ProgressStatus::Blocked => '!',
         }
     }
 
     pub fn from_marker(marker: char) -> Option<Self> {
         match marker {
-            ' ' => Some(TaskStatus::Pending),
-            '~' => Some(TaskStatus::InProgress),
-            'x' | 'X' => Some(TaskStatus::Done),
-            '!' => Some(TaskStatus::Blocked),
+            ' ' => Some(ProgressStatus::Pending),
+            '~' => Some(ProgressStatus::InProgress),
+            'x' | 'X' => Some(ProgressStatus::Done),
+            '!' => Some(ProgressStatus::Blocked),
             _ => None,
         }
     }
@@ -84,7 +84,7 @@ impl TaskStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct TaskProgress {
     pub id: String,
-    pub status: TaskStatus,
+    pub status: ProgressStatus,
     /// The node is marked `skip` (overlaps a completed track).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skipped: bool,
@@ -108,7 +108,7 @@ pub struct ProgressCounts {
 pub struct DiscoveredItem {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<TaskStatus>,
+    pub status: Option<ProgressStatus>,
     pub line: usize,
 }
 
@@ -576,7 +576,7 @@ fn read_progress(lines: &[&str], dag: &Dag) -> Result<Progress, PlanError> {
         .enumerate()
         .map(|(position, node)| (node.id.as_str(), position))
         .collect();
-    let mut marks: Vec<Option<(TaskStatus, usize)>> = vec![None; dag.nodes.len()];
+    let mut marks: Vec<Option<(ProgressStatus, usize)>> = vec![None; dag.nodes.len()];
     let mut discovered_work = Vec::new();
     let mut section = Section::Other;
     let mut fence: Option<(char, usize)> = None;
@@ -617,7 +617,7 @@ fn read_progress(lines: &[&str], dag: &Dag) -> Result<Progress, PlanError> {
         let Some(after_task) = rest.strip_prefix("Task ") else {
             continue;
         };
-        let Some(status) = TaskStatus::from_marker(marker) else {
+        let Some(status) = ProgressStatus::from_marker(marker) else {
             return Err(markdown_error(
                 Some(number),
                 format!(
@@ -654,12 +654,12 @@ fn read_progress(lines: &[&str], dag: &Dag) -> Result<Progress, PlanError> {
     };
     let mut tasks = Vec::with_capacity(dag.nodes.len());
     for (node, mark) in dag.nodes.iter().zip(marks) {
-        let status = mark.map_or(TaskStatus::Pending, |(status, _)| status);
+        let status = mark.map_or(ProgressStatus::Pending, |(status, _)| status);
         match status {
-            TaskStatus::Pending => counts.pending += 1,
-            TaskStatus::InProgress => counts.in_progress += 1,
-            TaskStatus::Done => counts.done += 1,
-            TaskStatus::Blocked => counts.blocked += 1,
+            ProgressStatus::Pending => counts.pending += 1,
+            ProgressStatus::InProgress => counts.in_progress += 1,
+            ProgressStatus::Done => counts.done += 1,
+            ProgressStatus::Blocked => counts.blocked += 1,
         }
         let skipped = node.skip.is_some();
         counts.skipped += usize::from(skipped);
@@ -681,7 +681,7 @@ fn read_progress(lines: &[&str], dag: &Dag) -> Result<Progress, PlanError> {
 fn discovered_item(line: &str, number: usize) -> Option<DiscoveredItem> {
     if let Some((indent, marker, text)) = marker_item(line)
         && indent <= 1
-        && let Some(status) = TaskStatus::from_marker(marker)
+        && let Some(status) = ProgressStatus::from_marker(marker)
     {
         return Some(DiscoveredItem {
             text: text.trim().to_owned(),

@@ -48,8 +48,8 @@ use utoipa::ToSchema;
 
 pub use build::plan;
 pub use markdown::{
-    DiscoveredItem, ParsedPlan, Progress, ProgressCounts, TaskProgress, TaskStatus, parse_markdown,
-    render_markdown,
+    DiscoveredItem, ParsedPlan, Progress, ProgressCounts, ProgressStatus, TaskProgress,
+    parse_markdown, render_markdown,
 };
 pub use overlap::parse_tracks_md;
 pub use request::{parse_request_json, parse_request_yaml};

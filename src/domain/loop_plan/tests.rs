@@ -553,7 +553,7 @@ fn markers_give_progress() {
             "- [ ] Rotate signing keys\n  - detail, not an item\n- Found a flaky test\n",
         );
     let parsed = parse_markdown(&markdown).unwrap();
-    let statuses: Vec<(&str, TaskStatus)> = parsed
+    let statuses: Vec<(&str, ProgressStatus)> = parsed
         .progress
         .tasks
         .iter()
@@ -562,12 +562,12 @@ fn markers_give_progress() {
     assert_eq!(
         statuses,
         vec![
-            ("1.1", TaskStatus::Done),
-            ("1.2", TaskStatus::InProgress),
-            ("1.3", TaskStatus::Pending),
-            ("1.10", TaskStatus::Done),
-            ("2.1", TaskStatus::Pending),
-            ("2.2", TaskStatus::Blocked),
+            ("1.1", ProgressStatus::Done),
+            ("1.2", ProgressStatus::InProgress),
+            ("1.3", ProgressStatus::Pending),
+            ("1.10", ProgressStatus::Done),
+            ("2.1", ProgressStatus::Pending),
+            ("2.2", ProgressStatus::Blocked),
         ]
     );
     assert_eq!(
@@ -581,7 +581,7 @@ fn markers_give_progress() {
             skipped: 0,
         }
     );
-    let discovered: Vec<(&str, Option<TaskStatus>)> = parsed
+    let discovered: Vec<(&str, Option<ProgressStatus>)> = parsed
         .progress
         .discovered_work
         .iter()
@@ -590,7 +590,7 @@ fn markers_give_progress() {
     assert_eq!(
         discovered,
         vec![
-            ("Rotate signing keys", Some(TaskStatus::Pending)),
+            ("Rotate signing keys", Some(ProgressStatus::Pending)),
             ("Found a flaky test", None),
         ]
     );
@@ -601,7 +601,7 @@ fn markers_give_progress() {
 fn tasks_without_marker_lines_are_pending() {
     let markdown = example_markdown().replace("- [ ] Task 1.3: Wire client\n", "");
     let parsed = parse_markdown(&markdown).unwrap();
-    assert_eq!(parsed.progress.tasks[2].status, TaskStatus::Pending);
+    assert_eq!(parsed.progress.tasks[2].status, ProgressStatus::Pending);
     assert_eq!(parsed.progress.tasks[2].line, None);
 }
 
@@ -723,12 +723,16 @@ fn hostile_text_cannot_fake_structure() {
         parse_markdown(&markdown.replacen("- [ ] Task a: b:", "- [x] Task a: b:", 1)).unwrap();
     assert_eq!(parsed.dag, plan.dag);
     assert!(parsed.progress.discovered_work.is_empty());
-    let statuses: Vec<TaskStatus> = parsed.progress.tasks.iter().map(|t| t.status).collect();
+    let statuses: Vec<ProgressStatus> = parsed.progress.tasks.iter().map(|t| t.status).collect();
     // Both "a: b" (name "x …") and "a" (name "b: x") start with "Task a: b:"; the
     // replaced line is the first, task "a: b".
     assert_eq!(
         statuses,
-        [TaskStatus::Done, TaskStatus::Pending, TaskStatus::Pending]
+        [
+            ProgressStatus::Done,
+            ProgressStatus::Pending,
+            ProgressStatus::Pending
+        ]
     );
     assert!(
         markdown.contains("  - Files: `` we`ird.py ``\n"),

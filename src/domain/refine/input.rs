@@ -2,7 +2,7 @@
 //! field-precise errors. Known fields are typed; every other key is kept verbatim and
 //! re-emitted at its original position, so a refine never reorders or drops data.
 //!
-//! Long (about 870 lines) on purpose: one typed reader per document kind, all built on
+//! Long on purpose: one typed reader per document kind, all built on
 //! the same order-keeping field map and error paths defined here.
 
 use std::collections::HashSet;

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::{Pool, retry_db};
 use crate::db::DbError;
 use crate::db::refine_jobs::{
-    BudgetScopes, ClaimedJob, Gated, JobProgress, L0Ended, Lease, LeaseLost, PendingProgress,
+    BudgetScopes, ClaimedJob, Gated, L0Ended, Lease, LeaseLost, PendingProgress, ProgressRecord,
 };
 use crate::domain::refine::{Classified, L0Outcome};
 use crate::domain::usage::{Budget, MetricModels, ScopeLimit, utc_day_start};
@@ -47,7 +47,7 @@ pub(super) struct DbSink {
     /// The per-call ceiling of the job's executor (`[budgets.max_call_cost_usd]`).
     call_ceiling_usd: Option<f64>,
     /// Its L0s by status: as claimed, then as this worker's writes left them.
-    pub(super) progress: JobProgress,
+    pub(super) progress: ProgressRecord,
     /// Writes held back, and when they must be stored.
     pub(super) pending: PendingProgress,
     due: Option<tokio::time::Instant>,

@@ -103,8 +103,8 @@ pub struct StoredL0 {
     pub prompt_bytes: Option<i64>,
 }
 
-impl From<rows::JobProgress> for JobProgress {
-    fn from(p: rows::JobProgress) -> Self {
+impl From<rows::ProgressRecord> for JobProgress {
+    fn from(p: rows::ProgressRecord) -> Self {
         JobProgress {
             l0_total: p.l0_total,
             l0_running: p.l0_running,
@@ -115,8 +115,8 @@ impl From<rows::JobProgress> for JobProgress {
     }
 }
 
-impl From<rows::JobError> for JobError {
-    fn from(e: rows::JobError) -> Self {
+impl From<rows::JobErrorRecord> for JobError {
+    fn from(e: rows::JobErrorRecord) -> Self {
         JobError {
             code: e.code,
             message: e.message,
@@ -124,8 +124,8 @@ impl From<rows::JobError> for JobError {
     }
 }
 
-impl From<rows::StoredJob> for StoredJob {
-    fn from(row: rows::StoredJob) -> Self {
+impl From<rows::JobRecord> for StoredJob {
+    fn from(row: rows::JobRecord) -> Self {
         StoredJob {
             id: row.id,
             kind: row.kind,
@@ -155,8 +155,8 @@ impl From<rows::StoredJob> for StoredJob {
     }
 }
 
-impl From<rows::StoredL0> for StoredL0 {
-    fn from(row: rows::StoredL0) -> Self {
+impl From<rows::L0Record> for StoredL0 {
+    fn from(row: rows::L0Record) -> Self {
         StoredL0 {
             assignment_id: row.assignment_id,
             batch: row.batch,
