@@ -5,7 +5,6 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
-use crate::db::DbError;
 use crate::db::overview::JobListFilter;
 use crate::db::refine_jobs::JobFilter;
 use crate::db::task_lists::dispatch_view;
@@ -13,40 +12,15 @@ use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
 use crate::domain::job::JobStatus;
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
-use crate::service::{Caller, Service};
+use crate::service::{Caller, Service, ServiceError};
 
 pub use crate::db::overview::{JobRow, ListCounts, RunRow};
 pub use crate::service::refine_jobs::{StoredJob, StoredL0};
 pub use crate::service::refine_runs::StoredRun;
 pub use crate::service::task_lists::{StoredTask, StoredTaskList};
 
-/// Resources with no project are for unrestricted callers only (as in the API).
-fn check(caller: &Caller, project_id: Option<&str>) -> Result<(), DashboardError> {
-    caller
-        .check_optional_project(project_id)
-        .map_err(|_| DashboardError::Forbidden)
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum DashboardError {
-    #[error("no such {what} {id}")]
-    NotFound { what: &'static str, id: String },
-    #[error("this token may not see that project")]
-    Forbidden,
-    #[error("{field}: {message}")]
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
-    #[error(transparent)]
-    Db(#[from] DbError),
-}
-
-fn not_found(what: &'static str, id: impl ToString) -> DashboardError {
-    DashboardError::NotFound {
-        what,
-        id: id.to_string(),
-    }
+fn not_found(what: &'static str, id: impl ToString) -> ServiceError {
+    ServiceError::not_found(what, &id.to_string())
 }
 
 /// How many task lists the overview shows (newest first).
@@ -70,7 +44,7 @@ pub struct CycleSummary {
 }
 
 impl Service {
-    pub async fn dashboard_overview(&self, caller: &Caller) -> Result<Overview, DashboardError> {
+    pub async fn dashboard_overview(&self, caller: &Caller) -> Result<Overview, ServiceError> {
         let lists = self
             .db
             .task_list_counts(caller.allowed_projects(), OVERVIEW_LISTS)
@@ -139,13 +113,13 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-    ) -> Result<TaskListView, DashboardError> {
+    ) -> Result<TaskListView, ServiceError> {
         let list = self
             .db
             .task_list(id)
             .await?
             .ok_or_else(|| not_found("task list", id))?;
-        check(caller, Some(&list.project_id))?;
+        caller.check_optional_project(Some(&list.project_id))?;
         let view = dispatch_view(&list.tasks);
         let active_wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
         let depends_on = view.into_iter().map(|t| t.depends_on).collect();
@@ -163,7 +137,7 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-    ) -> Result<(i64, Option<DateTime<Utc>>), DashboardError> {
+    ) -> Result<(i64, Option<DateTime<Utc>>), ServiceError> {
         self.dashboard_list_project_check(caller, id).await?;
         Ok(self.db.task_list_marker(id).await?)
     }
@@ -174,13 +148,13 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-    ) -> Result<(), DashboardError> {
+    ) -> Result<(), ServiceError> {
         let project = self
             .db
             .task_list_project(id)
             .await?
             .ok_or_else(|| not_found("task list", id))?;
-        check(caller, Some(&project))
+        caller.check_optional_project(Some(&project))
     }
 }
 
@@ -197,7 +171,7 @@ impl Service {
     pub async fn dashboard_task_states(
         &self,
         id: Uuid,
-    ) -> Result<(Vec<TaskState>, Option<i64>), DashboardError> {
+    ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
         // Callers checked the project with `dashboard_task_list_marker` first.
         let list = self
             .db
@@ -257,7 +231,7 @@ impl Service {
         &self,
         caller: &Caller,
         query: &JobQuery,
-    ) -> Result<Page<JobRow>, DashboardError> {
+    ) -> Result<Page<JobRow>, ServiceError> {
         let day = query
             .date
             .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
@@ -282,18 +256,14 @@ pub struct JobView {
 }
 
 impl Service {
-    pub async fn dashboard_job(
-        &self,
-        caller: &Caller,
-        id: Uuid,
-    ) -> Result<JobView, DashboardError> {
+    pub async fn dashboard_job(&self, caller: &Caller, id: Uuid) -> Result<JobView, ServiceError> {
         let job = self
             .db
             .refine_job(id)
             .await?
             .map(StoredJob::from)
             .ok_or_else(|| not_found("refine job", id))?;
-        check(caller, job.project_id.as_deref())?;
+        caller.check_optional_project(job.project_id.as_deref())?;
         let l0s = self.db.refine_job_l0s(id).await?;
         let l0s = l0s.into_iter().map(StoredL0::from).collect();
         Ok(JobView { job, l0s })
@@ -305,7 +275,7 @@ impl Service {
         &self,
         caller: &Caller,
         before: Option<Uuid>,
-    ) -> Result<Page<RunRow>, DashboardError> {
+    ) -> Result<Page<RunRow>, ServiceError> {
         let rows = self
             .db
             .run_rows(caller.allowed_projects(), JOB_PAGE + 1, before)
@@ -321,18 +291,14 @@ pub struct RunView {
 }
 
 impl Service {
-    pub async fn dashboard_run(
-        &self,
-        caller: &Caller,
-        id: Uuid,
-    ) -> Result<RunView, DashboardError> {
+    pub async fn dashboard_run(&self, caller: &Caller, id: Uuid) -> Result<RunView, ServiceError> {
         let run = self
             .db
             .refine_run(id)
             .await?
             .map(StoredRun::from)
             .ok_or_else(|| not_found("refine run", id))?;
-        check(caller, run.project_id.as_deref())?;
+        caller.check_optional_project(run.project_id.as_deref())?;
         let filter = JobFilter {
             run_id: Some(id),
             ..JobFilter::default()
@@ -364,7 +330,7 @@ impl Service {
     pub async fn dashboard_tracks(
         &self,
         caller: &Caller,
-    ) -> Result<Vec<TrackSummary>, DashboardError> {
+    ) -> Result<Vec<TrackSummary>, ServiceError> {
         Ok(self
             .db
             .track_rows(caller.allowed_projects(), TRACK_LIMIT)
@@ -391,13 +357,13 @@ impl Service {
         &self,
         caller: &Caller,
         track_id: &str,
-    ) -> Result<TrackView, DashboardError> {
+    ) -> Result<TrackView, ServiceError> {
         let stored = self
             .db
             .track(track_id)
             .await?
             .ok_or_else(|| not_found("track", track_id))?;
-        check(caller, stored.project_id.as_deref())?;
+        caller.check_optional_project(stored.project_id.as_deref())?;
         Ok(TrackView {
             track_id: track_id.to_owned(),
             revision: stored.revision,

@@ -22,8 +22,8 @@ use uuid::Uuid;
 
 use crate::domain::job::JobStatus;
 use crate::http::AppState;
-use crate::service::dashboard::{DashboardError, JobQuery, TaskState};
-use crate::service::{Caller, ErrorKind, ServiceError};
+use crate::service::dashboard::{JobQuery, TaskState};
+use crate::service::{Caller, ErrorKind, ProblemCode, ServiceError};
 use pages::{Chrome, error_page, respond};
 
 /// How often a live task list looks for changes.
@@ -59,39 +59,40 @@ fn chrome(state: &AppState) -> Chrome {
     }
 }
 
-fn failure(err: DashboardError) -> Response {
-    match err {
-        DashboardError::NotFound { what, id } => error_page(
-            StatusCode::NOT_FOUND,
-            "Not found",
-            &format!("There is no {what} {id}."),
-        ),
-        DashboardError::Forbidden => error_page(
-            StatusCode::FORBIDDEN,
-            "Not yours",
-            "Your token may not see this project.",
-        ),
-        DashboardError::Invalid { field, message } => error_page(
-            StatusCode::BAD_REQUEST,
-            "Bad request",
-            &format!("{field}: {message}"),
-        ),
-        DashboardError::Db(e) => {
-            tracing::error!(error = %e, "dashboard read failed");
-            error_page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Unavailable",
-                "The database did not answer; try again shortly.",
-            )
+/// The service's refusal as a page: the same kinds as REST's statuses, and the
+/// detail for the person (a storage fault's detail stays in the log).
+fn failure(err: ServiceError) -> Response {
+    let (status, title) = match err.kind {
+        ErrorKind::NotFound => (StatusCode::NOT_FOUND, "Not found"),
+        ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "Not yours"),
+        ErrorKind::BadRequest | ErrorKind::Unprocessable => {
+            (StatusCode::BAD_REQUEST, "Bad request")
         }
-    }
+        ErrorKind::Unavailable | ErrorKind::TooManyRequests => {
+            (StatusCode::SERVICE_UNAVAILABLE, "Unavailable")
+        }
+        ErrorKind::Conflict | ErrorKind::PreconditionFailed => (StatusCode::CONFLICT, "Conflict"),
+        ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "Something broke"),
+    };
+    let detail = match err.kind {
+        ErrorKind::Forbidden => "Your token may not see this project.".to_owned(),
+        ErrorKind::Unavailable => "The database did not answer; try again shortly.".to_owned(),
+        ErrorKind::Internal => "The server log has the details.".to_owned(),
+        _ => match err.extra.get("field").and_then(|f| f.as_str()) {
+            Some(field) if !err.detail.starts_with(field) => format!("{field}: {}", err.detail),
+            _ => err.detail,
+        },
+    };
+    error_page(status, title, &detail)
 }
 
-fn parse_id(raw: &str, what: &'static str) -> Result<Uuid, DashboardError> {
-    Uuid::parse_str(raw).map_err(|_| DashboardError::Invalid {
-        field: what,
-        message: "not an id (a UUID)".to_owned(),
-    })
+/// A form or path value the page cannot use (400, naming it).
+fn invalid(field: &'static str, message: &str) -> ServiceError {
+    ServiceError::bad_request(ProblemCode::InvalidQuery, message).with("field", field)
+}
+
+fn parse_id(raw: &str, what: &'static str) -> Result<Uuid, ServiceError> {
+    Uuid::parse_str(raw).map_err(|_| invalid(what, "not an id (a UUID)"))
 }
 
 /// A form field left empty means "no filter".
@@ -127,12 +128,10 @@ async fn task_list(
     let id = parse_id(&raw, "task list id").map_err(failure)?;
     let wave = match present(&query.wave) {
         None => None,
-        Some(w) => Some(w.parse::<i64>().map_err(|_| {
-            failure(DashboardError::Invalid {
-                field: "wave",
-                message: "must be a wave number".to_owned(),
-            })
-        })?),
+        Some(w) => Some(
+            w.parse::<i64>()
+                .map_err(|_| failure(invalid("wave", "must be a wave number")))?,
+        ),
     };
     let view = state
         .service
@@ -216,24 +215,23 @@ struct JobsForm {
     before: Option<String>,
 }
 
-fn job_query(form: &JobsForm) -> Result<JobQuery, DashboardError> {
+fn job_query(form: &JobsForm) -> Result<JobQuery, ServiceError> {
     let status = match present(&form.status) {
         None => None,
-        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| DashboardError::Invalid {
-            field: "status",
-            message: "one of queued, running, cancelling, succeeded, failed, cancelled".to_owned(),
+        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
+            invalid(
+                "status",
+                "one of queued, running, cancelling, succeeded, failed, cancelled",
+            )
         })?),
     };
-    let date =
-        match present(&form.date) {
-            None => None,
-            Some(d) => Some(NaiveDate::parse_from_str(d, "%Y-%m-%d").map_err(|_| {
-                DashboardError::Invalid {
-                    field: "date",
-                    message: "a day as YYYY-MM-DD".to_owned(),
-                }
-            })?),
-        };
+    let date = match present(&form.date) {
+        None => None,
+        Some(d) => Some(
+            NaiveDate::parse_from_str(d, "%Y-%m-%d")
+                .map_err(|_| invalid("date", "a day as YYYY-MM-DD"))?,
+        ),
+    };
     let before = present(&form.before)
         .map(|b| parse_id(b, "before"))
         .transpose()?;
@@ -295,7 +293,7 @@ async fn job_events(
         .service
         .refine_job_events(&caller, &raw, last_event_id)
         .await
-        .map_err(service_failure)?;
+        .map_err(failure)?;
     let stream = futures::StreamExt::map(events, |e| {
         Ok(Event::default()
             .id(e.id.to_string())
@@ -426,7 +424,7 @@ async fn login(
     let next = session::safe_next(form.next.as_deref());
     let signed_in = match state.service.sign_in(&form.token).await {
         Ok(signed_in) => signed_in,
-        Err(e) => return service_failure(e),
+        Err(e) => return failure(e),
     };
     let Some(new_session) = signed_in else {
         return respond(
@@ -450,23 +448,10 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if let Some(value) = session::session_cookie(&headers)
         && let Err(e) = state.service.sign_out(value).await
     {
-        return service_failure(e);
+        return failure(e);
     }
     let cookie = session::set_cookie("", session::is_https(&headers), 0);
     let mut response = Redirect::to("/ui/login").into_response();
     response.headers_mut().insert(header::SET_COOKIE, cookie);
     response
-}
-
-/// A use case's refusal as a page.
-fn service_failure(e: ServiceError) -> Response {
-    let status = match e.kind {
-        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        _ => StatusCode::CONFLICT,
-    };
-    error_page(status, "Refused", &e.detail)
 }
