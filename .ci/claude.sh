@@ -83,10 +83,11 @@ cd "$work"
         "http://127.0.0.1:$port/mcp" --header "Authorization: Bearer $token"
     "$root/$claude" mcp add --scope user --transport http plangate-wrong-token \
         "http://127.0.0.1:$port/mcp" --header "Authorization: Bearer wrong-token-0123456789"
-    "$root/$claude" mcp add --scope user -e "DATABASE_URL=sqlite://$work/stdio.db" \
-        plangate-stdio-sqlite -- "$bin_abs" mcp
-    "$root/$claude" mcp add --scope user -e "DATABASE_URL=$pg_url" \
-        plangate-stdio-postgres -- "$bin_abs" mcp
+    # -e takes several values: it goes after the name, ended by `--`.
+    "$root/$claude" mcp add --scope user plangate-stdio-sqlite \
+        -e "DATABASE_URL=sqlite://$work/stdio.db" -- "$bin_abs" mcp
+    "$root/$claude" mcp add --scope user plangate-stdio-postgres \
+        -e "DATABASE_URL=$pg_url" -- "$bin_abs" mcp
 )
 
 step "claude mcp list"
@@ -94,18 +95,21 @@ step "claude mcp list"
 cat "$work/list.txt"
 
 failed=0
-expect() { # name, wanted ("connected" | "failed")
+# The exact words of 2.1.332: "NAME: URL (HTTP) - ✔ Connected", "NAME: COMMAND - ✔
+# Connected", and "NAME: URL (HTTP) - ✘ Failed to connect — Server rejected the
+# configured Authorization header (HTTP 401). …".
+expect() { # name, wanted ("connected" | "refused")
     local line
     line=$(grep -E "^$1: " "$work/list.txt" || true)
     case "$2" in
-        connected) [[ "$line" == *"✓ Connected"* ]] ;;
-        failed) [[ -n "$line" && "$line" != *"✓ Connected"* ]] ;;
+        connected) [[ "$line" == *" - ✔ Connected" ]] ;;
+        refused) [[ "$line" == *" - ✘ Failed to connect"*"(HTTP 401)"* ]] ;;
     esac || { echo "FAILED: $1 should be $2: '${line}'" >&2; failed=1; }
 }
 expect plangate-http connected
 expect plangate-stdio-sqlite connected
 expect plangate-stdio-postgres connected
-expect plangate-wrong-token failed
+expect plangate-wrong-token refused
 [[ "$failed" == 0 ]] || exit 1
 [[ -s "$work/stdio.db" ]] || { echo "FAILED: stdio made no SQLite database" >&2; exit 1; }
 step "claude code $CLAUDE_PIN: plangate connected over HTTP and stdio (SQLite, Postgres); a wrong token not"
