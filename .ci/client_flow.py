@@ -223,7 +223,9 @@ def agent_loop(client):
             200, ClaimResponse,
         )
         assert claimed.task.id == ids[task_id] and claimed.task.claim.holder == "agent-7", claimed
-        assert claimed.next_ == Next.WAIT and claimed.in_flight == 1 and claimed.retry_after_s >= 1, claimed
+        assert claimed.next_ == Next.DISPATCH and claimed.in_flight == 1, claimed
+        waiting = check(ready_tasks.sync_detailed(created.id, client=client), 200, ReadyResponse)
+        assert waiting.next_ == Next.WAIT and waiting.tasks == [] and 1 <= waiting.retry_after_s <= 5, waiting
         renewed = check(
             heartbeat_task.sync_detailed(claimed.task.id, client=client,
                                          body=HeartbeatRequest(holder="agent-7", lease_s=120)),

@@ -138,7 +138,8 @@ async def next_through_a_list(client, open_client, label: str, project: str) -> 
     claimed = await call(client, "claim_task", pipeline | {"holder": "walker", "lease_s": 60})
     check(claimed["task"]["id"] == ids["a"] and claimed["task"]["claim"]["holder"] == "walker",
           f"{label}: claim a {claimed}")
-    check(claimed["next"] == "wait" and claimed["in_flight"] == 1
+    # A claim that hands out a task says `dispatch` (work on it) whatever else is ready.
+    check(claimed["next"] == "dispatch" and claimed["in_flight"] == 1
           and claimed["remaining"] == remaining(pending=1, running=1), f"{label}: after claim {claimed}")
 
     waiting = await call(client, "ready_tasks", pipeline)
