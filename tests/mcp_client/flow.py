@@ -303,7 +303,7 @@ async def run(binary: str, backend: str) -> int:
         async with Client(params, mode="legacy", cache=None) as client:
             calls = await flow(client, "stdio", "proj-stdio", "track-stdio", lambda: False)
             largest = max(largest, calls.largest)
-        await check_agents("stdio", lambda: Client(StdioServerParameters(command=binary, args=["mcp"], env=stdio_env | {"RUST_LOG": "warn"}), mode="legacy", cache=None), history_by_serving(binary, env))
+        await check_agents("stdio", lambda: Client(StdioServerParameters(command=binary, args=["mcp"], env=stdio_env | {"RUST_LOG": "warn", "PLANGATE_WORKERS": "1"}), mode="legacy", cache=None), history_by_serving(binary, env))
         params = StdioServerParameters(command=binary, args=["mcp", "--read-only"], env=stdio_env)
         async with Client(params, cache=None) as client:
             check(await tool_names(client) == READ_ONLY_TOOLS, "stdio readonly tools")
