@@ -36,9 +36,21 @@ def check(condition: bool, message: str) -> None:
         raise AgentsFailure(message)
 
 
+RETRIES = Counter()
+
+
 async def call(client, name: str, arguments: dict, expect_error: bool = False):
-    result = await client.call_tool(name, arguments)
-    text = "".join(block.text for block in result.content if block.type == "text")
+    for _ in range(30):
+        result = await client.call_tool(name, arguments)
+        text = "".join(block.text for block in result.content if block.type == "text")
+        # `database_unavailable` changed nothing and says when to retry
+        # (docs/architecture.md): an agent waits and retries, as here (a shared
+        # Postgres can run out of connections while other suites run on it).
+        if result.is_error and '"database_unavailable"' in text:
+            RETRIES[name] += 1
+            await asyncio.sleep(json.loads(text).get("retry_after_secs", 1))
+            continue
+        break
     check(bool(result.is_error) == expect_error, f"{name}: is_error={result.is_error}: {text[:500]}")
     return json.loads(text)
 
@@ -106,7 +118,9 @@ async def check_agents(label: str, open_client: Callable, history: Callable[[lis
         await idempotent_create(client, label, project)
         await holder_check(client, label, project, history)
         await sixteen_claimers(client, open_client, label, project, history)
-    print(f"agents over {label}: ok in {time.monotonic() - started:.1f} s")
+    print(f"agents over {label}: ok in {time.monotonic() - started:.1f} s; "
+          f"retried after database_unavailable: {dict(RETRIES) or 'never'}")
+    RETRIES.clear()
 
 
 async def create(client, project: str, team: str, tasks: list[dict], **extra) -> dict:
