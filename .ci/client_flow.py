@@ -1,6 +1,8 @@
 """An orchestrator's flow through the Python client generated from openapi/openapi.json
 (.ci/client.sh generates it as `plangate_client`): validate, create, ready, a status
-change that cascades, project status, a refine job to its result, a track step.
+change that cascades, project status, a refine job to its result, a track step; and an
+agent's loop (claim, heartbeat, complete naming the holder, history, `next`) with an
+idempotent create replayed.
 
 Usage: python client_flow.py BASE_URL TOKEN
 """
@@ -13,22 +15,35 @@ from plangate_client.api.loop_plans import parse_loop_plan
 from plangate_client.api.projects import project_status
 from plangate_client.api.refine_jobs import create_refine_job, get_refine_job, refine_job_result
 from plangate_client.api.task_lists import (
+    claim_task,
     create_task_list,
+    heartbeat_task,
     ready_tasks,
+    task_history,
     update_task,
     validate_task_list,
 )
 from plangate_client.api.tracks import complete_track_step, put_track, start_track_step
 from plangate_client.models import (
+    ClaimRequest,
+    ClaimResponse,
     Completion,
     CreateRefineJobRequest,
     CreateTaskListRequestWithTasks,
+    GatingProblem,
+    HeartbeatRequest,
+    Next,
     ParsePlanRequest,
+    Problem,
     PutTrackBody,
+    ReadyResponse,
     StepOutcome,
     StepStart,
     StoredJob,
+    StoredTaskList,
+    TaskHistory,
     TaskInput,
+    TaskUpdated,
     Transition,
     TransitionStatus,
     ValidateRequestWithTasks,
@@ -176,7 +191,70 @@ def main(base, token):
     problem = parse_loop_plan.sync_detailed(client=client, body=ParsePlanRequest(markdown="no plan here"))
     assert problem.status_code == 422, problem.content
 
-    print("client flow passed: validate, create, ready, cascade, status, refine job, track step")
+    agent_loop(client)
+
+    print("client flow passed: validate, create, ready, cascade, status, refine job, track step, "
+          "claim, heartbeat, complete, history, next, idempotent create")
+
+
+def agent_loop(client):
+    """Claim → heartbeat → complete naming the holder → history → `next`, on a list
+    created with an Idempotency-Key that a retry replays (docs/api.md "Claims")."""
+    body = CreateTaskListRequestWithTasks(
+        project_id="demo", team_pk="agents", created_by="planner", tasks=tasks()
+    )
+    created = check(create_task_list.sync_detailed(client=client, body=body, idempotency_key="agents-1"),
+                    201, StoredTaskList)
+    retried = create_task_list.sync_detailed(client=client, body=body, idempotency_key="agents-1")
+    again = check(retried, 201, StoredTaskList)
+    assert retried.headers.get("idempotent-replayed") == "true", retried.headers
+    assert again.id == created.id and [t.id for t in again.tasks] == [t.id for t in created.tasks], again
+    other = CreateTaskListRequestWithTasks(
+        project_id="demo", team_pk="agents", created_by="planner", tasks=tasks()[:1]
+    )
+    reused = check(create_task_list.sync_detailed(client=client, body=other, idempotency_key="agents-1"),
+                   422, GatingProblem)  # the create's 422 schema, whatever the code
+    assert reused.code == "idempotency_key_reused", reused
+
+    ids = {t.task_id: t.id for t in created.tasks}
+    for task_id, persona in (("t-1", "backend"), ("t-2", "reviewer")):
+        claimed = check(
+            claim_task.sync_detailed(created.id, client=client,
+                                     body=ClaimRequest(holder="agent-7", persona=persona, lease_s=60)),
+            200, ClaimResponse,
+        )
+        assert claimed.task.id == ids[task_id] and claimed.task.claim.holder == "agent-7", claimed
+        assert claimed.next_ == Next.DISPATCH and claimed.in_flight == 1, claimed
+        waiting = check(ready_tasks.sync_detailed(created.id, client=client), 200, ReadyResponse)
+        assert waiting.next_ == Next.WAIT and waiting.tasks == [] and 1 <= waiting.retry_after_s <= 5, waiting
+        renewed = check(
+            heartbeat_task.sync_detailed(claimed.task.id, client=client,
+                                         body=HeartbeatRequest(holder="agent-7", lease_s=120)),
+            200,
+        )
+        assert renewed.claim.lease_expires_at > claimed.task.claim.lease_expires_at, renewed
+        refused = check(
+            update_task.sync_detailed(claimed.task.id, client=client,
+                                      body=Transition(status=TransitionStatus.DONE)),
+            409, Problem,
+        )
+        assert refused.code == "task_claimed" and refused.additional_properties["holder"] == "agent-7", refused
+        done = check(
+            update_task.sync_detailed(claimed.task.id, client=client,
+                                      body=Transition(status=TransitionStatus.DONE, holder="agent-7")),
+            200, TaskUpdated,
+        )
+        assert str(done.status) == "done" and not done.claim, done  # leaving running ends the claim
+        history = check(task_history.sync_detailed(claimed.task.id, client=client), 200, TaskHistory)
+        assert [str(e.kind) for e in history.events] == ["claimed", "renewed", "status_changed"], history
+        assert all(e.holder == "agent-7" for e in history.events), history
+        ready = check(ready_tasks.sync_detailed(created.id, client=client), 200, ReadyResponse)
+        if task_id == "t-1":
+            assert ready.next_ == Next.DISPATCH and [t.task_id for t in ready.tasks] == ["t-2"], ready
+    assert ready.next_ == Next.DONE and ready.tasks == [] and ready.remaining.done == 2, ready
+    last = check(claim_task.sync_detailed(created.id, client=client, body=ClaimRequest(holder="agent-7")),
+                 200, ClaimResponse)
+    assert last.task is None and last.next_ == Next.DONE, last
 
 
 if __name__ == "__main__":

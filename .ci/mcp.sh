@@ -4,6 +4,9 @@
 # project status, a loop plan, a track step, a builtin refine job to its result)
 # over Streamable HTTP (/mcp, /mcp/readonly) and over stdio (`plangate mcp`), on
 # SQLite and on Postgres (docs/mcp.md). Prints the largest tool answer in bytes.
+# tests/mcp_client/agents.py adds issue #24's agents at work through the SDK (next,
+# long-poll, 16 concurrent claimers, idempotent creates, the holder check), and
+# .ci/claude.sh has the Claude Code CLI report plangate connected.
 #
 #   bash .ci/mcp.sh            # after a debug build (.ci/run's test step)
 #
@@ -38,3 +41,6 @@ for backend in sqlite postgres; do
     step "MCP flow on $backend (Streamable HTTP and stdio)"
     "$VENV/bin/python" tests/mcp_client/flow.py --binary "$BIN" --backend "$backend"
 done
+
+step "Claude Code CLI: claude mcp list over HTTP and stdio (.ci/claude.sh)"
+PLANGATE_BIN="$BIN" bash .ci/claude.sh

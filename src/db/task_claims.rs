@@ -209,10 +209,13 @@ impl Database {
         list_id: Uuid,
         ask: ClaimAsk<'_>,
     ) -> DbResult<Option<ClaimOutcome>> {
-        let at = now();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             let mut tasks = read_list_locked!(self, tx, list_id);
+            // Stamped once the list is locked, not before the wait for the lock: the
+            // history (ordered by `at`) then follows the order the writes took, and a
+            // lease runs from when it is granted.
+            let at = now();
             if tasks.is_empty() {
                 let exists: Option<Uuid> = sqlx::query_scalar("SELECT id FROM task_lists WHERE id = $1")
                     .bind(list_id)
@@ -265,10 +268,13 @@ impl Database {
     /// Expires the lapsed leases of a list (lazily, when a read saw one); returns
     /// how many. Exactly once: under the list's lock, a second caller finds none.
     pub async fn expire_leases(&self, list_id: Uuid) -> DbResult<usize> {
-        let at = now();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             let mut tasks = read_list_locked!(self, tx, list_id);
+            // Stamped once the list is locked, not before the wait for the lock: the
+            // history (ordered by `at`) then follows the order the writes took, and a
+            // lease runs from when it is granted.
+            let at = now();
             let expired = expire_lapsed!(tx, tasks, at);
             tx.commit().await?;
             Ok::<_, DbError>(expired)
@@ -282,7 +288,6 @@ impl Database {
         holder: &str,
         lease: chrono::Duration,
     ) -> DbResult<HeartbeatOutcome> {
-        let at = now();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             let list_id: Option<Uuid> =
@@ -294,6 +299,10 @@ impl Database {
                 return Ok(HeartbeatOutcome::NotFound);
             };
             let mut tasks = read_list_locked!(self, tx, list_id);
+            // Stamped once the list is locked, not before the wait for the lock: the
+            // history (ordered by `at`) then follows the order the writes took, and a
+            // lease runs from when it is granted.
+            let at = now();
             expire_lapsed!(tx, tasks, at);
             let Some(origin) = tasks.iter().position(|t| t.id == id) else {
                 return Ok(HeartbeatOutcome::NotFound);

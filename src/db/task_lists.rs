@@ -607,7 +607,6 @@ impl Database {
         id: Uuid,
         change: TaskChange,
     ) -> DbResult<TransitionOutcome> {
-        let at = now();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             let list_id: Option<Uuid> =
@@ -619,6 +618,10 @@ impl Database {
                 return Ok(TransitionOutcome::NotFound);
             };
             let mut tasks = read_list_locked!(self, tx, list_id);
+            // Stamped once the list is locked, not before the wait for the lock: the
+            // history (ordered by `at`) then follows the order the writes took, and a
+            // lease runs from when it is granted.
+            let at = now();
             // Lapsed leases first (docs/api.md "Claims"): a holder whose lease ran
             // out no longer holds the task, whatever it sends now.
             expire_lapsed!(tx, tasks, at);

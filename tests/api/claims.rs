@@ -686,3 +686,47 @@ both_backends!(
     bad_claims_name_the_field,
     mcp_agents_claim_and_complete,
 );
+
+/// History entries are stamped once the list is locked, not before the wait for the
+/// lock: a claim that queued behind another writer is dated after that writer let
+/// go, so the history (ordered by `at`) follows the order the writes took, and its
+/// lease runs from when it was granted. (16 `plangate mcp` processes on one SQLite
+/// file, tests/mcp_client/agents.py, once showed a claim listed before the expiry
+/// that had freed its task.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_waited_for_the_lock_is_dated_when_it_got_it() {
+    use sqlx::Connection;
+    let app = crate::common::spawn_app_with(crate::common::Backend::Sqlite, |s| {
+        s.request_timeout = Duration::from_secs(120);
+    })
+    .await;
+    let list = create(&app, json!([task("a", "dev", 1, &[])])).await;
+    // Another process holds SQLite's write lock for a while (under busy_timeout).
+    let mut other = sqlx::SqliteConnection::connect(&app.database.url)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let claiming = claim_ok(&app, &list, json!({"holder": "queued", "lease_s": 60}));
+    let releasing = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let released = chrono::Utc::now();
+        sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+        released
+    };
+    let (answer, released) = tokio::join!(claiming, releasing);
+    let task = answer["task"]["id"].as_str().unwrap().to_owned();
+    let entries = history(&app, &task).await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let at = |v: &Value| chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap()).unwrap();
+    let claimed = at(&entries[0]["at"]);
+    assert!(
+        claimed >= released,
+        "claimed at {claimed}, before the lock was released at {released}"
+    );
+    let lease = at(&entries[0]["lease_expires_at"]) - claimed;
+    assert_eq!(lease.num_seconds(), 60, "{entries:?}");
+    app.shutdown().await;
+}

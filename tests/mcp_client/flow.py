@@ -29,6 +29,8 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from agents import AgentsFailure, check_agents, history_by_serving, rest_history
+
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 TOKEN = "mcp-flow-token-0123456789"
 LIMITED = "mcp-flow-limited-0123456789"
@@ -290,6 +292,7 @@ async def run(binary: str, backend: str) -> int:
                                  "Accept": "application/json, text/event-stream"})
                 check(answer.status_code == 401 and answer.headers.get("www-authenticate") == "Bearer",
                       f"wrong token: {answer.status_code} {answer.headers}")
+            await check_agents("http", lambda: http_client(server.base, "/mcp", TOKEN, "auto"), rest_history(server.base, TOKEN))
             server.put_track("track-stdio")
         finally:
             server.stop()
@@ -300,6 +303,7 @@ async def run(binary: str, backend: str) -> int:
         async with Client(params, mode="legacy", cache=None) as client:
             calls = await flow(client, "stdio", "proj-stdio", "track-stdio", lambda: False)
             largest = max(largest, calls.largest)
+        await check_agents("stdio", lambda: Client(StdioServerParameters(command=binary, args=["mcp"], env=stdio_env | {"RUST_LOG": "warn", "PLANGATE_WORKERS": "1"}), mode="legacy", cache=None), history_by_serving(binary, env))
         params = StdioServerParameters(command=binary, args=["mcp", "--read-only"], env=stdio_env)
         async with Client(params, cache=None) as client:
             check(await tool_names(client) == READ_ONLY_TOOLS, "stdio readonly tools")
@@ -318,7 +322,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         return asyncio.run(run(os.path.abspath(args.binary), args.backend))
-    except Failure as failure:
+    except (Failure, AgentsFailure) as failure:
         print(f"mcp flow on {args.backend}: FAILED: {failure}", file=sys.stderr)
         return 1
 
