@@ -56,10 +56,7 @@ fn task_status_schema(_: &mut SchemaGenerator) -> Schema {
 
 fn abandon_category_schema(_: &mut SchemaGenerator) -> Schema {
     let values: Vec<&str> = AbandonCategory::ALL.iter().map(|c| c.as_str()).collect();
-    enum_schema(
-        &values,
-        "With (and only with) abandoned.",
-    )
+    enum_schema(&values, "With (and only with) abandoned.")
 }
 
 fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
@@ -249,10 +246,14 @@ fn phases_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 fn plan_tasks_schema(_: &mut SchemaGenerator) -> Schema {
-    let mut types: Vec<Value> = TaskType::ALL.iter().map(|t| Value::from(t.as_str())).collect();
+    let mut types: Vec<Value> = TaskType::ALL
+        .iter()
+        .map(|t| Value::from(t.as_str()))
+        .collect();
     types.push(Value::Null);
     let nullable = |kind: &str| serde_json::json!({"type": [kind, "null"]});
-    let nullable_strings = serde_json::json!({"type": ["array", "null"], "items": {"type": "string"}});
+    let nullable_strings =
+        serde_json::json!({"type": ["array", "null"], "items": {"type": "string"}});
     json_schema!({
         "type": "array",
         "description": "Its tasks.",
@@ -399,7 +400,11 @@ mod tests {
     #[test]
     fn enum_names_are_the_wire_names() {
         fn reads<T: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, v: T) {
-            assert_eq!(serde_json::from_value::<T>(Value::from(name)).ok(), Some(v), "{name}");
+            assert_eq!(
+                serde_json::from_value::<T>(Value::from(name)).ok(),
+                Some(v),
+                "{name}"
+            );
         }
         for f in PlanFormat::ALL {
             reads(f.as_str(), f);

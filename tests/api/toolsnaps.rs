@@ -99,12 +99,12 @@ fn diff(old: &str, new: &str) -> String {
         if i < a.len() && j < b.len() && a[i] == b[j] {
             i += 1;
             j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            out.push_str(&format!("+ {}\n", b[j]));
-            j += 1;
-        } else {
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
             out.push_str(&format!("- {}\n", a[i]));
             i += 1;
+        } else {
+            out.push_str(&format!("+ {}\n", b[j]));
+            j += 1;
         }
     }
     out
@@ -161,7 +161,9 @@ async fn tools_match_their_snapshots(app: TestApp) {
                 path.display(),
                 diff(&stored, &live)
             )),
-            Err(e) => failures.push_str(&format!("\n{name}: no snapshot {}: {e}\n", path.display())),
+            Err(e) => {
+                failures.push_str(&format!("\n{name}: no snapshot {}: {e}\n", path.display()))
+            }
         }
     }
     assert!(
@@ -253,14 +255,29 @@ async fn no_field_defaults_to_a_null_it_refuses(app: TestApp) {
     let (_, message) = tools_list(&app).await;
     let mut found = Vec::new();
     for tool in tools(&message) {
-        null_defaults(&tool["inputSchema"], tool["name"].as_str().unwrap(), &mut found);
+        null_defaults(
+            &tool["inputSchema"],
+            tool["name"].as_str().unwrap(),
+            &mut found,
+        );
     }
-    assert!(found.is_empty(), "\"default\": null on a non-nullable field: {found:#?}");
+    assert!(
+        found.is_empty(),
+        "\"default\": null on a non-nullable field: {found:#?}"
+    );
     // The check itself sees one.
     let mut probe = Vec::new();
-    null_defaults(&json!({"properties": {"x": {"type": "string", "default": null}}}), "probe", &mut probe);
+    null_defaults(
+        &json!({"properties": {"x": {"type": "string", "default": null}}}),
+        "probe",
+        &mut probe,
+    );
     assert_eq!(probe.len(), 1);
-    null_defaults(&json!({"type": ["string", "null"], "default": null}), "probe", &mut probe);
+    null_defaults(
+        &json!({"type": ["string", "null"], "default": null}),
+        "probe",
+        &mut probe,
+    );
     assert_eq!(probe.len(), 1);
     app.shutdown().await;
 }
@@ -317,8 +334,21 @@ async fn task_lists_follow_the_task_schema(app: TestApp) {
         let schema = &tool(&message, name)["inputSchema"];
         let tasks = validator(&schema["properties"]["tasks"]);
         let item = &schema["properties"]["tasks"]["items"];
-        for field in ["task_id", "assigned_persona", "parallel_group", "depends_on", "reads", "writes", "description", "reviews"] {
-            assert!(item["properties"][field]["type"].is_string() || item["properties"][field]["type"].is_array(), "{name}.tasks[].{field}: {item}");
+        for field in [
+            "task_id",
+            "assigned_persona",
+            "parallel_group",
+            "depends_on",
+            "reads",
+            "writes",
+            "description",
+            "reviews",
+        ] {
+            assert!(
+                item["properties"][field]["type"].is_string()
+                    || item["properties"][field]["type"].is_array(),
+                "{name}.tasks[].{field}: {item}"
+            );
         }
         let arguments = validator(schema);
 
@@ -328,9 +358,21 @@ async fn task_lists_follow_the_task_schema(app: TestApp) {
             examples.push(("generate_task_list", list));
         }
         for (source, list) in &examples {
-            assert_eq!(refusals(&tasks, list), Vec::<String>::new(), "{name}: {source}");
-            let args = json!({"tasks": list});
-            assert_eq!(refusals(&arguments, &args), Vec::<String>::new(), "{name}: {source}");
+            assert_eq!(
+                refusals(&tasks, list),
+                Vec::<String>::new(),
+                "{name}: {source}"
+            );
+            let mut args = json!({"tasks": list});
+            if name == "create_task_list" {
+                args["project_id"] = json!("shop");
+                args["created_by"] = json!("pm");
+            }
+            assert_eq!(
+                refusals(&arguments, &args),
+                Vec::<String>::new(),
+                "{name}: {source}"
+            );
         }
         // An unknown field is kept by the gate, so the schema allows it too.
         let mut extra = planner_output_example();
@@ -365,7 +407,10 @@ async fn task_lists_follow_the_task_schema(app: TestApp) {
         let list = json!([item]);
         assert!(!tasks.is_valid(&list), "the schema takes {field}: {value}");
         let (error, answer) = call_tool(&app, "validate_task_list", json!({"tasks": list})).await;
-        assert!(!error && answer["valid"] == false, "the gate takes {field}: {value}: {answer}");
+        assert!(
+            !error && answer["valid"] == false,
+            "the gate takes {field}: {value}: {answer}"
+        );
     }
     assert!(!tasks.is_valid(&json!([])), "an empty list");
     assert!(!tasks.is_valid(&json!(["t-1"])), "a non-object entry");
@@ -391,7 +436,10 @@ async fn loop_plans_follow_the_plan_loop_schema(app: TestApp) {
         .map(|t| json!(t.as_str()))
         .chain([Value::Null])
         .collect();
-    assert_eq!(schema["properties"]["tasks"]["items"]["properties"]["type"]["enum"], json!(types));
+    assert_eq!(
+        schema["properties"]["tasks"]["items"]["properties"]["type"]["enum"],
+        json!(types)
+    );
     for kind in plangate::domain::loop_plan::TaskType::ALL {
         let mut request = example.clone();
         request["tasks"][0]["type"] = json!(kind.as_str());
@@ -413,7 +461,10 @@ async fn loop_plans_follow_the_plan_loop_schema(app: TestApp) {
         } else {
             request["tasks"][0][field] = value.clone();
         }
-        assert!(!arguments.is_valid(&request), "the schema takes {field}: {value}");
+        assert!(
+            !arguments.is_valid(&request),
+            "the schema takes {field}: {value}"
+        );
         let (error, answer) = call_tool(&app, "plan_loop", request).await;
         let refused = error || answer["errors"].as_array().is_some_and(|e| !e.is_empty());
         assert!(refused, "the planner takes {field}: {value}: {answer}");

@@ -186,7 +186,11 @@ pub enum StepOutcome {
 
 impl StepOutcome {
     /// Every outcome, for the MCP schema's enum (so the two cannot drift).
-    pub const ALL: [StepOutcome; 3] = [StepOutcome::Passed, StepOutcome::Failed, StepOutcome::Blocked];
+    pub const ALL: [StepOutcome; 3] = [
+        StepOutcome::Passed,
+        StepOutcome::Failed,
+        StepOutcome::Blocked,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
