@@ -1,5 +1,10 @@
 //! The tools' arguments. Doc comments become the input schemas' descriptions;
 //! fields that are not `Option` (and have no default) are `required`.
+//!
+//! An `Option` field with a schema function needs `#[serde(default)]` to be
+//! optional in the schema; `skip_serializing_if` (unused: these types are only
+//! read) keeps schemars from adding a `"default": null` that the schema does not
+//! admit.
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
@@ -7,18 +12,37 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::domain::dispatch::{AbandonCategory, ReadyMode, TaskStatus};
-use crate::domain::track_state::StepOutcome;
+use crate::domain::loop_plan::TaskType;
+use crate::domain::track_state::{Step, StepOutcome};
 
-/// A JSON array of task objects (`task_id`, `assigned_persona`, `description`,
-/// `depends_on`, `reads`, `writes`, ...).
+/// The gating task list (docs/spec/gating.md §1): an item schema of exactly the
+/// fields `domain::gating` reads, so an agent needs no prose to write one. It never
+/// refuses what the gate accepts (unknown fields are kept, so they stay allowed);
+/// the gate still checks what a schema cannot (ids exist, waves, files).
 fn task_array(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "array",
-        "items": {"type": "object"},
-        "description": "The task list: an array of task objects (task_id, assigned_persona, \
-                        description, depends_on, reads, writes, parallel_group, ...). Give \
-                        this or planner_output."
+        "minItems": 1,
+        "description": "Or planner_output.",
+        "items": {
+            "type": "object",
+            "required": ["task_id", "assigned_persona", "parallel_group", "description"],
+            "properties": {
+                "task_id": {"type": "string"},
+                "assigned_persona": {"type": "string"},
+                "parallel_group": {"type": "integer", "minimum": 1, "description": "Wave, after its depends_on's."},
+                "depends_on": strings("task_ids"),
+                "reads": strings("Written in an earlier wave or existing_files."),
+                "writes": strings("One writer per file and wave."),
+                "description": {"type": "string"},
+                "reviews": {"type": ["string", "null"], "description": "task_id reviewed (other persona, earlier wave)."}
+            }
+        }
     })
+}
+
+fn strings(description: &str) -> Value {
+    serde_json::json!({"type": "array", "items": {"type": "string"}, "description": description})
 }
 
 fn enum_schema(values: &[&str], description: &str) -> Schema {
@@ -27,26 +51,19 @@ fn enum_schema(values: &[&str], description: &str) -> Schema {
 
 fn task_status_schema(_: &mut SchemaGenerator) -> Schema {
     let values: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-    enum_schema(
-        &values,
-        "Target status: pending -> running -> done | failed; any unfinished -> abandoned.",
-    )
+    enum_schema(&values, "The new status.")
 }
 
 fn abandon_category_schema(_: &mut SchemaGenerator) -> Schema {
     let values: Vec<&str> = AbandonCategory::ALL.iter().map(|c| c.as_str()).collect();
-    enum_schema(
-        &values,
-        "Why the task is abandoned: required with status abandoned, refused otherwise.",
-    )
+    enum_schema(&values, "With (and only with) abandoned.")
 }
 
 fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
     let values: Vec<&str> = ReadyMode::ALL.iter().map(|m| m.as_str()).collect();
     enum_schema(
         &values,
-        "barrier (default): the pending tasks of the lowest unfinished wave; pipeline: any \
-         pending task whose dependencies are done and whose writes are free.",
+        "barrier (default): wave by wave; pipeline: as dependencies finish.",
     )
 }
 
@@ -57,46 +74,44 @@ fn any_object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Sch
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidateArgs {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "task_array")]
     pub tasks: Option<Value>,
-    /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
+    /// Planner text instead of tasks (last ```json block).
     pub planner_output: Option<String>,
-    /// Repository paths that already exist (they satisfy reads).
+    /// Paths that exist already.
     pub existing_files: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateArgs {
-    /// The project the list belongs to (letters, digits, `.`, `_`, `-`).
+    /// Letters, digits, `.`, `_`, `-`.
     pub project_id: String,
-    /// The orchestrator's id of this planning cycle; omit for the project-wide flow.
+    /// The planning cycle.
     pub team_pk: Option<String>,
-    /// Who submits the list (an agent or person id).
+    /// Who submits it.
     pub created_by: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "task_array")]
     pub tasks: Option<Value>,
-    /// The planner's raw text instead of tasks; the last ```json (or untagged) fence wins.
+    /// Planner text instead of tasks (last ```json block).
     pub planner_output: Option<String>,
-    /// Repository paths that already exist (they satisfy reads).
+    /// Paths that exist already.
     pub existing_files: Option<Vec<String>>,
-    /// Repeat a call safely: the same key and arguments answer the first call's
-    /// list (or rejection) again, creating and counting nothing.
+    /// A retry with the same key and arguments creates nothing.
     pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadyArgs {
-    /// The server id of the task list (create_task_list's task_list_id).
+    /// create_task_list's task_list_id.
     pub task_list_id: Uuid,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "ready_mode_schema")]
     pub mode: Option<ReadyMode>,
-    /// Long-poll: when next would be "wait", hold the answer until a task becomes
-    /// ready or the list finishes, or this many seconds (at most 30) pass.
+    /// Long-poll instead of answering next "wait".
     #[schemars(range(max = 30))]
     pub wait_seconds: Option<u64>,
 }
@@ -104,16 +119,16 @@ pub struct ReadyArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimArgs {
-    /// The server id of the task list.
+    /// create_task_list's task_list_id.
     pub task_list_id: Uuid,
-    /// Who claims: your agent id (letters, digits, `.`, `_`, `-`).
+    /// Your agent id.
     pub holder: String,
-    /// Claim only a task assigned to this persona.
+    /// Only its tasks.
     pub persona: Option<String>,
-    /// Lease in seconds (1 to 86400, default 300); renew with heartbeat_task.
+    /// Default 300.
     #[schemars(range(min = 1, max = 86400))]
     pub lease_s: Option<u64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "ready_mode_schema")]
     pub mode: Option<ReadyMode>,
 }
@@ -125,7 +140,7 @@ pub struct HeartbeatArgs {
     pub task_id: Uuid,
     /// The claim's holder.
     pub holder: String,
-    /// New lease from now in seconds (1 to 86400, default 300).
+    /// Default 300.
     #[schemars(range(min = 1, max = 86400))]
     pub lease_s: Option<u64>,
 }
@@ -137,14 +152,14 @@ pub struct SetStatusArgs {
     pub task_id: Uuid,
     #[schemars(schema_with = "task_status_schema")]
     pub status: TaskStatus,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "abandon_category_schema")]
     pub abandon_category: Option<AbandonCategory>,
-    /// Free text for people, at most 65536 characters.
+    /// For people.
     pub notes: Option<String>,
-    /// Who makes the change: required (the claim's holder) while the task is claimed.
+    /// Required while claimed.
     pub holder: Option<String>,
-    /// Override another holder's claim (recorded in the task's history).
+    /// Override another's claim.
     #[serde(default)]
     pub force: bool,
 }
@@ -154,18 +169,28 @@ pub struct SetStatusArgs {
 pub struct ProjectStatusArgs {
     /// The project.
     pub project_id: String,
-    /// Scope the snapshot to this cycle (falls back to the whole project when the
-    /// cycle has no tasks).
+    /// Only this cycle.
     pub team_pk: Option<String>,
 }
 
 /// Answer format of plan_loop.
-#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PlanFormat {
     #[default]
     Json,
     Markdown,
+}
+
+impl PlanFormat {
+    pub const ALL: [PlanFormat; 2] = [PlanFormat::Json, PlanFormat::Markdown];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanFormat::Json => "json",
+            PlanFormat::Markdown => "markdown",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -177,116 +202,185 @@ pub struct PlanLoopArgs {
     pub phases: Value,
     #[schemars(schema_with = "plan_tasks_schema")]
     pub tasks: Value,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "completed_tracks_schema")]
     pub completed_tracks: Option<Value>,
-    /// The text of tracks.md instead of completed_tracks.
+    /// tracks.md instead of completed_tracks.
     pub tracks_md: Option<String>,
-    /// "json" (default): the plan as JSON; "markdown": the plan.md text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "format_schema")]
     pub format: Option<PlanFormat>,
 }
 
-fn track_schema(generator: &mut SchemaGenerator) -> Schema {
-    any_object(
-        "The track being planned: {id, name, spec? (one-line summary), dependencies? (track ids)}.",
-    )(generator)
-}
+// plan_loop's inputs as `domain::loop_plan` reads them (`LoopPlanRequest` and
+// its `read_task`). Task fields other than id, name and phase may be null there
+// (read as absent), so their schemas admit null.
 
-fn object_array(description: &'static str) -> Schema {
-    json_schema!({"type": "array", "items": {"type": "object"}, "description": description})
+fn track_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "required": ["id", "name"],
+        "description": "The track planned.",
+        "properties": {
+            "id": {"type": "string"},
+            "name": {"type": "string"},
+            "spec": {"type": "string", "description": "One line."},
+            "dependencies": strings("Track ids.")
+        }
+    })
 }
 
 fn phases_schema(_: &mut SchemaGenerator) -> Schema {
-    object_array("The track's phases: [{number, name}].")
+    json_schema!({
+        "type": "array",
+        "description": "Its phases.",
+        "items": {
+            "type": "object",
+            "required": ["number", "name"],
+            "properties": {
+                "number": {"type": "integer", "minimum": 0},
+                "name": {"type": "string"}
+            }
+        }
+    })
 }
 
 fn plan_tasks_schema(_: &mut SchemaGenerator) -> Schema {
-    object_array(
-        "The tasks: [{id (e.g. \"1.2\"), name, description?, files?, depends_on?, phase (a phase \
-         number), acceptance?, type?, duration?}].",
-    )
+    let mut types: Vec<Value> = TaskType::ALL
+        .iter()
+        .map(|t| Value::from(t.as_str()))
+        .collect();
+    types.push(Value::Null);
+    let nullable = |kind: &str| serde_json::json!({"type": [kind, "null"]});
+    let nullable_strings =
+        serde_json::json!({"type": ["array", "null"], "items": {"type": "string"}});
+    json_schema!({
+        "type": "array",
+        "description": "Its tasks.",
+        "items": {
+            "type": "object",
+            "required": ["id", "name", "phase"],
+            "properties": {
+                "id": {"type": "string", "description": "e.g. \"1.2\""},
+                "name": {"type": "string"},
+                "phase": {"type": "integer", "minimum": 1},
+                "description": nullable("string"),
+                "files": nullable_strings,
+                "depends_on": nullable_strings,
+                "acceptance": nullable("string"),
+                "estimated_duration": {"type": ["string", "null"], "description": "e.g. \"1h30m\""},
+                "type": {"enum": types, "description": "Default: from files."}
+            }
+        }
+    })
 }
 
 fn completed_tracks_schema(_: &mut SchemaGenerator) -> Schema {
-    object_array(
-        "Tracks already completed, to report overlap: [{id, name?, deliverables (paths or \
-         feature names)}]. Give this or tracks_md (or neither).",
-    )
+    json_schema!({
+        "type": "array",
+        "description": "Done tracks, for overlap.",
+        "items": {
+            "type": "object",
+            "required": ["id"],
+            "properties": {
+                "id": {"type": "string"},
+                "name": {"type": ["string", "null"]},
+                "deliverables": strings("Paths, features.")
+            }
+        }
+    })
 }
 
 /// start or complete.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StepAction {
     Start,
     Complete,
 }
 
+impl StepAction {
+    pub const ALL: [StepAction; 2] = [StepAction::Start, StepAction::Complete];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepAction::Start => "start",
+            StepAction::Complete => "complete",
+        }
+    }
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrackStepArgs {
-    /// The track (letters, digits, `.`, `_`, `-`); it must have been imported.
+    /// An imported track.
     pub track_id: String,
-    /// PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC.
+    #[schemars(schema_with = "step_schema")]
     pub step: String,
-    /// "start" (sets the step IN_PROGRESS) or "complete" (with outcome).
+    #[schemars(schema_with = "action_schema")]
     pub action: StepAction,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "outcome_schema")]
     pub outcome: Option<StepOutcome>,
-    /// With start: who works on the step.
+    /// With (and only with) start.
     pub agent: Option<String>,
-    /// The `revision` a previous answer returned, as is: the change applies only if
-    /// nobody changed the track since (else a `stale_etag` error).
+    /// A revision: refused if the track changed since.
     pub if_match: Option<i64>,
 }
 
 fn outcome_schema(_: &mut SchemaGenerator) -> Schema {
-    enum_schema(
-        &["PASSED", "FAILED", "BLOCKED"],
-        "With action complete (required there): how the step ended.",
-    )
+    let values: Vec<&str> = StepOutcome::ALL.iter().map(|o| o.as_str()).collect();
+    enum_schema(&values, "With (and only with) complete.")
+}
+
+fn action_schema(_: &mut SchemaGenerator) -> Schema {
+    let values: Vec<&str> = StepAction::ALL.iter().map(|a| a.as_str()).collect();
+    enum_schema(&values, "start: IN_PROGRESS.")
+}
+
+fn format_schema(_: &mut SchemaGenerator) -> Schema {
+    let values: Vec<&str> = PlanFormat::ALL.iter().map(|f| f.as_str()).collect();
+    enum_schema(&values, "Default json.")
+}
+
+fn step_schema(_: &mut SchemaGenerator) -> Schema {
+    let values: Vec<&str> = Step::ALL.iter().map(|s| s.as_str()).collect();
+    enum_schema(&values, "The loop step.")
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartRefineArgs {
-    /// The phase context (context_{phase_id}.json): phase_id, assignments,
-    /// peer_summaries, task_text or task_file_path.
     #[schemars(schema_with = "context_schema")]
     pub context: Value,
-    /// The refined plan (PlanDocument) with its phases.
     #[schemars(schema_with = "plan_schema")]
     pub refined_plan: Value,
-    /// The task inline (the L0s get a server-side copy's path).
+    /// The task inline.
     pub task_text: Option<String>,
-    /// Executor profile name (e.g. "builtin"); the server's default when absent.
+    /// Executor profile.
     pub executor: Option<String>,
-    /// The project the job belongs to (required for a project-limited token).
+    /// Required by a project-limited token.
     pub project_id: Option<String>,
     /// The planning cycle.
     pub team_pk: Option<String>,
-    /// Repeat a submission safely: the same key and arguments answer the same job.
+    /// A retry with the same key and arguments answers the same job.
     pub idempotency_key: Option<String>,
 }
 
 fn context_schema(generator: &mut SchemaGenerator) -> Schema {
-    any_object(
-        "The phase context (context_{phase_id}.json): phase_id, assignments, peer_summaries, \
-         task_text or task_file_path.",
-    )(generator)
+    any_object("context_{phase_id}.json.")(generator)
 }
 
 fn plan_schema(generator: &mut SchemaGenerator) -> Schema {
-    any_object("The refined plan (PlanDocument) with its phases.")(generator)
+    any_object("The PlanDocument.")(generator)
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefineStatusArgs {
-    /// The job (start_refine's job_id).
+    /// start_refine's job_id.
     pub job_id: Uuid,
-    /// Wait up to this many seconds (0-60) for the job to change before answering.
+    /// Long-poll.
     #[schemars(range(min = 0, max = 60))]
     pub wait_seconds: Option<u64>,
 }
@@ -294,6 +388,35 @@ pub struct RefineStatusArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelRefineArgs {
-    /// The job (start_refine's job_id).
+    /// start_refine's job_id.
     pub job_id: Uuid,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schemas' enum values are the ones serde reads, variant by variant.
+    #[test]
+    fn enum_names_are_the_wire_names() {
+        fn reads<T: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(name: &str, v: T) {
+            assert_eq!(
+                serde_json::from_value::<T>(Value::from(name)).ok(),
+                Some(v),
+                "{name}"
+            );
+        }
+        for f in PlanFormat::ALL {
+            reads(f.as_str(), f);
+        }
+        for a in StepAction::ALL {
+            reads(a.as_str(), a);
+        }
+        for o in StepOutcome::ALL {
+            reads(o.as_str(), o);
+        }
+        for s in Step::ALL {
+            reads(s.as_str(), s);
+        }
+    }
 }

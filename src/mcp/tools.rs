@@ -94,73 +94,50 @@ impl ToolName {
         )
     }
 
+    /// Terse on purpose: every agent reads these on each `tools/list`, under a
+    /// 10 KB budget; the prose is in docs/mcp.md.
     fn description(self) -> &'static str {
         match self {
             ToolName::ValidateTaskList => {
-                "Gate a planner task list without storing it. Answers {valid, errors[{code, \
-                 message, task_ids}], warnings, error_count, warning_count, error_counts, \
-                 truncated, waves}; waves lists task ids per wave. Only the first errors are \
-                 listed (truncated: true): fix every error of the kinds error_counts names."
+                "Gate a task list, storing nothing: its errors (the first 100 listed, \
+                 error_counts of all), warnings and waves."
             }
             ToolName::CreateTaskList => {
-                "Gate a task list and store it if it passes. Answers {task_list_id, waves, \
-                 tasks[{id, task_id}]}: `id` is the server id that ready_tasks and \
-                 set_task_status use. A rejection is a tool error `dag_invalid` or \
-                 `synthesis_failure` with `errors`, `attempt`, `escalate` and `reprompt` (the \
-                 exact text to re-prompt the planner with). With idempotency_key, a retry \
-                 with the same arguments answers the first call's answer again (with \
-                 replayed: true) and creates or counts nothing."
+                "Gate and store a task list. Answers each task's server `id`, which the other \
+                 tools take. Refused: a tool error with errors and reprompt (for the planner)."
             }
             ToolName::ReadyTasks => {
-                "Tasks to dispatch now and what to do next. Answers {next, wave, tasks[{id, \
-                 task_id, assigned_persona, description, writes, reads}], in_flight, \
-                 retry_after_s?, remaining, blocked?}. next: dispatch (tasks are ready), wait \
-                 (tasks running; call again with wait_seconds), done (every task finished), \
-                 blocked (nothing will run any more; blocked names the tasks and why). Stop \
-                 only on done or blocked."
+                "Tasks to dispatch now, and next: dispatch, wait (call again, wait_seconds), \
+                 done or blocked (stop)."
             }
             ToolName::SetTaskStatus => {
-                "Move a task: pending -> running -> done | failed; any unfinished task -> \
-                 abandoned (with abandon_category). failed/abandoned abandon every unfinished \
-                 dependent. Answers {task{id, task_id, status}, cascaded[server ids]}."
+                "Move a task: pending -> running -> done | failed; unfinished -> abandoned \
+                 (failed/abandoned cascade to dependents)."
             }
             ToolName::ProjectStatus => {
-                "Status snapshot of a project or one of its cycles: counts by status, active \
-                 wave, tasks in flight, per-wave counts."
+                "Counts by status, active wave, tasks in flight: of a project or cycle."
             }
             ToolName::PlanLoop => {
-                "Build a loop plan from a task DAG: topological levels, parallel groups with \
-                 file conflicts, overlap with completed tracks. format \"markdown\" answers the \
-                 plan.md text; \"json\" (default) the plan."
+                "Loop plan of a track's tasks: levels, parallel groups, file conflicts, \
+                 overlap with completed tracks."
             }
             ToolName::TrackStep => {
-                "Start or complete the current loop step of a track (metadata.json v2). \
-                 Answers {status, current_step, step_status, revision, legal_next}; pass \
-                 `revision` back as if_match to refuse a change made by someone else."
+                "Start or complete a track's loop step. Answers legal_next and a revision."
             }
             ToolName::StartRefine => {
-                "Queue a durable refine job for one phase (L0 fan-out, validation, WP \
-                 ownership). Answers {job_id, status}; follow it with refine_status."
+                "Queue a refine job for one phase; follow it with refine_status."
             }
             ToolName::RefineStatus => {
-                "A refine job's status and progress, waiting up to wait_seconds (at most 60) \
-                 for it to change. Answers {status, progress, result?}; result \
-                 ({schema_version, assignments}) once it succeeded."
+                "A refine job's status, progress and result, once changed or after \
+                 wait_seconds."
             }
-            ToolName::CancelRefine => {
-                "Cancel a refine job (running L0s are stopped). Answers {status}."
-            }
+            ToolName::CancelRefine => "Cancel a refine job and its L0s.",
             ToolName::ClaimTask => {
-                "Claim one ready task for yourself (holder): it becomes running and is yours \
-                 until its lease (lease_s) runs out; renew with heartbeat_task, finish with \
-                 set_task_status naming the same holder. Exactly one concurrent claimer gets \
-                 a task. Answers {task{id, task_id, ...}|null, next, in_flight, remaining, \
-                 ...} with next as in ready_tasks."
+                "Claim a ready task: yours, running, for lease_s (renew: heartbeat_task; end: \
+                 set_task_status, same holder). next as in ready_tasks."
             }
             ToolName::HeartbeatTask => {
-                "Renew your claim's lease on a task (holder must be the claim's). Answers \
-                 {id, status, claim{holder, lease_expires_at}}; error task_not_claimed when \
-                 the lease already ran out (claim another task)."
+                "Renew your claim's lease; task_not_claimed once it ran out."
             }
         }
     }
@@ -182,19 +159,62 @@ impl ToolName {
         };
         // Every argument type is a struct, so the schema is an object: a failure
         // here is a programming error caught by the tests, not by a client.
-        schema.unwrap_or_else(|e| {
+        let schema = schema.unwrap_or_else(|e| {
             tracing::error!(tool = self.as_str(), error = %e, "tool input schema is not an object");
             Arc::new(JsonObject::new())
-        })
+        });
+        Arc::new(trimmed(&schema))
     }
 
     /// The tool as `tools/list` shows it.
     pub fn describe(self) -> Tool {
-        let mut annotations = ToolAnnotations::new().read_only(self.is_read_only());
-        if !self.is_read_only() {
-            annotations = annotations.destructive(false);
-        }
+        // readOnlyHint false is the default; destructiveHint true is, so say false.
+        let annotations = if self.is_read_only() {
+            ToolAnnotations::new().read_only(true)
+        } else {
+            ToolAnnotations::new().destructive(false)
+        };
         Tool::new(self.as_str(), self.description(), self.input_schema()).annotate(annotations)
+    }
+}
+
+/// The schema less what costs bytes and tells an agent nothing: `$schema` (MCP's
+/// default dialect is 2020-12 already), `additionalProperties` (an unknown argument
+/// is refused by name anyway), `format`s (Rust's `uint64` is no JSON Schema format
+/// and the bounds say it; the descriptions say which id a `uuid` is), and `null` in
+/// the arguments' types: an optional argument is omitted (null reads as absent).
+fn trimmed(schema: &JsonObject) -> JsonObject {
+    fn drop_formats(value: &mut Value) {
+        match value {
+            Value::Object(object) => {
+                if object.get("format").is_some_and(Value::is_string) {
+                    object.remove("format");
+                }
+                object.values_mut().for_each(drop_formats);
+            }
+            Value::Array(items) => items.iter_mut().for_each(drop_formats),
+            _ => {}
+        }
+    }
+    let mut schema = schema.clone();
+    schema.remove("$schema");
+    schema.remove("additionalProperties");
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        for property in properties.values_mut() {
+            if let Some(Value::Array(types)) = property.get_mut("type") {
+                types.retain(|t| t != "null");
+                if let [only] = types.as_slice() {
+                    let only = only.clone();
+                    property["type"] = only;
+                }
+            }
+        }
+    }
+    let mut value = Value::Object(schema);
+    drop_formats(&mut value);
+    match value {
+        Value::Object(object) => object,
+        _ => JsonObject::new(),
     }
 }
 

@@ -30,5 +30,6 @@ mod shutdown;
 mod storable_strings;
 mod task_files;
 mod task_lists;
+mod toolsnaps;
 mod tracks;
 mod usage;

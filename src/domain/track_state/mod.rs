@@ -184,6 +184,23 @@ pub enum StepOutcome {
     Blocked,
 }
 
+impl StepOutcome {
+    /// Every outcome, for the MCP schema's enum (so the two cannot drift).
+    pub const ALL: [StepOutcome; 3] = [
+        StepOutcome::Passed,
+        StepOutcome::Failed,
+        StepOutcome::Blocked,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepOutcome::Passed => "PASSED",
+            StepOutcome::Failed => "FAILED",
+            StepOutcome::Blocked => "BLOCKED",
+        }
+    }
+}
+
 /// The track's overall status. Older spellings (`NEW`, `pending`, `IN_PROGRESS`,
 /// `done`, …) are read as these four.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
