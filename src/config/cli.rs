@@ -52,6 +52,66 @@ pub enum Command {
     /// database with the refine workers (`claude mcp add plangate -- plangate mcp`).
     /// stdout carries JSON-RPC only; logs go to stderr.
     Mcp(McpArgs),
+    /// Import, show and step tracks (metadata.json v2) in-process on the configured
+    /// database, as `PUT /v1/tracks/{id}` and the step routes do; answers JSON on
+    /// stdout, a refusal is one line `plangate: CODE: detail` on stderr.
+    Track(TrackArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrackArgs {
+    #[command(subcommand)]
+    pub command: TrackCommand,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TrackCommand {
+    /// Import (create or replace) a track from its metadata.json (v1 is upgraded).
+    Import {
+        /// The metadata.json file (`-` reads stdin).
+        file: PathBuf,
+        /// The track id [default: the document's track_id]
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
+        /// The project the track belongs to (a replace without it keeps the stored one).
+        #[arg(long, value_name = "PROJECT")]
+        project: Option<String>,
+        /// Replace only this revision (a previous answer's `revision`).
+        #[arg(long, value_name = "REV")]
+        if_match: Option<i64>,
+    },
+    /// Print a track's metadata with its revision.
+    Show {
+        /// The track id.
+        id: String,
+    },
+    /// Start or complete the track's current loop step.
+    Step {
+        /// The track id.
+        id: String,
+        /// PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC.
+        #[arg(long)]
+        step: String,
+        #[arg(long, value_enum)]
+        action: TrackAction,
+        /// With complete (required there): PASSED, FAILED or BLOCKED.
+        #[arg(long)]
+        outcome: Option<String>,
+        /// With start (required there): who works on the step.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Apply only to this revision (a previous answer's `revision`).
+        #[arg(long, value_name = "REV")]
+        if_match: Option<i64>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TrackAction {
+    Start,
+    Complete,
 }
 
 #[derive(Debug, Args)]

@@ -11,18 +11,17 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::args::{
-    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, PlanFormat, PlanLoopArgs,
-    ProjectStatusArgs, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs, StepAction,
-    TrackStepArgs, ValidateArgs,
+    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, PlanFormat,
+    PlanLoopArgs, ProjectStatusArgs, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs,
+    StepAction, TrackStepArgs, ValidateArgs,
 };
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
-use crate::domain::track_state::Completion;
 use crate::service::task_claims::{ClaimRequest, HeartbeatRequest, NextAnswer};
 use crate::service::task_lists::{
     CreateTaskListRequest, StoredTask, StoredTaskList, TaskUpdate, ValidateRequest,
 };
-use crate::service::tracks::{Precondition, TrackVersion};
+use crate::service::tracks::{self, Precondition};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
 /// Longest `refine_status` wait (the issue's long-poll bound).
@@ -37,6 +36,7 @@ pub enum ToolName {
     SetTaskStatus,
     ProjectStatus,
     PlanLoop,
+    ImportTrack,
     TrackStep,
     StartRefine,
     RefineStatus,
@@ -46,13 +46,14 @@ pub enum ToolName {
 }
 
 impl ToolName {
-    pub const ALL: [ToolName; 12] = [
+    pub const ALL: [ToolName; 13] = [
         ToolName::ValidateTaskList,
         ToolName::CreateTaskList,
         ToolName::ReadyTasks,
         ToolName::SetTaskStatus,
         ToolName::ProjectStatus,
         ToolName::PlanLoop,
+        ToolName::ImportTrack,
         ToolName::TrackStep,
         ToolName::StartRefine,
         ToolName::RefineStatus,
@@ -69,6 +70,7 @@ impl ToolName {
             ToolName::SetTaskStatus => "set_task_status",
             ToolName::ProjectStatus => "project_status",
             ToolName::PlanLoop => "plan_loop",
+            ToolName::ImportTrack => "import_track",
             ToolName::TrackStep => "track_step",
             ToolName::StartRefine => "start_refine",
             ToolName::RefineStatus => "refine_status",
@@ -133,6 +135,11 @@ impl ToolName {
                  file conflicts, overlap with completed tracks. format \"markdown\" answers the \
                  plan.md text; \"json\" (default) the plan."
             }
+            ToolName::ImportTrack => {
+                "Import (create or replace) a track's metadata.json; re-importing re-opens a \
+                 closed track. Answers {track_id, created, status, current_step, \
+                 step_status, revision, legal_next}; go on with track_step."
+            }
             ToolName::TrackStep => {
                 "Start or complete the current loop step of a track (metadata.json v2). \
                  Answers {status, current_step, step_status, revision, legal_next}; pass \
@@ -173,6 +180,7 @@ impl ToolName {
             ToolName::SetTaskStatus => schema_for_input::<SetStatusArgs>(),
             ToolName::ProjectStatus => schema_for_input::<ProjectStatusArgs>(),
             ToolName::PlanLoop => schema_for_input::<PlanLoopArgs>(),
+            ToolName::ImportTrack => schema_for_input::<ImportTrackArgs>(),
             ToolName::TrackStep => schema_for_input::<TrackStepArgs>(),
             ToolName::StartRefine => schema_for_input::<StartRefineArgs>(),
             ToolName::RefineStatus => schema_for_input::<RefineStatusArgs>(),
@@ -192,7 +200,9 @@ impl ToolName {
     pub fn describe(self) -> Tool {
         let mut annotations = ToolAnnotations::new().read_only(self.is_read_only());
         if !self.is_read_only() {
-            annotations = annotations.destructive(false);
+            // A re-import replaces a track's loop state; the other tools only add or
+            // move things along.
+            annotations = annotations.destructive(self == ToolName::ImportTrack);
         }
         Tool::new(self.as_str(), self.description(), self.input_schema()).annotate(annotations)
     }
@@ -218,6 +228,7 @@ pub async fn call(
         ToolName::SetTaskStatus => run(args, |a| set_task_status(service, caller, a)).await,
         ToolName::ProjectStatus => run(args, |a| project_status(service, caller, a)).await,
         ToolName::PlanLoop => run(args, |a| plan_loop(service, caller, a)).await,
+        ToolName::ImportTrack => run(args, |a| import_track(service, caller, a)).await,
         ToolName::TrackStep => run(args, |a| track_step(service, caller, a)).await,
         ToolName::StartRefine => run(args, |a| start_refine(service, caller, a)).await,
         ToolName::RefineStatus => run(args, |a| refine_status(service, caller, a, max_wait)).await,
@@ -537,58 +548,51 @@ async fn plan_loop(
     })
 }
 
+/// A revision to pin, if the caller gave one.
+fn pinned(if_match: Option<i64>) -> Precondition {
+    if_match.map_or(Precondition::None, Precondition::Revision)
+}
+
+async fn import_track(
+    service: &Service,
+    caller: &Caller,
+    args: ImportTrackArgs,
+) -> Result<Answer, ServiceError> {
+    let version = service
+        .import_track(
+            caller,
+            &args.track_id,
+            args.project_id.as_deref(),
+            args.metadata,
+            pinned(args.if_match),
+        )
+        .await?;
+    let mut answer = json!(version.summary());
+    answer["created"] = Value::Bool(version.created);
+    Ok(Answer::Json(answer))
+}
+
 async fn track_step(
     service: &Service,
     caller: &Caller,
     args: TrackStepArgs,
 ) -> Result<Answer, ServiceError> {
-    let precondition = args
-        .if_match
-        .map_or(Precondition::None, Precondition::Revision);
-    let refuse = |field: &str, detail: &str| {
-        Err(
-            ServiceError::unprocessable(ProblemCode::InvalidField, detail.to_owned())
-                .with("field", field),
+    let action = match args.action {
+        StepAction::Start => tracks::StepAction::Start,
+        StepAction::Complete => tracks::StepAction::Complete,
+    };
+    let version = service
+        .step_track(
+            caller,
+            &args.track_id,
+            &args.step,
+            action,
+            args.agent.as_deref(),
+            args.outcome,
+            pinned(args.if_match),
         )
-    };
-    let version: TrackVersion = match args.action {
-        StepAction::Start => {
-            if args.outcome.is_some() {
-                return refuse("outcome", "outcome goes with action complete, not start");
-            }
-            let Some(agent) = args.agent.as_deref() else {
-                return refuse("agent", "agent is required with action start");
-            };
-            service
-                .start_step(caller, &args.track_id, &args.step, agent, precondition)
-                .await?
-        }
-        StepAction::Complete => {
-            if args.agent.is_some() {
-                return refuse("agent", "agent goes with action start, not complete");
-            }
-            let Some(outcome) = args.outcome else {
-                return refuse("outcome", "outcome is required with action complete");
-            };
-            service
-                .complete_step(
-                    caller,
-                    &args.track_id,
-                    &args.step,
-                    &Completion::new(outcome),
-                    precondition,
-                )
-                .await?
-        }
-    };
-    let meta = &version.metadata;
-    Ok(Answer::Json(json!({
-        "status": meta.status,
-        "current_step": meta.loop_state.current_step,
-        "step_status": meta.loop_state.step_status,
-        "revision": version.revision,
-        "legal_next": crate::domain::track_state::legal_next_steps(meta),
-    })))
+        .await?;
+    Ok(Answer::Json(json!(version.summary())))
 }
 
 async fn start_refine(
