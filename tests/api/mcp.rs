@@ -319,6 +319,7 @@ async fn every_schema_says_what_is_required(app: TestApp) {
         ("set_task_status", vec!["status", "task_id"]),
         ("project_status", vec!["project_id"]),
         ("plan_loop", vec!["phases", "tasks", "track"]),
+        ("import_track", vec!["metadata", "track_id"]),
         ("track_step", vec!["action", "step", "track_id"]),
         ("start_refine", vec!["context", "refined_plan"]),
         ("refine_status", vec!["job_id"]),
