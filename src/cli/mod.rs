@@ -93,7 +93,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Some(Command::Mcp(args)) => mcp(&args),
-        Some(Command::Track(args)) => track(args),
+        Some(Command::Track(args)) => track(&cli.serve, args),
         Some(Command::Openapi) => match crate::http::openapi().to_pretty_json() {
             Ok(text) => {
                 println!("{text}");
@@ -249,9 +249,13 @@ fn mcp(args: &McpArgs) -> ExitCode {
     })
 }
 
-/// `plangate track import|show|step`: on the database `plangate mcp` would use.
-fn track(args: TrackArgs) -> ExitCode {
-    let settings = match Settings::resolve_local(&args.serve) {
+/// `plangate track import|show|step`: on the database `plangate mcp` would use, with
+/// the rest of the settings from the environment (as [`cli_settings`]).
+fn track(env: &ServeArgs, args: TrackArgs) -> ExitCode {
+    let mut serve = env.clone();
+    serve.config = args.config.or(serve.config);
+    serve.database_url = args.database_url.or(serve.database_url);
+    let settings = match Settings::resolve_local(&serve) {
         Ok((settings, _)) => settings,
         Err(e) => {
             eprintln!("plangate: {e}");

@@ -50,10 +50,11 @@ pub enum Command {
     RefineRun(RefineRunArgs),
     /// Serve the MCP tools over stdio for a local agent, in-process on the configured
     /// database with the refine workers (`claude mcp add plangate -- plangate mcp`).
-    /// stdout carries JSON-RPC only; logs go to stderr.
+    /// stdout carries JSON-RPC only; logs go to stderr. With no DATABASE_URL:
+    /// $XDG_DATA_HOME/plangate/plangate.db, else ~/.local/share/plangate/plangate.db.
     Mcp(McpArgs),
-    /// Import, show and step tracks (metadata.json v2) in-process on the configured
-    /// database, as `PUT /v1/tracks/{id}` and the step routes do; answers JSON on
+    /// Import, show and step tracks (metadata.json v2) in-process on the database
+    /// `plangate mcp` uses, as `PUT /v1/tracks/{id}` and the step routes do; answers JSON on
     /// stdout, a refusal is one line `plangate: CODE: detail` on stderr.
     Track(TrackArgs),
 }
@@ -62,8 +63,19 @@ pub enum Command {
 pub struct TrackArgs {
     #[command(subcommand)]
     pub command: TrackCommand,
-    #[command(flatten)]
-    pub serve: ServeArgs,
+    /// TOML config file (its database_url and sqlite_synchronous apply).
+    #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// `sqlite://FILE` or `postgres://…` [default: as `plangate mcp`,
+    /// $XDG_DATA_HOME/plangate/plangate.db, else ~/.local/share/plangate/plangate.db]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub database_url: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

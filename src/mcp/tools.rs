@@ -136,14 +136,15 @@ impl ToolName {
                  plan.md text; \"json\" (default) the plan."
             }
             ToolName::ImportTrack => {
-                "Import (create or replace) a track's metadata.json; re-importing re-opens a \
-                 closed track. Answers {track_id, created, status, current_step, \
-                 step_status, revision, legal_next}; go on with track_step."
+                "Import (create or replace) a track's metadata.json; a replace re-opens a \
+                 closed track. Answers as track_step does, plus created; go on with \
+                 track_step."
             }
             ToolName::TrackStep => {
                 "Start or complete the current loop step of a track (metadata.json v2). \
-                 Answers {status, current_step, step_status, revision, legal_next}; pass \
-                 `revision` back as if_match to refuse a change made by someone else."
+                 Answers {track_id, status, current_step, step_status, revision, \
+                 legal_next}; pass `revision` back as if_match to refuse a change made by \
+                 someone else."
             }
             ToolName::StartRefine => {
                 "Queue a durable refine job for one phase (L0 fan-out, validation, WP \
