@@ -1,16 +1,19 @@
 //! Command-line entry points: `serve` (the default), `migrate`, `validate`, `plan`,
-//! `openapi`, `refine`, `refine-run`, `mcp`, `health`.
+//! `openapi`, `refine`, `refine-run`, `mcp`, `track`, `health`.
 //! Every failure at start is one line on stderr and a non-zero exit.
 
 use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
-use crate::config::{Cli, Command, McpArgs, PlanOutput, ServeArgs, Settings, ValidateFormat};
+use crate::config::{
+    Cli, Command, McpArgs, PlanOutput, ServeArgs, Settings, TrackArgs, ValidateFormat,
+};
 
 pub mod health;
 pub mod plan;
 pub mod refine;
+pub mod track;
 pub mod validate;
 
 pub fn run(cli: Cli) -> ExitCode {
@@ -90,6 +93,7 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Some(Command::Mcp(args)) => mcp(&args),
+        Some(Command::Track(args)) => track(&cli.serve, args),
         Some(Command::Openapi) => match crate::http::openapi().to_pretty_json() {
             Ok(text) => {
                 println!("{text}");
@@ -211,12 +215,19 @@ fn serve(args: &ServeArgs) -> ExitCode {
 
 /// `plangate mcp [--read-only]`: the MCP tools over stdio (docs/mcp.md).
 fn mcp(args: &McpArgs) -> ExitCode {
-    let settings = match Settings::resolve(&args.serve) {
-        Ok(s) => s,
+    let (settings, default_database) = match Settings::resolve_local(&args.serve) {
+        Ok(resolved) => resolved,
         Err(e) => return fail(e),
     };
     // Logs go to stderr (telemetry writes nowhere else): stdout is the protocol's.
     crate::telemetry::init(settings.log_format);
+    if let Some(path) = default_database {
+        // The agent's working directory is no place for it: say where it is.
+        tracing::info!(
+            database = %path.display(),
+            "no DATABASE_URL: using the SQLite file in the user's data directory"
+        );
+    }
     let surface = if args.read_only {
         crate::mcp::Surface::ReadOnly
     } else {
@@ -236,6 +247,22 @@ fn mcp(args: &McpArgs) -> ExitCode {
             Err(e) => fail(e),
         }
     })
+}
+
+/// `plangate track import|show|step`: on the database `plangate mcp` would use, with
+/// the rest of the settings from the environment (as [`cli_settings`]).
+fn track(env: &ServeArgs, args: TrackArgs) -> ExitCode {
+    let mut serve = env.clone();
+    serve.config = args.config.or(serve.config);
+    serve.database_url = args.database_url.or(serve.database_url);
+    let settings = match Settings::resolve_local(&serve) {
+        Ok((settings, _)) => settings,
+        Err(e) => {
+            eprintln!("plangate: {e}");
+            return ExitCode::from(track::EXIT_FAILED);
+        }
+    };
+    ExitCode::from(track::run(settings, args.command))
 }
 
 fn migrate(args: &ServeArgs) -> ExitCode {

@@ -50,8 +50,80 @@ pub enum Command {
     RefineRun(RefineRunArgs),
     /// Serve the MCP tools over stdio for a local agent, in-process on the configured
     /// database with the refine workers (`claude mcp add plangate -- plangate mcp`).
-    /// stdout carries JSON-RPC only; logs go to stderr.
+    /// stdout carries JSON-RPC only; logs go to stderr. With no DATABASE_URL:
+    /// $XDG_DATA_HOME/plangate/plangate.db, else ~/.local/share/plangate/plangate.db.
     Mcp(McpArgs),
+    /// Import, show and step tracks (metadata.json v2) in-process on the database
+    /// `plangate mcp` uses, as `PUT /v1/tracks/{id}` and the step routes do; answers JSON on
+    /// stdout, a refusal is one line `plangate: CODE: detail` on stderr.
+    Track(TrackArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrackArgs {
+    #[command(subcommand)]
+    pub command: TrackCommand,
+    /// TOML config file (its database_url and sqlite_synchronous apply).
+    #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// `sqlite://FILE` or `postgres://…` [default: as `plangate mcp`,
+    /// $XDG_DATA_HOME/plangate/plangate.db, else ~/.local/share/plangate/plangate.db]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TrackCommand {
+    /// Import (create or replace) a track from its metadata.json (v1 is upgraded).
+    Import {
+        /// The metadata.json file (`-` reads stdin).
+        file: PathBuf,
+        /// The track id [default: the document's track_id]
+        #[arg(long, value_name = "ID")]
+        id: Option<String>,
+        /// The project the track belongs to (a replace without it keeps the stored one).
+        #[arg(long, value_name = "PROJECT")]
+        project: Option<String>,
+        /// Replace only this revision (a previous answer's `revision`).
+        #[arg(long, value_name = "REV")]
+        if_match: Option<i64>,
+    },
+    /// Print a track's metadata with its revision.
+    Show {
+        /// The track id.
+        id: String,
+    },
+    /// Start or complete the track's current loop step.
+    Step {
+        /// The track id.
+        id: String,
+        /// PLAN, EVALUATE_PLAN, EXECUTE, EVALUATE_EXECUTION, FIX or BUSINESS_SYNC.
+        #[arg(long)]
+        step: String,
+        #[arg(long, value_enum)]
+        action: TrackAction,
+        /// With complete (required there): PASSED, FAILED or BLOCKED.
+        #[arg(long)]
+        outcome: Option<String>,
+        /// With start (required there): who works on the step.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Apply only to this revision (a previous answer's `revision`).
+        #[arg(long, value_name = "REV")]
+        if_match: Option<i64>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TrackAction {
+    Start,
+    Complete,
 }
 
 #[derive(Debug, Args)]

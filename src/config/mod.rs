@@ -108,6 +108,63 @@ pub fn default_task_dir() -> PathBuf {
     std::env::temp_dir().join(format!("plangate-tasks-{uid}"))
 }
 
+/// The local commands' database when nothing names one:
+/// `$XDG_DATA_HOME/plangate/plangate.db`, else `$HOME/.local/share/plangate/plangate.db`.
+/// A relative or empty variable counts as unset (the XDG spec ignores relative
+/// paths); with neither, the start is refused rather than a file created in the
+/// current directory, which is wherever the agent happened to start us.
+pub fn user_database_path() -> Result<PathBuf, ConfigError> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    let data = absolute("XDG_DATA_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".local").join("share")))
+        .ok_or_else(|| {
+            invalid(
+                "DATABASE_URL",
+                "not set, and neither XDG_DATA_HOME nor HOME names an absolute directory for \
+                 the default database; set DATABASE_URL (e.g. sqlite:///path/to/plangate.db)",
+            )
+        })?;
+    Ok(data.join("plangate").join("plangate.db"))
+}
+
+/// `sqlite://PATH`, with the characters SQLite's URL parser would read as its own
+/// (`%`, `?`, `#`) percent-encoded.
+fn sqlite_url(path: &std::path::Path) -> Result<String, ConfigError> {
+    let text = path.to_str().ok_or_else(|| {
+        invalid(
+            "DATABASE_URL",
+            format!(
+                "not set, and the default database path {} is not UTF-8; set DATABASE_URL",
+                path.display()
+            ),
+        )
+    })?;
+    let mut url = String::from("sqlite://");
+    for c in text.chars() {
+        match c {
+            '%' => url.push_str("%25"),
+            '?' => url.push_str("%3F"),
+            '#' => url.push_str("%23"),
+            c => url.push(c),
+        }
+    }
+    Ok(url)
+}
+
+/// Creates `dir` and its missing parents, private to the user (0700) as the XDG
+/// spec asks of its directories; an existing directory keeps its mode.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
 /// Bytes of large task-list bodies gated at once: four lists at the default body
 /// limit (docs/configuration.md).
 pub const DEFAULT_GATING_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
@@ -124,6 +181,38 @@ impl Settings {
             None => FileConfig::default(),
         };
         Self::merge(args, file)
+    }
+
+    /// [`resolve`](Self::resolve) for the local commands (`plangate mcp`, `plangate
+    /// track`): when neither `DATABASE_URL` (flag, variable) nor the config file
+    /// names a database, the SQLite file in the user's data directory
+    /// ([`user_database_path`], its directory created 0700) rather than one in
+    /// whatever directory the agent runs in. Answers that path when it is used.
+    pub fn resolve_local(args: &ServeArgs) -> Result<(Self, Option<PathBuf>), ConfigError> {
+        let file = match &args.config {
+            Some(path) => FileConfig::load(path)?,
+            None => FileConfig::default(),
+        };
+        if args.database_url.is_some() || file.database_url.is_some() {
+            return Ok((Self::merge(args, file)?, None));
+        }
+        let path = user_database_path()?;
+        let mut args = args.clone();
+        args.database_url = Some(sqlite_url(&path)?);
+        let settings = Self::merge(&args, file)?;
+        // Only once every setting passed: a refused start leaves nothing behind.
+        if let Some(dir) = path.parent() {
+            create_private_dir(dir).map_err(|e| {
+                invalid(
+                    "DATABASE_URL",
+                    format!(
+                        "not set, and the default database's directory {} cannot be created: {e}",
+                        dir.display()
+                    ),
+                )
+            })?;
+        }
+        Ok((settings, Some(path)))
     }
 
     pub fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
@@ -431,6 +520,12 @@ mod tests {
         assert_eq!(s.database_url, "sqlite://plangate.db");
         assert_eq!(s.lease, Duration::from_secs(60));
         assert_eq!(s.body_limit, DEFAULT_BODY_LIMIT);
+    }
+
+    #[test]
+    fn default_database_urls_escape_what_sqlite_would_parse() {
+        let url = sqlite_url(std::path::Path::new("/home/a b/x?y#z%/plangate.db")).unwrap();
+        assert_eq!(url, "sqlite:///home/a b/x%3Fy%23z%25/plangate.db");
     }
 
     #[test]

@@ -291,6 +291,26 @@ fn completed_tracks_schema(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportTrackArgs {
+    /// The track (letters, digits, `.`, `_`, `-`).
+    pub track_id: String,
+    #[schemars(schema_with = "metadata_schema")]
+    pub metadata: Value,
+    /// The track's project; a replace without it keeps the stored one.
+    pub project_id: Option<String>,
+    /// Replace only this revision (a previous answer's), else stale_etag.
+    pub if_match: Option<i64>,
+}
+
+fn metadata_schema(generator: &mut SchemaGenerator) -> Schema {
+    any_object(
+        "The track's metadata.json, v2 or v1 (upgraded; {} is a new track). track_id \
+         may be left out.",
+    )(generator)
+}
+
 /// start or complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

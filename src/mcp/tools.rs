@@ -11,18 +11,17 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::args::{
-    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, PlanFormat, PlanLoopArgs,
-    ProjectStatusArgs, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs, StepAction,
-    TrackStepArgs, ValidateArgs,
+    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, PlanFormat,
+    PlanLoopArgs, ProjectStatusArgs, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs,
+    StepAction, TrackStepArgs, ValidateArgs,
 };
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
-use crate::domain::track_state::Completion;
 use crate::service::task_claims::{ClaimRequest, HeartbeatRequest, NextAnswer};
 use crate::service::task_lists::{
     CreateTaskListRequest, StoredTask, StoredTaskList, TaskUpdate, ValidateRequest,
 };
-use crate::service::tracks::{Precondition, TrackVersion};
+use crate::service::tracks::{self, Precondition};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
 /// Longest `refine_status` wait (the issue's long-poll bound).
@@ -37,6 +36,7 @@ pub enum ToolName {
     SetTaskStatus,
     ProjectStatus,
     PlanLoop,
+    ImportTrack,
     TrackStep,
     StartRefine,
     RefineStatus,
@@ -46,13 +46,14 @@ pub enum ToolName {
 }
 
 impl ToolName {
-    pub const ALL: [ToolName; 12] = [
+    pub const ALL: [ToolName; 13] = [
         ToolName::ValidateTaskList,
         ToolName::CreateTaskList,
         ToolName::ReadyTasks,
         ToolName::SetTaskStatus,
         ToolName::ProjectStatus,
         ToolName::PlanLoop,
+        ToolName::ImportTrack,
         ToolName::TrackStep,
         ToolName::StartRefine,
         ToolName::RefineStatus,
@@ -69,6 +70,7 @@ impl ToolName {
             ToolName::SetTaskStatus => "set_task_status",
             ToolName::ProjectStatus => "project_status",
             ToolName::PlanLoop => "plan_loop",
+            ToolName::ImportTrack => "import_track",
             ToolName::TrackStep => "track_step",
             ToolName::StartRefine => "start_refine",
             ToolName::RefineStatus => "refine_status",
@@ -121,8 +123,14 @@ impl ToolName {
                 "Loop plan of a track's tasks: levels, parallel groups, file conflicts, \
                  overlap with completed tracks."
             }
+            ToolName::ImportTrack => {
+                "Import (create or replace) a track's metadata.json; a replace re-opens a \
+                 closed track. Answers as track_step does, plus created; go on with \
+                 track_step."
+            }
             ToolName::TrackStep => {
-                "Start or complete a track's loop step. Answers legal_next and a revision."
+                "Start or complete a track's loop step. Answers legal_next and a revision \
+                 (pass it back as if_match)."
             }
             ToolName::StartRefine => {
                 "Queue a refine job for one phase; follow it with refine_status."
@@ -150,6 +158,7 @@ impl ToolName {
             ToolName::SetTaskStatus => schema_for_input::<SetStatusArgs>(),
             ToolName::ProjectStatus => schema_for_input::<ProjectStatusArgs>(),
             ToolName::PlanLoop => schema_for_input::<PlanLoopArgs>(),
+            ToolName::ImportTrack => schema_for_input::<ImportTrackArgs>(),
             ToolName::TrackStep => schema_for_input::<TrackStepArgs>(),
             ToolName::StartRefine => schema_for_input::<StartRefineArgs>(),
             ToolName::RefineStatus => schema_for_input::<RefineStatusArgs>(),
@@ -168,11 +177,12 @@ impl ToolName {
 
     /// The tool as `tools/list` shows it.
     pub fn describe(self) -> Tool {
-        // readOnlyHint false is the default; destructiveHint true is, so say false.
+        // readOnlyHint false is the default; destructiveHint true is, so say what is
+        // true: a re-import replaces a track's loop state, the others add or move on.
         let annotations = if self.is_read_only() {
             ToolAnnotations::new().read_only(true)
         } else {
-            ToolAnnotations::new().destructive(false)
+            ToolAnnotations::new().destructive(self == ToolName::ImportTrack)
         };
         Tool::new(self.as_str(), self.description(), self.input_schema()).annotate(annotations)
     }
@@ -238,6 +248,7 @@ pub async fn call(
         ToolName::SetTaskStatus => run(args, |a| set_task_status(service, caller, a)).await,
         ToolName::ProjectStatus => run(args, |a| project_status(service, caller, a)).await,
         ToolName::PlanLoop => run(args, |a| plan_loop(service, caller, a)).await,
+        ToolName::ImportTrack => run(args, |a| import_track(service, caller, a)).await,
         ToolName::TrackStep => run(args, |a| track_step(service, caller, a)).await,
         ToolName::StartRefine => run(args, |a| start_refine(service, caller, a)).await,
         ToolName::RefineStatus => run(args, |a| refine_status(service, caller, a, max_wait)).await,
@@ -557,58 +568,51 @@ async fn plan_loop(
     })
 }
 
+/// A revision to pin, if the caller gave one.
+fn pinned(if_match: Option<i64>) -> Precondition {
+    if_match.map_or(Precondition::None, Precondition::Revision)
+}
+
+async fn import_track(
+    service: &Service,
+    caller: &Caller,
+    args: ImportTrackArgs,
+) -> Result<Answer, ServiceError> {
+    let version = service
+        .import_track(
+            caller,
+            &args.track_id,
+            args.project_id.as_deref(),
+            args.metadata,
+            pinned(args.if_match),
+        )
+        .await?;
+    let mut answer = json!(version.summary());
+    answer["created"] = Value::Bool(version.created);
+    Ok(Answer::Json(answer))
+}
+
 async fn track_step(
     service: &Service,
     caller: &Caller,
     args: TrackStepArgs,
 ) -> Result<Answer, ServiceError> {
-    let precondition = args
-        .if_match
-        .map_or(Precondition::None, Precondition::Revision);
-    let refuse = |field: &str, detail: &str| {
-        Err(
-            ServiceError::unprocessable(ProblemCode::InvalidField, detail.to_owned())
-                .with("field", field),
+    let action = match args.action {
+        StepAction::Start => tracks::StepAction::Start,
+        StepAction::Complete => tracks::StepAction::Complete,
+    };
+    let version = service
+        .step_track(
+            caller,
+            &args.track_id,
+            &args.step,
+            action,
+            args.agent.as_deref(),
+            args.outcome,
+            pinned(args.if_match),
         )
-    };
-    let version: TrackVersion = match args.action {
-        StepAction::Start => {
-            if args.outcome.is_some() {
-                return refuse("outcome", "outcome goes with action complete, not start");
-            }
-            let Some(agent) = args.agent.as_deref() else {
-                return refuse("agent", "agent is required with action start");
-            };
-            service
-                .start_step(caller, &args.track_id, &args.step, agent, precondition)
-                .await?
-        }
-        StepAction::Complete => {
-            if args.agent.is_some() {
-                return refuse("agent", "agent goes with action start, not complete");
-            }
-            let Some(outcome) = args.outcome else {
-                return refuse("outcome", "outcome is required with action complete");
-            };
-            service
-                .complete_step(
-                    caller,
-                    &args.track_id,
-                    &args.step,
-                    &Completion::new(outcome),
-                    precondition,
-                )
-                .await?
-        }
-    };
-    let meta = &version.metadata;
-    Ok(Answer::Json(json!({
-        "status": meta.status,
-        "current_step": meta.loop_state.current_step,
-        "step_status": meta.loop_state.step_status,
-        "revision": version.revision,
-        "legal_next": crate::domain::track_state::legal_next_steps(meta),
-    })))
+        .await?;
+    Ok(Answer::Json(json!(version.summary())))
 }
 
 async fn start_refine(

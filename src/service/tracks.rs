@@ -4,6 +4,7 @@
 //! a stale one is `stale_etag`; without, the change is re-applied to the newest
 //! document (re-checking the transition), so no concurrent write is lost.
 
+use serde::Serialize;
 use serde_json::Value;
 
 use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
@@ -11,9 +12,10 @@ use crate::db::DbError;
 use crate::db::task_lists::now;
 use crate::db::tracks::{StoredTrack, WriteOutcome};
 use crate::domain::ids::Ident;
+use crate::domain::storable::find_nul;
 use crate::domain::track_state::{
-    self, Completion, Metadata, Step, TrackError, TrackErrorCode, TrackId, TransitionCode,
-    TransitionError,
+    self, CheckpointStatus, Completion, CurrentStep, Metadata, Step, StepOutcome, TrackError,
+    TrackErrorCode, TrackId, TrackStatus, TransitionCode, TransitionError,
 };
 
 /// Compare-and-set retries for writers that pinned no revision.
@@ -37,6 +39,42 @@ pub struct TrackVersion {
     pub revision: i64,
     /// For an import: whether the track was created (else replaced).
     pub created: bool,
+}
+
+impl TrackVersion {
+    /// What an agent needs to go on: where the loop stands and what may come next.
+    pub fn summary(&self) -> TrackSummary {
+        let meta = &self.metadata;
+        TrackSummary {
+            track_id: meta.track_id.to_string(),
+            status: meta.status,
+            current_step: meta.loop_state.current_step,
+            step_status: meta.loop_state.step_status,
+            revision: self.revision,
+            legal_next: track_state::legal_next_steps(meta),
+        }
+    }
+}
+
+/// The compact answer of the MCP tools and the CLI (not the whole document).
+#[derive(Debug, Clone, Serialize)]
+pub struct TrackSummary {
+    pub track_id: String,
+    pub status: TrackStatus,
+    pub current_step: CurrentStep,
+    pub step_status: CheckpointStatus,
+    pub revision: i64,
+    /// e.g. `["start PLAN"]`; empty for a closed track.
+    pub legal_next: Vec<String>,
+}
+
+/// Start or complete, with the member that goes with each: one request for the
+/// transports that take both actions in one call (the `track_step` tool, `plangate
+/// track step`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepAction {
+    Start,
+    Complete,
 }
 
 fn track_id(raw: &str) -> Result<TrackId, ServiceError> {
@@ -114,6 +152,14 @@ impl Service {
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
         let id = track_id(raw_id)?;
+        // REST refuses these in its body extractor; MCP and the CLI come here
+        // directly, and Postgres cannot store U+0000 (domain::storable).
+        if let Some(at) = find_nul(&document) {
+            return Err(
+                ServiceError::unprocessable(ProblemCode::InvalidField, at.message())
+                    .with("field", at.pointer),
+            );
+        }
         let named = Ident::parse_optional("project_id", project_id)?;
         let named = named.as_ref().map(Ident::as_str);
         // Naming a project the caller may not act on is refused before anything else.
@@ -203,6 +249,13 @@ impl Service {
         agent: &str,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
+        if agent.contains('\0') {
+            return Err(ServiceError::unprocessable(
+                ProblemCode::InvalidField,
+                "agent holds U+0000 (NUL), which cannot be stored",
+            )
+            .with("field", "agent"));
+        }
         self.apply_step(caller, raw_id, raw_step, precondition, |meta, step| {
             track_state::start_step(meta, step, agent, now())
         })
@@ -222,6 +275,56 @@ impl Service {
             track_state::complete_step(meta, step, completion, now())
         })
         .await
+    }
+
+    /// [`start_step`](Self::start_step) (with `agent`) or
+    /// [`complete_step`](Self::complete_step) (with `outcome`); the member of the
+    /// other action is refused, naming it, before anything is read.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn step_track(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+        raw_step: &str,
+        action: StepAction,
+        agent: Option<&str>,
+        outcome: Option<StepOutcome>,
+        precondition: Precondition,
+    ) -> Result<TrackVersion, ServiceError> {
+        let refuse = |field: &str, detail: &str| {
+            Err(
+                ServiceError::unprocessable(ProblemCode::InvalidField, detail.to_owned())
+                    .with("field", field),
+            )
+        };
+        match action {
+            StepAction::Start => {
+                if outcome.is_some() {
+                    return refuse("outcome", "outcome goes with action complete, not start");
+                }
+                let Some(agent) = agent else {
+                    return refuse("agent", "agent is required with action start");
+                };
+                self.start_step(caller, raw_id, raw_step, agent, precondition)
+                    .await
+            }
+            StepAction::Complete => {
+                if agent.is_some() {
+                    return refuse("agent", "agent goes with action start, not complete");
+                }
+                let Some(outcome) = outcome else {
+                    return refuse("outcome", "outcome is required with action complete");
+                };
+                self.complete_step(
+                    caller,
+                    raw_id,
+                    raw_step,
+                    &Completion::new(outcome),
+                    precondition,
+                )
+                .await
+            }
+        }
     }
 
     /// Read, apply a pure transition, compare-and-set; re-read and re-apply when

@@ -27,6 +27,7 @@ mod refine_jobs;
 mod refine_runs;
 mod scoping;
 mod shutdown;
+mod stdio_tracks;
 mod storable_strings;
 mod task_files;
 mod task_lists;

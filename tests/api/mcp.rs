@@ -120,7 +120,7 @@ async fn tokens_are_checked_as_on_v1(app: TestApp) {
     // The same tokens as /v1 pass.
     for token in [ADMIN, LIMITED] {
         let answer = rpc(&app, "/mcp", token, "tools/list", json!({})).await;
-        assert_eq!(tool_names(&answer).len(), 12, "{answer}");
+        assert_eq!(tool_names(&answer).len(), 13, "{answer}");
     }
     app.shutdown().await;
 }
@@ -319,6 +319,7 @@ async fn every_schema_says_what_is_required(app: TestApp) {
         ("set_task_status", vec!["status", "task_id"]),
         ("project_status", vec!["project_id"]),
         ("plan_loop", vec!["phases", "tasks", "track"]),
+        ("import_track", vec!["metadata", "track_id"]),
         ("track_step", vec!["action", "step", "track_id"]),
         ("start_refine", vec!["context", "refined_plan"]),
         ("refine_status", vec!["job_id"]),
@@ -388,7 +389,7 @@ async fn oversized_requests_are_413(app: TestApp) {
     }
     // A request under the limit still works.
     let answer = rpc(&app, "/mcp", ADMIN, "tools/list", json!({})).await;
-    assert_eq!(tool_names(&answer).len(), 12);
+    assert_eq!(tool_names(&answer).len(), 13);
     app.shutdown().await;
 }
 

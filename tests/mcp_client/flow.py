@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from stdio_tracks import check_stdio_tracks
 
 from agents import AgentsFailure, check_agents, history_by_serving, rest_history
 
@@ -36,7 +37,7 @@ TOKEN = "mcp-flow-token-0123456789"
 LIMITED = "mcp-flow-limited-0123456789"
 ALL_TOOLS = {
     "validate_task_list", "create_task_list", "ready_tasks", "set_task_status",
-    "project_status", "plan_loop", "track_step", "start_refine", "refine_status",
+    "project_status", "plan_loop", "import_track", "track_step", "start_refine", "refine_status",
     "cancel_refine", "claim_task", "heartbeat_task",
 }
 READ_ONLY_TOOLS = {"validate_task_list", "ready_tasks", "project_status", "plan_loop", "refine_status"}
@@ -311,6 +312,7 @@ async def run(binary: str, backend: str) -> int:
             status = await calls.call("project_status", {"project_id": "proj-stdio",
                                                          "team_pk": "cycle-1"})
             check(status["counts"]["done"] == 1, f"stdio readonly status {status}")
+        await check_stdio_tracks(binary, stdio_env)
     print(f"mcp flow on {backend}: ok; largest tool answer {largest[0]} bytes ({largest[1]})")
     return 0
 
