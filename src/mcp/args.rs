@@ -50,6 +50,14 @@ fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
     )
 }
 
+/// An id argument as sent, any JSON: the tool parses it, so a malformed one is a
+/// tool error naming its field and which id to pass, not serde's text (issue 24).
+/// Still required where it is not an `Option` (a missing one is serde's `missing
+/// field`, which names it).
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct RawId(pub Value);
+
 fn any_object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Schema {
     move |_| json_schema!({"type": "object", "description": description})
 }
@@ -91,7 +99,8 @@ pub struct CreateArgs {
 #[serde(deny_unknown_fields)]
 pub struct ReadyArgs {
     /// The server id of the task list (create_task_list's task_list_id).
-    pub task_list_id: Uuid,
+    #[schemars(with = "Uuid")]
+    pub task_list_id: RawId,
     #[serde(default)]
     #[schemars(schema_with = "ready_mode_schema")]
     pub mode: Option<ReadyMode>,
@@ -104,8 +113,9 @@ pub struct ReadyArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimArgs {
-    /// The server id of the task list.
-    pub task_list_id: Uuid,
+    /// The server id of the task list (create_task_list's task_list_id).
+    #[schemars(with = "Uuid")]
+    pub task_list_id: RawId,
     /// Who claims: your agent id (letters, digits, `.`, `_`, `-`).
     pub holder: String,
     /// Claim only a task assigned to this persona.
@@ -121,8 +131,15 @@ pub struct ClaimArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatArgs {
-    /// The server id of the claimed task.
-    pub task_id: Uuid,
+    /// The claimed task: its planner id (e.g. "t-1") with task_list_id, or its
+    /// server id (`id` in claim_task's answer) alone.
+    #[schemars(with = "String")]
+    pub task_id: RawId,
+    /// The server id of the task list (create_task_list's task_list_id); required
+    /// when task_id is the planner's id.
+    #[serde(default)]
+    #[schemars(with = "Option<Uuid>")]
+    pub task_list_id: Option<RawId>,
     /// The claim's holder.
     pub holder: String,
     /// New lease from now in seconds (1 to 86400, default 300).
@@ -133,8 +150,15 @@ pub struct HeartbeatArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetStatusArgs {
-    /// The server id of the task (`id` in create_task_list / ready_tasks), not its task_id.
-    pub task_id: Uuid,
+    /// The task: its planner id (e.g. "t-1") with task_list_id, or its server id
+    /// (`id` in create_task_list / ready_tasks / claim_task) alone.
+    #[schemars(with = "String")]
+    pub task_id: RawId,
+    /// The server id of the task list (create_task_list's task_list_id); required
+    /// when task_id is the planner's id.
+    #[serde(default)]
+    #[schemars(with = "Option<Uuid>")]
+    pub task_list_id: Option<RawId>,
     #[schemars(schema_with = "task_status_schema")]
     pub status: TaskStatus,
     #[serde(default)]
@@ -154,8 +178,8 @@ pub struct SetStatusArgs {
 pub struct ProjectStatusArgs {
     /// The project.
     pub project_id: String,
-    /// Scope the snapshot to this cycle (falls back to the whole project when the
-    /// cycle has no tasks).
+    /// Scope the snapshot to this cycle; an unknown cycle is an error
+    /// `team_not_found` (never the whole project's counts).
     pub team_pk: Option<String>,
 }
 
@@ -285,7 +309,8 @@ fn plan_schema(generator: &mut SchemaGenerator) -> Schema {
 #[serde(deny_unknown_fields)]
 pub struct RefineStatusArgs {
     /// The job (start_refine's job_id).
-    pub job_id: Uuid,
+    #[schemars(with = "Uuid")]
+    pub job_id: RawId,
     /// Wait up to this many seconds (0-60) for the job to change before answering.
     #[schemars(range(min = 0, max = 60))]
     pub wait_seconds: Option<u64>,
@@ -295,5 +320,6 @@ pub struct RefineStatusArgs {
 #[serde(deny_unknown_fields)]
 pub struct CancelRefineArgs {
     /// The job (start_refine's job_id).
-    pub job_id: Uuid,
+    #[schemars(with = "Uuid")]
+    pub job_id: RawId,
 }
