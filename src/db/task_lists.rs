@@ -786,53 +786,52 @@ impl Database {
         project_id: &str,
         team_pk: Option<&str>,
     ) -> DbResult<StatusRows> {
-        let (counts, project_known, cycle_known): (Vec<(i64, String, i64)>, bool, bool) =
-            on_pool!(self, pool => {
-                let counts: Vec<(i64, String, i64)> = match team_pk {
-                    Some(team) => sqlx::query_as(
-                        "SELECT parallel_group, status, COUNT(*) FROM tasks \
-                         WHERE project_id = $1 AND team_pk = $2 GROUP BY parallel_group, status",
+        let (counts, project_known, cycle_known): (Vec<(i64, String, i64)>, bool, bool) = on_pool!(self, pool => {
+            let counts: Vec<(i64, String, i64)> = match team_pk {
+                Some(team) => sqlx::query_as(
+                    "SELECT parallel_group, status, COUNT(*) FROM tasks \
+                     WHERE project_id = $1 AND team_pk = $2 GROUP BY parallel_group, status",
+                )
+                .bind(project_id)
+                .bind(team)
+                .fetch_all(pool)
+                .await?,
+                None => sqlx::query_as(
+                    "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE project_id = $1 \
+                     GROUP BY parallel_group, status",
+                )
+                .bind(project_id)
+                .fetch_all(pool)
+                .await?,
+            };
+            if !counts.is_empty() {
+                (counts, true, true)
+            } else {
+                let cycle_known = match team_pk {
+                    Some(team) => sqlx::query_scalar::<_, i32>(
+                        "SELECT 1 FROM teams WHERE project_id = $1 AND team_pk = $2 \
+                         UNION ALL SELECT 1 FROM task_lists WHERE project_id = $1 AND team_pk = $2 \
+                         LIMIT 1",
                     )
                     .bind(project_id)
                     .bind(team)
-                    .fetch_all(pool)
-                    .await?,
-                    None => sqlx::query_as(
-                        "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE project_id = $1 \
-                         GROUP BY parallel_group, status",
+                    .fetch_optional(pool)
+                    .await?
+                    .is_some(),
+                    None => true,
+                };
+                let project_known = cycle_known && team_pk.is_some()
+                    || sqlx::query_scalar::<_, i32>(
+                        "SELECT 1 FROM teams WHERE project_id = $1 \
+                         UNION ALL SELECT 1 FROM task_lists WHERE project_id = $1 LIMIT 1",
                     )
                     .bind(project_id)
-                    .fetch_all(pool)
-                    .await?,
-                };
-                if !counts.is_empty() {
-                    (counts, true, true)
-                } else {
-                    let cycle_known = match team_pk {
-                        Some(team) => sqlx::query_scalar::<_, i32>(
-                            "SELECT 1 FROM teams WHERE project_id = $1 AND team_pk = $2 \
-                             UNION ALL SELECT 1 FROM task_lists WHERE project_id = $1 AND team_pk = $2 \
-                             LIMIT 1",
-                        )
-                        .bind(project_id)
-                        .bind(team)
-                        .fetch_optional(pool)
-                        .await?
-                        .is_some(),
-                        None => true,
-                    };
-                    let project_known = cycle_known && team_pk.is_some()
-                        || sqlx::query_scalar::<_, i32>(
-                            "SELECT 1 FROM teams WHERE project_id = $1 \
-                             UNION ALL SELECT 1 FROM task_lists WHERE project_id = $1 LIMIT 1",
-                        )
-                        .bind(project_id)
-                        .fetch_optional(pool)
-                        .await?
-                        .is_some();
-                    (counts, project_known, cycle_known)
-                }
-            });
+                    .fetch_optional(pool)
+                    .await?
+                    .is_some();
+                (counts, project_known, cycle_known)
+            }
+        });
         if !project_known {
             return Ok(StatusRows::UnknownProject);
         }

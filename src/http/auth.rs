@@ -135,7 +135,9 @@ fn unauthorized(refusal: Refusal, detail: &str, mcp: bool) -> Response {
     };
     let challenge = challenge(refusal, detail);
     if let Ok(value) = header::HeaderValue::from_str(&challenge) {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
     }
     response
 }

@@ -280,7 +280,10 @@ fn task_arg(task_id: &RawId, task_list_id: Option<&RawId>) -> Result<TaskRef, Se
     let Value::String(task_id) = &task_id.0 else {
         return Err(ServiceError::unprocessable(
             ProblemCode::InvalidField,
-            format!("task_id must be a string, not {}: {TASK_ID_HINT}", task_id.0),
+            format!(
+                "task_id must be a string, not {}: {TASK_ID_HINT}",
+                task_id.0
+            ),
         )
         .with("field", "task_id"));
     };

@@ -378,7 +378,11 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
         get(app, &format!("/v1/task-lists/{list}/graph")).await;
         get(app, "/v1/projects/project-3/status").await;
         get(app, "/v1/projects/project-3/status?team_pk=cycle-2").await;
-        get(app, "/v1/projects/project-3/status?team_pk=no-such-cycle").await;
+        // An unknown cycle: 404, after asking whether the project knows it.
+        let unknown = app
+            .get("/v1/projects/project-3/status?team_pk=no-such-cycle")
+            .await;
+        assert_eq!(unknown.status(), 404, "an unknown cycle is not the project");
         get(app, "/v1/projects/project-3/teams").await;
     }
     // A task starts; another fails and cascade-abandons its dependents.
