@@ -287,8 +287,19 @@ pub struct TeamRecord {
 pub enum StatusScope {
     /// Only the tasks stamped with the requested `team_pk`.
     Cycle,
-    /// Every task of the project (no `team_pk` asked, or none stored for it).
+    /// Every task of the project (no `team_pk` asked).
     Project,
+}
+
+/// What a status snapshot found.
+#[derive(Debug)]
+pub enum StatusRows {
+    /// `(wave, status)` of every task in the scope (none for a known but empty one).
+    Rows(StatusScope, Vec<(i64, TaskStatus)>),
+    /// The project has no task list and no team.
+    UnknownProject,
+    /// The project is known; the cycle is neither a team nor on any task list.
+    UnknownCycle,
 }
 
 impl Database {
@@ -597,6 +608,31 @@ impl Database {
         })
     }
 
+    /// A task named within its list: the list's project and the server id of its
+    /// task whose planner `task_id` is `task_id` (or, failing that, whose server id
+    /// is `or_id`: a client that passes the server id with its list). `None` when the
+    /// list does not exist; `Some((project, None))` when it holds no such task. One
+    /// statement over the `(task_list_id, task_id)` unique index.
+    pub async fn task_in_list(
+        &self,
+        list_id: Uuid,
+        task_id: &str,
+        or_id: Option<Uuid>,
+    ) -> DbResult<Option<(String, Option<Uuid>)>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as::<_, (String, Option<Uuid>)>(
+                "SELECT l.project_id, t.id FROM task_lists l \
+                 LEFT JOIN tasks t ON t.task_list_id = l.id AND (t.task_id = $2 OR t.id = $3) \
+                 WHERE l.id = $1 ORDER BY CASE WHEN t.task_id = $2 THEN 0 ELSE 1 END LIMIT 1",
+            )
+            .bind(list_id)
+            .bind(task_id)
+            .bind(or_id)
+            .fetch_optional(pool)
+            .await?
+        }))
+    }
+
     /// Apply a status change and, on `failed`/`abandoned`, cascade-abandon every
     /// non-terminal transitive dependent — in one transaction that locks the list
     /// (its `task_lists` row; SQLite's write lock), so two concurrent changes cannot
@@ -739,41 +775,77 @@ impl Database {
         })
     }
 
-    /// `(wave, status)` of the tasks a snapshot covers, and which scope that is.
+    /// `(wave, status)` of the tasks a snapshot covers, and which scope that is; or
+    /// that the project or the cycle is unknown (never a wider scope than asked: an
+    /// agent that names a cycle must not read the project's counts as its own).
     ///
     /// Counted in the database (a project can hold a year of lists): one row per
     /// `(wave, status)` from an index-only scan of `tasks_by_project_team_status`
-    /// (migration 0005), expanded here, instead of one row per task.
+    /// (migration 0005), expanded here, instead of one row per task. Only an empty
+    /// answer asks whether the project (a task list or a team) or the cycle (a team
+    /// or a task list stamped with it) exists.
     pub async fn status_rows(
         &self,
         project_id: &str,
         team_pk: Option<&str>,
-    ) -> DbResult<(StatusScope, Vec<(i64, TaskStatus)>)> {
-        let (scope, counts): (StatusScope, Vec<(i64, String, i64)>) = on_pool!(self, pool => {
-            let mut scoped = Vec::new();
-            if let Some(team) = team_pk {
-                scoped = sqlx::query_as(
+    ) -> DbResult<StatusRows> {
+        let (counts, project_known, cycle_known): (Vec<(i64, String, i64)>, bool, bool) = on_pool!(self, pool => {
+            let counts: Vec<(i64, String, i64)> = match team_pk {
+                Some(team) => sqlx::query_as(
                     "SELECT parallel_group, status, COUNT(*) FROM tasks \
                      WHERE project_id = $1 AND team_pk = $2 GROUP BY parallel_group, status",
                 )
                 .bind(project_id)
                 .bind(team)
                 .fetch_all(pool)
-                .await?;
-            }
-            if scoped.is_empty() {
-                let all = sqlx::query_as(
+                .await?,
+                None => sqlx::query_as(
                     "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE project_id = $1 \
                      GROUP BY parallel_group, status",
                 )
                 .bind(project_id)
                 .fetch_all(pool)
-                .await?;
-                (StatusScope::Project, all)
+                .await?,
+            };
+            if !counts.is_empty() {
+                (counts, true, true)
             } else {
-                (StatusScope::Cycle, scoped)
+                let cycle_known = match team_pk {
+                    Some(team) => sqlx::query_scalar::<_, i32>(
+                        "SELECT 1 FROM teams WHERE project_id = $1 AND team_pk = $2 \
+                         UNION ALL SELECT 1 FROM task_lists WHERE project_id = $1 AND team_pk = $2 \
+                         LIMIT 1",
+                    )
+                    .bind(project_id)
+                    .bind(team)
+                    .fetch_optional(pool)
+                    .await?
+                    .is_some(),
+                    None => true,
+                };
+                let project_known = cycle_known && team_pk.is_some()
+                    || sqlx::query_scalar::<_, i32>(
+                        "SELECT 1 FROM teams WHERE project_id = $1 \
+                         UNION ALL SELECT 1 FROM task_lists WHERE project_id = $1 LIMIT 1",
+                    )
+                    .bind(project_id)
+                    .fetch_optional(pool)
+                    .await?
+                    .is_some();
+                (counts, project_known, cycle_known)
             }
         });
+        if !project_known {
+            return Ok(StatusRows::UnknownProject);
+        }
+        if !cycle_known {
+            return Ok(StatusRows::UnknownCycle);
+        }
+        let scope = if team_pk.is_some() {
+            StatusScope::Cycle
+        } else {
+            StatusScope::Project
+        };
         let mut rows = Vec::new();
         for (wave, status, n) in counts {
             let status = TaskStatus::parse(&status)
@@ -783,7 +855,7 @@ impl Database {
                 usize::try_from(n).unwrap_or(0),
             ));
         }
-        Ok((scope, rows))
+        Ok(StatusRows::Rows(scope, rows))
     }
 
     /// Register a cycle of a project. `(project_id, team_pk)` is unique; a project

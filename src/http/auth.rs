@@ -52,8 +52,13 @@ pub async fn require_token(
         request.extensions_mut().insert(Caller::unrestricted());
         return next.run(request).await;
     }
+    let mcp = is_mcp(request.uri().path());
     let Some(presented) = bearer_credentials(request.headers()) else {
-        return unauthorized("send `Authorization: Bearer <token>`");
+        return unauthorized(
+            Refusal::Missing,
+            "no bearer token: send `Authorization: Bearer <token>` with a token the server is configured with",
+            mcp,
+        );
     };
     // A dashboard session cookie is no credential here: it is for `/ui` pages only
     // (docs/configuration.md, "Dashboard sessions"), so a script that rides a
@@ -65,7 +70,11 @@ pub async fn require_token(
         }
     }
     let Some(token) = matched else {
-        return unauthorized("the bearer token is not valid");
+        return unauthorized(
+            Refusal::Invalid,
+            "the bearer token is not valid: it matches none of the server's tokens",
+            mcp,
+        );
     };
     let caller = Caller::for_token(token);
     request.extensions_mut().insert(caller);
@@ -84,17 +93,70 @@ fn bearer_credentials(headers: &axum::http::HeaderMap) -> Option<&str> {
 
 /// `/v1` and the MCP endpoints (docs/mcp.md: same tokens, same project limits).
 fn needs_token(path: &str) -> bool {
-    path.starts_with("/v1/") || path == "/mcp" || path.starts_with("/mcp/")
+    path.starts_with("/v1/") || is_mcp(path)
 }
 
-fn unauthorized(detail: &str) -> Response {
-    let mut response =
-        ApiError::new(StatusCode::UNAUTHORIZED, ProblemCode::Unauthorized, detail).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer"),
-    );
+fn is_mcp(path: &str) -> bool {
+    path == "/mcp" || path.starts_with("/mcp/")
+}
+
+/// Why a request is not let in (RFC 6750 §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// No credentials: no `error` code, only the challenge and a description.
+    Missing,
+    /// Credentials that match no token: `error="invalid_token"`.
+    Invalid,
+}
+
+/// 401 with the reason where clients show it: in the problem's `detail`, and in
+/// `WWW-Authenticate`'s `error_description`, since some clients (the MCP Python
+/// SDK among them) drop a 401's body. On the MCP endpoints the body is also a
+/// JSON-RPC error (`application/json`), the one form the SDK reads off a failed
+/// POST and shows; it keeps every problem member.
+fn unauthorized(refusal: Refusal, detail: &str, mcp: bool) -> Response {
+    let error = ApiError::new(StatusCode::UNAUTHORIZED, ProblemCode::Unauthorized, detail);
+    let mut response = if mcp {
+        let mut body = error.body();
+        body["jsonrpc"] = "2.0".into();
+        body["id"] = serde_json::Value::Null;
+        body["error"] = serde_json::json!({
+            "code": -32001,
+            "message": format!("unauthorized: {detail}"),
+        });
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response()
+    } else {
+        error.into_response()
+    };
+    let challenge = challenge(refusal, detail);
+    if let Ok(value) = header::HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
     response
+}
+
+/// The `WWW-Authenticate` value. RFC 6750 allows no `"` or `\` in a quoted
+/// `error_description`: our details hold none, and any would be dropped.
+fn challenge(refusal: Refusal, detail: &str) -> String {
+    let description: String = detail
+        .chars()
+        .filter(|c| (' '..='~').contains(c) && *c != '"' && *c != '\\')
+        .collect();
+    match refusal {
+        Refusal::Missing => {
+            format!("Bearer realm=\"plangate\", error_description=\"{description}\"")
+        }
+        Refusal::Invalid => format!(
+            "Bearer realm=\"plangate\", error=\"invalid_token\", error_description=\"{description}\""
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -120,5 +182,17 @@ mod tests {
         assert_eq!(with("BEARER  abc ").as_deref(), Some("abc"));
         assert_eq!(with("Basic abc"), None);
         assert_eq!(with("Bearerabc"), None);
+    }
+
+    #[test]
+    fn challenges_carry_the_reason() {
+        assert_eq!(
+            challenge(Refusal::Invalid, "not \"valid\"\\ é"),
+            "Bearer realm=\"plangate\", error=\"invalid_token\", error_description=\"not valid \""
+        );
+        assert_eq!(
+            challenge(Refusal::Missing, "send it"),
+            "Bearer realm=\"plangate\", error_description=\"send it\""
+        );
     }
 }

@@ -183,9 +183,25 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+/// 400 `invalid_path`, with `parameter` naming the path parameter when axum knows it
+/// (so a client learns which id was malformed, not only that one was).
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        ApiError::bad_request(ProblemCode::InvalidPath, rejection.body_text())
+        use axum::extract::path::ErrorKind;
+        let parameter = match &rejection {
+            PathRejection::FailedToDeserializePathParams(failed) => match failed.kind() {
+                ErrorKind::ParseErrorAtKey { key, .. }
+                | ErrorKind::InvalidUtf8InPathParam { key }
+                | ErrorKind::DeserializeError { key, .. } => Some(key.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let error = ApiError::bad_request(ProblemCode::InvalidPath, rejection.body_text());
+        match parameter {
+            Some(key) => error.with("parameter", key),
+            None => error,
+        }
     }
 }
 

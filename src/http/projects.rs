@@ -24,19 +24,24 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct StatusQuery {
-    /// Scope the snapshot to this cycle; falls back to the whole project when the
-    /// cycle has no tasks.
+    /// Scope the snapshot to this cycle; an unknown cycle (no team registered, no
+    /// task list stamped with it) is 404 `team_not_found`.
     #[param(value_type = Option<Ident>, nullable = false)]
     pub team_pk: Option<String>,
 }
 
 /// Status snapshot of a project or of one of its cycles.
+///
+/// A project is known once it has a task list or a team; a cycle once it is a
+/// registered team or a task list carries its `team_pk`. Anything else is a 404,
+/// never zeros or the whole project's counts.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/status", tag = "projects",
     params(("project_id" = Ident, Path, description = "The project"), StatusQuery),
     responses(
         ForbiddenProject,
         (status = 200, description = "The snapshot", body = ProjectStatus),
         (status = 400, description = "Unknown query parameter", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "`project_not_found` (no task list or team of the project) or `team_not_found` (no such cycle in it); `field` names which", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn project_status(

@@ -1,7 +1,11 @@
 //! `PATCH /v1/tasks/{id}`: legal status transitions, with cascade-abandon;
 //! heartbeats of claimed tasks and the task history (docs/api.md "Claims").
+//! Each also under `/v1/task-lists/{id}/tasks/{task_id}`, naming the task by the
+//! planner's id within its list; both call the same use case with a [`TaskRef`].
 
 use axum::extract::State;
+use serde::Deserialize;
+use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
@@ -11,12 +15,35 @@ use super::extract::{Json, Path, StoredJson};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::task_claims::{HeartbeatRequest, TaskHistory};
 use crate::service::task_lists::{StoredTask, TaskUpdate, TaskUpdated};
+use crate::service::task_refs::TaskRef;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(update_task))
         .routes(routes!(heartbeat))
         .routes(routes!(history))
+        .routes(routes!(update_task_in_list))
+        .routes(routes!(heartbeat_in_list))
+        .routes(routes!(history_in_list))
+}
+
+/// A task named by the planner's id within its list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct InList {
+    /// Server id of the task list (`task_list_id`)
+    id: Uuid,
+    /// The planner's `task_id` of the task (e.g. `t-1`); its server id works too
+    task_id: String,
+}
+
+impl From<InList> for TaskRef {
+    fn from(path: InList) -> Self {
+        TaskRef::InList {
+            task_list_id: path.id,
+            task_id: path.task_id,
+        }
+    }
 }
 
 /// Change a task's status.
@@ -43,7 +70,12 @@ async fn update_task(
     Path(id): Path<Uuid>,
     StoredJson(update): StoredJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
-    Ok(Json(state.service.update_task(&caller, id, update).await?))
+    Ok(Json(
+        state
+            .service
+            .update_task(&caller, id.into(), update)
+            .await?,
+    ))
 }
 
 /// Renew a claim's lease (the holder's heartbeat).
@@ -66,7 +98,10 @@ async fn heartbeat(
     Json(request): Json<HeartbeatRequest>,
 ) -> Result<Json<StoredTask>, ApiError> {
     Ok(Json(
-        state.service.heartbeat_task(&caller, id, request).await?,
+        state
+            .service
+            .heartbeat_task(&caller, id.into(), request)
+            .await?,
     ))
 }
 
@@ -85,5 +120,80 @@ async fn history(
     caller: Caller,
     Path(id): Path<Uuid>,
 ) -> Result<Json<TaskHistory>, ApiError> {
-    Ok(Json(state.service.task_history(&caller, id).await?))
+    Ok(Json(state.service.task_history(&caller, id.into()).await?))
+}
+
+/// Change a task's status, naming it by the planner's id within its list.
+///
+/// The same change and answer as `PATCH /v1/tasks/{id}`.
+#[utoipa::path(patch, path = "/v1/task-lists/{id}/tasks/{task_id}", operation_id = "update_task_in_list", tag = "task-lists",
+    params(InList),
+    request_body = TaskUpdate,
+    responses(
+        JsonBodyRejections,
+        (status = 200, description = "The task after the change", body = TaskUpdated),
+        (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
+        (status = 404, description = "No such list, or no such task in it (`field` names which)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`illegal_transition` (`allowed` lists the legal targets), or `task_claimed` (`holder` names who holds the task)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Unknown status or category, a category without `abandoned`, or a bad `holder`", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn update_task_in_list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(path): Path<InList>,
+    StoredJson(update): StoredJson<TaskUpdate>,
+) -> Result<Json<TaskUpdated>, ApiError> {
+    Ok(Json(
+        state
+            .service
+            .update_task(&caller, path.into(), update)
+            .await?,
+    ))
+}
+
+/// Renew a claim's lease, naming the task by the planner's id within its list.
+#[utoipa::path(post, path = "/v1/task-lists/{id}/tasks/{task_id}/heartbeat", operation_id = "heartbeat_task_in_list", tag = "task-lists",
+    params(InList),
+    request_body = HeartbeatRequest,
+    responses(
+        JsonBodyRejections,
+        (status = 200, description = "The task with its renewed `claim`", body = StoredTask),
+        (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
+        (status = 404, description = "No such list, or no such task in it (`field` names which)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`task_claimed` (another `holder` holds it) or `task_not_claimed` (no live claim: its lease ran out, or it finished)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`invalid_field` (`holder`, `lease_s`)", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn heartbeat_in_list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(path): Path<InList>,
+    Json(request): Json<HeartbeatRequest>,
+) -> Result<Json<StoredTask>, ApiError> {
+    Ok(Json(
+        state
+            .service
+            .heartbeat_task(&caller, path.into(), request)
+            .await?,
+    ))
+}
+
+/// A task's history, naming it by the planner's id within its list.
+#[utoipa::path(get, path = "/v1/task-lists/{id}/tasks/{task_id}/history", operation_id = "task_history_in_list", tag = "task-lists",
+    params(InList),
+    responses(
+        (status = 200, description = "The history", body = TaskHistory),
+        (status = 400, description = "`id` is not a UUID (`parameter` names it)", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
+        (status = 404, description = "No such list, or no such task in it (`field` names which)", body = Problem, content_type = "application/problem+json"),
+    ))]
+async fn history_in_list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(path): Path<InList>,
+) -> Result<Json<TaskHistory>, ApiError> {
+    Ok(Json(
+        state.service.task_history(&caller, path.into()).await?,
+    ))
 }

@@ -67,6 +67,14 @@ fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
     )
 }
 
+/// An id argument as sent, any JSON: the tool parses it, so a malformed one is a
+/// tool error naming its field and which id to pass, not serde's text (issue 24).
+/// Still required where it is not an `Option` (a missing one is serde's `missing
+/// field`, which names it).
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct RawId(pub Value);
+
 fn any_object(description: &'static str) -> impl Fn(&mut SchemaGenerator) -> Schema {
     move |_| json_schema!({"type": "object", "description": description})
 }
@@ -107,7 +115,8 @@ pub struct CreateArgs {
 #[serde(deny_unknown_fields)]
 pub struct ReadyArgs {
     /// create_task_list's task_list_id.
-    pub task_list_id: Uuid,
+    #[schemars(with = "Uuid")]
+    pub task_list_id: RawId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "ready_mode_schema")]
     pub mode: Option<ReadyMode>,
@@ -120,7 +129,8 @@ pub struct ReadyArgs {
 #[serde(deny_unknown_fields)]
 pub struct ClaimArgs {
     /// create_task_list's task_list_id.
-    pub task_list_id: Uuid,
+    #[schemars(with = "Uuid")]
+    pub task_list_id: RawId,
     /// Your agent id.
     pub holder: String,
     /// Only its tasks.
@@ -136,8 +146,13 @@ pub struct ClaimArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatArgs {
-    /// The server id of the claimed task.
-    pub task_id: Uuid,
+    /// Planner id (with task_list_id) or server id.
+    #[schemars(with = "String")]
+    pub task_id: RawId,
+    /// Required with a planner task_id.
+    #[serde(default)]
+    #[schemars(with = "Option<Uuid>")]
+    pub task_list_id: Option<RawId>,
     /// The claim's holder.
     pub holder: String,
     /// Default 300.
@@ -148,8 +163,13 @@ pub struct HeartbeatArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetStatusArgs {
-    /// The server id of the task (`id` in create_task_list / ready_tasks), not its task_id.
-    pub task_id: Uuid,
+    /// Planner id (with task_list_id) or server id.
+    #[schemars(with = "String")]
+    pub task_id: RawId,
+    /// Required with a planner task_id.
+    #[serde(default)]
+    #[schemars(with = "Option<Uuid>")]
+    pub task_list_id: Option<RawId>,
     #[schemars(schema_with = "task_status_schema")]
     pub status: TaskStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -169,7 +189,7 @@ pub struct SetStatusArgs {
 pub struct ProjectStatusArgs {
     /// The project.
     pub project_id: String,
-    /// Only this cycle.
+    /// Only this cycle (unknown: team_not_found).
     pub team_pk: Option<String>,
 }
 
@@ -399,7 +419,8 @@ fn plan_schema(generator: &mut SchemaGenerator) -> Schema {
 #[serde(deny_unknown_fields)]
 pub struct RefineStatusArgs {
     /// start_refine's job_id.
-    pub job_id: Uuid,
+    #[schemars(with = "Uuid")]
+    pub job_id: RawId,
     /// Long-poll.
     #[schemars(range(min = 0, max = 60))]
     pub wait_seconds: Option<u64>,
@@ -409,7 +430,8 @@ pub struct RefineStatusArgs {
 #[serde(deny_unknown_fields)]
 pub struct CancelRefineArgs {
     /// start_refine's job_id.
-    pub job_id: Uuid,
+    #[schemars(with = "Uuid")]
+    pub job_id: RawId,
 }
 
 #[cfg(test)]

@@ -63,8 +63,9 @@ pub struct PlangateMcp {
 
 const INSTRUCTIONS: &str = "plangate gates planner task lists (a DAG of tasks with reads/writes) \
 and dispatches them in waves, plans track loops and refines plans with L0 agents. Typical flow: \
-validate_task_list, create_task_list, then loop ready_tasks / set_task_status (with the server \
-`id` of each task) until project_status shows nothing left. Errors are tool errors whose JSON \
+validate_task_list, create_task_list, then loop ready_tasks / set_task_status (naming each task \
+by its task_id with the task_list_id, or by its server `id`) until project_status shows nothing \
+left. Errors are tool errors whose JSON \
 carries a stable `code`.";
 
 impl PlangateMcp {
@@ -104,6 +105,28 @@ impl PlangateMcp {
         }
     }
 
+    /// A write tool called on the read-only surface: say so, and where writes go.
+    fn read_only_refusal(&self, tool: ToolName) -> ErrorData {
+        let (endpoint, writes_go_to) = match self.transport {
+            Transport::Http => ("/mcp/readonly is a read-only endpoint", "/mcp"),
+            Transport::Stdio => (
+                "this server runs read-only (plangate mcp --read-only)",
+                "plangate mcp (without --read-only)",
+            ),
+        };
+        ErrorData::invalid_params(
+            format!(
+                "{tool} changes data, and {endpoint}: call {tool} on {writes_go_to}",
+                tool = tool.as_str()
+            ),
+            Some(serde_json::json!({
+                "code": "read_only_endpoint",
+                "tool": tool.as_str(),
+                "writes_go_to": writes_go_to,
+            })),
+        )
+    }
+
     fn tools(&self) -> Vec<Tool> {
         ToolName::ALL
             .into_iter()
@@ -134,12 +157,13 @@ impl ServerHandler for PlangateMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         // An unknown tool is a protocol error (invalid params), as the MCP spec says;
-        // a tool hidden by the read-only surface is unknown there.
-        let tool = ToolName::parse(&request.name)
-            .filter(|tool| self.surface.offers(*tool))
-            .ok_or_else(|| {
-                ErrorData::invalid_params(format!("unknown tool: {}", request.name), None)
-            })?;
+        // so is a tool the read-only surface hides, but one that says where it is.
+        let tool = ToolName::parse(&request.name).ok_or_else(|| {
+            ErrorData::invalid_params(format!("unknown tool: {}", request.name), None)
+        })?;
+        if !self.surface.offers(tool) {
+            return Err(self.read_only_refusal(tool));
+        }
         let caller = self.caller(&context)?;
         let arguments = request.arguments.unwrap_or_default();
         let result = tools::call(&self.service, &caller, tool, arguments, self.max_wait).await;

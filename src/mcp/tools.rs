@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::args::{
     CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, PlanFormat,
-    PlanLoopArgs, ProjectStatusArgs, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs,
+    PlanLoopArgs, ProjectStatusArgs, RawId, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs,
     StepAction, TrackStepArgs, ValidateArgs,
 };
 use crate::domain::gating::ParsedTaskList;
@@ -21,6 +21,7 @@ use crate::service::task_claims::{ClaimRequest, HeartbeatRequest, NextAnswer};
 use crate::service::task_lists::{
     CreateTaskListRequest, StoredTask, StoredTaskList, TaskUpdate, ValidateRequest,
 };
+use crate::service::task_refs::{TASK_ID_HINT, TASK_LIST_ID_HINT, TaskRef, invalid_id, parse_uuid};
 use crate::service::tracks::{self, Precondition};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
@@ -113,11 +114,13 @@ impl ToolName {
                  done or blocked (stop)."
             }
             ToolName::SetTaskStatus => {
-                "Move a task: pending -> running -> done | failed; unfinished -> abandoned \
-                 (failed/abandoned cascade to dependents)."
+                "Move a task (by planner task_id with task_list_id, or server id): pending -> \
+                 running -> done | failed; unfinished -> abandoned (failed/abandoned cascade \
+                 to dependents)."
             }
             ToolName::ProjectStatus => {
-                "Counts by status, active wave, tasks in flight: of a project or cycle."
+                "Counts by status, active wave, tasks in flight: of a project or cycle \
+                 (unknown: project_not_found / team_not_found)."
             }
             ToolName::PlanLoop => {
                 "Loop plan of a track's tasks: levels, parallel groups, file conflicts, \
@@ -289,6 +292,39 @@ fn invalid_arguments(e: serde_json::Error) -> ServiceError {
     ServiceError::unprocessable(ProblemCode::InvalidBody, format!("invalid arguments: {e}"))
 }
 
+/// Which id a `job_id` is.
+const JOB_ID_HINT: &str = "job_id is the id start_refine answered";
+
+/// A UUID argument: anything but a UUID string is `invalid_field` naming `field`
+/// and saying which id to pass.
+fn uuid_arg(field: &str, raw: &RawId, hint: &str) -> Result<uuid::Uuid, ServiceError> {
+    match &raw.0 {
+        Value::String(text) => parse_uuid(field, text, hint),
+        other => Err(invalid_id(field, &other.to_string(), hint)),
+    }
+}
+
+/// The task `task_id` (and `task_list_id`) name: see [`TaskRef::from_args`].
+fn task_arg(task_id: &RawId, task_list_id: Option<&RawId>) -> Result<TaskRef, ServiceError> {
+    let Value::String(task_id) = &task_id.0 else {
+        return Err(ServiceError::unprocessable(
+            ProblemCode::InvalidField,
+            format!(
+                "task_id must be a string, not {}: {TASK_ID_HINT}",
+                task_id.0
+            ),
+        )
+        .with("field", "task_id"));
+    };
+    match task_list_id {
+        None => TaskRef::from_args(task_id, None),
+        Some(list) => Ok(TaskRef::InList {
+            task_list_id: uuid_arg("task_list_id", list, TASK_LIST_ID_HINT)?,
+            task_id: task_id.clone(),
+        }),
+    }
+}
+
 /// Its arguments parsed (a refusal before the tool runs), then the tool.
 async fn run<A: DeserializeOwned, F: Future<Output = Result<Answer, ServiceError>>>(
     arguments: JsonObject,
@@ -427,7 +463,7 @@ async fn ready_tasks(
     let ready = service
         .ready_tasks(
             caller,
-            args.task_list_id,
+            uuid_arg("task_list_id", &args.task_list_id, TASK_LIST_ID_HINT)?,
             args.mode.unwrap_or_default(),
             args.wait_seconds
                 .map(|w| w.min(crate::service::MAX_WAIT_SECS)),
@@ -469,7 +505,7 @@ async fn claim_task(
     let claimed = service
         .claim_task(
             caller,
-            args.task_list_id,
+            uuid_arg("task_list_id", &args.task_list_id, TASK_LIST_ID_HINT)?,
             ClaimRequest {
                 holder: args.holder,
                 persona: args.persona,
@@ -492,7 +528,7 @@ async fn heartbeat_task(
     let task = service
         .heartbeat_task(
             caller,
-            args.task_id,
+            task_arg(&args.task_id, args.task_list_id.as_ref())?,
             HeartbeatRequest {
                 holder: args.holder,
                 // Past u32 is past the 86,400 s bound: refused there, naming the field.
@@ -513,7 +549,7 @@ async fn set_task_status(
     let updated = service
         .update_task(
             caller,
-            args.task_id,
+            task_arg(&args.task_id, args.task_list_id.as_ref())?,
             TaskUpdate {
                 status: args.status,
                 abandon_category: args.abandon_category,
@@ -651,7 +687,7 @@ async fn refine_status(
     args: RefineStatusArgs,
     max_wait: Duration,
 ) -> Result<Answer, ServiceError> {
-    let id = args.job_id.to_string();
+    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string();
     let wait = Duration::from_secs(args.wait_seconds.unwrap_or(0)).min(max_wait);
     let mut job = service.refine_job(caller, &id, None).await?;
     // The service's long-poll is bounded (docs/jobs.md); wait in its steps until the
@@ -685,7 +721,10 @@ async fn cancel_refine(
     args: CancelRefineArgs,
 ) -> Result<Answer, ServiceError> {
     let job = service
-        .cancel_refine_job(caller, &args.job_id.to_string())
+        .cancel_refine_job(
+            caller,
+            &uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string(),
+        )
         .await?;
     Ok(Answer::Json(json!({"status": job.status})))
 }

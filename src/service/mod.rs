@@ -17,7 +17,8 @@
 //! # Use cases
 //! - task lists and dispatch ([`task_lists`]): `validate_task_list`,
 //!   `create_task_list` (a gate rejection is a 422 with the retry verdict),
-//!   `task_list`, `ready_tasks`, `task_graph`, `update_task`.
+//!   `task_list`, `ready_tasks`, `task_graph`, `update_task` (a task named by its
+//!   server id or by its planner id within its list: [`task_refs`]).
 //! - projects ([`projects`]): `project_status`, `create_team`, `teams`.
 //! - loop plans ([`loop_plans`]): `generate_loop_plan`, `render_plan_markdown`,
 //!   `parse_loop_plan_yaml`, `parse_plan_markdown`.
@@ -41,6 +42,7 @@ pub mod sessions;
 mod submission;
 pub mod task_claims;
 pub mod task_lists;
+pub mod task_refs;
 pub mod tracks;
 
 use std::sync::Arc;

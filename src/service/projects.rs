@@ -5,12 +5,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{Caller, ProblemCode, Service, ServiceError};
+use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 use crate::db::DbError;
 use crate::domain::dispatch::{WaveCounts, snapshot};
 use crate::domain::ids::Ident;
 
-use crate::db::task_lists::{StatusScope as Scope, TeamRecord};
+use crate::db::task_lists::{StatusRows, StatusScope as Scope, TeamRecord};
 
 /// Which rows a status snapshot covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -18,7 +18,7 @@ use crate::db::task_lists::{StatusScope as Scope, TeamRecord};
 pub enum StatusScope {
     /// Only the tasks stamped with the requested `team_pk`.
     Cycle,
-    /// Every task of the project (no `team_pk` asked, or none stored for it).
+    /// Every task of the project (no `team_pk` asked).
     Project,
 }
 
@@ -130,8 +130,9 @@ pub struct NewTeam {
 }
 
 impl Service {
-    /// Status snapshot of a project, or of one of its cycles (falling back to the
-    /// whole project when the cycle has no tasks).
+    /// Status snapshot of a project, or of one of its cycles. An unknown project
+    /// (no task list, no team) or cycle (no team, no list stamped with it) is a 404
+    /// naming which, never zeros or the project's counts: an agent must notice a typo.
     pub async fn project_status(
         &self,
         caller: &Caller,
@@ -141,10 +142,37 @@ impl Service {
         let project = Ident::parse("project_id", &project_id)?;
         caller.check_project(project.as_str())?;
         let team = Ident::parse_optional("team_pk", team_pk.as_deref())?;
-        let (scope, rows) = self
+        let (scope, rows) = match self
             .db
             .status_rows(project.as_str(), team.as_ref().map(Ident::as_str))
-            .await?;
+            .await?
+        {
+            StatusRows::Rows(scope, rows) => (scope, rows),
+            StatusRows::UnknownProject => {
+                return Err(ServiceError::new(
+                    ErrorKind::NotFound,
+                    ProblemCode::ProjectNotFound,
+                    format!(
+                        "project {project_id:?} has no task list and no team: check the \
+                         project_id, or create a task list for it first"
+                    ),
+                )
+                .with("field", "project_id"));
+            }
+            StatusRows::UnknownCycle => {
+                let team_pk = team_pk.unwrap_or_default();
+                return Err(ServiceError::new(
+                    ErrorKind::NotFound,
+                    ProblemCode::TeamNotFound,
+                    format!(
+                        "project {project_id:?} has no cycle {team_pk:?} (no team registered \
+                         and no task list with that team_pk): check the team_pk, or omit it \
+                         for the whole project"
+                    ),
+                )
+                .with("field", "team_pk"));
+            }
+        };
         let snap = snapshot(rows);
         Ok(ProjectStatus {
             project_id,

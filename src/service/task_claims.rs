@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::task_lists::{StoredTask, held_by_other};
+use super::task_refs::TaskRef;
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::task_claims::{ClaimAsk, HeartbeatOutcome, TaskEventRecord};
 use crate::db::task_lists::{TaskRecord, dispatch_view, now};
@@ -308,11 +309,12 @@ impl Service {
     pub async fn heartbeat_task(
         &self,
         caller: &Caller,
-        id: Uuid,
+        task: TaskRef,
         request: HeartbeatRequest,
     ) -> Result<StoredTask, ServiceError> {
         let holder = Ident::parse("holder", &request.holder)?;
         let lease = lease(request.lease_s)?;
+        let id = self.resolve_task(caller, &task).await?;
         if caller.allowed_projects().is_some() {
             match self.db.task_project(id).await? {
                 Some(project_id) => caller.check_project(&project_id)?,
@@ -338,8 +340,9 @@ impl Service {
     pub async fn task_history(
         &self,
         caller: &Caller,
-        id: Uuid,
+        task: TaskRef,
     ) -> Result<TaskHistory, ServiceError> {
+        let id = self.resolve_task(caller, &task).await?;
         let (project_id, events) = self
             .db
             .task_history(id)

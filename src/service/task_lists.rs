@@ -22,6 +22,7 @@ use crate::domain::ids::Ident;
 use crate::domain::retry;
 
 use super::task_claims::{NextAnswer, TaskClaim, next_answer};
+use super::task_refs::TaskRef;
 use crate::db::task_lists::{TaskListRecord, TaskRecord};
 use crate::domain::dispatch::HeldByOther;
 
@@ -620,7 +621,7 @@ impl Service {
     pub async fn update_task(
         &self,
         caller: &Caller,
-        id: Uuid,
+        task: TaskRef,
         update: TaskUpdate,
     ) -> Result<TaskUpdated, ServiceError> {
         match (update.status, update.abandon_category) {
@@ -651,6 +652,7 @@ impl Service {
             )
             .with("field", "notes"));
         }
+        let id = self.resolve_task(caller, &task).await?;
         // A limited token may change only its projects' tasks: look the project up
         // first (a task never changes project, so nothing can slip in between).
         if caller.allowed_projects().is_some() {

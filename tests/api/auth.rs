@@ -166,20 +166,21 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
 
     // /v1/projects/{project_id}/...
     for (project, allowed) in [("proj-a", true), ("proj-c", true), ("proj-b", false)] {
-        let status = send(
-            &app,
-            LIMITED,
-            Method::GET,
-            &format!("/v1/projects/{project}/status?team_pk=cycle-1"),
-            None,
-        )
-        .await;
         let team = send(
             &app,
             LIMITED,
             Method::POST,
             &format!("/v1/projects/{project}/teams"),
             Some(json!({"team_pk": "cycle-9"})),
+        )
+        .await;
+        // After the team: a cycle nobody registered is 404 `team_not_found`.
+        let status = send(
+            &app,
+            LIMITED,
+            Method::GET,
+            &format!("/v1/projects/{project}/status?team_pk=cycle-9"),
+            None,
         )
         .await;
         let teams = send(

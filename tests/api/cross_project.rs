@@ -112,12 +112,14 @@ fn run(project: Option<&str>) -> Value {
 fn route_of(method: &Method, path: &str) -> String {
     let path = path.split('?').next().unwrap_or(path);
     let tracks = path.starts_with("/v1/tracks/");
+    let in_list = path.starts_with("/v1/task-lists/") && path.split('/').nth(4) == Some("tasks");
     let templated: Vec<&str> = path
         .split('/')
         .enumerate()
         .map(|(i, segment)| match (i, segment) {
             (3, _) if tracks => "{track_id}",
             (5, _) if tracks => "{step}",
+            (5, _) if in_list => "{task_id}",
             (3, "proj-b") => "{project_id}",
             (3, s) if uuid::Uuid::parse_str(s).is_ok() => "{id}",
             _ => segment,
@@ -144,6 +146,7 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
     .await;
     let list_id = list["id"].as_str().unwrap().to_owned();
     let task_id = list["tasks"][0]["id"].as_str().unwrap().to_owned();
+    let planner_id = list["tasks"][0]["task_id"].as_str().unwrap().to_owned();
     let team = json!({"team_pk": "cycle-1"});
     created(
         send(
@@ -246,6 +249,28 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
             Some(json!({"holder": "agent-b"})),
         ),
         (Method::GET, format!("/v1/tasks/{task_id}/history"), None),
+        // The same task by the planner's id within its list.
+        (
+            Method::PATCH,
+            format!("/v1/task-lists/{list_id}/tasks/{planner_id}"),
+            Some(json!({"status": "failed"})),
+        ),
+        (
+            Method::POST,
+            format!("/v1/task-lists/{list_id}/tasks/{planner_id}/heartbeat"),
+            Some(json!({"holder": "agent-b"})),
+        ),
+        (
+            Method::GET,
+            format!("/v1/task-lists/{list_id}/tasks/{planner_id}/history"),
+            None,
+        ),
+        // Naming a task the list does not hold: still 403, nothing told about it.
+        (
+            Method::GET,
+            format!("/v1/task-lists/{list_id}/tasks/no-such-task/history"),
+            None,
+        ),
         (Method::GET, "/v1/projects/proj-b/status".into(), None),
         (Method::GET, "/v1/projects/proj-b/teams".into(), None),
         (Method::GET, "/v1/projects/proj-b/usage".into(), None),

@@ -16,6 +16,7 @@ mod deploy;
 mod edges;
 mod gating_props;
 mod health_cli;
+mod ids;
 mod loop_plan_props;
 mod loop_plans;
 mod mcp;

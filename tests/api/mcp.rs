@@ -96,17 +96,47 @@ fn two_tasks() -> Value {
 async fn tokens_are_checked_as_on_v1(app: TestApp) {
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
     for path in ["/mcp", "/mcp/readonly"] {
-        for token in [None, Some("not-a-token")] {
+        for (token, reason) in [
+            (None, "no bearer token"),
+            (Some("not-a-token"), "the bearer token is not valid"),
+        ] {
             let response = post_raw(&app, path, token, list.clone()).await;
-            assert_eq!(
-                response
-                    .headers()
-                    .get("www-authenticate")
-                    .and_then(|v| v.to_str().ok()),
-                Some("Bearer"),
-                "{path} with {token:?}"
+            // The reason, where clients that drop a 401's body still see it (RFC 6750).
+            let challenge = response
+                .headers()
+                .get("www-authenticate")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                challenge.starts_with("Bearer realm=\"plangate\""),
+                "{challenge}"
             );
-            expect_problem(response, 401, "unauthorized").await;
+            assert!(
+                challenge.contains(&format!("error_description=\"{reason}")),
+                "{challenge}"
+            );
+            assert_eq!(
+                challenge.contains("error=\"invalid_token\""),
+                token.is_some(),
+                "{challenge}"
+            );
+            // The body: the problem's members, and a JSON-RPC error the MCP SDK shows.
+            assert_eq!(response.status(), 401);
+            assert_eq!(response.headers()["content-type"], "application/json");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["code"], "unauthorized", "{body}");
+            assert_eq!(body["status"], 401, "{body}");
+            assert!(
+                body["detail"].as_str().unwrap().starts_with(reason),
+                "{body}"
+            );
+            assert_eq!(body["jsonrpc"], "2.0", "{body}");
+            assert!(body["id"].is_null(), "{body}");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(reason),
+                "{body}"
+            );
         }
     }
     // No OAuth metadata is published: clients then use the static header.
@@ -207,7 +237,25 @@ async fn the_read_only_surface_changes_nothing(app: TestApp) {
     )
     .await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
-    let (_, status) = call_tool(
+    // The refusal says why, and where writes go.
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("read-only endpoint") && message.contains("call create_task_list on /mcp"),
+        "{message}"
+    );
+    assert_eq!(answer["error"]["data"]["writes_go_to"], "/mcp", "{answer}");
+    // A tool that exists nowhere is still just unknown.
+    let unknown = rpc(
+        &app,
+        "/mcp/readonly",
+        ADMIN,
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(unknown["error"]["message"], "unknown tool: no_such_tool");
+    // Nothing was created: the project is still unknown.
+    let (error, status) = call_tool(
         &app,
         "/mcp",
         ADMIN,
@@ -215,7 +263,8 @@ async fn the_read_only_surface_changes_nothing(app: TestApp) {
         json!({"project_id": "proj-a"}),
     )
     .await;
-    assert_eq!(status["counts"]["pending"], 0, "{status}");
+    assert!(error, "{status}");
+    assert_eq!(status["code"], "project_not_found", "{status}");
     app.shutdown().await;
 }
 
@@ -261,10 +310,19 @@ async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
     )
     .await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // A malformed id: invalid_field naming it (more in tasks_are_named_by_planner_or_server_id).
+    for arguments in [
+        json!({"task_list_id": "not-a-uuid"}),
+        json!({"task_list_id": 5}),
+    ] {
+        let (error, problem) =
+            call_tool(&app, "/mcp", ADMIN, "ready_tasks", arguments.clone()).await;
+        assert!(error, "{arguments}: {problem}");
+        assert_eq!(problem["code"], "invalid_field", "{arguments}: {problem}");
+        assert_eq!(problem["field"], "task_list_id", "{arguments}: {problem}");
+    }
     // Arguments of the wrong type: a tool error with the REST code.
     for (tool, arguments) in [
-        ("ready_tasks", json!({"task_list_id": "not-a-uuid"})),
-        ("ready_tasks", json!({"task_list_id": 5})),
         (
             "set_task_status",
             json!({"task_id": "0190c2b4-0000-7000-8000-000000000000", "status": "finished"}),
@@ -401,6 +459,233 @@ async fn small_limit(backend: Backend) -> TestApp {
     .await
 }
 
+/// Issue #24, item 4: `set_task_status` and `heartbeat_task` take the planner's
+/// `task_id` with `task_list_id`, or the server id alone; every malformed id is a
+/// tool error naming its field and which id to pass.
+async fn tasks_are_named_by_planner_or_server_id(app: TestApp) {
+    let (error, created) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "create_task_list",
+        json!({"project_id": "proj-a", "created_by": "pm", "tasks": two_tasks()}),
+    )
+    .await;
+    assert!(!error, "{created}");
+    let list = created["task_list_id"].as_str().unwrap().to_owned();
+    let t2 = created["tasks"][1]["id"].as_str().unwrap().to_owned();
+    let call = |tool: &'static str, arguments: Value| {
+        let app = &app;
+        async move { call_tool(app, "/mcp", ADMIN, tool, arguments).await }
+    };
+
+    // Claim t-1, renew it and finish it by its planner id.
+    let (error, claimed) = call(
+        "claim_task",
+        json!({"task_list_id": list, "holder": "agent-1"}),
+    )
+    .await;
+    assert!(!error, "{claimed}");
+    assert_eq!(claimed["task"]["task_id"], "t-1", "{claimed}");
+    let (error, renewed) = call(
+        "heartbeat_task",
+        json!({"task_id": "t-1", "task_list_id": list, "holder": "agent-1"}),
+    )
+    .await;
+    assert!(!error, "{renewed}");
+    assert_eq!(renewed["claim"]["holder"], "agent-1", "{renewed}");
+    let (error, done) = call(
+        "set_task_status",
+        json!({"task_id": "t-1", "task_list_id": list, "status": "done", "holder": "agent-1"}),
+    )
+    .await;
+    assert!(!error, "{done}");
+    assert_eq!(done["task"]["task_id"], "t-1");
+    assert_eq!(done["task"]["status"], "done");
+    // The server id alone still works, and with its list too.
+    let (error, running) = call(
+        "set_task_status",
+        json!({"task_id": t2, "status": "running"}),
+    )
+    .await;
+    assert!(!error, "{running}");
+    assert_eq!(running["task"]["task_id"], "t-2");
+    let (error, failed) = call(
+        "set_task_status",
+        json!({"task_id": t2, "task_list_id": list, "status": "failed"}),
+    )
+    .await;
+    assert!(!error, "{failed}");
+    assert_eq!(failed["task"]["status"], "failed");
+
+    // Refusals: (tool, arguments, code, field, a phrase of the detail).
+    let unknown_list = uuid::Uuid::now_v7().to_string();
+    let refusals = [
+        // A planner id without its list: say to pass task_list_id, and where it is.
+        (
+            "set_task_status",
+            json!({"task_id": "t-1", "status": "running"}),
+            "invalid_field",
+            "task_list_id",
+            "create_task_list",
+        ),
+        (
+            "heartbeat_task",
+            json!({"task_id": "t-1", "holder": "agent-1"}),
+            "invalid_field",
+            "task_list_id",
+            "create_task_list",
+        ),
+        // A task_list_id that is no UUID, or no list.
+        (
+            "set_task_status",
+            json!({"task_id": "t-1", "task_list_id": "t-1", "status": "running"}),
+            "invalid_field",
+            "task_list_id",
+            "create_task_list",
+        ),
+        (
+            "set_task_status",
+            json!({"task_id": "t-1", "task_list_id": unknown_list, "status": "running"}),
+            "not_found",
+            "task_list_id",
+            "does not exist",
+        ),
+        (
+            "heartbeat_task",
+            json!({"task_id": "t-1", "task_list_id": unknown_list, "holder": "agent-1"}),
+            "not_found",
+            "task_list_id",
+            "does not exist",
+        ),
+        // A planner id the list does not hold; a task_id that is no string.
+        (
+            "set_task_status",
+            json!({"task_id": "t-9", "task_list_id": list, "status": "running"}),
+            "not_found",
+            "task_id",
+            "t-9",
+        ),
+        (
+            "set_task_status",
+            json!({"task_id": 1, "task_list_id": list, "status": "running"}),
+            "invalid_field",
+            "task_id",
+            "planner",
+        ),
+        // Every other id argument.
+        (
+            "ready_tasks",
+            json!({"task_list_id": "t-1"}),
+            "invalid_field",
+            "task_list_id",
+            "create_task_list",
+        ),
+        (
+            "ready_tasks",
+            json!({"task_list_id": 5}),
+            "invalid_field",
+            "task_list_id",
+            "create_task_list",
+        ),
+        (
+            "claim_task",
+            json!({"task_list_id": "x", "holder": "agent-1"}),
+            "invalid_field",
+            "task_list_id",
+            "create_task_list",
+        ),
+        (
+            "refine_status",
+            json!({"job_id": "job-1"}),
+            "invalid_field",
+            "job_id",
+            "start_refine",
+        ),
+        (
+            "cancel_refine",
+            json!({"job_id": {"id": 1}}),
+            "invalid_field",
+            "job_id",
+            "start_refine",
+        ),
+    ];
+    for (tool, arguments, code, field, phrase) in refusals {
+        let (error, refused) = call(tool, arguments.clone()).await;
+        assert!(error, "{tool} {arguments}: {refused}");
+        assert_eq!(refused["code"], code, "{tool} {arguments}: {refused}");
+        assert_eq!(refused["field"], field, "{tool} {arguments}: {refused}");
+        let detail = refused["detail"].as_str().unwrap();
+        assert!(detail.contains(phrase), "{tool} {arguments}: {detail}");
+        assert!(!detail.contains("UUID parsing failed"), "{detail}");
+    }
+    // The refusals changed nothing: t-2 is still failed, t-1 done.
+    let (_, status) = call("project_status", json!({"project_id": "proj-a"})).await;
+    assert_eq!(status["counts"]["done"], 1, "{status}");
+    assert_eq!(status["counts"]["failed"], 1, "{status}");
+    assert_eq!(status["counts"]["running"], 0, "{status}");
+    app.shutdown().await;
+}
+
+/// Issue #24, item 7: project_status names an unknown project or cycle.
+async fn project_status_names_what_is_unknown(app: TestApp) {
+    for path in ["/mcp", "/mcp/readonly"] {
+        let (error, refused) = call_tool(
+            &app,
+            path,
+            ADMIN,
+            "project_status",
+            json!({"project_id": "ghost"}),
+        )
+        .await;
+        assert!(error, "{refused}");
+        assert_eq!(refused["code"], "project_not_found", "{refused}");
+        assert_eq!(refused["field"], "project_id", "{refused}");
+    }
+    let (error, _) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "create_task_list",
+        json!({"project_id": "proj-a", "team_pk": "cycle-1", "created_by": "pm", "tasks": two_tasks()}),
+    )
+    .await;
+    assert!(!error);
+    let (error, refused) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "project_status",
+        json!({"project_id": "proj-a", "team_pk": "cycle-2"}),
+    )
+    .await;
+    assert!(error, "{refused}");
+    assert_eq!(refused["code"], "team_not_found", "{refused}");
+    assert_eq!(refused["field"], "team_pk", "{refused}");
+    let (error, status) = call_tool(
+        &app,
+        "/mcp",
+        ADMIN,
+        "project_status",
+        json!({"project_id": "proj-a", "team_pk": "cycle-1"}),
+    )
+    .await;
+    assert!(!error, "{status}");
+    assert_eq!(status["scope"], "cycle");
+    assert_eq!(status["counts"]["pending"], 2, "{status}");
+    // The limited token learns nothing of other projects, known or not.
+    let (_, refused) = call_tool(
+        &app,
+        "/mcp",
+        LIMITED,
+        "project_status",
+        json!({"project_id": "ghost"}),
+    )
+    .await;
+    assert_eq!(refused["code"], "forbidden_project", "{refused}");
+    app.shutdown().await;
+}
+
 macro_rules! on_both {
     ($($name:ident => $spawn:expr),+ $(,)?) => {$(
         mod $name {
@@ -534,4 +819,6 @@ on_both! {
     malformed_jsonrpc_gets_jsonrpc_errors => spawn,
     every_schema_says_what_is_required => spawn,
     oversized_requests_are_413 => small_limit,
+    tasks_are_named_by_planner_or_server_id => spawn,
+    project_status_names_what_is_unknown => spawn,
 }

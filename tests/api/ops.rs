@@ -437,7 +437,11 @@ async fn v1_routes_need_a_token_when_tokens_are_configured(backend: Backend) {
     .await;
     let body = serde_json::json!({"tasks": []});
     let none = app.post_json("/v1/task-lists/validate", &body).await;
-    assert_eq!(none.headers()["www-authenticate"], "Bearer");
+    assert_eq!(
+        none.headers()["www-authenticate"],
+        "Bearer realm=\"plangate\", error_description=\"no bearer token: send \
+         `Authorization: Bearer <token>` with a token the server is configured with\""
+    );
     expect_problem(none, 401, "unauthorized").await;
     let wrong = app
         .client

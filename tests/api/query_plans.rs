@@ -99,6 +99,14 @@ const EXPECTED: &[(&str, &str)] = &[
     ),
     ("status by cycle", "WHERE project_id = $1 AND team_pk = $2"),
     ("status by project", "FROM tasks WHERE project_id = $1"),
+    (
+        "cycle known",
+        "SELECT 1 FROM teams WHERE project_id = $1 AND team_pk = $2",
+    ),
+    (
+        "task by planner id",
+        "LEFT JOIN tasks t ON t.task_list_id = l.id AND (t.task_id = $2",
+    ),
     ("task change", "UPDATE tasks SET status = $2"),
     ("cascade", "UPDATE tasks SET status = $1, abandon_category"),
     ("list pages", "FROM refine_jobs WHERE TRUE"),
@@ -378,7 +386,16 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
         get(app, &format!("/v1/task-lists/{list}/graph")).await;
         get(app, "/v1/projects/project-3/status").await;
         get(app, "/v1/projects/project-3/status?team_pk=cycle-2").await;
-        get(app, "/v1/projects/project-3/status?team_pk=no-such-cycle").await;
+        // An unknown cycle: 404, after asking whether the project knows it.
+        let unknown = app
+            .get("/v1/projects/project-3/status?team_pk=no-such-cycle")
+            .await;
+        assert_eq!(unknown.status(), 404, "an unknown cycle is not the project");
+        // A task by the planner's id within its list (none is named so: 404).
+        let by_planner_id = app
+            .get(&format!("/v1/task-lists/{list}/tasks/no-such-task/history"))
+            .await;
+        assert_eq!(by_planner_id.status(), 404, "no task no-such-task");
         get(app, "/v1/projects/project-3/teams").await;
     }
     // A task starts; another fails and cascade-abandons its dependents.

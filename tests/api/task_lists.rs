@@ -356,14 +356,13 @@ async fn rejected_lists_are_counted_per_cycle_and_escalate(app: TestApp) {
         (json!(2), json!(true))
     );
     assert_eq!(second["escalation"], "dag-invalid");
-    // Nothing was stored by the rejections.
-    let status: Value = app
-        .get("/v1/projects/proj/status")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(status["counts"]["pending"], 0, "{status}");
+    // Nothing was stored by the rejections: the project has no list yet.
+    expect_problem(
+        app.get("/v1/projects/proj/status").await,
+        404,
+        "project_not_found",
+    )
+    .await;
     // An accepted list resets the count.
     create(&app, "proj", Some("c1"), diamond()).await;
     let after = expect_problem(submit("c1", bad.clone()).await, 422, "dag_invalid").await;
@@ -445,21 +444,13 @@ async fn bad_task_fields_name_the_field_and_store_nothing(app: TestApp) {
     )
     .await;
     assert_eq!(problem["field"], "project_id");
-    let status: Value = app
-        .get("/v1/projects/shape/status")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(
-        status["counts"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_u64().unwrap())
-            .sum::<u64>(),
-        0
-    );
+    // Nothing was stored: the project has no list, so its status is unknown.
+    expect_problem(
+        app.get("/v1/projects/shape/status").await,
+        404,
+        "project_not_found",
+    )
+    .await;
     app.shutdown().await;
 }
 
@@ -706,7 +697,7 @@ async fn barrier_waits_for_the_wave_pipeline_does_not(app: TestApp) {
     app.shutdown().await;
 }
 
-async fn status_is_scoped_per_cycle_with_project_fallback(app: TestApp) {
+async fn status_is_scoped_per_cycle(app: TestApp) {
     let one = create(&app, "shared", Some("cycle-A"), diamond()).await;
     create(
         &app,
@@ -742,14 +733,14 @@ async fn status_is_scoped_per_cycle_with_project_fallback(app: TestApp) {
     assert_eq!(cycle_b["counts"]["pending"], 1);
     assert_eq!(cycle_b["in_flight"], 0);
 
-    let unknown: Value = app
-        .get("/v1/projects/shared/status?team_pk=nope")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(unknown["scope"], "project");
-    assert_eq!(unknown["counts"]["pending"], 4);
+    // An unknown cycle is not widened to the project (issue #24): 404 naming it.
+    let unknown = expect_problem(
+        app.get("/v1/projects/shared/status?team_pk=nope").await,
+        404,
+        "team_not_found",
+    )
+    .await;
+    assert_eq!(unknown["field"], "team_pk");
     let whole: Value = app
         .get("/v1/projects/shared/status")
         .await
@@ -1092,7 +1083,7 @@ both_backends!(
     abandon_cascades_down_a_long_chain_but_spares_terminal_tasks,
     illegal_transitions_are_409_and_repeats_are_idempotent,
     barrier_waits_for_the_wave_pipeline_does_not,
-    status_is_scoped_per_cycle_with_project_fallback,
+    status_is_scoped_per_cycle,
     teams_register_per_project,
     graph_renders_waves_as_text,
     large_lists_persist_in_batches,

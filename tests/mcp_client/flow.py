@@ -32,6 +32,8 @@ from stdio_tracks import check_stdio_tracks
 
 from agents import AgentsFailure, check_agents, history_by_serving, rest_history
 
+from ids import check_ids
+
 EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
 TOKEN = "mcp-flow-token-0123456789"
 LIMITED = "mcp-flow-limited-0123456789"
@@ -197,7 +199,8 @@ async def flow(client: Client, label: str, project: str, track_id: str, server_r
 
     # Wrong argument types are tool errors with the REST code, never a crash.
     wrong_type = await calls.call("ready_tasks", {"task_list_id": 42}, expect_error=True)
-    check(wrong_type["code"] == "invalid_body", f"{label}: wrong type {wrong_type}")
+    check(wrong_type["code"] == "invalid_field" and wrong_type["field"] == "task_list_id",
+          f"{label}: wrong type {wrong_type}")
     return calls
 
 
@@ -272,6 +275,7 @@ async def run(binary: str, backend: str) -> int:
                     largest = max(largest, calls.largest)
             async with http_client(server.base, "/mcp/readonly", TOKEN, "legacy") as client:
                 check(await tool_names(client) == READ_ONLY_TOOLS, "readonly tools")
+            await check_ids("http", lambda: http_client(server.base, "/mcp", TOKEN, "legacy"), lambda: http_client(server.base, "/mcp/readonly", TOKEN, "legacy"), lambda: http_client(server.base, "/mcp", "wrong-token-0123456789", "legacy"))
             async with http_client(server.base, "/mcp", LIMITED, "legacy") as client:
                 check(await tool_names(client) == ALL_TOOLS, "limited tools")
                 calls = Recorder(client, "limited")
@@ -291,7 +295,8 @@ async def run(binary: str, backend: str) -> int:
                         f"{server.base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                         headers={"Authorization": "Bearer wrong-token-0123456789",
                                  "Accept": "application/json, text/event-stream"})
-                check(answer.status_code == 401 and answer.headers.get("www-authenticate") == "Bearer",
+                check(answer.status_code == 401
+                      and answer.headers.get("www-authenticate", "").startswith('Bearer realm="plangate"'),
                       f"wrong token: {answer.status_code} {answer.headers}")
             await check_agents("http", lambda: http_client(server.base, "/mcp", TOKEN, "auto"), rest_history(server.base, TOKEN))
             server.put_track("track-stdio")
@@ -305,6 +310,7 @@ async def run(binary: str, backend: str) -> int:
             calls = await flow(client, "stdio", "proj-stdio", "track-stdio", lambda: False)
             largest = max(largest, calls.largest)
         await check_agents("stdio", lambda: Client(StdioServerParameters(command=binary, args=["mcp"], env=stdio_env | {"RUST_LOG": "warn", "PLANGATE_WORKERS": "1"}), mode="legacy", cache=None), history_by_serving(binary, env))
+        await check_ids("stdio", lambda: Client(StdioServerParameters(command=binary, args=["mcp"], env=stdio_env), mode="legacy", cache=None), lambda: Client(StdioServerParameters(command=binary, args=["mcp", "--read-only"], env=stdio_env), cache=None))
         params = StdioServerParameters(command=binary, args=["mcp", "--read-only"], env=stdio_env)
         async with Client(params, cache=None) as client:
             check(await tool_names(client) == READ_ONLY_TOOLS, "stdio readonly tools")
