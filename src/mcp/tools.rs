@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use super::args::{
     CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, PlanFormat,
-    PlanLoopArgs, ProjectStatusArgs, RawId, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs,
-    StepAction, TrackStepArgs, ValidateArgs,
+    PlanLoopArgs, ProjectStatusArgs, RawId, ReadyArgs, RefineStatusArgs, SetStatusArgs,
+    StartRefineArgs, StepAction, TrackStepArgs, ValidateArgs,
 };
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
