@@ -32,7 +32,7 @@ fn task_array(_: &mut SchemaGenerator) -> Schema {
                 "assigned_persona": {"type": "string"},
                 "parallel_group": {"type": "integer", "minimum": 1, "description": "Wave, after its depends_on's."},
                 "depends_on": strings("task_ids"),
-                "reads": strings("Written in an earlier wave or existing_files."),
+                "reads": strings("From an earlier wave or existing_files."),
                 "writes": strings("One writer per file and wave."),
                 "description": {"type": "string"},
                 "reviews": {"type": ["string", "null"], "description": "task_id reviewed (other persona, earlier wave)."}
@@ -63,7 +63,7 @@ fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
     let values: Vec<&str> = ReadyMode::ALL.iter().map(|m| m.as_str()).collect();
     enum_schema(
         &values,
-        "barrier (default): wave by wave; pipeline: as dependencies finish.",
+        "barrier (default): by wave; pipeline: as deps finish.",
     )
 }
 
@@ -85,7 +85,7 @@ pub struct ValidateArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "task_array")]
     pub tasks: Option<Value>,
-    /// Planner text instead of tasks (last ```json block).
+    /// Planner text with a ```json block.
     pub planner_output: Option<String>,
     /// Paths that exist already.
     pub existing_files: Option<Vec<String>>,
@@ -103,11 +103,11 @@ pub struct CreateArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "task_array")]
     pub tasks: Option<Value>,
-    /// Planner text instead of tasks (last ```json block).
+    /// Planner text with a ```json block.
     pub planner_output: Option<String>,
     /// Paths that exist already.
     pub existing_files: Option<Vec<String>>,
-    /// A retry with the same key and arguments creates nothing.
+    /// Makes a retry safe.
     pub idempotency_key: Option<String>,
 }
 
@@ -149,7 +149,7 @@ pub struct HeartbeatArgs {
     /// Planner id (with task_list_id) or server id.
     #[schemars(with = "String")]
     pub task_id: RawId,
-    /// Required with a planner task_id.
+    /// For a planner task_id.
     #[serde(default)]
     #[schemars(with = "Option<Uuid>")]
     pub task_list_id: Option<RawId>,
@@ -166,7 +166,7 @@ pub struct SetStatusArgs {
     /// Planner id (with task_list_id) or server id.
     #[schemars(with = "String")]
     pub task_id: RawId,
-    /// Required with a planner task_id.
+    /// For a planner task_id.
     #[serde(default)]
     #[schemars(with = "Option<Uuid>")]
     pub task_list_id: Option<RawId>,
@@ -189,7 +189,7 @@ pub struct SetStatusArgs {
 pub struct ProjectStatusArgs {
     /// The project.
     pub project_id: String,
-    /// Only this cycle (unknown: team_not_found).
+    /// Only this cycle.
     pub team_pk: Option<String>,
 }
 
@@ -314,20 +314,19 @@ fn completed_tracks_schema(_: &mut SchemaGenerator) -> Schema {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportTrackArgs {
-    /// The track (letters, digits, `.`, `_`, `-`).
+    /// The track.
     pub track_id: String,
     #[schemars(schema_with = "metadata_schema")]
     pub metadata: Value,
-    /// The track's project; a replace without it keeps the stored one.
+    /// Kept on replace if absent.
     pub project_id: Option<String>,
-    /// Replace only this revision (a previous answer's), else stale_etag.
+    /// Replace only this revision.
     pub if_match: Option<i64>,
 }
 
 fn metadata_schema(generator: &mut SchemaGenerator) -> Schema {
     any_object(
-        "The track's metadata.json, v2 or v1 (upgraded; {} is a new track). track_id \
-         may be left out.",
+        "metadata.json (v1 upgraded; {} starts a track).",
     )(generator)
 }
 
@@ -364,7 +363,7 @@ pub struct TrackStepArgs {
     pub outcome: Option<StepOutcome>,
     /// With (and only with) start.
     pub agent: Option<String>,
-    /// A revision: refused if the track changed since.
+    /// Refused if the revision changed.
     pub if_match: Option<i64>,
 }
 
@@ -399,11 +398,11 @@ pub struct StartRefineArgs {
     pub task_text: Option<String>,
     /// Executor profile.
     pub executor: Option<String>,
-    /// Required by a project-limited token.
+    /// For limited tokens.
     pub project_id: Option<String>,
     /// The planning cycle.
     pub team_pk: Option<String>,
-    /// A retry with the same key and arguments answers the same job.
+    /// Makes a retry safe.
     pub idempotency_key: Option<String>,
 }
 

@@ -102,50 +102,43 @@ impl ToolName {
     fn description(self) -> &'static str {
         match self {
             ToolName::ValidateTaskList => {
-                "Gate a task list, storing nothing: its errors (the first 100 listed, \
-                 error_counts of all), warnings and waves."
+                "Gate a task list without storing it: errors, error_counts, warnings, waves."
             }
             ToolName::CreateTaskList => {
-                "Gate and store a task list. Answers each task's server `id`, which the other \
-                 tools take. Refused: a tool error with errors and reprompt (for the planner)."
+                "Gate and store a task list; answers server ids. Refused: errors and reprompt \
+                 (for the planner)."
             }
             ToolName::ReadyTasks => {
                 "Tasks to dispatch now, and next: dispatch, wait (call again, wait_seconds), \
                  done or blocked (stop)."
             }
             ToolName::SetTaskStatus => {
-                "Move a task (by planner task_id with task_list_id, or server id): pending -> \
-                 running -> done | failed; unfinished -> abandoned (failed/abandoned cascade \
-                 to dependents)."
+                "Move a task: pending -> running -> done | failed; unfinished -> abandoned \
+                 (failed/abandoned cascade)."
             }
             ToolName::ProjectStatus => {
-                "Counts by status, active wave, tasks in flight: of a project or cycle \
-                 (unknown: project_not_found / team_not_found)."
+                "Counts by status, active wave, in flight: of a project or cycle."
             }
             ToolName::PlanLoop => {
-                "Loop plan of a track's tasks: levels, parallel groups, file conflicts, \
-                 overlap with completed tracks."
+                "Plan a track's tasks: levels, parallel groups, file conflicts, overlap with \
+                 done tracks."
             }
             ToolName::ImportTrack => {
-                "Import (create or replace) a track's metadata.json; a replace re-opens a \
-                 closed track. Answers as track_step does, plus created; go on with \
-                 track_step."
+                "Create or replace a track; then track_step."
             }
             ToolName::TrackStep => {
-                "Start or complete a track's loop step. Answers legal_next and a revision \
-                 (pass it back as if_match)."
+                "Start or complete a track's loop step; answers legal_next, revision."
             }
             ToolName::StartRefine => {
                 "Queue a refine job for one phase; follow it with refine_status."
             }
             ToolName::RefineStatus => {
-                "A refine job's status, progress and result, once changed or after \
-                 wait_seconds."
+                "A refine job's status, progress, result; long-polls with wait_seconds."
             }
             ToolName::CancelRefine => "Cancel a refine job and its L0s.",
             ToolName::ClaimTask => {
-                "Claim a ready task: yours, running, for lease_s (renew: heartbeat_task; end: \
-                 set_task_status, same holder). next as in ready_tasks."
+                "Claim a ready task for lease_s (renew: heartbeat_task; end: set_task_status \
+                 with holder); next as ready_tasks."
             }
             ToolName::HeartbeatTask => {
                 "Renew your claim's lease; task_not_claimed once it ran out."
