@@ -325,9 +325,7 @@ pub struct ImportTrackArgs {
 }
 
 fn metadata_schema(generator: &mut SchemaGenerator) -> Schema {
-    any_object(
-        "metadata.json (v1 upgraded; {} starts a track).",
-    )(generator)
+    any_object("metadata.json (v1 upgraded; {} starts a track).")(generator)
 }
 
 /// start or complete.

@@ -123,9 +123,7 @@ impl ToolName {
                 "Plan a track's tasks: levels, parallel groups, file conflicts, overlap with \
                  done tracks."
             }
-            ToolName::ImportTrack => {
-                "Create or replace a track; then track_step."
-            }
+            ToolName::ImportTrack => "Create or replace a track; then track_step.",
             ToolName::TrackStep => {
                 "Start or complete a track's loop step; answers legal_next, revision."
             }
