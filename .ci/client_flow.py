@@ -18,9 +18,12 @@ from plangate_client.api.task_lists import (
     claim_task,
     create_task_list,
     heartbeat_task,
+    heartbeat_task_in_list,
     ready_tasks,
     task_history,
+    task_history_in_list,
     update_task,
+    update_task_in_list,
     validate_task_list,
 )
 from plangate_client.api.tracks import complete_track_step, put_track, start_track_step
@@ -218,6 +221,15 @@ def agent_loop(client):
 
     ids = {t.task_id: t.id for t in created.tasks}
     for task_id, persona in (("t-1", "backend"), ("t-2", "reviewer")):
+        # t-1 by its server id, t-2 by the planner's id in its list (the same calls).
+        if task_id == "t-1":
+            heartbeat = lambda **kw: heartbeat_task.sync_detailed(ids["t-1"], client=client, **kw)
+            update = lambda **kw: update_task.sync_detailed(ids["t-1"], client=client, **kw)
+            history_of = lambda: task_history.sync_detailed(ids["t-1"], client=client)
+        else:
+            heartbeat = lambda **kw: heartbeat_task_in_list.sync_detailed(created.id, "t-2", client=client, **kw)
+            update = lambda **kw: update_task_in_list.sync_detailed(created.id, "t-2", client=client, **kw)
+            history_of = lambda: task_history_in_list.sync_detailed(created.id, "t-2", client=client)
         claimed = check(
             claim_task.sync_detailed(created.id, client=client,
                                      body=ClaimRequest(holder="agent-7", persona=persona, lease_s=60)),
@@ -228,24 +240,21 @@ def agent_loop(client):
         waiting = check(ready_tasks.sync_detailed(created.id, client=client), 200, ReadyResponse)
         assert waiting.next_ == Next.WAIT and waiting.tasks == [] and 1 <= waiting.retry_after_s <= 5, waiting
         renewed = check(
-            heartbeat_task.sync_detailed(claimed.task.id, client=client,
-                                         body=HeartbeatRequest(holder="agent-7", lease_s=120)),
+            heartbeat(body=HeartbeatRequest(holder="agent-7", lease_s=120)),
             200,
         )
         assert renewed.claim.lease_expires_at > claimed.task.claim.lease_expires_at, renewed
         refused = check(
-            update_task.sync_detailed(claimed.task.id, client=client,
-                                      body=Transition(status=TransitionStatus.DONE)),
+            update(body=Transition(status=TransitionStatus.DONE)),
             409, Problem,
         )
         assert refused.code == "task_claimed" and refused.additional_properties["holder"] == "agent-7", refused
         done = check(
-            update_task.sync_detailed(claimed.task.id, client=client,
-                                      body=Transition(status=TransitionStatus.DONE, holder="agent-7")),
+            update(body=Transition(status=TransitionStatus.DONE, holder="agent-7")),
             200, TaskUpdated,
         )
         assert str(done.status) == "done" and not done.claim, done  # leaving running ends the claim
-        history = check(task_history.sync_detailed(claimed.task.id, client=client), 200, TaskHistory)
+        history = check(history_of(), 200, TaskHistory)
         assert [str(e.kind) for e in history.events] == ["claimed", "renewed", "status_changed"], history
         assert all(e.holder == "agent-7" for e in history.events), history
         ready = check(ready_tasks.sync_detailed(created.id, client=client), 200, ReadyResponse)

@@ -87,10 +87,17 @@ class Recorder:
             return text
 
 
+TOOLSNAPS = Path(__file__).resolve().parent.parent / "fixtures" / "toolsnaps"
+
+
 async def tool_names(client: Client) -> set[str]:
+    """The tools the SDK lists; each as the reviewed snapshot has it (docs/testing.md)."""
     listed = await client.list_tools()
     for tool in listed.tools:
         schema = tool.input_schema
+        snapshot = json.loads((TOOLSNAPS / f"{tool.name}.json").read_text())
+        check(schema == snapshot["inputSchema"], f"{tool.name}: input schema differs from its snapshot")
+        check(tool.description == snapshot["description"], f"{tool.name}: description differs from its snapshot")
         check(schema.get("type") == "object", f"{tool.name}: schema type")
         for field, prop in schema.get("properties", {}).items():
             check(bool(prop.get("description")), f"{tool.name}.{field} has no description")
