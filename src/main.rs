@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use plangate::config::Command;
+use plangate::cli::args::Command;
 
 /// mimalloc: the gate allocates many small strings per request on every worker
 /// thread, where glibc's malloc spends a third of the time.

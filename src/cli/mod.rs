@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
-use crate::config::{
-    Cli, Command, McpArgs, PlanOutput, ServeArgs, Settings, TrackArgs, ValidateFormat,
-};
+use crate::config::{ServeArgs, Settings};
+use args::{Cli, Command, McpArgs, TrackArgs};
 
+pub mod args;
 pub mod health;
 pub mod plan;
 pub mod refine;
@@ -22,28 +22,20 @@ pub fn run(cli: Cli) -> ExitCode {
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Migrate(args)) => migrate(&args),
         Some(Command::Validate(args)) => {
-            let format = match args.format {
-                ValidateFormat::Text => validate::OutputFormat::Text,
-                ValidateFormat::Json => validate::OutputFormat::Json,
-            };
             let status = validate::run(
                 &args.file,
                 args.existing_files.as_deref(),
                 args.repo.as_deref(),
-                format,
+                args.format,
                 &mut std::io::stdout().lock(),
                 &mut std::io::stderr().lock(),
             );
             ExitCode::from(u8::try_from(status).unwrap_or(2))
         }
         Some(Command::Plan(args)) => {
-            let format = match args.format {
-                PlanOutput::Md => plan::PlanFormat::Md,
-                PlanOutput::Json => plan::PlanFormat::Json,
-            };
             let status = plan::run(
                 &args.file,
-                format,
+                args.format,
                 args.completed_tracks.as_deref(),
                 &mut std::io::stdout().lock(),
                 &mut std::io::stderr().lock(),
@@ -76,8 +68,7 @@ pub fn run(cli: Cli) -> ExitCode {
             ExitCode::from(u8::try_from(status).unwrap_or(2))
         }
         Some(Command::Health(args)) => {
-            let outcome = args
-                .probe_address()
+            let outcome = crate::config::probe_address(args.bind.clone(), args.config.as_deref())
                 .map_err(|e| e.to_string())
                 .and_then(|addr| {
                     health::probe(addr, std::time::Duration::from_secs(args.timeout_secs))

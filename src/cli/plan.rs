@@ -18,7 +18,8 @@ use crate::domain::loop_plan::{
     render_markdown,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The `--format` flag's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlanFormat {
     Md,
     Json,

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::agents::Executors;
-use crate::config::{Settings, TrackAction, TrackCommand};
+use super::args::{TrackAction, TrackCommand};
+use crate::config::Settings;
 use crate::domain::track_state::StepOutcome;
 use crate::service::tracks::{Precondition, StepAction, TrackVersion};
 use crate::service::{Caller, ErrorKind, ProblemCode, Service, ServiceError};

@@ -27,7 +27,8 @@ use serde::Deserialize;
 
 use crate::domain::gating::{Outcome, ParsedTaskList, TaskListSource, Validation, validate};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The `--format` flag's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
     Text,
     Json,

@@ -5,17 +5,18 @@
 //! both, so each clap argument is an `Option` and falls back to the file, then to the
 //! default. A bad value fails at start with one line, never at the first request.
 //!
-//! `cli` holds the command tree (flags and variables), `file` the TOML file,
-//! `tokens` the API tokens; this module merges them into [`Settings`].
+//! `serve_args` holds the server's flags and variables (the command tree around
+//! them is `crate::cli::args`), `file` the TOML file, `tokens` the API tokens; this
+//! module merges them into [`Settings`].
 
-mod cli;
 mod edge;
 mod file;
+mod serve_args;
 mod tokens;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::domain::gating::DEFAULT_MAX_ERRORS;
@@ -23,9 +24,9 @@ use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
 use crate::domain::usage::Prices;
 
 pub use crate::db::{DatabaseKind, SqliteSync};
-pub use cli::*;
 pub use edge::*;
 pub use file::*;
+pub use serve_args::*;
 use tokens::parse_tokens;
 pub use tokens::{ApiToken, MIN_TOKEN_LEN, TokenEntry};
 
@@ -98,6 +99,34 @@ pub(super) fn parse_bind(text: Option<String>) -> Result<SocketAddr, ConfigError
             format!("{text:?} is not an address like 127.0.0.1:8080"),
         )
     })
+}
+
+/// The address `plangate health` probes: the server's bind setting (`bind`, from the
+/// flag or environment, then the config file, then the default), with an
+/// unspecified IP replaced by loopback. Port 0 is refused: the server's port cannot
+/// be known.
+pub fn probe_address(
+    bind: Option<String>,
+    config_file: Option<&Path>,
+) -> Result<SocketAddr, ConfigError> {
+    let from_file = match (&bind, config_file) {
+        (None, Some(path)) => FileConfig::load(path)?.bind,
+        _ => None,
+    };
+    let mut addr = parse_bind(bind.or(from_file))?;
+    if addr.port() == 0 {
+        return Err(invalid(
+            "PLANGATE_BIND",
+            "port 0 picks a random port: there is no fixed port to probe",
+        ));
+    }
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Ok(addr)
 }
 
 /// `PLANGATE_TASK_DIR` unless set: per user, so two users of one host never share

@@ -20,6 +20,7 @@ mod ids;
 mod loop_plan_props;
 mod loop_plans;
 mod mcp;
+mod names;
 mod ops;
 mod query_plans;
 mod refine_cli;
