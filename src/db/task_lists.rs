@@ -18,7 +18,7 @@ use super::task_claims::TaskEvent;
 use super::{Database, DbError, DbResult};
 use crate::domain::dispatch::{
     self, AbandonCategory, DispatchTask, HeldByOther, HolderCheck, IllegalTransition, Lease,
-    TaskEventKind, TaskStatus, Transition,
+    StatusScope, TaskEventKind, TaskStatus, Transition,
 };
 use crate::domain::gating::Task;
 
@@ -280,15 +280,6 @@ pub struct TeamRecord {
     pub team_pk: String,
     pub lead_role: Option<String>,
     pub created_at: DateTime<Utc>,
-}
-
-/// Which rows a status snapshot covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StatusScope {
-    /// Only the tasks stamped with the requested `team_pk`.
-    Cycle,
-    /// Every task of the project (no `team_pk` asked).
-    Project,
 }
 
 /// What a status snapshot found.

@@ -35,7 +35,7 @@ fn totals(row: SumsRow) -> UsageTotals {
 
 /// One executor and model's sums in a project.
 #[derive(Debug, Clone)]
-pub struct UsageGroup {
+pub struct UsageGroupRecord {
     /// The executor profile name.
     pub executor: String,
     /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
@@ -104,7 +104,7 @@ impl Database {
         &self,
         project_id: &str,
         filter: &UsageFilter,
-    ) -> DbResult<(UsageTotals, Vec<UsageGroup>)> {
+    ) -> DbResult<(UsageTotals, Vec<UsageGroupRecord>)> {
         type GroupRow = (
             String,
             String,
@@ -159,7 +159,7 @@ impl Database {
         });
         let groups = groups
             .into_iter()
-            .map(|g| UsageGroup {
+            .map(|g| UsageGroupRecord {
                 executor: g.0,
                 executor_kind: g.1,
                 model: g.2,

@@ -210,7 +210,7 @@ pub async fn run_refine(
         }
         let mut waiting: std::collections::VecDeque<String> = todo.into();
         let mut budget_stopped: Option<String> = None;
-        let mut running: Running = JoinSet::new();
+        let mut running: RunningL0s = JoinSet::new();
         loop {
             while budget_stopped.is_none()
                 && !switches.drain.is_cancelled()
@@ -431,7 +431,7 @@ fn judge(
 /// then the budget stop.
 #[allow(clippy::too_many_arguments)]
 async fn kill_for_budget(
-    mut running: Running,
+    mut running: RunningL0s,
     switches: &Switches,
     sink: &mut impl JobSink,
     job: &RefineJob,
@@ -488,7 +488,7 @@ async fn kill_for_budget(
     budget_stop(job, config, &outcomes, &log, reason)
 }
 
-type Running = JoinSet<(
+type RunningL0s = JoinSet<(
     String,
     Result<L0Run, crate::agents::Cancelled>,
     Duration,
@@ -496,7 +496,7 @@ type Running = JoinSet<(
 )>;
 
 /// Kills what still runs, waits for it to be reaped, and returns `stop`.
-async fn stop_running(mut running: Running, switches: &Switches, stop: Stop) -> Stop {
+async fn stop_running(mut running: RunningL0s, switches: &Switches, stop: Stop) -> Stop {
     switches.kill.cancel();
     while running.join_next().await.is_some() {}
     stop

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::domain::dispatch::{AbandonCategory, ReadyMode, TaskStatus};
 use crate::domain::loop_plan::TaskType;
 use crate::domain::track_state::{Step, StepOutcome};
+use crate::service::tracks::StepAction;
 
 /// The gating task list (docs/spec/gating.md §1): an item schema of exactly the
 /// fields `domain::gating` reads, so an agent needs no prose to write one. It never
@@ -196,19 +197,19 @@ pub struct ProjectStatusArgs {
 /// Answer format of plan_loop.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum PlanFormat {
+pub enum PlanAnswerFormat {
     #[default]
     Json,
     Markdown,
 }
 
-impl PlanFormat {
-    pub const ALL: [PlanFormat; 2] = [PlanFormat::Json, PlanFormat::Markdown];
+impl PlanAnswerFormat {
+    pub const ALL: [PlanAnswerFormat; 2] = [PlanAnswerFormat::Json, PlanAnswerFormat::Markdown];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            PlanFormat::Json => "json",
-            PlanFormat::Markdown => "markdown",
+            PlanAnswerFormat::Json => "json",
+            PlanAnswerFormat::Markdown => "markdown",
         }
     }
 }
@@ -229,7 +230,7 @@ pub struct PlanLoopArgs {
     pub tracks_md: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "format_schema")]
-    pub format: Option<PlanFormat>,
+    pub format: Option<PlanAnswerFormat>,
 }
 
 // plan_loop's inputs as `domain::loop_plan` reads them (`LoopPlanRequest` and
@@ -328,25 +329,6 @@ fn metadata_schema(generator: &mut SchemaGenerator) -> Schema {
     any_object("metadata.json (v1 upgraded; {} starts a track).")(generator)
 }
 
-/// start or complete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StepAction {
-    Start,
-    Complete,
-}
-
-impl StepAction {
-    pub const ALL: [StepAction; 2] = [StepAction::Start, StepAction::Complete];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepAction::Start => "start",
-            StepAction::Complete => "complete",
-        }
-    }
-}
-
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrackStepArgs {
@@ -376,7 +358,7 @@ fn action_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 fn format_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = PlanFormat::ALL.iter().map(|f| f.as_str()).collect();
+    let values: Vec<&str> = PlanAnswerFormat::ALL.iter().map(|f| f.as_str()).collect();
     enum_schema(&values, "Default json.")
 }
 
@@ -445,7 +427,7 @@ mod tests {
                 "{name}"
             );
         }
-        for f in PlanFormat::ALL {
+        for f in PlanAnswerFormat::ALL {
             reads(f.as_str(), f);
         }
         for a in StepAction::ALL {

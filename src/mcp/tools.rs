@@ -11,9 +11,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::args::{
-    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, PlanFormat,
+    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, PlanAnswerFormat,
     PlanLoopArgs, ProjectStatusArgs, RawId, ReadyArgs, RefineStatusArgs, SetStatusArgs,
-    StartRefineArgs, StepAction, TrackStepArgs, ValidateArgs,
+    StartRefineArgs, TrackStepArgs, ValidateArgs,
 };
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
@@ -590,8 +590,8 @@ async fn plan_loop(
     let request: LoopPlanRequest = parse(request)?;
     let plan = service.generate_loop_plan(caller, &request)?;
     Ok(match args.format.unwrap_or_default() {
-        PlanFormat::Json => Answer::Json(json!(plan)),
-        PlanFormat::Markdown => Answer::Text(service.render_plan_markdown(&plan)),
+        PlanAnswerFormat::Json => Answer::Json(json!(plan)),
+        PlanAnswerFormat::Markdown => Answer::Text(service.render_plan_markdown(&plan)),
     })
 }
 
@@ -624,10 +624,7 @@ async fn track_step(
     caller: &Caller,
     args: TrackStepArgs,
 ) -> Result<Answer, ServiceError> {
-    let action = match args.action {
-        StepAction::Start => tracks::StepAction::Start,
-        StepAction::Complete => tracks::StepAction::Complete,
-    };
+    let action = args.action;
     let version = service
         .step_track(
             caller,

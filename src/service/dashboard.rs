@@ -316,7 +316,7 @@ impl Service {
 }
 
 /// A track as the list shows it.
-pub struct TrackSummary {
+pub struct TrackListEntry {
     pub track_id: String,
     pub revision: i64,
     /// `None` when the stored document does not read as metadata v2.
@@ -330,13 +330,13 @@ impl Service {
     pub async fn dashboard_tracks(
         &self,
         caller: &Caller,
-    ) -> Result<Vec<TrackSummary>, ServiceError> {
+    ) -> Result<Vec<TrackListEntry>, ServiceError> {
         Ok(self
             .db
             .track_rows(caller.allowed_projects(), TRACK_LIMIT)
             .await?
             .into_iter()
-            .map(|row| TrackSummary {
+            .map(|row| TrackListEntry {
                 track_id: row.track_id,
                 revision: row.revision,
                 metadata: serde_json::from_value(row.metadata).ok(),

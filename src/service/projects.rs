@@ -7,29 +7,10 @@ use uuid::Uuid;
 
 use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 use crate::db::DbError;
-use crate::domain::dispatch::{WaveCounts, snapshot};
+use crate::domain::dispatch::{StatusScope, WaveCounts, snapshot};
 use crate::domain::ids::Ident;
 
-use crate::db::task_lists::{StatusRows, StatusScope as Scope, TeamRecord};
-
-/// Which rows a status snapshot covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StatusScope {
-    /// Only the tasks stamped with the requested `team_pk`.
-    Cycle,
-    /// Every task of the project (no `team_pk` asked).
-    Project,
-}
-
-impl From<Scope> for StatusScope {
-    fn from(scope: Scope) -> Self {
-        match scope {
-            Scope::Cycle => StatusScope::Cycle,
-            Scope::Project => StatusScope::Project,
-        }
-    }
-}
+use crate::db::task_lists::{StatusRows, TeamRecord};
 
 /// A registered cycle (team) of a project.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -83,8 +64,8 @@ pub struct UsageGroup {
     pub usage: UsageTotals,
 }
 
-impl From<rows::UsageGroup> for UsageGroup {
-    fn from(row: rows::UsageGroup) -> Self {
+impl From<rows::UsageGroupRecord> for UsageGroup {
+    fn from(row: rows::UsageGroupRecord) -> Self {
         UsageGroup {
             executor: row.executor,
             executor_kind: row.executor_kind,
@@ -177,7 +158,7 @@ impl Service {
         Ok(ProjectStatus {
             project_id,
             team_pk,
-            scope: scope.into(),
+            scope,
             counts: snap.counts,
             active_wave: snap.active_wave,
             in_flight: snap.in_flight,

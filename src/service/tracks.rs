@@ -4,7 +4,7 @@
 //! a stale one is `stale_etag`; without, the change is re-applied to the newest
 //! document (re-checking the transition), so no concurrent write is lost.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
@@ -71,10 +71,23 @@ pub struct TrackSummary {
 /// Start or complete, with the member that goes with each: one request for the
 /// transports that take both actions in one call (the `track_step` tool, `plangate
 /// track step`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum StepAction {
     Start,
     Complete,
+}
+
+impl StepAction {
+    /// Both actions, for the MCP schema's enum (so the two cannot drift).
+    pub const ALL: [StepAction; 2] = [StepAction::Start, StepAction::Complete];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepAction::Start => "start",
+            StepAction::Complete => "complete",
+        }
+    }
 }
 
 fn track_id(raw: &str) -> Result<TrackId, ServiceError> {

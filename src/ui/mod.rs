@@ -100,9 +100,9 @@ fn present(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-type Page = Result<Response, Response>;
+type PageResult = Result<Response, Response>;
 
-async fn overview(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Page {
+async fn overview(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> PageResult {
     let overview = state
         .service
         .dashboard_overview(&caller)
@@ -124,7 +124,7 @@ async fn task_list(
     Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
     Query(query): Query<WaveQuery>,
-) -> Page {
+) -> PageResult {
     let id = parse_id(&raw, "task list id").map_err(failure)?;
     let wave = match present(&query.wave) {
         None => None,
@@ -247,7 +247,7 @@ async fn jobs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(form): Query<JobsForm>,
-) -> Page {
+) -> PageResult {
     let query = job_query(&form).map_err(failure)?;
     let page = state
         .service
@@ -264,7 +264,7 @@ async fn job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
-) -> Page {
+) -> PageResult {
     let id = parse_id(&raw, "job id").map_err(failure)?;
     let view = state
         .service
@@ -307,7 +307,7 @@ async fn cancel_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
-) -> Page {
+) -> PageResult {
     let id = parse_id(&raw, "job id").map_err(failure)?;
     // The service checks the caller's project before it changes anything.
     state
@@ -336,7 +336,7 @@ async fn runs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(form): Query<RunsForm>,
-) -> Page {
+) -> PageResult {
     let before = present(&form.before)
         .map(|b| parse_id(b, "before"))
         .transpose()
@@ -356,7 +356,7 @@ async fn run(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(raw): Path<String>,
-) -> Page {
+) -> PageResult {
     let id = parse_id(&raw, "run id").map_err(failure)?;
     let view = state
         .service
@@ -369,7 +369,7 @@ async fn run(
     ))
 }
 
-async fn tracks(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> Page {
+async fn tracks(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> PageResult {
     let tracks = state
         .service
         .dashboard_tracks(&caller)
@@ -385,7 +385,7 @@ async fn track(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(track_id): Path<String>,
-) -> Page {
+) -> PageResult {
     let view = state
         .service
         .dashboard_track(&caller, &track_id)

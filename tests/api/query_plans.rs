@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on};
 use chrono::Utc;
-use plangate::db::refine_jobs::{ClaimFor, Lease};
+use plangate::db::refine_jobs::{ClaimFor, JobLease};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 use tracing_subscriber::Layer as _;
@@ -525,7 +525,7 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
         db.refine_runs_due_for_merge().await.unwrap();
         let lost = db
             .heartbeat_refine_job(
-                Lease {
+                JobLease {
                     job_id: seeded.job,
                     token: Uuid::new_v4(),
                 },

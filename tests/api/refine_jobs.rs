@@ -1062,7 +1062,7 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
 }
 
 async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
-    use plangate::db::refine_jobs::{ClaimFor, Finish, JobEnd, Lease, PendingProgress};
+    use plangate::db::refine_jobs::{ClaimFor, Finish, JobEnd, JobLease, PendingProgress};
     use plangate::domain::job::JobStatus;
     // No workers: the test plays the worker.
     let app = spawn_app_with(backend, |s| s.workers = 0).await;
@@ -1119,7 +1119,7 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
     );
 
     // A worker whose lease is gone writes nothing and claims nothing.
-    let stranger = Lease {
+    let stranger = JobLease {
         job_id: next.lease.job_id,
         token: uuid::Uuid::new_v4(),
     };

@@ -20,7 +20,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Fenced, Lease, LeaseLost, PendingProgress, ProgressRecord};
+use super::{Fenced, JobLease, LeaseLost, PendingProgress, ProgressRecord};
 use crate::db::Database;
 use crate::db::task_lists::now;
 use crate::domain::usage::{
@@ -84,7 +84,7 @@ impl Database {
     /// locked transaction; else stores nothing.
     pub async fn gate_l0_start(
         &self,
-        lease: Lease,
+        lease: JobLease,
         attempt: i32,
         assignment_id: &str,
         progress: ProgressRecord,

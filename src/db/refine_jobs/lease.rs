@@ -25,7 +25,7 @@ pub struct FinishedL0 {
 /// A claimed job: what the worker needs to run it.
 #[derive(Debug, Clone)]
 pub struct ClaimedJob {
-    pub lease: Lease,
+    pub lease: JobLease,
     pub attempt: i32,
     pub phase_id: String,
     pub run_id: Option<Uuid>,
@@ -45,7 +45,7 @@ pub struct ClaimedJob {
 
 /// The right to write for one job: its id and the token of the current claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
+pub struct JobLease {
     pub job_id: Uuid,
     pub token: Uuid,
 }
@@ -244,7 +244,7 @@ impl Database {
             })
             .collect();
         Ok(ClaimedJob {
-            lease: Lease {
+            lease: JobLease {
                 job_id: row.id,
                 token,
             },
@@ -263,7 +263,7 @@ impl Database {
     }
 
     /// Renews the lease. `Ok(Ok(cancel_requested))`, or `LeaseLost`.
-    pub async fn heartbeat_refine_job(&self, lease: Lease, until: DateTime<Utc>) -> Fenced<bool> {
+    pub async fn heartbeat_refine_job(&self, lease: JobLease, until: DateTime<Utc>) -> Fenced<bool> {
         let in_flight = status_list(&JobStatus::IN_FLIGHT);
         let _turn = self.writer_turn().await;
         let row: Option<bool> = on_pool!(self, pool => {
@@ -292,7 +292,7 @@ impl Database {
     /// worker's jobs per second, bench/README.md "queue.sh").
     pub async fn finish_refine_job(
         &self,
-        lease: Lease,
+        lease: JobLease,
         end: JobEnd<'_>,
         next: Option<ClaimFor>,
     ) -> Fenced<(JobStatus, Option<ClaimedJob>)> {
@@ -390,7 +390,7 @@ impl Database {
     /// Graceful shutdown: give the job back as [`after_hand_back`] decides — queued
     /// without charging the attempt, so any replica resumes it at once, or
     /// `cancelled` when a cancel was in progress.
-    pub async fn release_refine_job(&self, lease: Lease) -> Fenced<JobStatus> {
+    pub async fn release_refine_job(&self, lease: JobLease) -> Fenced<JobStatus> {
         let at = now();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);

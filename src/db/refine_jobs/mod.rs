@@ -38,7 +38,7 @@ use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTota
 
 pub use budget::{BudgetScopes, Gated};
 pub use lease::{
-    ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, Lease, LeaseLost, Reaped,
+    ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, JobLease, LeaseLost, Reaped,
 };
 pub use progress::{L0Ended, PendingProgress};
 pub use submit::{GroupOutcome, SubmitQueue, store_group};
@@ -146,7 +146,7 @@ pub(crate) fn budget_of(
 }
 
 #[derive(FromRow)]
-struct JobRow {
+struct RawJobRow {
     id: Uuid,
     kind: String,
     status: String,
@@ -184,7 +184,7 @@ fn parse_status(id: Uuid, text: &str) -> DbResult<JobStatus> {
     JobStatus::parse(text).ok_or_else(|| DbError::Corrupt(format!("job {id} has status {text:?}")))
 }
 
-impl JobRow {
+impl RawJobRow {
     fn into_job(self, mut progress: ProgressRecord, usage: UsageTotals) -> DbResult<JobRecord> {
         progress.l0_total = i64::from(self.l0_total);
         let error = self.error_code.map(|code| JobErrorRecord {

@@ -14,7 +14,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Fenced, Lease, LeaseLost, ProgressRecord};
+use super::{Fenced, JobLease, LeaseLost, ProgressRecord};
 use crate::db::Database;
 use crate::db::task_lists::now;
 use crate::domain::usage::L0Usage;
@@ -147,7 +147,7 @@ impl PendingProgress {
 
 impl Database {
     /// Stores `pending` in one fenced transaction (nothing when it is empty).
-    pub async fn write_progress(&self, lease: Lease, pending: &PendingProgress) -> Fenced<()> {
+    pub async fn write_progress(&self, lease: JobLease, pending: &PendingProgress) -> Fenced<()> {
         if pending.is_empty() {
             return Ok(Ok(()));
         }

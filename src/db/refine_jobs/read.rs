@@ -7,7 +7,7 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{
-    JOB_COLUMNS, JobEvent, JobFilter, JobRecord, JobRow, L0_COLUMNS, L0Record, L0Row,
+    JOB_COLUMNS, JobEvent, JobFilter, JobRecord, RawJobRow, L0_COLUMNS, L0Record, L0Row,
     ProgressRecord, add_count, parse_status,
 };
 use crate::db::{Database, DbResult, status_list};
@@ -16,7 +16,7 @@ use crate::domain::usage::UsageTotals;
 
 impl Database {
     pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<JobRecord>> {
-        let row: Option<JobRow> = on_pool!(self, pool => {
+        let row: Option<RawJobRow> = on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {JOB_COLUMNS} FROM refine_jobs WHERE id = $1"
             )))
@@ -46,7 +46,7 @@ impl Database {
         limit: u32,
         after: Option<Uuid>,
     ) -> DbResult<Vec<JobRecord>> {
-        let rows: Vec<JobRow> = on_pool!(self, pool => {
+        let rows: Vec<RawJobRow> = on_pool!(self, pool => {
             let mut q =
                 QueryBuilder::new(format!("SELECT {JOB_COLUMNS} FROM refine_jobs WHERE TRUE"));
             if let Some(s) = filter.status {

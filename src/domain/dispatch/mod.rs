@@ -71,7 +71,7 @@ pub use claim::{
 pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
 pub use ready::{DispatchTask, Ready, ReadyMode, ready};
 pub use render::{GraphFormat, GraphNode, render_graph};
-pub use snapshot::{StatusSnapshot, WaveCounts, snapshot};
+pub use snapshot::{StatusScope, StatusSnapshot, WaveCounts, snapshot};
 pub use status::{
     AbandonCategory, IllegalTransition, TaskStatus, Transition, allowed_targets, check_transition,
 };

@@ -8,6 +8,16 @@ use utoipa::ToSchema;
 
 use super::TaskStatus;
 
+/// Which rows a status snapshot covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusScope {
+    /// Only the tasks stamped with the requested `team_pk`.
+    Cycle,
+    /// Every task of the project (no `team_pk` asked).
+    Project,
+}
+
 /// Counts for one wave.
 #[derive(Serialize, Deserialize, ToSchema, Clone, Debug, PartialEq, Eq)]
 pub struct WaveCounts {

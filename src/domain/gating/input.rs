@@ -185,7 +185,7 @@ fn json_error_detail(error: &serde_json::Error, first_line: usize) -> String {
 
 impl<'de> Deserialize<'de> for ParsedTaskList {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let list = match ValueSeed(Expect::TaskList).deserialize(deserializer)? {
+        let list = match ParsedSeed(Expect::TaskList).deserialize(deserializer)? {
             Parsed::TaskList(list) => list,
             other => List::OtherValue(other.into_found()),
         };
@@ -232,19 +232,19 @@ struct StringList {
     bad_count: usize,
 }
 
-struct ValueSeed(Expect);
+struct ParsedSeed(Expect);
 
-impl<'de> DeserializeSeed<'de> for ValueSeed {
+impl<'de> DeserializeSeed<'de> for ParsedSeed {
     type Value = Parsed;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Parsed, D::Error> {
-        deserializer.deserialize_any(ValueVisitor(self.0))
+        deserializer.deserialize_any(ParsedVisitor(self.0))
     }
 }
 
-struct ValueVisitor(Expect);
+struct ParsedVisitor(Expect);
 
-impl<'de> Visitor<'de> for ValueVisitor {
+impl<'de> Visitor<'de> for ParsedVisitor {
     type Value = Parsed;
 
     fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -411,7 +411,7 @@ fn read_string_list<'de, A: SeqAccess<'de>>(mut seq: A, ids: bool) -> Result<Str
         bad_count: 0,
     };
     let mut position = 0;
-    while let Some(element) = seq.next_element_seed(ValueSeed(Expect::Scalar))? {
+    while let Some(element) = seq.next_element_seed(ParsedSeed(Expect::Scalar))? {
         let problem = match element {
             Parsed::Text(text) => match id_problem(&text).filter(|_| ids) {
                 None => {
@@ -432,7 +432,7 @@ fn read_string_list<'de, A: SeqAccess<'de>>(mut seq: A, ids: bool) -> Result<Str
 }
 
 /// Keys of a task object; known names are matched without allocating.
-enum Key {
+enum TaskKey {
     TaskId,
     AssignedPersona,
     ParallelGroup,
@@ -444,38 +444,38 @@ enum Key {
     Unknown(String),
 }
 
-impl Key {
-    fn known(name: &str) -> Option<Key> {
+impl TaskKey {
+    fn known(name: &str) -> Option<TaskKey> {
         Some(match name {
-            "task_id" => Key::TaskId,
-            "assigned_persona" => Key::AssignedPersona,
-            "parallel_group" => Key::ParallelGroup,
-            "depends_on" => Key::DependsOn,
-            "reads" => Key::Reads,
-            "writes" => Key::Writes,
-            "description" => Key::Description,
-            "reviews" => Key::Reviews,
+            "task_id" => TaskKey::TaskId,
+            "assigned_persona" => TaskKey::AssignedPersona,
+            "parallel_group" => TaskKey::ParallelGroup,
+            "depends_on" => TaskKey::DependsOn,
+            "reads" => TaskKey::Reads,
+            "writes" => TaskKey::Writes,
+            "description" => TaskKey::Description,
+            "reviews" => TaskKey::Reviews,
             _ => return None,
         })
     }
 }
 
-impl<'de> Deserialize<'de> for Key {
+impl<'de> Deserialize<'de> for TaskKey {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct KeyVisitor;
         impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
+            type Value = TaskKey;
 
             fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
                 formatter.write_str("a field name")
             }
 
-            fn visit_str<E>(self, name: &str) -> Result<Key, E> {
-                Ok(Key::known(name).unwrap_or_else(|| Key::Unknown(name.to_owned())))
+            fn visit_str<E>(self, name: &str) -> Result<TaskKey, E> {
+                Ok(TaskKey::known(name).unwrap_or_else(|| TaskKey::Unknown(name.to_owned())))
             }
 
-            fn visit_string<E>(self, name: String) -> Result<Key, E> {
-                Ok(Key::known(&name).unwrap_or(Key::Unknown(name)))
+            fn visit_string<E>(self, name: String) -> Result<TaskKey, E> {
+                Ok(TaskKey::known(&name).unwrap_or(TaskKey::Unknown(name)))
             }
         }
         deserializer.deserialize_str(KeyVisitor)
@@ -497,28 +497,28 @@ struct TaskFields {
 
 fn read_task<'de, A: MapAccess<'de>>(mut map: A, index: usize) -> Result<RawTask, A::Error> {
     let mut fields = TaskFields::default();
-    let scalar = || ValueSeed(Expect::Scalar);
+    let scalar = || ParsedSeed(Expect::Scalar);
     // A repeated key keeps its last value, as serde_json's own `Value` does.
-    while let Some(key) = map.next_key::<Key>()? {
+    while let Some(key) = map.next_key::<TaskKey>()? {
         match key {
-            Key::TaskId => fields.task_id = Some(map.next_value_seed(scalar())?),
-            Key::AssignedPersona => fields.assigned_persona = Some(map.next_value_seed(scalar())?),
-            Key::ParallelGroup => fields.parallel_group = Some(map.next_value_seed(scalar())?),
-            Key::DependsOn => {
-                let seed = ValueSeed(Expect::StringList { ids: true });
+            TaskKey::TaskId => fields.task_id = Some(map.next_value_seed(scalar())?),
+            TaskKey::AssignedPersona => fields.assigned_persona = Some(map.next_value_seed(scalar())?),
+            TaskKey::ParallelGroup => fields.parallel_group = Some(map.next_value_seed(scalar())?),
+            TaskKey::DependsOn => {
+                let seed = ParsedSeed(Expect::StringList { ids: true });
                 fields.depends_on = Some(map.next_value_seed(seed)?);
             }
-            Key::Reads => {
-                let seed = ValueSeed(Expect::StringList { ids: false });
+            TaskKey::Reads => {
+                let seed = ParsedSeed(Expect::StringList { ids: false });
                 fields.reads = Some(map.next_value_seed(seed)?);
             }
-            Key::Writes => {
-                let seed = ValueSeed(Expect::StringList { ids: false });
+            TaskKey::Writes => {
+                let seed = ParsedSeed(Expect::StringList { ids: false });
                 fields.writes = Some(map.next_value_seed(seed)?);
             }
-            Key::Description => fields.description = Some(map.next_value_seed(scalar())?),
-            Key::Reviews => fields.reviews = Some(map.next_value_seed(scalar())?),
-            Key::Unknown(name) => {
+            TaskKey::Description => fields.description = Some(map.next_value_seed(scalar())?),
+            TaskKey::Reviews => fields.reviews = Some(map.next_value_seed(scalar())?),
+            TaskKey::Unknown(name) => {
                 let value: Value = map.next_value()?;
                 fields.extra.insert(name, value);
             }

@@ -564,7 +564,7 @@ fn parse_dag_yaml(body: &[&str], fence_line: usize) -> Result<Dag, PlanError> {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Section {
+enum PlanSection {
     Other,
     Discovered,
 }
@@ -578,7 +578,7 @@ fn read_progress(lines: &[&str], dag: &Dag) -> Result<Progress, PlanError> {
         .collect();
     let mut marks: Vec<Option<(ProgressStatus, usize)>> = vec![None; dag.nodes.len()];
     let mut discovered_work = Vec::new();
-    let mut section = Section::Other;
+    let mut section = PlanSection::Other;
     let mut fence: Option<(char, usize)> = None;
     for (position, line) in lines.iter().enumerate() {
         let number = position + 1;
@@ -599,13 +599,13 @@ fn read_progress(lines: &[&str], dag: &Dag) -> Result<Progress, PlanError> {
         }
         if let Some(heading) = line.strip_prefix("## ").or_else(|| line.strip_prefix("# ")) {
             section = if heading.trim().to_lowercase().starts_with("discovered work") {
-                Section::Discovered
+                PlanSection::Discovered
             } else {
-                Section::Other
+                PlanSection::Other
             };
             continue;
         }
-        if section == Section::Discovered {
+        if section == PlanSection::Discovered {
             if let Some(item) = discovered_item(line, number) {
                 discovered_work.push(item);
             }

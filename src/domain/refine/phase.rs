@@ -113,7 +113,7 @@ impl Classified {
         }
     }
 
-    pub fn record(&self, assignment_id: &str) -> L0Record {
+    pub fn record(&self, assignment_id: &str) -> L0Verdict {
         let reason = match self {
             Classified::Valid(_) => None,
             Classified::Invalid(r) | Classified::Failed(r) => Some(r.clone()),
@@ -121,7 +121,7 @@ impl Classified {
                 Some(format!("expected {expected}, got {actual}"))
             }
         };
-        L0Record {
+        L0Verdict {
             assignment_id: assignment_id.to_owned(),
             status: self.status(),
             reason,
@@ -131,7 +131,7 @@ impl Classified {
 
 /// One L0's fate, stored with the job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct L0Record {
+pub struct L0Verdict {
     pub assignment_id: String,
     pub status: L0Status,
     /// Why it was not valid (validation error, mismatch, executor failure).
@@ -145,7 +145,7 @@ pub struct RefineOutput {
     pub result: Value,
     pub log: Vec<String>,
     /// One per assignment, natural order.
-    pub records: Vec<L0Record>,
+    pub records: Vec<L0Verdict>,
 }
 
 /// Refines one phase from its L0 outcomes. An assignment without an outcome counts

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::{Pool, retry_db};
 use crate::db::DbError;
 use crate::db::refine_jobs::{
-    BudgetScopes, ClaimedJob, Gated, L0Ended, Lease, LeaseLost, PendingProgress, ProgressRecord,
+    BudgetScopes, ClaimedJob, Gated, L0Ended, JobLease, LeaseLost, PendingProgress, ProgressRecord,
 };
 use crate::domain::refine::{Classified, L0Outcome};
 use crate::domain::usage::{Budget, MetricModels, ScopeLimit, utc_day_start};
@@ -27,7 +27,7 @@ const WRITE_BEHIND: Duration = Duration::from_millis(2);
 /// The server-side sink: fenced writes, metrics, wake-ups (docs/jobs.md).
 pub(super) struct DbSink {
     pool: Arc<Pool>,
-    lease: Lease,
+    lease: JobLease,
     attempt: i32,
     executor: &'static str,
     /// Whether writes may be held back: only for `builtin` L0s, which run in

@@ -6,7 +6,7 @@ use maud::{Markup, html};
 
 use super::{Chrome, Section, layout, opt_time, time};
 use crate::domain::track_state::{CurrentStep, Metadata, Step};
-use crate::service::dashboard::{TrackSummary, TrackView};
+use crate::service::dashboard::{TrackListEntry, TrackView};
 
 /// The loop in order, with COMPLETE at the end.
 const LOOP: [CurrentStep; 7] = [
@@ -25,7 +25,7 @@ fn word(text: &str) -> Markup {
     html! { span class={ "status st-" (super::class_word(&class)) } { (text) } }
 }
 
-pub fn tracks_page(tracks: &[TrackSummary], chrome: Chrome) -> Markup {
+pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
     let body = html! {
         table.tracks {
             thead { tr {
