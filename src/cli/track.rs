@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::agents::Executors;
 use super::args::{TrackAction, TrackCommand};
+use crate::agents::Executors;
 use crate::config::Settings;
 use crate::domain::track_state::StepOutcome;
 use crate::service::tracks::{Precondition, StepAction, TrackVersion};

@@ -22,7 +22,7 @@ use crate::service::task_lists::{
     CreateTaskListRequest, StoredTask, StoredTaskList, TaskUpdate, ValidateRequest,
 };
 use crate::service::task_refs::{TASK_ID_HINT, TASK_LIST_ID_HINT, TaskRef, invalid_id, parse_uuid};
-use crate::service::tracks::{self, Precondition};
+use crate::service::tracks::Precondition;
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
 /// Longest `refine_status` wait (the long-poll bound).

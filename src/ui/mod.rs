@@ -102,7 +102,10 @@ fn present(value: &Option<String>) -> Option<&str> {
 
 type PageResult = Result<Response, Response>;
 
-async fn overview(State(state): State<AppState>, Extension(caller): Extension<Caller>) -> PageResult {
+async fn overview(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> PageResult {
     let overview = state
         .service
         .dashboard_overview(&caller)

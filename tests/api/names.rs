@@ -65,7 +65,12 @@ fn a_planted_duplicate_is_reported_and_local_items_are_not() {
         ("Shape", vec!["src/b.rs:13", "src/c.rs:1"]),
     ]
     .into_iter()
-    .map(|(name, places)| (name.to_string(), places.into_iter().map(String::from).collect()))
+    .map(|(name, places)| {
+        (
+            name.to_string(),
+            places.into_iter().map(String::from).collect(),
+        )
+    })
     .collect();
     assert_eq!(twice, expected);
 }

@@ -263,7 +263,11 @@ impl Database {
     }
 
     /// Renews the lease. `Ok(Ok(cancel_requested))`, or `LeaseLost`.
-    pub async fn heartbeat_refine_job(&self, lease: JobLease, until: DateTime<Utc>) -> Fenced<bool> {
+    pub async fn heartbeat_refine_job(
+        &self,
+        lease: JobLease,
+        until: DateTime<Utc>,
+    ) -> Fenced<bool> {
         let in_flight = status_list(&JobStatus::IN_FLIGHT);
         let _turn = self.writer_turn().await;
         let row: Option<bool> = on_pool!(self, pool => {

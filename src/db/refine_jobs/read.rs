@@ -7,8 +7,8 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{
-    JOB_COLUMNS, JobEvent, JobFilter, JobRecord, RawJobRow, L0_COLUMNS, L0Record, L0Row,
-    ProgressRecord, add_count, parse_status,
+    JOB_COLUMNS, JobEvent, JobFilter, JobRecord, L0_COLUMNS, L0Record, L0Row, ProgressRecord,
+    RawJobRow, add_count, parse_status,
 };
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::JobStatus;

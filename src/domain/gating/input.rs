@@ -502,7 +502,9 @@ fn read_task<'de, A: MapAccess<'de>>(mut map: A, index: usize) -> Result<RawTask
     while let Some(key) = map.next_key::<TaskKey>()? {
         match key {
             TaskKey::TaskId => fields.task_id = Some(map.next_value_seed(scalar())?),
-            TaskKey::AssignedPersona => fields.assigned_persona = Some(map.next_value_seed(scalar())?),
+            TaskKey::AssignedPersona => {
+                fields.assigned_persona = Some(map.next_value_seed(scalar())?)
+            }
             TaskKey::ParallelGroup => fields.parallel_group = Some(map.next_value_seed(scalar())?),
             TaskKey::DependsOn => {
                 let seed = ParsedSeed(Expect::StringList { ids: true });

@@ -369,7 +369,12 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
 /// Renews the lease every heartbeat; fires the kill switch when the lease is lost
 /// or a cancel was requested on another replica (the renewal reports it; a local
 /// cancel or a NOTIFY fires the switch at once through the hub).
-async fn heartbeat(pool: Arc<Pool>, lease: JobLease, kill: CancellationToken, lost: Arc<AtomicBool>) {
+async fn heartbeat(
+    pool: Arc<Pool>,
+    lease: JobLease,
+    kill: CancellationToken,
+    lost: Arc<AtomicBool>,
+) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(pool.settings.heartbeat) => {}

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::{Pool, retry_db};
 use crate::db::DbError;
 use crate::db::refine_jobs::{
-    BudgetScopes, ClaimedJob, Gated, L0Ended, JobLease, LeaseLost, PendingProgress, ProgressRecord,
+    BudgetScopes, ClaimedJob, Gated, JobLease, L0Ended, LeaseLost, PendingProgress, ProgressRecord,
 };
 use crate::domain::refine::{Classified, L0Outcome};
 use crate::domain::usage::{Budget, MetricModels, ScopeLimit, utc_day_start};
