@@ -2,7 +2,7 @@
 //!
 //! No server and no Docker: the files are read and parsed (YAML with serde_norway),
 //! and the settings they name are checked against the `env = "…"` attributes of
-//! src/config/cli.rs, so renaming a setting without updating the manifests fails here
+//! the command tree (src/cli/args.rs, src/config/serve_args.rs), so renaming a setting without updating the manifests fails here
 //! instead of silently running a pod on a default.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-/// Variables plangate reads that are not clap attributes in src/config/cli.rs.
+/// Variables plangate reads that are not clap attributes of the command tree.
 const EXTRA_ENV: &[&str] = &["DATABASE_URL", "RUST_LOG"];
 /// The drain default of `Settings::merge` when nothing sets it.
 const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 25;
@@ -38,23 +38,26 @@ fn yaml(path: &Path) -> Value {
         .unwrap_or_else(|e| panic!("{}: not representable as JSON: {e}", path.display()))
 }
 
-/// The environment variables plangate reads: every `env = "NAME"` in src/config/cli.rs
+/// The files of the command tree: its subcommands and the server's flags.
+const COMMAND_TREE: [&str; 2] = ["src/cli/args.rs", "src/config/serve_args.rs"];
+
+/// The environment variables plangate reads: every `env = "NAME"` in [`COMMAND_TREE`]
 /// plus [`EXTRA_ENV`].
 fn known_env() -> BTreeSet<String> {
-    let source = read("src/config/cli.rs");
+    let source = COMMAND_TREE.map(read).join("\n");
     let mut names: BTreeSet<String> = EXTRA_ENV.iter().map(|s| (*s).to_owned()).collect();
     let mut rest = source.as_str();
     while let Some(at) = rest.find("env = \"") {
         rest = &rest[at + "env = \"".len()..];
         let end = rest
             .find('"')
-            .expect("unterminated env attribute in src/config/cli.rs");
+            .expect("unterminated env attribute in the command tree");
         names.insert(rest[..end].to_owned());
         rest = &rest[end..];
     }
     assert!(
         names.contains("PLANGATE_BIND") && names.contains("PLANGATE_SHUTDOWN_GRACE_SECS"),
-        "could not extract the env names from src/config/cli.rs: {names:?}"
+        "could not extract the env names from {COMMAND_TREE:?}: {names:?}"
     );
     names
 }
