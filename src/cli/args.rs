@@ -4,11 +4,12 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use super::plan::PlanFormat;
 use super::validate::OutputFormat;
 use crate::config::ServeArgs;
+use crate::service::tracks::StepAction;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -106,7 +107,7 @@ pub enum TrackCommand {
         #[arg(long)]
         step: String,
         #[arg(long, value_enum)]
-        action: TrackAction,
+        action: StepAction,
         /// With complete (required there): PASSED, FAILED or BLOCKED.
         #[arg(long)]
         outcome: Option<String>,
@@ -117,12 +118,6 @@ pub enum TrackCommand {
         #[arg(long, value_name = "REV")]
         if_match: Option<i64>,
     },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TrackAction {
-    Start,
-    Complete,
 }
 
 #[derive(Debug, Args)]

@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::args::{TrackAction, TrackCommand};
+use super::args::TrackCommand;
 use crate::agents::Executors;
 use crate::config::Settings;
 use crate::domain::track_state::StepOutcome;
-use crate::service::tracks::{Precondition, StepAction, TrackVersion};
+use crate::service::tracks::{Precondition, TrackVersion};
 use crate::service::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 
 pub const EXIT_OK: u8 = 0;
@@ -168,10 +168,6 @@ async fn execute(
             if_match,
         } => {
             let outcome = outcome.as_deref().map(parse_outcome).transpose()?;
-            let action = match action {
-                TrackAction::Start => StepAction::Start,
-                TrackAction::Complete => StepAction::Complete,
-            };
             let version = service
                 .step_track(
                     &caller,

@@ -71,7 +71,7 @@ pub struct TrackSummary {
 /// Start or complete, with the member that goes with each: one request for the
 /// transports that take both actions in one call (the `track_step` tool, `plangate
 /// track step`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum StepAction {
     Start,
