@@ -38,8 +38,8 @@ cleanup() {
 trap cleanup EXIT
 
 export HOME="$work/home" DISABLE_AUTOUPDATER=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
-unset ANTHROPIC_API_KEY CLAUDE_CODE_OAUTH_TOKEN ANTHROPIC_BASE_URL PLANGATE_URL PLANGATE_TOKEN \
-    PLANGATE_DATABASE_URL DATABASE_URL
+unset ANTHROPIC_API_KEY ANTHROPIC_AUTH_TOKEN CLAUDE_CODE_OAUTH_TOKEN ANTHROPIC_BASE_URL CLAUDE_CONFIG_DIR \
+    PLANGATE_URL PLANGATE_TOKEN PLANGATE_DATABASE_URL DATABASE_URL
 mkdir -p "$HOME" "$work/ws" "$work/bin"
 
 step "tools: @anthropic-ai/claude-code@$CLAUDE_PIN in $PREFIX, sqlite3, psql"
@@ -84,7 +84,7 @@ cd "$work/ws"
 "$claude" plugin list
 
 mcp_list() { # -> $work/list.txt
-    "$claude" mcp list > "$work/list.txt" 2>&1 || true
+    "$claude" mcp list < /dev/null > "$work/list.txt" 2>&1 || true
     cat "$work/list.txt"
 }
 expect_line() { # server, pattern
@@ -105,11 +105,12 @@ cat "$cache"; echo
 # The scripted model: one process per headless session.
 model_port=$(free_port)
 model_log="$work/model.log"
+plugin=plangate   # the installed plugin the sessions use
 
 headless() { # label [keep-tool-search]: one `claude -p` against a fresh scripted model
     : > "$model_log"
     # A new scripted model per session: it reports each skill body once.
-    "$PYTHON" "$root/tests/plugin/scripted_model.py" "$model_port" "$model_log" &
+    "$PYTHON" "$root/tests/plugin/scripted_model.py" "$model_port" "$model_log" "$plugin" &
     local model=$!
     pids+=("$model")
     for _ in $(seq 1 50); do
@@ -122,8 +123,8 @@ headless() { # label [keep-tool-search]: one `claude -p` against a fresh scripte
     [[ "${2:-}" == keep-tool-search ]] && search=(-u ENABLE_TOOL_SEARCH)
     env "${search[@]}" ANTHROPIC_BASE_URL="http://127.0.0.1:$model_port" ANTHROPIC_API_KEY="sk-ant-scripted" \
         "$claude" -p "Plan cycle-1 of the atelier project with plangate and dispatch it." \
-        --allowedTools "mcp__plugin_plangate_plangate Skill" --output-format json \
-        > "$work/session-$1.json" 2> "$work/session-$1.err" || {
+        --allowedTools "mcp__plugin_${plugin}_plangate Skill" --output-format json \
+        < /dev/null > "$work/session-$1.json" 2> "$work/session-$1.err" || {
             cat "$work/session-$1.err" "$model_log" >&2; fail "claude -p ($1)"; }
     kill "$model"; wait "$model" 2>/dev/null || true
 }
@@ -206,4 +207,11 @@ pg_url="${PG_ADMIN%/*}/$pg_db"
 PLANGATE_DATABASE_URL="$pg_url" session postgres
 check_state postgres "$(psql "$pg_url" -AtF '|' -c "$end_state")"
 
-step "claude code $CLAUDE_PIN: the plugin validated, installed, connected (stdio, HTTP) and ran a cycle on SQLite and Postgres"
+step "session over HTTP (plangate-remote, the shared server's SQLite database)"
+"$claude" plugin disable plangate@plangate
+"$claude" plugin enable plangate-remote@plangate
+plugin=plangate-remote PLANGATE_URL="http://127.0.0.1:$port" PLANGATE_TOKEN="$token" session http
+check_state http "$(sqlite3 "$work/http.db" "$end_state")"
+if grep -rqs "$token" "$HOME" "$root/integrations"; then fail "the session wrote the token to a file"; fi
+
+step "claude code $CLAUDE_PIN: the plugin validated, installed, connected (stdio, HTTP) and ran a cycle on SQLite and Postgres (stdio) and over HTTP"

@@ -8,7 +8,7 @@ an invalid list, the fixed list, create with team_pk, claim/complete with one fa
 status), choosing each call from the tool results it has read so far. Stateless, so
 side requests (titles, count_tokens, retries) need no bookkeeping.
 
-    python3 scripted_model.py PORT LOG_FILE
+    python3 scripted_model.py PORT LOG_FILE [PLUGIN]     # PLUGIN: whose skills (plangate)
 """
 
 import json
@@ -34,6 +34,7 @@ INVALID = [dict(t) for t in FIXED]
 INVALID[3] = dict(INVALID[3], parallel_group=1)  # t-4 in the wave of t-2, which it depends on
 
 LOG = None
+PLUGIN = "plangate"
 LOGGED_SKILLS = set()
 
 
@@ -95,14 +96,14 @@ def decide(tools, messages):
         return ("tool", names[tool], args)
 
     def skill(name, marker):
-        if f"plangate:{name}" in json.dumps([i for n, i, *_ in hist if n == "Skill"]):
+        if f"{PLUGIN}:{name}" in json.dumps([i for n, i, *_ in hist if n == "Skill"]):
             if marker not in user_text:
                 raise RuntimeError(f"skill {name} was invoked but its body never arrived")
             if name not in LOGGED_SKILLS:  # once per process: one process per session
                 LOGGED_SKILLS.add(name)
                 log("skill_loaded", skill=name)
             return None
-        return call("Skill", {"skill": f"plangate:{name}"}) if "Skill" in names else None
+        return call("Skill", {"skill": f"{PLUGIN}:{name}"}) if "Skill" in names else None
 
     step = skill("plan-tasks", "Plan tasks through plangate")
     if step:
@@ -237,5 +238,6 @@ class Handler(BaseHTTPRequestHandler):
 
 if __name__ == "__main__":
     LOG = sys.argv[2]
+    PLUGIN = sys.argv[3] if len(sys.argv) > 3 else PLUGIN
     server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
     server.serve_forever()
