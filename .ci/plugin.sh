@@ -97,7 +97,7 @@ PATH="$(dirname "$(command -v node)"):/usr/bin:/bin" mcp_list
 expect_line plangate "✘ Failed to connect"
 # The launcher's message is the server's stderr, which the CLI keeps in its MCP logs.
 grep -rhos "plangate-mcp: .plangate. is not on PATH[^\"]*" "$HOME/.cache/claude-cli-nodejs" | head -1 |
-    grep . || echo "(this CLI kept no MCP log of the launcher's message)"
+    grep . || fail "the launcher's message is in no MCP log (docs/claude-code.md says where to find it)"
 cache="$HOME/.claude/mcp-needs-auth-cache.json"
 [[ -f "$cache" ]] || fail "this CLI version no longer remembers failed servers in $cache: update docs/claude-code.md"
 cat "$cache"; echo
