@@ -22,7 +22,7 @@ pub enum TaskEventKind {
     StatusChanged,
 }
 
-wire_strings!(TaskEventKind, "task event kind", {
+crate::domain::wire_strings!(TaskEventKind, "task event kind", {
     Claimed => "claimed",
     Renewed => "renewed",
     LeaseExpired => "lease_expired",

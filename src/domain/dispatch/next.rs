@@ -22,7 +22,7 @@ pub enum Next {
     Blocked,
 }
 
-wire_strings!(Next, "next step", {
+crate::domain::wire_strings!(Next, "next step", {
     Dispatch => "dispatch",
     Wait => "wait",
     Done => "done",
