@@ -95,3 +95,49 @@ impl fmt::Display for ExpectedList<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::dispatch::{
+        AbandonCategory, GraphFormat, Next, ReadyMode, TaskEventKind, TaskStatus,
+    };
+    use crate::domain::gating::Code;
+    use crate::domain::job::JobStatus;
+    use crate::domain::loop_plan::{ExecutionMode, PlanCode, TaskType};
+    use crate::domain::track_state::{CheckpointStatus, Step, StepOutcome, TrackStatus};
+    use crate::domain::usage::{BudgetAction, UsageSource};
+
+    /// Every table's strings are the serde names, and `Display` writes them.
+    macro_rules! assert_serde_names {
+        ($($ty:ident),+ $(,)?) => {$(
+            for value in $ty::ALL {
+                let name = value.as_str();
+                assert_eq!(serde_json::to_value(value).unwrap(), name, stringify!($ty));
+                assert_eq!(value.to_string(), name, stringify!($ty));
+            }
+        )+};
+    }
+
+    #[test]
+    fn every_table_matches_serde() {
+        assert_serde_names!(
+            TaskStatus,
+            AbandonCategory,
+            ReadyMode,
+            TaskEventKind,
+            GraphFormat,
+            Next,
+            Code,
+            JobStatus,
+            TaskType,
+            ExecutionMode,
+            PlanCode,
+            CheckpointStatus,
+            Step,
+            StepOutcome,
+            TrackStatus,
+            UsageSource,
+            BudgetAction,
+        );
+    }
+}

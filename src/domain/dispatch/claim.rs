@@ -125,13 +125,6 @@ mod tests {
     }
 
     #[test]
-    fn event_kind_strings() {
-        for k in TaskEventKind::ALL {
-            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
-        }
-    }
-
-    #[test]
     fn only_running_tasks_with_a_lapsed_lease_expire() {
         let (old, live) = (lease("a", 10), lease("b", 30));
         let tasks = [
