@@ -15,6 +15,7 @@ pub mod problem;
 pub mod projects;
 pub mod refine_jobs;
 pub mod refine_runs;
+mod responses;
 pub mod task_lists;
 pub mod tasks;
 pub mod tracks;

@@ -202,16 +202,10 @@ pub enum PlanFormat {
     Markdown,
 }
 
-impl PlanFormat {
-    pub const ALL: [PlanFormat; 2] = [PlanFormat::Json, PlanFormat::Markdown];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlanFormat::Json => "json",
-            PlanFormat::Markdown => "markdown",
-        }
-    }
-}
+crate::domain::wire_strings!(PlanFormat {
+    Json => "json",
+    Markdown => "markdown",
+});
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -336,16 +330,10 @@ pub enum StepAction {
     Complete,
 }
 
-impl StepAction {
-    pub const ALL: [StepAction; 2] = [StepAction::Start, StepAction::Complete];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepAction::Start => "start",
-            StepAction::Complete => "complete",
-        }
-    }
-}
+crate::domain::wire_strings!(StepAction {
+    Start => "start",
+    Complete => "complete",
+});
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -46,45 +46,23 @@ pub enum ToolName {
     HeartbeatTask,
 }
 
+crate::domain::wire_strings!(ToolName, parse {
+    ValidateTaskList => "validate_task_list",
+    CreateTaskList => "create_task_list",
+    ReadyTasks => "ready_tasks",
+    SetTaskStatus => "set_task_status",
+    ProjectStatus => "project_status",
+    PlanLoop => "plan_loop",
+    ImportTrack => "import_track",
+    TrackStep => "track_step",
+    StartRefine => "start_refine",
+    RefineStatus => "refine_status",
+    CancelRefine => "cancel_refine",
+    ClaimTask => "claim_task",
+    HeartbeatTask => "heartbeat_task",
+});
+
 impl ToolName {
-    pub const ALL: [ToolName; 13] = [
-        ToolName::ValidateTaskList,
-        ToolName::CreateTaskList,
-        ToolName::ReadyTasks,
-        ToolName::SetTaskStatus,
-        ToolName::ProjectStatus,
-        ToolName::PlanLoop,
-        ToolName::ImportTrack,
-        ToolName::TrackStep,
-        ToolName::StartRefine,
-        ToolName::RefineStatus,
-        ToolName::CancelRefine,
-        ToolName::ClaimTask,
-        ToolName::HeartbeatTask,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolName::ValidateTaskList => "validate_task_list",
-            ToolName::CreateTaskList => "create_task_list",
-            ToolName::ReadyTasks => "ready_tasks",
-            ToolName::SetTaskStatus => "set_task_status",
-            ToolName::ProjectStatus => "project_status",
-            ToolName::PlanLoop => "plan_loop",
-            ToolName::ImportTrack => "import_track",
-            ToolName::TrackStep => "track_step",
-            ToolName::StartRefine => "start_refine",
-            ToolName::RefineStatus => "refine_status",
-            ToolName::CancelRefine => "cancel_refine",
-            ToolName::ClaimTask => "claim_task",
-            ToolName::HeartbeatTask => "heartbeat_task",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|tool| tool.as_str() == name)
-    }
-
     /// Changes nothing: offered on the read-only surface.
     pub fn is_read_only(self) -> bool {
         matches!(

@@ -99,29 +99,27 @@ pub enum Code {
     DuplicateDependency,
 }
 
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::SynthesisFailure => "synthesis_failure",
-            Code::MissingField => "missing_field",
-            Code::InvalidField => "invalid_field",
-            Code::DuplicateTaskId => "duplicate_task_id",
-            Code::InvalidParallelGroup => "invalid_parallel_group",
-            Code::OrphanDependency => "orphan_dependency",
-            Code::Cycle => "cycle",
-            Code::WaveOrder => "wave_order",
-            Code::WriteContention => "write_contention",
-            Code::UnsatisfiedRead => "unsatisfied_read",
-            Code::InvalidReviews => "invalid_reviews",
-            Code::SelfReview => "self_review",
-            Code::OrphanReviews => "orphan_reviews",
-            Code::ReviewerNotDisjoint => "reviewer_not_disjoint",
-            Code::ReviewNotAfter => "review_not_after",
-            Code::ReviewWithoutDependency => "review_without_dependency",
-            Code::DuplicateDependency => "duplicate_dependency",
-        }
-    }
+crate::domain::wire_strings!(Code {
+    SynthesisFailure => "synthesis_failure",
+    MissingField => "missing_field",
+    InvalidField => "invalid_field",
+    DuplicateTaskId => "duplicate_task_id",
+    InvalidParallelGroup => "invalid_parallel_group",
+    OrphanDependency => "orphan_dependency",
+    Cycle => "cycle",
+    WaveOrder => "wave_order",
+    WriteContention => "write_contention",
+    UnsatisfiedRead => "unsatisfied_read",
+    InvalidReviews => "invalid_reviews",
+    SelfReview => "self_review",
+    OrphanReviews => "orphan_reviews",
+    ReviewerNotDisjoint => "reviewer_not_disjoint",
+    ReviewNotAfter => "review_not_after",
+    ReviewWithoutDependency => "review_without_dependency",
+    DuplicateDependency => "duplicate_dependency",
+});
 
+impl Code {
     /// The violation class a message starts with (the reference validator's exception
     /// names, which planners already know); `None` for synthesis failures, whose
     /// wording the spec fixes without a prefix.
@@ -144,12 +142,6 @@ impl Code {
             | Code::ReviewNotAfter => Some("PlannerDagInvalid"),
             Code::ReviewWithoutDependency | Code::DuplicateDependency => Some("PlannerDagWarning"),
         }
-    }
-}
-
-impl std::fmt::Display for Code {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
     }
 }
 

@@ -115,37 +115,14 @@ pub enum TaskType {
     Code,
 }
 
-impl TaskType {
-    pub const ALL: [TaskType; 6] = [
-        TaskType::Test,
-        TaskType::Ui,
-        TaskType::Integration,
-        TaskType::Docs,
-        TaskType::Config,
-        TaskType::Code,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskType::Test => "test",
-            TaskType::Ui => "ui",
-            TaskType::Integration => "integration",
-            TaskType::Docs => "docs",
-            TaskType::Config => "config",
-            TaskType::Code => "code",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for TaskType {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
-    }
-}
+crate::domain::wire_strings!(TaskType, parse {
+    Test => "test",
+    Ui => "ui",
+    Integration => "integration",
+    Docs => "docs",
+    Config => "config",
+    Code => "code",
+});
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -155,14 +132,10 @@ pub enum ExecutionMode {
     Sequential,
 }
 
-impl ExecutionMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExecutionMode::Parallel => "PARALLEL",
-            ExecutionMode::Sequential => "SEQUENTIAL",
-        }
-    }
-}
+crate::domain::wire_strings!(ExecutionMode {
+    Parallel => "PARALLEL",
+    Sequential => "SEQUENTIAL",
+});
 
 /// The generated plan: the `POST /v1/loop-plans/generate` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -272,17 +245,15 @@ pub enum PlanCode {
     Cycle,
 }
 
-impl PlanCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlanCode::MissingField => "missing_field",
-            PlanCode::InvalidField => "invalid_field",
-            PlanCode::DuplicateTaskId => "duplicate_task_id",
-            PlanCode::OrphanDependency => "orphan_dependency",
-            PlanCode::Cycle => "cycle",
-        }
-    }
+crate::domain::wire_strings!(PlanCode {
+    MissingField => "missing_field",
+    InvalidField => "invalid_field",
+    DuplicateTaskId => "duplicate_task_id",
+    OrphanDependency => "orphan_dependency",
+    Cycle => "cycle",
+});
 
+impl PlanCode {
     /// The message prefix, as in gating (planners already know these names).
     fn class_name(self) -> &'static str {
         match self {
@@ -292,12 +263,6 @@ impl PlanCode {
             PlanCode::OrphanDependency => "OrphanDepsError",
             PlanCode::Cycle => "CycleError",
         }
-    }
-}
-
-impl std::fmt::Display for PlanCode {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
     }
 }
 

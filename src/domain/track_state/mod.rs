@@ -70,39 +70,22 @@ pub enum Step {
     BusinessSync,
 }
 
+crate::domain::wire_strings!(Step {
+    Plan => "PLAN",
+    EvaluatePlan => "EVALUATE_PLAN",
+    Execute => "EXECUTE",
+    EvaluateExecution => "EVALUATE_EXECUTION",
+    Fix => "FIX",
+    BusinessSync => "BUSINESS_SYNC",
+});
+
 impl Step {
-    pub const ALL: [Step; 6] = [
-        Step::Plan,
-        Step::EvaluatePlan,
-        Step::Execute,
-        Step::EvaluateExecution,
-        Step::Fix,
-        Step::BusinessSync,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Step::Plan => "PLAN",
-            Step::EvaluatePlan => "EVALUATE_PLAN",
-            Step::Execute => "EXECUTE",
-            Step::EvaluateExecution => "EVALUATE_EXECUTION",
-            Step::Fix => "FIX",
-            Step::BusinessSync => "BUSINESS_SYNC",
-        }
-    }
-
     /// A wire name, ASCII case-insensitively (`evaluate_plan` works in a URL path);
     /// nothing else.
     pub fn parse(text: &str) -> Option<Step> {
         Self::ALL
             .into_iter()
             .find(|step| step.as_str().eq_ignore_ascii_case(text))
-    }
-}
-
-impl std::fmt::Display for Step {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
     }
 }
 
@@ -162,18 +145,14 @@ pub enum CheckpointStatus {
     Skipped,
 }
 
-impl CheckpointStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckpointStatus::NotStarted => "NOT_STARTED",
-            CheckpointStatus::InProgress => "IN_PROGRESS",
-            CheckpointStatus::Passed => "PASSED",
-            CheckpointStatus::Failed => "FAILED",
-            CheckpointStatus::Blocked => "BLOCKED",
-            CheckpointStatus::Skipped => "SKIPPED",
-        }
-    }
-}
+crate::domain::wire_strings!(CheckpointStatus {
+    NotStarted => "NOT_STARTED",
+    InProgress => "IN_PROGRESS",
+    Passed => "PASSED",
+    Failed => "FAILED",
+    Blocked => "BLOCKED",
+    Skipped => "SKIPPED",
+});
 
 /// How a step ended, as its agent reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -184,22 +163,11 @@ pub enum StepOutcome {
     Blocked,
 }
 
-impl StepOutcome {
-    /// Every outcome, for the MCP schema's enum (so the two cannot drift).
-    pub const ALL: [StepOutcome; 3] = [
-        StepOutcome::Passed,
-        StepOutcome::Failed,
-        StepOutcome::Blocked,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepOutcome::Passed => "PASSED",
-            StepOutcome::Failed => "FAILED",
-            StepOutcome::Blocked => "BLOCKED",
-        }
-    }
-}
+crate::domain::wire_strings!(StepOutcome {
+    Passed => "PASSED",
+    Failed => "FAILED",
+    Blocked => "BLOCKED",
+});
 
 /// The track's overall status. Older spellings (`NEW`, `pending`, `IN_PROGRESS`,
 /// `done`, …) are read as these four.
@@ -216,16 +184,14 @@ pub enum TrackStatus {
     Complete,
 }
 
-impl TrackStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrackStatus::New => "new",
-            TrackStatus::InProgress => "in_progress",
-            TrackStatus::Blocked => "blocked",
-            TrackStatus::Complete => "complete",
-        }
-    }
+crate::domain::wire_strings!(TrackStatus {
+    New => "new",
+    InProgress => "in_progress",
+    Blocked => "blocked",
+    Complete => "complete",
+});
 
+impl TrackStatus {
     /// Import's lenient reading (see the module documentation).
     pub fn parse(text: &str) -> Option<TrackStatus> {
         match text.trim().to_ascii_lowercase().as_str() {
