@@ -54,7 +54,7 @@ pub fn run(settings: Settings, command: TrackCommand) -> u8 {
         };
         let executors =
             Executors::from_settings(&settings).map_err(|e| cannot_start(e.to_string()))?;
-        let db = crate::open_database(&settings)
+        let db = crate::service::open_database(&settings)
             .await
             .map_err(|e| cannot_start(format!("cannot open the database: {e}")))?;
         let service = Service::new(db.clone(), Arc::new(settings), executors);

@@ -21,9 +21,9 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::domain::job::JobStatus;
-use crate::http::AppState;
 use crate::service::dashboard::{JobQuery, TaskState};
 use crate::service::{Caller, ErrorKind, ProblemCode, ServiceError};
+use crate::web::AppState;
 use pages::{Chrome, error_page, respond};
 
 /// How often a live task list looks for changes.

@@ -215,7 +215,7 @@ pub async fn spawn_app_on(
 ) -> TestApp {
     let mut settings = settings_for(&database.url);
     tweak(&mut settings);
-    let db = plangate::open_database(&settings)
+    let db = plangate::service::open_database(&settings)
         .await
         .expect("open test database");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -224,7 +224,7 @@ pub async fn spawn_app_on(
     let server = tokio::spawn({
         let db = db.clone();
         async move {
-            plangate::serve(listener, settings, db, async {
+            plangate::app::serve(listener, settings, db, async {
                 let _ = stopped.await;
             })
             .await

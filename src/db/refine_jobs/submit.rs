@@ -15,10 +15,8 @@ use crate::domain::usage::UsageTotals;
 /// Most jobs one group transaction stores.
 const MAX_GROUP: usize = 64;
 
-/// Groups stored at once. One writer capped creates at ~510/s on 2 cores (each
-/// group waits for five round trips and a WAL flush, and creates queue behind it);
-/// 2, 3 and 4 writers measured 540–552, 572–573 and 535–549 jobs/s end to end, with
-/// groups still forming under load (bench/README.md, "queue.sh").
+/// Groups stored at once: one writer capped creates (each group waits for its round
+/// trips and a WAL flush); why three, measured: docs/jobs.md, "Group commit".
 const WRITERS: usize = 3;
 
 impl Database {

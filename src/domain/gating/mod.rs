@@ -5,28 +5,7 @@
 //! strongly-connected-components pass, one sort by wave), so hostile input cannot
 //! make it quadratic; std's randomly keyed hasher also resists crafted collisions.
 //!
-//! Decisions where the spec leaves room (each is tested):
-//! - Ids (`task_id`, `depends_on` entries, `reviews`) must be non-empty, at most 256
-//!   bytes and free of control characters; otherwise `invalid_field` (`invalid_reviews`
-//!   for `reviews`). Values shown in messages are quoted like Python's `repr`, with
-//!   control characters escaped and long strings cut.
-//! - A task whose `task_id` is missing, invalid or a later duplicate cannot be named
-//!   or depended on, so it takes no part in gates 1–7 (its writes still satisfy later
-//!   reads). A task with a bad field is left out of the gates needing that field only.
-//!   Id lookups resolve to the first task with that id.
-//! - `depends_on`, `reads`, `writes` must be arrays when present (`null` is
-//!   `invalid_field`, unlike `"reviews": null`, which the spec calls absent).
-//! - A cycle error is raised per strongly connected component (its `task_ids` are all
-//!   members, in task order; `cycle` is one simple cycle through them) and per
-//!   self-loop; `a -> b` reads "a depends_on b". Edges inside such a component are not
-//!   also reported as `wave_order`.
-//! - A read whose only writers have an unusable `parallel_group` is not reported: the
-//!   `invalid_parallel_group` error already covers it.
-//! - Messages with a template in the spec keep it verbatim; `orphan_dependency` gets a
-//!   fix hint appended. Warnings are prefixed `PlannerDagWarning:`.
-//! - Planner output: with fenced blocks but none in `json` (or without a language),
-//!   the text is still parsed whole, and the error says no json block was found. A
-//!   selected block holding only whitespace counts as empty output.
+//! Decisions where the spec leaves room (each is tested): docs/decisions.md, "The gate".
 
 mod fence;
 mod gates;

@@ -6,31 +6,7 @@
 //! and deliverables, one graph pass from [`crate::domain::graph`], one natural sort
 //! per level); nothing recurses on input depth.
 //!
-//! Decisions where the spec leaves room (each is tested):
-//! - Task fields: `id`, `name`, `phase` are required; `description` (default `""`),
-//!   `files`, `depends_on` (default `[]`), `acceptance`, `estimated_duration` and an
-//!   explicit `type` (overrides detection) are optional, and `null` counts as absent.
-//!   Unknown fields are ignored. Ids follow gating's rule: non-empty, at most 256
-//!   bytes, no control characters, and must be strings (YAML reads `1.10` unquoted as
-//!   the number 1.1, so a number is `invalid_field` with a hint to quote it).
-//! - `phase` must be one of the request's `phases[].number`; phase numbers must be
-//!   unique (`invalid_field` on `phases`).
-//! - Files lose a leading `./`; repeated files and dependencies are listed once.
-//! - Errors come in gate order: per task (input order) its `duplicate_task_id` then
-//!   field errors; then phase errors (duplicate numbers, tasks in unlisted phases);
-//!   then `orphan_dependency`; then `cycle` (one per strongly connected component
-//!   plus one per self-dependency, path from the naturally smallest id, read along
-//!   `depends_on`); last an unreadable `tracks_md` (`invalid_field`). A task with an
-//!   unusable or repeated id is not a node. Messages carry gating's class prefixes
-//!   (`TaskShapeError:`, `OrphanDepsError:`, `CycleError:`) and are one line each.
-//! - With errors the plan is still built where it can be: orphan edges are dropped;
-//!   with a cycle, levels and parallel groups are left empty.
-//! - `dag.nodes` keep input order; groups and `shared_resources` are in natural order.
-//! - Skipped (overlapping) tasks stay nodes and stay in their group, marked `skip`.
-//! - `summary.dependencies` lists the track's dependencies (not a count).
-//! - Overlap matching and the `tracks.md` table rules: see [`overlap`].
-//! - Type detection and durations: see [`rules`].
-//! - `plan.md` layout and parsing rules: see [`markdown`].
+//! Decisions where the spec leaves room (each is tested): docs/decisions.md, "Loop plans".
 
 mod build;
 pub mod generate;
