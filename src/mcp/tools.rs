@@ -323,7 +323,7 @@ async fn run<A: DeserializeOwned, F: Future<Output = Result<Answer, ServiceError
     tool(parse(Value::Object(arguments))?).await
 }
 
-/// `{code, detail, ...extra}`: the REST problem without its HTTP members.
+/// `{code, detail, ...members}`: the REST problem without its HTTP members.
 fn tool_error(error: &ServiceError) -> CallToolResult {
     let mut body = serde_json::Map::new();
     body.insert("code".into(), Value::from(error.code.as_str()));
