@@ -91,9 +91,10 @@ impl From<ServiceError> for Failure {
             _ => EXIT_REFUSED,
         };
         let mut message = format!("{}: {}", error.code, error.detail);
-        if !error.extra.is_empty() {
+        let members = error.members();
+        if !members.is_empty() {
             message.push(' ');
-            message.push_str(&Value::Object(error.extra).to_string());
+            message.push_str(&Value::Object(members).to_string());
         }
         Failure { exit, message }
     }
@@ -199,17 +200,16 @@ fn document_id(document: &Value) -> Result<String, ServiceError> {
             ProblemCode::InvalidMetadata,
             "the document names no track_id (a string); give --id",
         )
-        .with("field", "track_id")),
+        .field("track_id")),
     }
 }
 
 /// `PASSED`, `FAILED` or `BLOCKED`, in any case.
 fn parse_outcome(text: &str) -> Result<StepOutcome, ServiceError> {
     serde_json::from_value(Value::String(text.to_ascii_uppercase())).map_err(|_| {
-        ServiceError::unprocessable(
-            ProblemCode::InvalidField,
+        ServiceError::invalid_field(
+            "outcome",
             format!("outcome must be PASSED, FAILED or BLOCKED, got {text:?}"),
         )
-        .with("field", "outcome")
     })
 }

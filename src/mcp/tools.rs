@@ -276,14 +276,13 @@ fn uuid_arg(field: &str, raw: &RawId, hint: &str) -> Result<uuid::Uuid, ServiceE
 /// The task `task_id` (and `task_list_id`) name: see [`TaskRef::from_args`].
 fn task_arg(task_id: &RawId, task_list_id: Option<&RawId>) -> Result<TaskRef, ServiceError> {
     let Value::String(task_id) = &task_id.0 else {
-        return Err(ServiceError::unprocessable(
-            ProblemCode::InvalidField,
+        return Err(ServiceError::invalid_field(
+            "task_id",
             format!(
                 "task_id must be a string, not {}: {TASK_ID_HINT}",
                 task_id.0
             ),
-        )
-        .with("field", "task_id"));
+        ));
     };
     match task_list_id {
         None => TaskRef::from_args(task_id, None),
@@ -302,14 +301,12 @@ async fn run<A: DeserializeOwned, F: Future<Output = Result<Answer, ServiceError
     tool(parse(Value::Object(arguments))?).await
 }
 
-/// `{code, detail, ...extra}`: the REST problem without its HTTP members.
+/// `{code, detail, ...members}`: the REST problem without its HTTP members.
 fn tool_error(error: &ServiceError) -> CallToolResult {
     let mut body = serde_json::Map::new();
     body.insert("code".into(), Value::from(error.code.as_str()));
     body.insert("detail".into(), Value::from(error.detail.clone()));
-    for (key, value) in &error.extra {
-        body.insert(key.clone(), value.clone());
-    }
+    body.extend(error.members());
     CallToolResult::error(vec![ContentBlock::text(Value::Object(body).to_string())])
 }
 
@@ -320,7 +317,7 @@ fn task_list(tasks: Option<Value>) -> Result<Option<ParsedTaskList>, ServiceErro
         .map(|value| {
             serde_json::from_value(value).map_err(|e| {
                 ServiceError::unprocessable(ProblemCode::InvalidBody, format!("tasks: {e}"))
-                    .with("field", "tasks")
+                    .field("tasks")
             })
         })
         .transpose()

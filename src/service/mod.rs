@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use caller::Caller;
-pub use error::{ErrorKind, ProblemCode, ServiceError};
+pub use error::{ErrorKind, GateRejection, ProblemCode, ProblemDetails, ServiceError};
 pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash};
 
 use crate::agents::Executors;

@@ -157,7 +157,7 @@ impl Service {
                          project_id, or create a task list for it first"
                     ),
                 )
-                .with("field", "project_id"));
+                .field("project_id"));
             }
             StatusRows::UnknownCycle => {
                 let team_pk = team_pk.unwrap_or_default();
@@ -170,7 +170,7 @@ impl Service {
                          for the whole project"
                     ),
                 )
-                .with("field", "team_pk"));
+                .field("team_pk"));
             }
         };
         let snap = snapshot(rows);
@@ -203,7 +203,7 @@ impl Service {
                 ProblemCode::InvalidQuery,
                 "since must not be after until",
             )
-            .with("field", "since"));
+            .field("since"));
         }
         let filter = UsageFilter {
             since: query.since,

@@ -187,6 +187,7 @@ both_backends!(
     bad_submissions_are_refused_and_create_nothing,
     a_job_end_claims_the_workers_next_job,
     creates_arriving_together_are_each_stored_whole,
+    racing_creates_with_one_key_and_two_bodies_make_one_job,
     a_failing_job_in_a_group_fails_alone,
 );
 
@@ -959,6 +960,58 @@ async fn creates_arriving_together_are_each_stored_whole(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(page["jobs"].as_array().unwrap().len(), 41);
+    app.shutdown().await;
+}
+
+/// Eight creates race with one key, half of them with another body: one job is
+/// created; the creates with its body get it (once created, replayed after), the
+/// others `idempotency_key_reused`, whichever body won.
+async fn racing_creates_with_one_key_and_two_bodies_make_one_job(backend: Backend) {
+    use std::collections::HashSet;
+    let app = spawn_app_with(backend, |s| s.workers = 0).await;
+    let mine = body(&["P1-A1", "P1-A2"]);
+    let mut theirs = mine.clone();
+    theirs["task_text"] = json!("another task");
+    let send = |request: Value| {
+        let app = &app;
+        async move {
+            let response = app
+                .client
+                .post(app.url("/v1/refine-jobs"))
+                .header("Idempotency-Key", "raced")
+                .json(&request)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            let answer: Value = response.json().await.unwrap();
+            (status, replayed, answer)
+        }
+    };
+    let answers = futures::future::join_all((0..8).map(|i| {
+        send(if i % 2 == 0 {
+            mine.clone()
+        } else {
+            theirs.clone()
+        })
+    }))
+    .await;
+
+    let accepted: Vec<&(u16, bool, Value)> = answers.iter().filter(|a| a.0 == 202).collect();
+    assert_eq!(accepted.len(), 4, "one body's creates: {answers:?}");
+    let ids: HashSet<&str> = accepted
+        .iter()
+        .map(|a| a.2["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "one job for one key");
+    assert_eq!(accepted.iter().filter(|a| !a.1).count(), 1, "created once");
+    for (status, _, problem) in answers.iter().filter(|a| a.0 != 202) {
+        assert_eq!(*status, 422, "{problem}");
+        assert_eq!(problem["code"], "idempotency_key_reused", "{problem}");
+    }
+    let page: Value = app.get("/v1/refine-jobs").await.json().await.unwrap();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1);
     app.shutdown().await;
 }
 
