@@ -65,13 +65,15 @@ async fn main() {
         ..Default::default()
     };
     let settings = Settings::merge(&args, FileConfig::default()).expect("settings");
-    let db = plangate::open_database(&settings).await.expect("database");
+    let db = plangate::service::open_database(&settings)
+        .await
+        .expect("database");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(plangate::serve(listener, settings, db, async {
+    let server = tokio::spawn(plangate::app::serve(listener, settings, db, async {
         let _ = stopped.await;
     }));
 

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     match plangate::cli::parse() {
         Ok(cli) => {
             // One-shot runs over big lists keep mimalloc's defaults: purging at once
-            // makes `plangate validate` on 100,000 tasks 30% slower.
+            // slows them (docs/decisions.md, "Jobs, queue and memory").
             if !matches!(cli.command, Some(Command::Validate(_) | Command::Plan(_))) {
                 keep_the_heap_small();
             }

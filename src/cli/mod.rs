@@ -189,7 +189,7 @@ fn serve(args: &ServeArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     rt.block_on(async move {
-        let db = match crate::open_database(&settings).await {
+        let db = match crate::service::open_database(&settings).await {
             Ok(db) => db,
             Err(e) => return fail(format!("cannot open the database: {e}")),
         };
@@ -197,7 +197,7 @@ fn serve(args: &ServeArgs) -> ExitCode {
             Ok(l) => l,
             Err(e) => return fail(format!("cannot listen on {}: {e}", settings.bind)),
         };
-        match crate::serve(listener, settings, db, crate::shutdown_signal()).await {
+        match crate::app::serve(listener, settings, db, crate::app::shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }
@@ -229,11 +229,11 @@ fn mcp(args: &McpArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     rt.block_on(async move {
-        let db = match crate::open_database(&settings).await {
+        let db = match crate::service::open_database(&settings).await {
             Ok(db) => db,
             Err(e) => return fail(format!("cannot open the database: {e}")),
         };
-        match crate::serve_mcp_stdio(settings, db, surface).await {
+        match crate::app::serve_mcp_stdio(settings, db, surface).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }
@@ -267,7 +267,7 @@ fn migrate(args: &ServeArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     rt.block_on(async move {
-        match crate::open_database(&settings).await {
+        match crate::service::open_database(&settings).await {
             Ok(db) => {
                 db.close().await;
                 eprintln!("plangate: migrations applied");

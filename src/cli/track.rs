@@ -55,7 +55,7 @@ pub fn run(settings: Settings, command: TrackCommand) -> u8 {
         };
         let executors =
             Executors::from_settings(&settings).map_err(|e| cannot_start(e.to_string()))?;
-        let db = crate::open_database(&settings)
+        let db = crate::service::open_database(&settings)
             .await
             .map_err(|e| cannot_start(format!("cannot open the database: {e}")))?;
         let service = Service::new(db.clone(), Arc::new(settings), executors);
@@ -92,9 +92,10 @@ impl From<ServiceError> for Failure {
             _ => EXIT_REFUSED,
         };
         let mut message = format!("{}: {}", error.code, error.detail);
-        if !error.extra.is_empty() {
+        let members = error.members();
+        if !members.is_empty() {
             message.push(' ');
-            message.push_str(&Value::Object(error.extra).to_string());
+            message.push_str(&Value::Object(members).to_string());
         }
         Failure { exit, message }
     }
@@ -196,17 +197,16 @@ fn document_id(document: &Value) -> Result<String, ServiceError> {
             ProblemCode::InvalidMetadata,
             "the document names no track_id (a string); give --id",
         )
-        .with("field", "track_id")),
+        .field("track_id")),
     }
 }
 
 /// `PASSED`, `FAILED` or `BLOCKED`, in any case.
 fn parse_outcome(text: &str) -> Result<StepOutcome, ServiceError> {
     serde_json::from_value(Value::String(text.to_ascii_uppercase())).map_err(|_| {
-        ServiceError::unprocessable(
-            ProblemCode::InvalidField,
+        ServiceError::invalid_field(
+            "outcome",
             format!("outcome must be PASSED, FAILED or BLOCKED, got {text:?}"),
         )
-        .with("field", "outcome")
     })
 }

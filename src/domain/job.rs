@@ -22,16 +22,16 @@ pub enum JobStatus {
     Cancelled,
 }
 
-impl JobStatus {
-    pub const ALL: [JobStatus; 6] = [
-        JobStatus::Queued,
-        JobStatus::Running,
-        JobStatus::Cancelling,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-    ];
+crate::domain::wire_strings!(JobStatus, parse {
+    Queued => "queued",
+    Running => "running",
+    Cancelling => "cancelling",
+    Succeeded => "succeeded",
+    Failed => "failed",
+    Cancelled => "cancelled",
+});
 
+impl JobStatus {
     /// Not finished: waiting for a worker or held by one.
     pub const ACTIVE: [JobStatus; 3] =
         [JobStatus::Queued, JobStatus::Running, JobStatus::Cancelling];
@@ -47,21 +47,6 @@ impl JobStatus {
         JobStatus::Failed,
         JobStatus::Cancelled,
     ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Queued => "queued",
-            JobStatus::Running => "running",
-            JobStatus::Cancelling => "cancelling",
-            JobStatus::Succeeded => "succeeded",
-            JobStatus::Failed => "failed",
-            JobStatus::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
-    }
 
     pub fn is_terminal(self) -> bool {
         Self::TERMINAL.contains(&self)

@@ -25,21 +25,11 @@ pub enum UsageSource {
     Unknown,
 }
 
-impl UsageSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UsageSource::Reported => "reported",
-            UsageSource::Priced => "priced",
-            UsageSource::Unknown => "unknown",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        [Self::Reported, Self::Priced, Self::Unknown]
-            .into_iter()
-            .find(|s| s.as_str() == text)
-    }
-}
+crate::domain::wire_strings!(UsageSource, parse {
+    Reported => "reported",
+    Priced => "priced",
+    Unknown => "unknown",
+});
 
 /// The usage of one L0 call (all its tries). `None` = not reported.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
@@ -280,22 +270,10 @@ pub enum BudgetAction {
     Kill,
 }
 
-impl BudgetAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetAction::Finish => "finish",
-            BudgetAction::Kill => "kill",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "finish" => Some(BudgetAction::Finish),
-            "kill" => Some(BudgetAction::Kill),
-            _ => None,
-        }
-    }
-}
+crate::domain::wire_strings!(BudgetAction, parse {
+    Finish => "finish",
+    Kill => "kill",
+});
 
 /// A request's spending limits (a job's, or a run's over all its phase jobs).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, ToSchema)]

@@ -31,7 +31,13 @@ pub struct EdgePolicy {
     origins: Vec<WebOrigin>,
     /// `Some` on a loopback bind: the configured hosts besides the loopback names.
     hosts: Option<Vec<AllowedHost>>,
+    /// How a refusal under `/ui` is rendered for a person (an HTML page); the
+    /// dashboard supplies it so this module needs no part of `ui`.
+    page_refusal: Option<PageRefusal>,
 }
+
+/// Renders an HTML error page: status, title, detail.
+pub type PageRefusal = fn(StatusCode, &str, &str) -> Response;
 
 impl EdgePolicy {
     /// The server's own origins on the port it listens on (`settings.bind` is the
@@ -56,7 +62,17 @@ impl EdgePolicy {
         let hosts = ip
             .is_loopback()
             .then(|| settings.edge.allowed_hosts.clone());
-        EdgePolicy { origins, hosts }
+        EdgePolicy {
+            origins,
+            hosts,
+            page_refusal: None,
+        }
+    }
+
+    /// Refusals of `/ui` paths are rendered by `render` rather than as problem+json.
+    pub fn with_page_refusal(mut self, render: PageRefusal) -> Self {
+        self.page_refusal = Some(render);
+        self
     }
 
     fn host_allowed(&self, authority: &str) -> bool {
@@ -102,7 +118,7 @@ pub async fn refuse_foreign_pages(
     if let Some(host) = host
         && !policy.host_allowed(host)
     {
-        return refusal(
+        return policy.refusal(
             path,
             ProblemCode::HostNotAllowed,
             "this server listens on loopback and answers only to localhost, 127.0.0.1 and \
@@ -113,7 +129,7 @@ pub async fn refuse_foreign_pages(
     if let Some(origin) = headers.get(header::ORIGIN) {
         let allowed = origin.to_str().is_ok_and(|o| policy.origin_allowed(o));
         if !allowed {
-            return refusal(
+            return policy.refusal(
                 path,
                 ProblemCode::OriginNotAllowed,
                 "requests from web pages of other origins are refused; send no Origin \
@@ -125,16 +141,20 @@ pub async fn refuse_foreign_pages(
     next.run(request).await
 }
 
-fn refusal(path: &str, code: ProblemCode, detail: &str) -> Response {
-    // The dashboard answers people with HTML pages; everything else problem+json.
-    if path == "/ui" || path.starts_with("/ui/") {
-        return crate::ui::pages::error_page(
-            StatusCode::FORBIDDEN,
-            "Refused",
-            &format!("This request came from another site or host name. {detail}."),
-        );
+impl EdgePolicy {
+    fn refusal(&self, path: &str, code: ProblemCode, detail: &str) -> Response {
+        // The dashboard answers people with HTML pages; everything else problem+json.
+        if let Some(render) = self.page_refusal
+            && (path == "/ui" || path.starts_with("/ui/"))
+        {
+            return render(
+                StatusCode::FORBIDDEN,
+                "Refused",
+                &format!("This request came from another site or host name. {detail}."),
+            );
+        }
+        ApiError::new(StatusCode::FORBIDDEN, code, detail).into_response()
     }
-    ApiError::new(StatusCode::FORBIDDEN, code, detail).into_response()
 }
 
 #[cfg(test)]

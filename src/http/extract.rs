@@ -155,7 +155,7 @@ pub fn refuse_nul(body: &[u8]) -> Result<(), ApiError> {
         None => Ok(()),
         Some(at) => Err(
             ApiError::unprocessable(ProblemCode::InvalidField, at.message())
-                .with("field", at.pointer.clone()),
+                .field(at.pointer.clone()),
         ),
     }
 }
@@ -199,7 +199,7 @@ impl From<PathRejection> for ApiError {
         };
         let error = ApiError::bad_request(ProblemCode::InvalidPath, rejection.body_text());
         match parameter {
-            Some(key) => error.with("parameter", key),
+            Some(key) => error.parameter(key),
             None => error,
         }
     }

@@ -97,7 +97,7 @@ pub async fn charge_large_bodies(
                      Retry-After delay"
                 ),
             )
-            .with("retry_after_secs", 1)
+            .retry_after(1)
             .into_response()
         }
     }

@@ -15,6 +15,7 @@ pub mod problem;
 pub mod projects;
 pub mod refine_jobs;
 pub mod refine_runs;
+mod responses;
 pub mod task_lists;
 pub mod tasks;
 pub mod tracks;
@@ -25,33 +26,7 @@ use axum::Router;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::config::Settings;
-use crate::service::Service;
-
-/// Shared by every handler. Cheap to clone.
-#[derive(Clone)]
-pub struct AppState {
-    /// The use cases.
-    pub service: Service,
-    pub settings: Arc<Settings>,
-}
-
-impl AppState {
-    pub fn new(service: Service) -> Self {
-        let settings = service.settings().clone();
-        AppState { service, settings }
-    }
-
-    /// From now on `/readyz` answers 503 so load balancers drain this replica (and
-    /// long-polls and event streams end).
-    pub fn begin_shutdown(&self) {
-        self.service.begin_shutdown();
-    }
-
-    pub fn is_shutting_down(&self) -> bool {
-        self.service.is_shutting_down()
-    }
-}
+pub use crate::web::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -114,12 +89,12 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc::finish(api_router().split_for_parts().1)
 }
 
-/// The whole application: routes, docs, fallbacks and the middleware stack.
-pub fn app(state: AppState) -> Router {
+/// The API's routes, its OpenAPI document at `/openapi.json` and the Swagger UI;
+/// `app::router` merges the other adapters' routes and adds the middleware stack.
+pub fn routes() -> Router<AppState> {
     let (router, api) = api_router().split_for_parts();
     let api = Arc::new(doc::finish(api));
-    let docs = ops::docs_router();
-    let router = router
+    router
         .route(
             "/openapi.json",
             axum::routing::get(move || {
@@ -127,26 +102,5 @@ pub fn app(state: AppState) -> Router {
                 async move { axum::Json((*api).clone()) }
             }),
         )
-        .merge(docs)
-        // MCP (docs/mcp.md): behind the same auth and stack as `/v1`.
-        .merge(crate::mcp::router(&state.service, &state.settings))
-        .merge(crate::ui::router(state.clone()))
-        .fallback(middleware::not_found)
-        .method_not_allowed_fallback(middleware::method_not_allowed);
-    // Inside auth: a refused caller takes nothing from the gating budget.
-    let router = router
-        .layer(axum::middleware::from_fn_with_state(
-            gating_budget::GatingBudget::new(&state.settings),
-            gating_budget::charge_large_bodies,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_token,
-        ))
-        // Outside auth: a foreign page is refused whatever it presents.
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(edge::EdgePolicy::new(&state.settings)),
-            edge::refuse_foreign_pages,
-        ));
-    middleware::stack(router, &state.settings).with_state(state)
+        .merge(ops::docs_router())
 }

@@ -117,39 +117,3 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
         handle
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use axum::body::Body;
-    use axum::http::Request;
-    use tower::ServiceExt;
-
-    use crate::config::{FileConfig, ServeArgs, Settings};
-    use crate::http::{AppState, app};
-
-    /// While draining, readiness is 503 although the database is fine. (Over real
-    /// HTTP the listener no longer accepts by then, so this drives the router.)
-    #[tokio::test]
-    async fn readyz_turns_503_when_shutdown_begins() {
-        let dir = tempfile::tempdir().unwrap();
-        let args = ServeArgs {
-            database_url: Some(format!("sqlite://{}", dir.path().join("t.db").display())),
-            ..Default::default()
-        };
-        let settings = Settings::merge(&args, FileConfig::default()).unwrap();
-        let service = crate::service::Service::open(Arc::new(settings))
-            .await
-            .unwrap();
-        let state = AppState::new(service);
-        let router = app(state.clone());
-        let ready = |router: axum::Router| async move {
-            let request = Request::get("/readyz").body(Body::empty()).unwrap();
-            router.oneshot(request).await.unwrap().status().as_u16()
-        };
-        assert_eq!(ready(router.clone()).await, 200);
-        state.begin_shutdown();
-        assert_eq!(ready(router).await, 503);
-    }
-}

@@ -6,10 +6,10 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::domain::{gating, retry};
-use crate::service::{ErrorKind, ProblemCode, ServiceError};
+use crate::service::{ErrorKind, ProblemCode, ProblemDetails, ServiceError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -19,8 +19,8 @@ pub struct ApiError {
     /// Stable machine-readable code clients switch on.
     pub code: ProblemCode,
     pub detail: String,
-    /// Extra members of the problem object (`errors`, `attempt`, …).
-    pub extra: Map<String, Value>,
+    /// The members after `code` (`field`, `errors`, `attempt`, …).
+    pub details: ProblemDetails,
 }
 
 impl ApiError {
@@ -29,7 +29,7 @@ impl ApiError {
             status,
             code,
             detail: detail.into(),
-            extra: Map::new(),
+            details: ProblemDetails::None,
         }
     }
 
@@ -53,8 +53,21 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, code, detail)
     }
 
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(key.to_owned(), value.into());
+    /// Names the request member at fault (`field`, a JSON pointer).
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.details = ProblemDetails::Field(field.into());
+        self
+    }
+
+    /// Names the path parameter that did not parse (`parameter`).
+    pub fn parameter(mut self, name: impl Into<String>) -> Self {
+        self.details = ProblemDetails::Parameter(name.into());
+        self
+    }
+
+    /// Says when to come back (`retry_after_secs` and the `Retry-After` header).
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.details = ProblemDetails::RetryAfter(secs);
         self
     }
 
@@ -68,9 +81,7 @@ impl ApiError {
             "code": self.code.as_str(),
         });
         if let Value::Object(map) = &mut body {
-            for (k, v) in &self.extra {
-                map.insert(k.clone(), v.clone());
-            }
+            map.extend(self.details.members());
         }
         body
     }
@@ -89,7 +100,7 @@ impl IntoResponse for ApiError {
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         // A problem that says when to come back says it in the header too.
-        if let Some(secs) = self.extra.get("retry_after_secs").and_then(Value::as_u64) {
+        if let Some(secs) = self.details.retry_after_secs() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
@@ -114,7 +125,7 @@ impl From<ServiceError> for ApiError {
             status,
             code: err.code,
             detail: err.detail,
-            extra: err.extra,
+            details: err.details,
         }
     }
 }

@@ -9,6 +9,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, StoredJson};
+use super::responses::DatabaseUnavailable;
 use crate::domain::ids::Ident;
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::projects::{NewTeam, ProjectStatus, ProjectUsage, Team, UsageQuery};
@@ -68,7 +69,7 @@ async fn project_status(
         (status = 200, description = "The project's usage", body = ProjectUsage),
         (status = 400, description = "Unknown query parameter, a bad instant, or `since` after `until`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        DatabaseUnavailable,
     ))]
 async fn project_usage(
     State(state): State<AppState>,

@@ -20,6 +20,9 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, refuse_nul};
+use super::responses::{
+    BudgetExhausted, DatabaseUnavailable, JobById, NoSuchJob, RefineSubmission,
+};
 use crate::http::problem::{ApiError, ForbiddenProject, Problem};
 use crate::service::refine_jobs::{
     CreateRefineJobRequest, JobListQuery, JobPage, StoredJob, StoredL0,
@@ -113,16 +116,11 @@ pub struct WaitQuery {
         ForbiddenProject,
         (status = 202, description = "Queued (or the original job of this Idempotency-Key)", body = StoredJob,
             headers(("Location" = String, description = "The job's URL"))),
-        (status = 400, description = "Unreadable Idempotency-Key header", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over the size limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_context` (FATAL: failed to parse request body: …), `unknown_executor`, \
             `task_file_not_allowed`, `output_not_allowed`, `invalid_field`, `unknown_run`, \
             `invalid_idempotency_key`, `idempotency_key_reused`", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "`budget_exhausted`: the project's daily limit is spent; the problem carries \
-            `limit_usd`, `spent_usd` and `retry_after_secs`", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to the next UTC midnight"))),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        RefineSubmission,
+        BudgetExhausted,
     ))]
 async fn create_refine_job(
     State(state): State<AppState>,
@@ -143,8 +141,7 @@ async fn create_refine_job(
         ForbiddenProject,
         (status = 200, description = "The job", body = StoredJob),
         (status = 400, description = "Not a job id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        NoSuchJob,
     ))]
 async fn get_refine_job(
     State(state): State<AppState>,
@@ -167,7 +164,7 @@ async fn get_refine_job(
         ForbiddenProject,
         (status = 200, description = "A page of jobs", body = JobPage),
         (status = 400, description = "Bad filter, page size or page token", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        DatabaseUnavailable,
     ))]
 async fn list_refine_jobs(
     State(state): State<AppState>,
@@ -183,10 +180,8 @@ async fn list_refine_jobs(
     responses(
         ForbiddenProject,
         (status = 200, description = "The refined assignments of the phase", body = Object),
-        (status = 400, description = "Not a job id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
+        JobById,
         (status = 409, description = "`job_not_succeeded`: the job has not succeeded (yet); the problem carries its `job_status`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_job_result(
     State(state): State<AppState>,
@@ -204,9 +199,7 @@ async fn refine_job_result(
     responses(
         ForbiddenProject,
         (status = 200, description = "One record per assignment", body = Vec<StoredL0>),
-        (status = 400, description = "Not a job id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        JobById,
     ))]
 async fn refine_job_assignments(
     State(state): State<AppState>,
@@ -233,8 +226,7 @@ async fn refine_job_assignments(
         ForbiddenProject,
         (status = 200, description = "`text/event-stream` of `state`, `progress` and `log` events", content_type = "text/event-stream", body = String),
         (status = 400, description = "Not a job id, or a bad Last-Event-ID", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        NoSuchJob,
     ))]
 async fn refine_job_events(
     State(state): State<AppState>,
@@ -264,9 +256,7 @@ async fn refine_job_events(
     responses(
         ForbiddenProject,
         (status = 200, description = "The job after the request", body = StoredJob),
-        (status = 400, description = "Not a job id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such job", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        JobById,
     ))]
 async fn cancel_refine_job(
     State(state): State<AppState>,

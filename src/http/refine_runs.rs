@@ -13,6 +13,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use super::refine_jobs::{WaitQuery, accepted, submission};
+use super::responses::{BudgetExhausted, DatabaseUnavailable, RefineSubmission, RunById};
 use crate::http::problem::{ApiError, ForbiddenProject, Problem};
 use crate::service::refine_runs::{CreateRefineRunRequest, StoredRun};
 
@@ -35,16 +36,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         ForbiddenProject,
         (status = 202, description = "Queued (or the original run of this Idempotency-Key)", body = StoredRun,
             headers(("Location" = String, description = "The run's URL"))),
-        (status = 400, description = "Unreadable Idempotency-Key header", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over the size limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_plan` (FATAL: failed to parse request body: …), `unknown_executor`, \
             `output_not_allowed`, `invalid_field`, `invalid_idempotency_key`, `idempotency_key_reused`",
             body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "`budget_exhausted`: the project's daily limit is spent; the problem carries \
-            `limit_usd`, `spent_usd` and `retry_after_secs`", body = Problem, content_type = "application/problem+json",
-            headers(("Retry-After" = u64, description = "Seconds to the next UTC midnight"))),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        RefineSubmission,
+        BudgetExhausted,
     ))]
 async fn create_refine_run(
     State(state): State<AppState>,
@@ -66,7 +62,7 @@ async fn create_refine_run(
         (status = 200, description = "The run", body = StoredRun),
         (status = 400, description = "Not a run id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        DatabaseUnavailable,
     ))]
 async fn get_refine_run(
     State(state): State<AppState>,
@@ -89,10 +85,8 @@ async fn get_refine_run(
     responses(
         ForbiddenProject,
         (status = 200, description = "The merged assignments", body = Object),
-        (status = 400, description = "Not a run id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
+        RunById,
         (status = 409, description = "`run_not_finished`: not merged yet; the problem carries its `run_status`", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_run_result(
     State(state): State<AppState>,
@@ -111,9 +105,7 @@ async fn refine_run_result(
     responses(
         ForbiddenProject,
         (status = 200, description = "The run after the request", body = StoredRun),
-        (status = 400, description = "Not a run id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        RunById,
     ))]
 async fn cancel_refine_run(
     State(state): State<AppState>,

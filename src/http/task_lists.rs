@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, StoredJsonAsSent};
+use super::responses::{DatabaseUnavailable, NoSuchList};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
 use crate::domain::gating::ValidationReport;
 use crate::http::problem::{
@@ -74,7 +75,7 @@ async fn validate_task_list(
          )),
         (status = 400, description = "Malformed JSON, or an `Idempotency-Key` that is not visible ASCII (`invalid_idempotency_key`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Rejected by the gate (`dag_invalid`, `synthesis_failure`), a malformed request, `invalid_idempotency_key` or `idempotency_key_reused`", body = GatingProblem, content_type = "application/problem+json"),
-        (status = 503, description = "Database unavailable", body = Problem, content_type = "application/problem+json"),
+        DatabaseUnavailable,
     ))]
 async fn create_task_list(
     State(state): State<AppState>,
@@ -104,7 +105,7 @@ async fn create_task_list(
         (status = 200, description = "The list", body = StoredTaskList),
         (status = 400, description = "Not a UUID", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
+        NoSuchList,
     ))]
 async fn get_task_list(
     State(state): State<AppState>,
@@ -140,7 +141,7 @@ pub struct ReadyQuery {
         (status = 200, description = "Ready tasks and `next`", body = ReadyResponse),
         (status = 400, description = "Not a UUID, unknown mode, or `wait` over 30", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
+        NoSuchList,
     ))]
 async fn ready(
     State(state): State<AppState>,
@@ -179,7 +180,7 @@ async fn ready(
         (status = 200, description = "The claimed task (or null) and `next`", body = ClaimResponse),
         (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
+        NoSuchList,
         (status = 422, description = "`invalid_field` (`holder`, `persona`, `lease_s`) or `invalid_body`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn claim(
@@ -207,7 +208,7 @@ pub struct GraphQuery {
         (status = 200, description = "The graph", body = String, content_type = "text/plain"),
         (status = 400, description = "Not a UUID or unknown format", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such list", body = Problem, content_type = "application/problem+json"),
+        NoSuchList,
     ))]
 async fn graph(
     State(state): State<AppState>,

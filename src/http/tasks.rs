@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, StoredJson};
+use super::responses::{NoSuchListTask, NoSuchTask};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::task_claims::{HeartbeatRequest, TaskHistory};
 use crate::service::task_lists::{StoredTask, TaskUpdate, TaskUpdated};
@@ -60,7 +61,7 @@ impl From<InList> for TaskRef {
         (status = 200, description = "The task after the change", body = TaskUpdated),
         (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
+        NoSuchTask,
         (status = 409, description = "`illegal_transition` (`allowed` lists the legal targets), or `task_claimed` (`holder` names who holds the task)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Unknown status or category, a category without `abandoned`, or a bad `holder`", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -87,7 +88,7 @@ async fn update_task(
         (status = 200, description = "The task with its renewed `claim`", body = StoredTask),
         (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
+        NoSuchTask,
         (status = 409, description = "`task_claimed` (another `holder` holds it) or `task_not_claimed` (no live claim: its lease ran out, or it finished)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_field` (`holder`, `lease_s`)", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -113,7 +114,7 @@ async fn heartbeat(
         (status = 200, description = "The history", body = TaskHistory),
         (status = 400, description = "Not a UUID", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
+        NoSuchTask,
     ))]
 async fn history(
     State(state): State<AppState>,
@@ -134,7 +135,7 @@ async fn history(
         (status = 200, description = "The task after the change", body = TaskUpdated),
         (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such list, or no such task in it (`field` names which)", body = Problem, content_type = "application/problem+json"),
+        NoSuchListTask,
         (status = 409, description = "`illegal_transition` (`allowed` lists the legal targets), or `task_claimed` (`holder` names who holds the task)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Unknown status or category, a category without `abandoned`, or a bad `holder`", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -161,7 +162,7 @@ async fn update_task_in_list(
         (status = 200, description = "The task with its renewed `claim`", body = StoredTask),
         (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such list, or no such task in it (`field` names which)", body = Problem, content_type = "application/problem+json"),
+        NoSuchListTask,
         (status = 409, description = "`task_claimed` (another `holder` holds it) or `task_not_claimed` (no live claim: its lease ran out, or it finished)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "`invalid_field` (`holder`, `lease_s`)", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -186,7 +187,7 @@ async fn heartbeat_in_list(
         (status = 200, description = "The history", body = TaskHistory),
         (status = 400, description = "`id` is not a UUID (`parameter` names it)", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
-        (status = 404, description = "No such list, or no such task in it (`field` names which)", body = Problem, content_type = "application/problem+json"),
+        NoSuchListTask,
     ))]
 async fn history_in_list(
     State(state): State<AppState>,

@@ -15,6 +15,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, StoredJson};
+use super::responses::{NoSuchTrack, StaleIfMatch};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::tracks::{Precondition, TrackVersion};
@@ -80,7 +81,7 @@ pub struct ImportQuery {
         (status = 200, description = "Replaced", body = Metadata, headers(("ETag" = String))),
         (status = 201, description = "Created", body = Metadata, headers(("ETag" = String))),
         (status = 400, description = "Invalid track id, malformed JSON or an unknown query parameter", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
+        StaleIfMatch,
         (status = 422, description = "Not a usable metadata document, or an invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn put_track(
@@ -116,7 +117,7 @@ async fn put_track(
         ForbiddenProject,
         (status = 200, description = "The metadata", body = Metadata, headers(("ETag" = String))),
         (status = 400, description = "Invalid track id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
+        NoSuchTrack,
     ))]
 async fn get_track(
     State(state): State<AppState>,
@@ -139,9 +140,9 @@ async fn get_track(
         JsonBodyRejections,
         ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
-        (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
+        NoSuchTrack,
         (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
+        StaleIfMatch,
         (status = 422, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn start_step(
@@ -178,9 +179,9 @@ async fn start_step(
         JsonBodyRejections,
         ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
-        (status = 404, description = "No such track", body = Problem, content_type = "application/problem+json"),
+        NoSuchTrack,
         (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "Stale If-Match", body = Problem, content_type = "application/problem+json"),
+        StaleIfMatch,
         (status = 422, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn complete_step(

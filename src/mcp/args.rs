@@ -203,16 +203,10 @@ pub enum PlanAnswerFormat {
     Markdown,
 }
 
-impl PlanAnswerFormat {
-    pub const ALL: [PlanAnswerFormat; 2] = [PlanAnswerFormat::Json, PlanAnswerFormat::Markdown];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlanAnswerFormat::Json => "json",
-            PlanAnswerFormat::Markdown => "markdown",
-        }
-    }
-}
+crate::domain::wire_strings!(PlanAnswerFormat {
+    Json => "json",
+    Markdown => "markdown",
+});
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -46,45 +46,23 @@ pub enum ToolName {
     HeartbeatTask,
 }
 
+crate::domain::wire_strings!(ToolName, parse {
+    ValidateTaskList => "validate_task_list",
+    CreateTaskList => "create_task_list",
+    ReadyTasks => "ready_tasks",
+    SetTaskStatus => "set_task_status",
+    ProjectStatus => "project_status",
+    PlanLoop => "plan_loop",
+    ImportTrack => "import_track",
+    TrackStep => "track_step",
+    StartRefine => "start_refine",
+    RefineStatus => "refine_status",
+    CancelRefine => "cancel_refine",
+    ClaimTask => "claim_task",
+    HeartbeatTask => "heartbeat_task",
+});
+
 impl ToolName {
-    pub const ALL: [ToolName; 13] = [
-        ToolName::ValidateTaskList,
-        ToolName::CreateTaskList,
-        ToolName::ReadyTasks,
-        ToolName::SetTaskStatus,
-        ToolName::ProjectStatus,
-        ToolName::PlanLoop,
-        ToolName::ImportTrack,
-        ToolName::TrackStep,
-        ToolName::StartRefine,
-        ToolName::RefineStatus,
-        ToolName::CancelRefine,
-        ToolName::ClaimTask,
-        ToolName::HeartbeatTask,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolName::ValidateTaskList => "validate_task_list",
-            ToolName::CreateTaskList => "create_task_list",
-            ToolName::ReadyTasks => "ready_tasks",
-            ToolName::SetTaskStatus => "set_task_status",
-            ToolName::ProjectStatus => "project_status",
-            ToolName::PlanLoop => "plan_loop",
-            ToolName::ImportTrack => "import_track",
-            ToolName::TrackStep => "track_step",
-            ToolName::StartRefine => "start_refine",
-            ToolName::RefineStatus => "refine_status",
-            ToolName::CancelRefine => "cancel_refine",
-            ToolName::ClaimTask => "claim_task",
-            ToolName::HeartbeatTask => "heartbeat_task",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|tool| tool.as_str() == name)
-    }
-
     /// Changes nothing: offered on the read-only surface.
     pub fn is_read_only(self) -> bool {
         matches!(
@@ -298,14 +276,13 @@ fn uuid_arg(field: &str, raw: &RawId, hint: &str) -> Result<uuid::Uuid, ServiceE
 /// The task `task_id` (and `task_list_id`) name: see [`TaskRef::from_args`].
 fn task_arg(task_id: &RawId, task_list_id: Option<&RawId>) -> Result<TaskRef, ServiceError> {
     let Value::String(task_id) = &task_id.0 else {
-        return Err(ServiceError::unprocessable(
-            ProblemCode::InvalidField,
+        return Err(ServiceError::invalid_field(
+            "task_id",
             format!(
                 "task_id must be a string, not {}: {TASK_ID_HINT}",
                 task_id.0
             ),
-        )
-        .with("field", "task_id"));
+        ));
     };
     match task_list_id {
         None => TaskRef::from_args(task_id, None),
@@ -324,14 +301,12 @@ async fn run<A: DeserializeOwned, F: Future<Output = Result<Answer, ServiceError
     tool(parse(Value::Object(arguments))?).await
 }
 
-/// `{code, detail, ...extra}`: the REST problem without its HTTP members.
+/// `{code, detail, ...members}`: the REST problem without its HTTP members.
 fn tool_error(error: &ServiceError) -> CallToolResult {
     let mut body = serde_json::Map::new();
     body.insert("code".into(), Value::from(error.code.as_str()));
     body.insert("detail".into(), Value::from(error.detail.clone()));
-    for (key, value) in &error.extra {
-        body.insert(key.clone(), value.clone());
-    }
+    body.extend(error.members());
     CallToolResult::error(vec![ContentBlock::text(Value::Object(body).to_string())])
 }
 
@@ -342,7 +317,7 @@ fn task_list(tasks: Option<Value>) -> Result<Option<ParsedTaskList>, ServiceErro
         .map(|value| {
             serde_json::from_value(value).map_err(|e| {
                 ServiceError::unprocessable(ProblemCode::InvalidBody, format!("tasks: {e}"))
-                    .with("field", "tasks")
+                    .field("tasks")
             })
         })
         .transpose()

@@ -9,7 +9,12 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::db::DbError;
+use crate::domain::dispatch::IllegalTransition;
+use crate::domain::gating::ValidationReport;
 use crate::domain::ids::IdError;
+use crate::domain::loop_plan::PlanViolation;
+use crate::domain::retry::RetryVerdict;
+use crate::domain::usage::DailyLimitSpent;
 
 /// What kind of failure, independent of any transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,14 +164,150 @@ impl std::fmt::Display for ProblemCode {
     }
 }
 
-/// A use case's refusal: its kind, a stable code, a sentence for people, and extra
-/// members (`field`, `errors`, `attempt`, …) that the transport passes on as they are.
+/// A use case's refusal: its kind, a stable code, a sentence for people, and the
+/// members that say more ([`ProblemDetails`]), which every transport passes on as
+/// [`ServiceError::members`] gives them.
 #[derive(Debug, Clone)]
 pub struct ServiceError {
     pub kind: ErrorKind,
     pub code: ProblemCode,
     pub detail: String,
-    pub extra: Map<String, Value>,
+    pub details: ProblemDetails,
+}
+
+/// What a refusal says beyond its code and detail: one shape per kind of refusal, each
+/// becoming the same problem members clients have always read (docs/api.md).
+#[derive(Debug, Clone, Default)]
+pub enum ProblemDetails {
+    #[default]
+    None,
+    /// `field`: the request member (a name, a dotted path or a JSON pointer) at fault.
+    Field(String),
+    /// `parameter`: the path parameter that did not parse.
+    Parameter(String),
+    /// `line`: the line of a Markdown document at fault.
+    Line(usize),
+    /// The gate's refusal of a task list: its violations, counts, retry verdict and
+    /// the text to re-prompt the planner with.
+    Gate(Box<GateRejection>),
+    /// `errors`: a loop plan's violations.
+    PlanViolations(Vec<PlanViolation>),
+    /// `holder`: the agent whose claim holds the task.
+    Holder(String),
+    /// `from`, `to`, `allowed`: a task transition the dispatch rules refuse.
+    TaskTransition(IllegalTransition),
+    /// `current_step`, `step_status`, `legal`: a track step the loop refuses.
+    StepTransition {
+        current_step: String,
+        step_status: String,
+        legal: Vec<String>,
+    },
+    /// `job_status`: the state of the job that refuses the request.
+    JobStatus(&'static str),
+    /// `task_status`: the state of the task that refuses the request.
+    TaskStatus(&'static str),
+    /// `run_status`: the state of the run that refuses the request.
+    RunStatus(&'static str),
+    /// `limit_usd`, `spent_usd`, `retry_after_secs`: a project's spent daily limit.
+    BudgetSpent(DailyLimitSpent),
+    /// `retry_after_secs`: when to come back.
+    RetryAfter(u64),
+}
+
+/// A task list the gate refused (the 422 of `POST /v1/task-lists`).
+#[derive(Debug, Clone)]
+pub struct GateRejection {
+    /// The violations and counts, capped at `max_gating_errors`.
+    pub report: ValidationReport,
+    pub verdict: RetryVerdict,
+    pub reprompt: String,
+    /// True when the answer replays the stored refusal of an idempotent retry.
+    pub replayed: bool,
+}
+
+fn json<T: Serialize + ?Sized>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+impl ProblemDetails {
+    /// The problem members, in the order clients have always received them.
+    pub fn members(&self) -> Map<String, Value> {
+        let mut members = Map::new();
+        let mut put = |key: &str, value: Value| {
+            members.insert(key.to_owned(), value);
+        };
+        match self {
+            ProblemDetails::None => {}
+            ProblemDetails::Field(field) => put("field", field.as_str().into()),
+            ProblemDetails::Parameter(name) => put("parameter", name.as_str().into()),
+            ProblemDetails::Line(line) => put("line", (*line).into()),
+            ProblemDetails::Gate(gate) => {
+                let GateRejection {
+                    report,
+                    verdict,
+                    reprompt,
+                    replayed,
+                } = gate.as_ref();
+                put("errors", json(&report.errors));
+                put("warnings", json(&report.warnings));
+                put("error_count", report.error_count.into());
+                put("warning_count", report.warning_count.into());
+                put("error_counts", json(&report.error_counts));
+                put("truncated", report.truncated.into());
+                put("attempt", verdict.attempt.into());
+                put("escalate", verdict.escalate.into());
+                put("escalation", json(&verdict.escalation));
+                put("reprompt", reprompt.as_str().into());
+                if *replayed {
+                    put("replayed", true.into());
+                }
+            }
+            ProblemDetails::PlanViolations(errors) => put("errors", json(errors)),
+            ProblemDetails::Holder(holder) => put("holder", holder.as_str().into()),
+            ProblemDetails::TaskTransition(illegal) => {
+                put("from", illegal.from.as_str().into());
+                put("to", illegal.to.as_str().into());
+                let allowed: Vec<&str> = illegal.allowed.iter().map(|s| s.as_str()).collect();
+                put("allowed", allowed.into());
+            }
+            ProblemDetails::StepTransition {
+                current_step,
+                step_status,
+                legal,
+            } => {
+                put("current_step", current_step.as_str().into());
+                put("step_status", step_status.as_str().into());
+                put("legal", json(legal));
+            }
+            ProblemDetails::JobStatus(status) => put("job_status", (*status).into()),
+            ProblemDetails::TaskStatus(status) => put("task_status", (*status).into()),
+            ProblemDetails::RunStatus(status) => put("run_status", (*status).into()),
+            ProblemDetails::BudgetSpent(spent) => {
+                put("limit_usd", spent.limit_usd.into());
+                put("spent_usd", spent.spent_usd.into());
+                put("retry_after_secs", spent.retry_after_secs.into());
+            }
+            ProblemDetails::RetryAfter(secs) => put("retry_after_secs", (*secs).into()),
+        }
+        members
+    }
+
+    /// Seconds until the client may retry, when the refusal says so.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ProblemDetails::BudgetSpent(spent) => Some(spent.retry_after_secs),
+            ProblemDetails::RetryAfter(secs) => Some(*secs),
+            _ => None,
+        }
+    }
+
+    /// The request member at fault, when the refusal names one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ProblemDetails::Field(field) => Some(field),
+            _ => None,
+        }
+    }
 }
 
 impl ServiceError {
@@ -175,7 +316,7 @@ impl ServiceError {
             kind,
             code,
             detail: detail.into(),
-            extra: Map::new(),
+            details: ProblemDetails::None,
         }
     }
 
@@ -199,10 +340,58 @@ impl ServiceError {
         )
     }
 
-    /// Adds a member to the problem (`field`, `errors`, …).
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(key.to_owned(), value.into());
+    /// 422 `invalid_field` naming `field`.
+    pub fn invalid_field(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::unprocessable(ProblemCode::InvalidField, detail).field(field)
+    }
+
+    /// 503 `database_unavailable`, retry in a second.
+    pub fn unavailable() -> Self {
+        Self::new(
+            ErrorKind::Unavailable,
+            ProblemCode::DatabaseUnavailable,
+            "the database is not reachable; retry shortly",
+        )
+        .retry_after(1)
+    }
+
+    /// The same refusal with `details`.
+    pub fn with_details(mut self, details: ProblemDetails) -> Self {
+        self.details = details;
         self
+    }
+
+    /// Names the request member at fault (`field`).
+    pub fn field(self, field: impl Into<String>) -> Self {
+        self.with_details(ProblemDetails::Field(field.into()))
+    }
+
+    /// Names the Markdown line at fault (`line`).
+    pub fn line(self, line: usize) -> Self {
+        self.with_details(ProblemDetails::Line(line))
+    }
+
+    /// Names the agent holding the task's claim (`holder`).
+    pub fn holder(self, holder: impl Into<String>) -> Self {
+        self.with_details(ProblemDetails::Holder(holder.into()))
+    }
+
+    /// Says when to come back (`retry_after_secs`, and `Retry-After` over HTTP).
+    pub fn retry_after(self, secs: u64) -> Self {
+        self.with_details(ProblemDetails::RetryAfter(secs))
+    }
+
+    /// Marks a gate refusal as the replay of a stored one (`replayed`).
+    pub fn replayed(mut self) -> Self {
+        if let ProblemDetails::Gate(gate) = &mut self.details {
+            gate.replayed = true;
+        }
+        self
+    }
+
+    /// The members a transport adds to `code` and `detail`.
+    pub fn members(&self) -> Map<String, Value> {
+        self.details.members()
     }
 }
 
@@ -217,8 +406,7 @@ impl std::error::Error for ServiceError {}
 /// A client-sent identifier that does not parse: 422 naming the field.
 impl From<IdError> for ServiceError {
     fn from(err: IdError) -> Self {
-        ServiceError::unprocessable(ProblemCode::InvalidField, err.to_string())
-            .with("field", err.field)
+        ServiceError::invalid_field(err.field, err.to_string())
     }
 }
 
@@ -229,12 +417,7 @@ impl From<DbError> for ServiceError {
         match err {
             DbError::Unavailable(e) => {
                 tracing::warn!(error = %e, "database unavailable");
-                ServiceError::new(
-                    ErrorKind::Unavailable,
-                    ProblemCode::DatabaseUnavailable,
-                    "the database is not reachable; retry shortly",
-                )
-                .with("retry_after_secs", 1)
+                ServiceError::unavailable()
             }
             DbError::Conflict(detail) => ServiceError::conflict(ProblemCode::Conflict, detail),
             other => {

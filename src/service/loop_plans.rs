@@ -4,7 +4,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{Caller, ProblemCode, Service, ServiceError};
+use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::domain::loop_plan::{
     self, Dag, LoopPlan, LoopPlanRequest, PlanError, PlanErrorKind, Progress,
 };
@@ -23,7 +23,7 @@ fn plan_error(err: PlanError) -> ServiceError {
     };
     let problem = ServiceError::unprocessable(code, err.message);
     match err.line {
-        Some(line) => problem.with("line", line),
+        Some(line) => problem.line(line),
         None => problem,
     }
 }
@@ -55,10 +55,7 @@ impl Service {
                 ProblemCode::DagInvalid,
                 format!("the task DAG is invalid: {first}"),
             )
-            .with(
-                "errors",
-                serde_json::to_value(&plan.errors).unwrap_or_default(),
-            ));
+            .with_details(ProblemDetails::PlanViolations(plan.errors)));
         }
         Ok(plan)
     }

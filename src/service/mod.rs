@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use caller::Caller;
-pub use error::{ErrorKind, ProblemCode, ServiceError};
+pub use error::{ErrorKind, GateRejection, ProblemCode, ProblemDetails, ServiceError};
 pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash};
 
 use crate::agents::Executors;
@@ -57,6 +57,13 @@ use crate::config::Settings;
 use crate::db::refine_jobs::SubmitQueue;
 use crate::db::{Database, DbError};
 use crate::jobs::JobsHub;
+
+/// Connect to the configured database and apply its migrations.
+pub async fn open_database(settings: &Settings) -> Result<Database, DbError> {
+    let db = Database::connect_with(&settings.database_url, settings.sqlite_synchronous).await?;
+    db.migrate().await?;
+    Ok(db)
+}
 
 /// What every use case needs: storage, settings, executors and this process's job
 /// hub. Cheap to clone.
@@ -84,14 +91,6 @@ impl Service {
             hub: Arc::new(JobsHub::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
         }
-    }
-
-    /// Opens the configured database (applying its migrations) and executors: a
-    /// service for processes and tests that build their own transport.
-    pub async fn open(settings: Arc<Settings>) -> Result<Self, crate::StartError> {
-        let db = crate::open_database(&settings).await?;
-        let executors = Executors::from_settings(&settings)?;
-        Ok(Service::new(db, settings, executors))
     }
 
     pub fn settings(&self) -> &Arc<Settings> {

@@ -138,7 +138,7 @@ impl Service {
                          project_id, or create a task list for it first"
                     ),
                 )
-                .with("field", "project_id"));
+                .field("project_id"));
             }
             StatusRows::UnknownCycle => {
                 let team_pk = team_pk.unwrap_or_default();
@@ -151,7 +151,7 @@ impl Service {
                          for the whole project"
                     ),
                 )
-                .with("field", "team_pk"));
+                .field("team_pk"));
             }
         };
         let snap = snapshot(rows);
@@ -184,7 +184,7 @@ impl Service {
                 ProblemCode::InvalidQuery,
                 "since must not be after until",
             )
-            .with("field", "since"));
+            .field("since"));
         }
         let filter = UsageFilter {
             since: query.since,

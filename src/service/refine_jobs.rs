@@ -15,8 +15,9 @@ use super::submission::{
     Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal,
     idempotency_key, input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
-use super::{Caller, ProblemCode, Service, ServiceError};
-use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob};
+use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
+use crate::config::Settings;
+use crate::db::refine_jobs::{Created, JobFilter, JobRecord, NewRefineJob};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
@@ -104,8 +105,8 @@ pub struct JobStreamEvent {
     pub data: Value,
 }
 
-/// A validated submission, ready to insert.
-struct ValidSubmission {
+/// A create, parsed once from the body as sent: typed, checked, ready to insert.
+struct RefineJobCreate {
     context: crate::domain::refine::PhaseContext,
     request: StoredRequest,
     executor: std::sync::Arc<crate::agents::Executor>,
@@ -117,30 +118,66 @@ struct ValidSubmission {
     budget: crate::domain::usage::Budget,
 }
 
+impl RefineJobCreate {
+    /// The row to insert, under `key` (the idempotency key in its caller's scope).
+    fn into_new_job(self, key: Option<ScopedKey>, settings: &Settings) -> NewRefineJob {
+        NewRefineJob {
+            id: Uuid::now_v7(),
+            l0s: l0_rows(&self.context, settings.l0_concurrency),
+            phase_id: self.context.phase_id,
+            run_id: self.run_id,
+            project_id: self.project_id.map(|p| p.as_str().to_owned()),
+            team_pk: self.team_pk.map(|t| t.as_str().to_owned()),
+            executor: self.executor.name().to_owned(),
+            executor_kind: self.executor.kind().to_owned(),
+            request: self.request.to_value(),
+            idempotency_key: key.map(ScopedKey::into_stored),
+            request_hash: Some(self.request_hash),
+            max_attempts: settings.max_attempts,
+            budget: self.budget,
+        }
+    }
+}
+
+/// A create's answer from what storage did with it.
+fn accepted(created: Created<JobRecord>) -> Result<Accepted<StoredJob>, ServiceError> {
+    match created {
+        Created::New(job) => Ok(Accepted {
+            value: job.into(),
+            replayed: false,
+        }),
+        Created::Existing(job) => Ok(Accepted {
+            value: job.into(),
+            replayed: true,
+        }),
+        Created::KeyReused => Err(key_reused()),
+    }
+}
+
 impl Service {
-    /// Parses and checks a submission: nothing is queued unless all of it is usable.
-    fn validate_submission(
+    /// Parses and checks a create: nothing is queued unless all of it is usable.
+    fn parse_create(
         &self,
         body: &[u8],
         key_header: Option<&[u8]>,
-    ) -> Result<ValidSubmission, ServiceError> {
+    ) -> Result<RefineJobCreate, ServiceError> {
         let value: Value = serde_json::from_slice(body).map_err(fatal)?;
         let Value::Object(body) = value else {
             return Err(fatal("the body must be a JSON object"));
         };
         if let Some((field, error)) = unknown_field(&body, &CREATE_FIELDS) {
-            return Err(error.with("field", field));
+            return Err(error.field(field));
         }
         let context_value = body
             .get("context")
             .filter(|v| !v.is_null())
-            .ok_or_else(|| fatal("context: missing").with("field", "context"))?;
+            .ok_or_else(|| fatal("context: missing").field("context"))?;
         let context = context_from_value("request body", context_value)
             .map_err(|e| input_error(e, "context"))?;
         let plan_value = body
             .get("refined_plan")
             .filter(|v| !v.is_null())
-            .ok_or_else(|| fatal("refined_plan: missing").with("field", "refined_plan"))?;
+            .ok_or_else(|| fatal("refined_plan: missing").field("refined_plan"))?;
         plan_from_value("request body", plan_value).map_err(|e| input_error(e, "refined_plan"))?;
 
         let executor = self.resolve_executor(opt_str(&body, "executor")?)?;
@@ -149,8 +186,9 @@ impl Service {
         let task_file_path = match context.task_file_path.as_deref() {
             None => None,
             Some(_) if task_text.is_some() => {
-                return Err(fatal("give task_text or context.task_file_path, not both")
-                    .with("field", "task_text"));
+                return Err(
+                    fatal("give task_text or context.task_file_path, not both").field("task_text")
+                );
             }
             Some(path) => Some(self.confine_task_file(path)?),
         };
@@ -161,14 +199,14 @@ impl Service {
             None => None,
             Some(text) => Some(
                 text.parse::<Uuid>()
-                    .map_err(|_| fatal("run_id: must be a UUID").with("field", "run_id"))?,
+                    .map_err(|_| fatal("run_id: must be a UUID").field("run_id"))?,
             ),
         };
         let idempotency_key = idempotency_key(key_header, opt_str(&body, "idempotency_key")?)?;
         let budget = budget_fields(&body)?;
 
         let request_hash = body_hash(&body);
-        Ok(ValidSubmission {
+        Ok(RefineJobCreate {
             request: StoredRequest {
                 context: context_value.clone(),
                 refined_plan: Some(plan_value.clone()),
@@ -187,73 +225,60 @@ impl Service {
         })
     }
 
+    /// The caller may act on the job's project, and on its run's when it joins one
+    /// (the job's result is merged into the run).
+    async fn authorize_create(
+        &self,
+        caller: &Caller,
+        create: &RefineJobCreate,
+    ) -> Result<(), ServiceError> {
+        caller.check_optional_project(create.project_id.as_ref().map(Ident::as_str))?;
+        if let Some(run_id) = create.run_id {
+            let Some(run) = self.db.refine_run(run_id).await? else {
+                return Err(ServiceError::unprocessable(
+                    ProblemCode::UnknownRun,
+                    format!("run_id {run_id} names no refine run"),
+                )
+                .field("run_id"));
+            };
+            caller.check_optional_project(run.project_id.as_deref())?;
+        }
+        Ok(())
+    }
+
     /// Submit a refine job for one phase: the JSON body as sent and the raw
     /// `Idempotency-Key` (a transport header, if any). A retry with the same key and
     /// body answers the original job (`replayed`); another body is
-    /// `idempotency_key_reused`.
+    /// `idempotency_key_reused`. The key is looked up once: a retry of a create that
+    /// went through replays it, daily limit or not; a new key is inserted (and a
+    /// create racing it with the same key finds the winner's job in the insert).
     pub async fn create_refine_job(
         &self,
         caller: &Caller,
         body: &[u8],
         key_header: Option<&[u8]>,
     ) -> Result<Accepted<StoredJob>, ServiceError> {
-        let valid = self.validate_submission(body, key_header)?;
-        caller.check_optional_project(valid.project_id.as_ref().map(Ident::as_str))?;
-        if let Some(run_id) = valid.run_id {
-            // The job joins the run (its result is merged into it): the caller must
-            // be allowed to act on the run's project too.
-            let Some(run) = self.db.refine_run(run_id).await? else {
-                return Err(ServiceError::unprocessable(
-                    ProblemCode::UnknownRun,
-                    format!("run_id {run_id} names no refine run"),
-                )
-                .with("field", "run_id"));
-            };
-            caller.check_optional_project(run.project_id.as_deref())?;
-        }
-        let project = valid.project_id.as_ref().map(Ident::as_str);
-        let key = valid
+        let create = self.parse_create(body, key_header)?;
+        self.authorize_create(caller, &create).await?;
+        let key = create
             .idempotency_key
             .as_deref()
-            .map(|key| ScopedKey::new(project, caller, key));
-        // A retry of a create that went through replays it, limit or not.
-        let replay = match &key {
-            Some(key) => self.db.refine_job_key_exists(key.as_stored()).await?,
-            None => false,
-        };
-        if !replay {
-            self.check_daily_limit(valid.project_id.as_ref()).await?;
+            .map(|key| ScopedKey::new(create.project_id.as_ref().map(Ident::as_str), caller, key));
+        if let Some(key) = &key
+            && let Some(first) = self.db.refine_job_by_key(key.as_stored()).await?
+        {
+            return accepted(self.db.replay(first, Some(&create.request_hash)).await?);
         }
-        let job = NewRefineJob {
-            id: Uuid::now_v7(),
-            phase_id: valid.context.phase_id.clone(),
-            run_id: valid.run_id,
-            project_id: valid.project_id.map(|p| p.as_str().to_owned()),
-            team_pk: valid.team_pk.map(|t| t.as_str().to_owned()),
-            executor: valid.executor.name().to_owned(),
-            executor_kind: valid.executor.kind().to_owned(),
-            request: valid.request.to_value(),
-            idempotency_key: key.map(ScopedKey::into_stored),
-            request_hash: Some(valid.request_hash),
-            max_attempts: self.settings.max_attempts,
-            l0s: l0_rows(&valid.context, self.settings.l0_concurrency),
-            budget: valid.budget,
-        };
-        match self.submits.create(job).await? {
-            Created::New(job) => {
-                metrics::counter!("refine_jobs_created_total").increment(1);
-                self.wake_workers();
-                Ok(Accepted {
-                    value: job.into(),
-                    replayed: false,
-                })
-            }
-            Created::Existing(job) => Ok(Accepted {
-                value: job.into(),
-                replayed: true,
-            }),
-            Created::KeyReused => Err(key_reused()),
+        self.check_daily_limit(create.project_id.as_ref()).await?;
+        let created = self
+            .submits
+            .create(create.into_new_job(key, &self.settings))
+            .await?;
+        if let Created::New(_) = &created {
+            metrics::counter!("refine_jobs_created_total").increment(1);
+            self.wake_workers();
         }
+        accepted(created)
     }
 
     /// The job, if the caller may see its project.
@@ -323,8 +348,7 @@ impl Service {
             Ident::parse_optional(field, value.as_deref())
                 .map(|id| id.map(|i| i.as_str().to_owned()))
                 .map_err(|e| {
-                    ServiceError::bad_request(ProblemCode::InvalidQuery, e.to_string())
-                        .with("field", field)
+                    ServiceError::bad_request(ProblemCode::InvalidQuery, e.to_string()).field(field)
                 })
         };
         if let Some(phase) = query.phase_id.as_deref().filter(|p| !is_valid_id(p)) {
@@ -332,7 +356,7 @@ impl Service {
                 ProblemCode::InvalidQuery,
                 format!("phase_id {phase:?} is not an id ([A-Za-z0-9_-]+)"),
             )
-            .with("field", "phase_id"));
+            .field("phase_id"));
         }
         let filter = JobFilter {
             status: query.status,
@@ -378,7 +402,7 @@ impl Service {
                     status.as_str()
                 ),
             )
-            .with("job_status", status.as_str())),
+            .with_details(ProblemDetails::JobStatus(status.as_str()))),
         }
     }
 

@@ -13,7 +13,7 @@ use super::submission::{
     Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key,
     key_reused, l0_rows, opt_str, parse_id, unknown_field,
 };
-use super::{Caller, ProblemCode, Service, ServiceError};
+use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::refine_jobs::{Created, NewRefineJob};
 use crate::db::refine_runs::{self as rows, NewRefineRun};
 use crate::domain::ids::Ident;
@@ -127,25 +127,26 @@ impl Service {
         if let Some((_, error)) = unknown_field(&body, &CREATE_FIELDS) {
             return Err(invalid_plan(error));
         }
-        let plan_value = body.get("plan").filter(|v| v.is_object()).ok_or_else(|| {
-            invalid_plan(fatal("plan: missing or not an object")).with("field", "plan")
-        })?;
+        let plan_value = body
+            .get("plan")
+            .filter(|v| v.is_object())
+            .ok_or_else(|| invalid_plan(fatal("plan: missing or not an object")).field("plan"))?;
         let fail = |e: crate::domain::refine::RefineInputError| {
             let path = e
                 .path
                 .clone()
                 .map_or_else(|| "plan".to_owned(), |p| format!("plan.{p}"));
-            invalid_plan(fatal(format!("{path}: {}", e.reason))).with("field", path)
+            invalid_plan(fatal(format!("{path}: {}", e.reason))).field(path)
         };
         let plan = plan_from_value("request body", plan_value).map_err(fail)?;
         if plan.phases.is_empty() {
             return Err(invalid_plan(fatal(
                 "plan.phases: empty list; at least one phase is required",
             ))
-            .with("field", "plan.phases"));
+            .field("plan.phases"));
         }
         let assignments_value = plan_value.get("assignments").ok_or_else(|| {
-            invalid_plan(fatal("plan.assignments: missing")).with("field", "plan.assignments")
+            invalid_plan(fatal("plan.assignments: missing")).field("plan.assignments")
         })?;
         let assignments = assignments_from_value("request body", "assignments", assignments_value)
             .map_err(fail)?;
@@ -162,14 +163,14 @@ impl Service {
                 a.id,
                 a.phase_id.as_deref().unwrap_or_default()
             )))
-            .with("field", field));
+            .field(field));
         }
         let split = split_plan(&plan, &assignments);
         if split.contexts.is_empty() {
             return Err(invalid_plan(fatal(
                 "plan.assignments: no assignment belongs to a phase of the plan",
             ))
-            .with("field", "plan.assignments"));
+            .field("plan.assignments"));
         }
 
         let executor = self.resolve_executor(opt_str(&body, "executor")?)?;
@@ -315,7 +316,7 @@ impl Service {
                     run.status.as_str()
                 ),
             )
-            .with("run_status", run.status.as_str())),
+            .with_details(ProblemDetails::RunStatus(run.status.as_str()))),
         }
     }
 

@@ -72,6 +72,16 @@ fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
+/// A session's expiry in whole seconds, rounded up: stored as `now + ttl` with `now`
+/// rounded down, a 1 s session signed in at x.9 s would end 0.1 s later.
+fn expiry_after(ttl: std::time::Duration) -> i64 {
+    let now = chrono::Utc::now().timestamp_millis();
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    now.saturating_add(ttl_ms)
+        .saturating_add(999)
+        .div_euclid(1000)
+}
+
 impl Service {
     /// Sign in with `presented`: `None` when it is no configured token.
     pub async fn sign_in(&self, presented: &str) -> Result<Option<NewSession>, ServiceError> {
@@ -80,13 +90,12 @@ impl Service {
         };
         let ttl = self.settings.edge.session_ttl.as_secs();
         let cookie_value = random_id();
-        let now = unix_now();
         self.db
             .insert_ui_session(
                 &id_hash(&cookie_value),
                 &token_digest(token),
-                now,
-                now.saturating_add(i64::try_from(ttl).unwrap_or(i64::MAX)),
+                unix_now(),
+                expiry_after(self.settings.edge.session_ttl),
             )
             .await?;
         Ok(Some(NewSession {
@@ -136,5 +145,13 @@ mod tests {
             token_matching(" 0123456789abcdef-secret ", std::slice::from_ref(&token)).is_some()
         );
         assert!(token_matching("0123456789abcdef-secreT", &[token]).is_none());
+    }
+
+    #[test]
+    fn a_session_lives_at_least_its_ttl() {
+        let before_ms = chrono::Utc::now().timestamp_millis();
+        let expiry = expiry_after(std::time::Duration::from_secs(1));
+        assert!(expiry * 1000 >= before_ms + 1000, "{expiry} vs {before_ms}");
+        assert!(expiry * 1000 < chrono::Utc::now().timestamp_millis() + 2000);
     }
 }

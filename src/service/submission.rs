@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::caller::TokenFingerprint;
-use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
+use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::agents::Executor;
 use crate::domain::ids::Ident;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
@@ -111,8 +111,8 @@ pub(super) fn input_error(e: RefineInputError, prefix: &str) -> ServiceError {
     };
     let err = fatal(detail);
     match path {
-        Some(p) => err.with("field", p),
-        None => err.with("field", prefix),
+        Some(p) => err.field(p),
+        None => err.field(prefix),
     }
 }
 
@@ -124,7 +124,7 @@ pub(super) fn opt_str<'a>(
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(fatal(format!("{field}: must be a string")).with("field", field)),
+        Some(_) => Err(fatal(format!("{field}: must be a string")).field(field)),
     }
 }
 
@@ -261,7 +261,7 @@ pub(super) fn budget_fields(body: &Map<String, Value>) -> Result<Budget, Service
         body.get("max_output_tokens"),
         body.get("budget_action"),
     )
-    .map_err(|e| fatal(&e).with("field", e.field))
+    .map_err(|e| fatal(&e).field(e.field))
 }
 
 /// `(assignment_id, batch)` in natural order, batches numbered from 1.
@@ -307,9 +307,7 @@ impl Service {
             ProblemCode::BudgetExhausted,
             detail,
         )
-        .with("limit_usd", spent.limit_usd)
-        .with("spent_usd", spent.spent_usd)
-        .with("retry_after_secs", spent.retry_after_secs))
+        .with_details(ProblemDetails::BudgetSpent(spent)))
     }
 
     /// The executor a submission names (else the default); 422 `unknown_executor`.
@@ -326,7 +324,7 @@ impl Service {
                     self.executors.names().collect::<Vec<_>>().join(", ")
                 ),
             )
-            .with("field", "executor")
+            .field("executor")
         })
     }
 
@@ -338,8 +336,7 @@ impl Service {
     ) -> Result<Option<String>, ServiceError> {
         let Some(dir) = dir else { return Ok(None) };
         let not_allowed = |detail: String| {
-            ServiceError::unprocessable(ProblemCode::OutputNotAllowed, detail)
-                .with("field", "output_dir")
+            ServiceError::unprocessable(ProblemCode::OutputNotAllowed, detail).field("output_dir")
         };
         let root = self.settings.output_root.as_deref().ok_or_else(|| {
             not_allowed("output_dir is set but the server has no PLANGATE_OUTPUT_ROOT".into())
@@ -354,7 +351,7 @@ impl Service {
     pub(super) fn confine_task_file(&self, path: &str) -> Result<String, ServiceError> {
         let not_allowed = |detail: String| {
             ServiceError::unprocessable(ProblemCode::TaskFileNotAllowed, detail)
-                .with("field", "context.task_file_path")
+                .field("context.task_file_path")
         };
         let root = self.settings.workspace_root.as_deref().ok_or_else(|| {
             not_allowed(

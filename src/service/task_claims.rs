@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::task_lists::{StoredTask, held_by_other};
 use super::task_refs::TaskRef;
-use super::{Caller, ProblemCode, Service, ServiceError};
+use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::task_claims::{ClaimAsk, HeartbeatOutcome, TaskEventRecord};
 use crate::db::task_lists::{TaskRecord, dispatch_view, now};
 use crate::domain::dispatch::{
@@ -221,11 +221,10 @@ pub struct TaskHistory {
 fn lease(lease_s: Option<u32>) -> Result<chrono::Duration, ServiceError> {
     let secs = lease_s.map_or(DEFAULT_LEASE_SECS, u64::from);
     if !(1..=MAX_LEASE_SECS).contains(&secs) {
-        return Err(ServiceError::unprocessable(
-            ProblemCode::InvalidField,
+        return Err(ServiceError::invalid_field(
+            "lease_s",
             format!("lease_s must be between 1 and {MAX_LEASE_SECS} seconds, not {secs}"),
-        )
-        .with("field", "lease_s"));
+        ));
     }
     Ok(chrono::Duration::seconds(secs as i64))
 }
@@ -261,11 +260,10 @@ impl Service {
         let holder = Ident::parse("holder", &request.holder)?;
         let persona = match request.persona.as_deref() {
             Some(p) if p.trim().is_empty() => {
-                return Err(ServiceError::unprocessable(
-                    ProblemCode::InvalidField,
+                return Err(ServiceError::invalid_field(
+                    "persona",
                     "persona must name an assigned_persona of the list, or be left out",
-                )
-                .with("field", "persona"));
+                ));
             }
             p => p,
         };
@@ -332,7 +330,7 @@ impl Service {
                      lease ran out): claim a task with POST /v1/task-lists/{{id}}/claim"
                 ),
             )
-            .with("task_status", status.as_str())),
+            .with_details(ProblemDetails::TaskStatus(status.as_str()))),
         }
     }
 

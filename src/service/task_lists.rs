@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{Accepted, ScopedKey, idempotency_key, key_reused};
-use super::{Caller, ProblemCode, Service, ServiceError};
+use super::{Caller, GateRejection, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::task_lists::{
     Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey, TaskChange, TaskListKey,
     TransitionOutcome, dispatch_view,
@@ -343,40 +343,24 @@ fn rejection(validation: &Validation, rejections: u32, max_errors: usize) -> Ser
             "the task list violates the DAG gates",
         )
     };
-    let report = validation.report_within(max_errors);
     let first = validation
         .errors
         .first()
         .map(|e| e.message.as_str())
         .unwrap_or("");
-    ServiceError::unprocessable(code, format!("{detail}: {first}"))
-        .with(
-            "errors",
-            serde_json::to_value(&report.errors).unwrap_or_default(),
-        )
-        .with(
-            "warnings",
-            serde_json::to_value(&report.warnings).unwrap_or_default(),
-        )
-        .with("error_count", report.error_count)
-        .with("warning_count", report.warning_count)
-        .with(
-            "error_counts",
-            serde_json::to_value(&report.error_counts).unwrap_or_default(),
-        )
-        .with("truncated", report.truncated)
-        .with("attempt", verdict.attempt)
-        .with("escalate", verdict.escalate)
-        .with(
-            "escalation",
-            serde_json::to_value(verdict.escalation).unwrap_or_default(),
-        )
-        .with("reprompt", validation.reprompt_within(max_errors))
+    ServiceError::unprocessable(code, format!("{detail}: {first}")).with_details(
+        ProblemDetails::Gate(Box::new(GateRejection {
+            report: validation.report_within(max_errors),
+            verdict,
+            reprompt: validation.reprompt_within(max_errors),
+            replayed: false,
+        })),
+    )
 }
 
 /// 409 `task_claimed`, naming the holder (docs/api.md "Claims").
 pub(super) fn held_by_other(held: HeldByOther) -> ServiceError {
-    ServiceError::conflict(ProblemCode::TaskClaimed, held.to_string()).with("holder", held.holder)
+    ServiceError::conflict(ProblemCode::TaskClaimed, held.to_string()).holder(held.holder)
 }
 
 impl Service {
@@ -492,10 +476,7 @@ impl Service {
                 replayed: true,
             }),
             KeyedOutcome::Rejected(rejections) => {
-                Err(
-                    rejection(validation, rejections, self.settings().max_gating_errors)
-                        .with("replayed", true),
-                )
+                Err(rejection(validation, rejections, self.settings().max_gating_errors).replayed())
             }
         }
     }
@@ -626,18 +607,16 @@ impl Service {
     ) -> Result<TaskUpdated, ServiceError> {
         match (update.status, update.abandon_category) {
             (TaskStatus::Abandoned, None) => {
-                return Err(ServiceError::unprocessable(
-                    ProblemCode::InvalidField,
+                return Err(ServiceError::invalid_field(
+                    "abandon_category",
                     "abandon_category is required when status is abandoned",
-                )
-                .with("field", "abandon_category"));
+                ));
             }
             (status, Some(_)) if status != TaskStatus::Abandoned => {
-                return Err(ServiceError::unprocessable(
-                    ProblemCode::InvalidField,
+                return Err(ServiceError::invalid_field(
+                    "abandon_category",
                     format!("abandon_category only goes with status abandoned, not {status}"),
-                )
-                .with("field", "abandon_category"));
+                ));
             }
             _ => {}
         }
@@ -646,11 +625,10 @@ impl Service {
             .as_ref()
             .is_some_and(|n| n.len() > MAX_NOTES_CHARS && n.chars().count() > MAX_NOTES_CHARS)
         {
-            return Err(ServiceError::unprocessable(
-                ProblemCode::InvalidField,
+            return Err(ServiceError::invalid_field(
+                "notes",
                 format!("notes may hold at most {MAX_NOTES_CHARS} characters"),
-            )
-            .with("field", "notes"));
+            ));
         }
         let id = self.resolve_task(caller, &task).await?;
         // A limited token may change only its projects' tasks: look the project up
@@ -683,16 +661,7 @@ impl Service {
                 ProblemCode::IllegalTransition,
                 illegal.to_string(),
             )
-            .with("from", illegal.from.as_str())
-            .with("to", illegal.to.as_str())
-            .with(
-                "allowed",
-                illegal
-                    .allowed
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>(),
-            )),
+            .with_details(ProblemDetails::TaskTransition(illegal))),
         }
     }
 }

@@ -42,14 +42,13 @@ impl TaskRef {
                 task_id: task_id.to_owned(),
             }),
             None => Uuid::parse_str(task_id).map(TaskRef::Id).map_err(|_| {
-                ServiceError::unprocessable(
-                    ProblemCode::InvalidField,
+                ServiceError::invalid_field(
+                    "task_list_id",
                     format!(
                         "task_id {task_id:?} is not a server id, so task_list_id is required: \
                          {TASK_ID_HINT}"
                     ),
                 )
-                .with("field", "task_list_id")
             }),
         }
     }
@@ -62,11 +61,10 @@ pub fn parse_uuid(field: &str, value: &str, hint: &str) -> Result<Uuid, ServiceE
 
 /// 422 `invalid_field`: `shown` is not an id (`shown` as the caller sent it).
 pub fn invalid_id(field: &str, shown: &str, hint: &str) -> ServiceError {
-    ServiceError::unprocessable(
-        ProblemCode::InvalidField,
+    ServiceError::invalid_field(
+        field,
         format!("{field} must be a UUID, not {shown}: {hint}"),
     )
-    .with("field", field)
 }
 
 impl Service {
@@ -102,7 +100,7 @@ impl Service {
                 ProblemCode::NotFound,
                 format!("task list {task_list_id} does not exist: {TASK_LIST_ID_HINT}"),
             )
-            .with("field", "task_list_id"));
+            .field("task_list_id"));
         };
         caller.check_project(&project_id)?;
         id.ok_or_else(|| {
@@ -114,7 +112,7 @@ impl Service {
                      id of one of its tasks (or the task's server id)"
                 ),
             )
-            .with("field", "task_id")
+            .field("task_id")
         })
     }
 }
@@ -139,9 +137,9 @@ mod tests {
         );
         let planner_alone = TaskRef::from_args("t-1", None).unwrap_err();
         assert_eq!(planner_alone.code, ProblemCode::InvalidField);
-        assert_eq!(planner_alone.extra["field"], "task_list_id");
+        assert_eq!(planner_alone.details.field(), Some("task_list_id"));
         assert!(planner_alone.detail.contains("create_task_list"));
         let bad_list = TaskRef::from_args("t-1", Some("t-1")).unwrap_err();
-        assert_eq!(bad_list.extra["field"], "task_list_id");
+        assert_eq!(bad_list.details.field(), Some("task_list_id"));
     }
 }

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
+use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::DbError;
 use crate::db::task_lists::now;
 use crate::db::tracks::{StoredTrack, WriteOutcome};
@@ -78,17 +78,10 @@ pub enum StepAction {
     Complete,
 }
 
-impl StepAction {
-    /// Both actions, for the MCP schema's enum (so the two cannot drift).
-    pub const ALL: [StepAction; 2] = [StepAction::Start, StepAction::Complete];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepAction::Start => "start",
-            StepAction::Complete => "complete",
-        }
-    }
-}
+crate::domain::wire_strings!(StepAction {
+    Start => "start",
+    Complete => "complete",
+});
 
 fn track_id(raw: &str) -> Result<TrackId, ServiceError> {
     TrackId::parse(raw)
@@ -112,10 +105,11 @@ fn transition_error(err: TransitionError) -> ServiceError {
         TransitionCode::TrackClosed => (ErrorKind::Conflict, ProblemCode::TrackClosed),
         TransitionCode::InvalidInput => (ErrorKind::Unprocessable, ProblemCode::InvalidField),
     };
-    ServiceError::new(kind, code, err.message)
-        .with("current_step", err.current_step)
-        .with("step_status", err.step_status)
-        .with("legal", err.legal)
+    ServiceError::new(kind, code, err.message).with_details(ProblemDetails::StepTransition {
+        current_step: err.current_step,
+        step_status: err.step_status,
+        legal: err.legal,
+    })
 }
 
 fn precondition_failed(current: Option<i64>) -> ServiceError {
@@ -168,10 +162,8 @@ impl Service {
         // REST refuses these in its body extractor; MCP and the CLI come here
         // directly, and Postgres cannot store U+0000 (domain::storable).
         if let Some(at) = find_nul(&document) {
-            return Err(
-                ServiceError::unprocessable(ProblemCode::InvalidField, at.message())
-                    .with("field", at.pointer),
-            );
+            let message = at.message();
+            return Err(ServiceError::invalid_field(at.pointer, message));
         }
         let named = Ident::parse_optional("project_id", project_id)?;
         let named = named.as_ref().map(Ident::as_str);
@@ -263,11 +255,10 @@ impl Service {
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
         if agent.contains('\0') {
-            return Err(ServiceError::unprocessable(
-                ProblemCode::InvalidField,
+            return Err(ServiceError::invalid_field(
+                "agent",
                 "agent holds U+0000 (NUL), which cannot be stored",
-            )
-            .with("field", "agent"));
+            ));
         }
         self.apply_step(caller, raw_id, raw_step, precondition, |meta, step| {
             track_state::start_step(meta, step, agent, now())
@@ -304,12 +295,8 @@ impl Service {
         outcome: Option<StepOutcome>,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
-        let refuse = |field: &str, detail: &str| {
-            Err(
-                ServiceError::unprocessable(ProblemCode::InvalidField, detail.to_owned())
-                    .with("field", field),
-            )
-        };
+        let refuse =
+            |field: &str, detail: &str| Err(ServiceError::invalid_field(field, detail.to_owned()));
         match action {
             StepAction::Start => {
                 if outcome.is_some() {

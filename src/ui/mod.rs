@@ -21,9 +21,9 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::domain::job::JobStatus;
-use crate::http::AppState;
 use crate::service::dashboard::{JobQuery, TaskState};
 use crate::service::{Caller, ErrorKind, ProblemCode, ServiceError};
+use crate::web::AppState;
 use pages::{Chrome, error_page, respond};
 
 /// How often a live task list looks for changes.
@@ -78,7 +78,7 @@ fn failure(err: ServiceError) -> Response {
         ErrorKind::Forbidden => "Your token may not see this project.".to_owned(),
         ErrorKind::Unavailable => "The database did not answer; try again shortly.".to_owned(),
         ErrorKind::Internal => "The server log has the details.".to_owned(),
-        _ => match err.extra.get("field").and_then(|f| f.as_str()) {
+        _ => match err.details.field() {
             Some(field) if !err.detail.starts_with(field) => format!("{field}: {}", err.detail),
             _ => err.detail,
         },
@@ -88,7 +88,7 @@ fn failure(err: ServiceError) -> Response {
 
 /// A form or path value the page cannot use (400, naming it).
 fn invalid(field: &'static str, message: &str) -> ServiceError {
-    ServiceError::bad_request(ProblemCode::InvalidQuery, message).with("field", field)
+    ServiceError::bad_request(ProblemCode::InvalidQuery, message).field(field)
 }
 
 fn parse_id(raw: &str, what: &'static str) -> Result<Uuid, ServiceError> {

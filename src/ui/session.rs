@@ -17,8 +17,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
-use crate::http::AppState;
 use crate::service::Caller;
+use crate::web::AppState;
 
 pub const COOKIE: &str = "plangate_session";
 

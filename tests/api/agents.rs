@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
+use crate::common::l0_script;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -42,14 +43,6 @@ fn init() {
     });
 }
 
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/l0/l0.sh")
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
 fn profile(kind: ExecutorKind) -> ExecutorProfile {
     ExecutorProfile {
         kind,
@@ -66,7 +59,7 @@ fn profile(kind: ExecutorKind) -> ExecutorProfile {
 
 fn command(args: &[&str]) -> ExecutorProfile {
     let mut p = profile(ExecutorKind::Command);
-    p.argv = std::iter::once(script())
+    p.argv = std::iter::once(l0_script())
         .chain(args.iter().map(|s| s.to_string()))
         .collect();
     p
@@ -271,7 +264,7 @@ async fn command_program_name_is_found_in_the_server_path() {
     init();
     // `sh` by name: the child has no PATH, the executor resolves it in the server's.
     let mut p = profile(ExecutorKind::Command);
-    p.argv = vec!["sh".into(), script(), "valid".into()];
+    p.argv = vec!["sh".into(), l0_script(), "valid".into()];
     let run = run_l0(&executor(&p), &request("P1-A1", "")).await;
     assert!(matches!(
         classify("P1-A1", &run.outcome),
@@ -539,7 +532,7 @@ async fn command_l0_dies_with_a_sigkilled_server() {
         &config,
         format!(
             "[executors.hang]\nkind = \"command\"\nargv = [{:?}, \"--record\", {:?}, \"hang\"]\n",
-            script(),
+            l0_script(),
             record.display().to_string()
         ),
     )
@@ -830,6 +823,15 @@ fn api_executor(p: &ExecutorProfile) -> Executor {
     executor(p).with_backoff(Duration::from_millis(1), Duration::from_secs(5))
 }
 
+/// One L0 of assignment P1-A1 through the fake API at `base`.
+async fn run_api(api: Api, base: &str) -> L0Run {
+    run_l0(
+        &api_executor(&api_profile(api, base)),
+        &request("P1-A1", PROMPT),
+    )
+    .await
+}
+
 const PROMPT: &str = "Review P1-A1 — check the task for scope creep.\n{\"x\": 1}";
 
 #[tokio::test]
@@ -881,11 +883,7 @@ async fn api_429_is_retried_then_answers() {
             }
         });
         let (base, fake) = fake_api(api, PROMPT, script).await;
-        let run = run_l0(
-            &api_executor(&api_profile(api, &base)),
-            &request("P1-A1", PROMPT),
-        )
-        .await;
+        let run = run_api(api, &base).await;
         assert_eq!(answer(&run), valid_answer("P1-A1"));
         assert_eq!(run.tries, 3);
         assert_eq!(fake.hits.load(Ordering::SeqCst), 3);
@@ -899,11 +897,7 @@ async fn api_5xx_is_retried_a_bounded_number_of_times() {
     init();
     for api in [Api::Openai, Api::Anthropic] {
         let (base, fake) = fake_api(api, PROMPT, Arc::new(|_| status(500, "internal oops"))).await;
-        let run = run_l0(
-            &api_executor(&api_profile(api, &base)),
-            &request("P1-A1", PROMPT),
-        )
-        .await;
+        let run = run_api(api, &base).await;
         let reason = failure(&run);
         assert!(
             reason.starts_with("HTTP 500 Internal Server Error: internal oops"),
@@ -927,11 +921,7 @@ async fn api_5xx_is_retried_a_bounded_number_of_times() {
         }),
     )
     .await;
-    let run = run_l0(
-        &api_executor(&api_profile(Api::Openai, &base)),
-        &request("P1-A1", PROMPT),
-    )
-    .await;
+    let run = run_api(Api::Openai, &base).await;
     assert_eq!((answer(&run), run.tries), ("fine", 2));
 }
 
@@ -950,11 +940,7 @@ async fn api_retry_after_is_honoured() {
     });
     let (base, _) = fake_api(Api::Openai, PROMPT, script).await;
     let started = Instant::now();
-    let run = run_l0(
-        &api_executor(&api_profile(Api::Openai, &base)),
-        &request("P1-A1", PROMPT),
-    )
-    .await;
+    let run = run_api(Api::Openai, &base).await;
     assert_eq!((answer(&run), run.tries), ("after the wait", 2));
     assert!(
         started.elapsed() >= Duration::from_secs(1),
@@ -978,11 +964,7 @@ async fn api_client_errors_fail_at_once() {
             }),
         )
         .await;
-        let run = run_l0(
-            &api_executor(&api_profile(api, &base)),
-            &request("P1-A1", PROMPT),
-        )
-        .await;
+        let run = run_api(api, &base).await;
         let reason = failure(&run);
         assert!(reason.starts_with("HTTP 400 Bad Request: "), "{reason}");
         assert!(reason.contains("bad request: max_tokens"), "{reason}");
@@ -1032,11 +1014,7 @@ async fn api_malformed_or_empty_answers_fail_at_once() {
                 .unwrap_or_else(|| status(500, "second request"))
         });
         let (base, fake) = fake_api(api, PROMPT, script).await;
-        let run = run_l0(
-            &api_executor(&api_profile(api, &base)),
-            &request("P1-A1", PROMPT),
-        )
-        .await;
+        let run = run_api(api, &base).await;
         assert!(failure(&run).contains(expected), "{expected}: {run:?}");
         assert_eq!(run.tries, 1);
         assert_eq!(fake.hits.load(Ordering::SeqCst), 1);
@@ -1098,11 +1076,7 @@ async fn api_huge_body_is_capped() {
         Arc::new(move |_| big.lock().unwrap().take().unwrap()),
     )
     .await;
-    let run = run_l0(
-        &api_executor(&api_profile(Api::Openai, &base)),
-        &request("P1-A1", PROMPT),
-    )
-    .await;
+    let run = run_api(Api::Openai, &base).await;
     assert!(failure(&run).contains("1048576 bytes"), "{run:?}");
 }
 

@@ -85,12 +85,12 @@ struct Replica {
 
 async fn second_replica(app: &TestApp) -> Replica {
     let settings = settings_for(&app.database.url);
-    let db = plangate::open_database(&settings).await.unwrap();
+    let db = plangate::service::open_database(&settings).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        plangate::serve(listener, settings, db, async {
+        plangate::app::serve(listener, settings, db, async {
             let _ = stopped.await;
         })
         .await

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::common::{Backend, TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem, one_phase_plan};
 use plangate::config::ApiToken;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -72,23 +72,10 @@ fn task_list(project: &str) -> Value {
     json!({"project_id": project, "team_pk": "cycle-1", "created_by": "pm", "tasks": tasks()})
 }
 
-fn plan() -> Value {
-    json!({
-        "task": "Ship it",
-        "phases": [{"id": "P1", "name": "Phase one", "goal": "g", "scope": ["code"],
-                    "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
-        "assignments": [{
-            "id": "P1-A1", "phase_id": "P1", "name": "One", "goal": "Do it.",
-            "technical_approach": "Small steps.", "dependency_notes": "", "overlap_notes": "",
-            "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": ["src/a.rs"]}]
-        }]
-    })
-}
-
 fn job(project: Option<&str>, run_id: Option<&str>) -> Value {
     let mut body = json!({
-        "context": {"schema_version": 1, "phase_id": "P1", "assignments": [plan()["assignments"][0].clone()]},
-        "refined_plan": plan(),
+        "context": {"schema_version": 1, "phase_id": "P1", "assignments": [one_phase_plan()["assignments"][0].clone()]},
+        "refined_plan": one_phase_plan(),
         "task_text": "Ship it.",
     });
     if let Some(project) = project {
@@ -101,7 +88,7 @@ fn job(project: Option<&str>, run_id: Option<&str>) -> Value {
 }
 
 fn run(project: Option<&str>) -> Value {
-    let mut body = json!({"plan": plan()});
+    let mut body = json!({"plan": one_phase_plan()});
     if let Some(project) = project {
         body["project_id"] = json!(project);
     }

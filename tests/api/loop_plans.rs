@@ -103,13 +103,8 @@ async fn yaml_requests_plan_like_json(app: TestApp) {
     }
     yaml.push_str("completed_tracks: [{id: tenancy_20261120, name: Tenancy, deliverables: [src/tenancy/model.py]}]\n");
     let response = app
-        .client
-        .post(app.url("/v1/loop-plans/generate"))
-        .header("content-type", "application/yaml")
-        .body(yaml)
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/loop-plans/generate", "application/yaml", yaml)
+        .await;
     assert_eq!(response.status(), 200);
     let from_yaml: Value = response.json().await.unwrap();
     assert_eq!(from_yaml["dag"], from_json["dag"]);
@@ -152,13 +147,8 @@ async fn markdown_round_trips_through_parse(app: TestApp) {
         .replace("- [ ] Task 1.1:", "- [x] Task 1.1:")
         .replace("- [ ] Task 1.3:", "- [~] Task 1.3:");
     let parsed = app
-        .client
-        .post(app.url("/v1/loop-plans/parse"))
-        .header("content-type", "text/markdown")
-        .body(marked)
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/loop-plans/parse", "text/markdown", marked)
+        .await;
     assert_eq!(parsed.status(), 200);
     let parsed: Value = parsed.json().await.unwrap();
     assert_eq!(
@@ -222,13 +212,12 @@ async fn invalid_dags_and_documents_are_4xx(app: TestApp) {
     expect_problem(no_track, 422, "invalid_body").await;
 
     let garbage = app
-        .client
-        .post(app.url("/v1/loop-plans/parse"))
-        .header("content-type", "text/markdown")
-        .body("# plan\n```yaml\ndag: [unclosed\n```\n")
-        .send()
-        .await
-        .unwrap();
+        .post_body(
+            "/v1/loop-plans/parse",
+            "text/markdown",
+            "# plan\n```yaml\ndag: [unclosed\n```\n",
+        )
+        .await;
     expect_problem(garbage, 422, "invalid_plan_markdown").await;
     // The JSON form takes `{"markdown": text}` and nothing else.
     let wrong_json = app
@@ -243,22 +232,16 @@ async fn invalid_dags_and_documents_are_4xx(app: TestApp) {
         .await;
     expect_problem(as_json, 422, "invalid_plan_markdown").await;
     let as_xml = app
-        .client
-        .post(app.url("/v1/loop-plans/parse"))
-        .header("content-type", "application/xml")
-        .body("<plan/>")
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/loop-plans/parse", "application/xml", "<plan/>")
+        .await;
     expect_problem(as_xml, 415, "unsupported_media_type").await;
     let not_utf8 = app
-        .client
-        .post(app.url("/v1/loop-plans/parse"))
-        .header("content-type", "text/markdown")
-        .body(vec![0xff, 0xfe, 0x00])
-        .send()
-        .await
-        .unwrap();
+        .post_body(
+            "/v1/loop-plans/parse",
+            "text/markdown",
+            vec![0xff, 0xfe, 0x00],
+        )
+        .await;
     expect_problem(not_utf8, 400, "invalid_utf8").await;
     app.shutdown().await;
 }

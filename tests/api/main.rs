@@ -8,6 +8,7 @@
 mod common;
 
 mod agents;
+mod arrows;
 mod auth;
 mod claims;
 mod concurrent_writes;

@@ -7,17 +7,11 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::common::l0_script;
 use serde_json::{Value, json};
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
-}
-
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/l0/l0.sh")
-        .display()
-        .to_string()
 }
 
 /// The binary with an environment that cannot leak configuration into the test.
@@ -72,7 +66,7 @@ fn refined_path(stdout: &str) -> PathBuf {
 }
 
 fn config(dir: &Path, extra: &str) -> PathBuf {
-    let l0 = script();
+    let l0 = l0_script();
     let text = format!(
         r#"{extra}
 [executors.fake]

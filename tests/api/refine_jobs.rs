@@ -137,27 +137,6 @@ async fn submit(app: &TestApp, body: &Value) -> Value {
     job
 }
 
-/// Long-polls until the job is terminal (or 60 s pass).
-async fn wait_terminal(app: &TestApp, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let job: Value = app
-            .get(&format!("/v1/refine-jobs/{id}?wait=5"))
-            .await
-            .json()
-            .await
-            .unwrap();
-        let status = job["status"].as_str().unwrap().to_owned();
-        if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
-            return job;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id} stuck in {status}: {job}"
-        );
-    }
-}
-
 fn log_of(job: &Value) -> Vec<String> {
     job["log"]
         .as_array()
@@ -208,6 +187,7 @@ both_backends!(
     bad_submissions_are_refused_and_create_nothing,
     a_job_end_claims_the_workers_next_job,
     creates_arriving_together_are_each_stored_whole,
+    racing_creates_with_one_key_and_two_bodies_make_one_job,
     a_failing_job_in_a_group_fails_alone,
 );
 
@@ -232,7 +212,7 @@ async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dir
     assert_eq!(job["executor"], "mixed");
     assert_eq!(job["executor_kind"], "command");
     let id = job["id"].as_str().unwrap();
-    let job = wait_terminal(&app, id).await;
+    let job = app.wait_job(id).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let log = log_of(&job);
     for line in [
@@ -344,7 +324,7 @@ async fn eight_assignments_make_two_batches_of_at_most_six(app: TestApp, dirs: D
     let mut request = body(&refs);
     request["executor"] = json!("sleep");
     let job = submit(&app, &request).await;
-    let job = wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    let job = app.wait_job(job["id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let log = log_of(&job);
     assert_eq!(
@@ -392,7 +372,7 @@ async fn cancel_kills_running_l0s_and_is_idempotent(app: TestApp, dirs: Dirs) {
         ["cancelling", "cancelled"].contains(&cancelled["status"].as_str().unwrap()),
         "{cancelled}"
     );
-    let job = wait_terminal(&app, &id).await;
+    let job = app.wait_job(&id).await;
     assert_eq!(job["status"], "cancelled");
     assert!(job["cancel_requested_at"].is_string());
     assert!(job.get("result").is_none());
@@ -504,7 +484,7 @@ async fn wait_returns_when_the_job_changes(app: TestApp, _dirs: Dirs) {
         "a change ends the wait early"
     );
     assert_ne!(seen["version"], job["version"], "{seen}");
-    let done = wait_terminal(&app, id).await;
+    let done = app.wait_job(id).await;
     assert_eq!(done["status"], "succeeded");
     // On a terminal job `wait` answers at once, unchanged.
     let again: Value = app
@@ -627,7 +607,7 @@ async fn result_file_is_written_under_the_output_root(app: TestApp, dirs: Dirs) 
     let mut request = body(&["P1-A1", "P1-A2"]);
     request["output_dir"] = json!("runs/r1");
     let job = submit(&app, &request).await;
-    let job = wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    let job = app.wait_job(job["id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let path = PathBuf::from(job["phase_refined_path"].as_str().unwrap());
     assert!(path.is_absolute());
@@ -650,7 +630,7 @@ async fn task_file_is_read_only_inside_the_workspace_root(app: TestApp, dirs: Di
     request["executor"] = json!("mixed");
     request["context"]["assignments"][0]["id"] = json!("P1-A1-valid");
     let job = submit(&app, &request).await;
-    let job = wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    let job = app.wait_job(job["id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "succeeded");
     let prompt = std::fs::read_to_string(dirs.record.join("P1-A1-valid.prompt")).unwrap();
     let task_path = dirs.workspace.canonicalize().unwrap().join("task.md");
@@ -668,7 +648,7 @@ async fn task_file_is_read_only_inside_the_workspace_root(app: TestApp, dirs: Di
     inline["executor"] = json!("mixed");
     inline["task_text"] = json!("INLINE TASK TEXT");
     let job = submit(&app, &inline).await;
-    wait_terminal(&app, job["id"].as_str().unwrap()).await;
+    app.wait_job(job["id"].as_str().unwrap()).await;
     let prompt = std::fs::read_to_string(dirs.record.join("P1-A2-valid.prompt")).unwrap();
     assert!(!prompt.contains("INLINE TASK TEXT"));
     assert!(prompt.contains("plangate-tasks"), "{prompt}");
@@ -750,7 +730,7 @@ async fn list_filters_and_pages_newest_first(app: TestApp, _dirs: Dirs) {
         .unwrap();
     assert_eq!(one["jobs"].as_array().unwrap().len(), 1);
     for id in &created {
-        wait_terminal(&app, id).await;
+        app.wait_job(id).await;
     }
     let done: Value = app
         .get("/v1/refine-jobs?status=succeeded&phase_id=P1&page_size=100")
@@ -881,13 +861,8 @@ async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dir
         }
     }
     let malformed = app
-        .client
-        .post(app.url("/v1/refine-jobs"))
-        .header("content-type", "application/json")
-        .body("{\"context\": [")
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/refine-jobs", "application/json", "{\"context\": [")
+        .await;
     let problem = expect_problem(malformed, 422, "invalid_context").await;
     assert!(
         problem["detail"]
@@ -896,13 +871,8 @@ async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dir
             .starts_with("FATAL: failed to parse request body: ")
     );
     let text = app
-        .client
-        .post(app.url("/v1/refine-jobs"))
-        .header("content-type", "text/plain")
-        .body(good.to_string())
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/refine-jobs", "text/plain", good.to_string())
+        .await;
     expect_problem(text, 415, "unsupported_media_type").await;
     // A 20 MB context is over the 16 MiB body limit: answered from the headers,
     // before the body is sent (a client still writing would see the close).
@@ -990,6 +960,58 @@ async fn creates_arriving_together_are_each_stored_whole(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(page["jobs"].as_array().unwrap().len(), 41);
+    app.shutdown().await;
+}
+
+/// Eight creates race with one key, half of them with another body: one job is
+/// created; the creates with its body get it (once created, replayed after), the
+/// others `idempotency_key_reused`, whichever body won.
+async fn racing_creates_with_one_key_and_two_bodies_make_one_job(backend: Backend) {
+    use std::collections::HashSet;
+    let app = spawn_app_with(backend, |s| s.workers = 0).await;
+    let mine = body(&["P1-A1", "P1-A2"]);
+    let mut theirs = mine.clone();
+    theirs["task_text"] = json!("another task");
+    let send = |request: Value| {
+        let app = &app;
+        async move {
+            let response = app
+                .client
+                .post(app.url("/v1/refine-jobs"))
+                .header("Idempotency-Key", "raced")
+                .json(&request)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            let answer: Value = response.json().await.unwrap();
+            (status, replayed, answer)
+        }
+    };
+    let answers = futures::future::join_all((0..8).map(|i| {
+        send(if i % 2 == 0 {
+            mine.clone()
+        } else {
+            theirs.clone()
+        })
+    }))
+    .await;
+
+    let accepted: Vec<&(u16, bool, Value)> = answers.iter().filter(|a| a.0 == 202).collect();
+    assert_eq!(accepted.len(), 4, "one body's creates: {answers:?}");
+    let ids: HashSet<&str> = accepted
+        .iter()
+        .map(|a| a.2["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "one job for one key");
+    assert_eq!(accepted.iter().filter(|a| !a.1).count(), 1, "created once");
+    for (status, _, problem) in answers.iter().filter(|a| a.0 != 202) {
+        assert_eq!(*status, 422, "{problem}");
+        assert_eq!(problem["code"], "idempotency_key_reused", "{problem}");
+    }
+    let page: Value = app.get("/v1/refine-jobs").await.json().await.unwrap();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1);
     app.shutdown().await;
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{Backend, TestApp, expect_problem, spawn_app_with};
+use crate::common::{Backend, TestApp, expect_problem, l0_script, spawn_app_with};
 use plangate::config::{ExecutorKind, ExecutorProfile, Settings};
 use serde_json::{Value, json};
 
@@ -80,17 +80,10 @@ fn natural_phase_ids(n: usize) -> Vec<String> {
 // ---------------------------------------------------------------------------
 // Harness
 
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/l0/l0.sh")
-        .display()
-        .to_string()
-}
-
 fn command_profile(args: &[&str], timeout_secs: u64) -> ExecutorProfile {
     ExecutorProfile {
         kind: ExecutorKind::Command,
-        argv: std::iter::once(script())
+        argv: std::iter::once(l0_script())
             .chain(args.iter().map(|s| s.to_string()))
             .collect(),
         base_url: None,
@@ -964,13 +957,12 @@ async fn bad_input_creates_nothing(backend: Backend) {
 
     // Malformed JSON.
     let response = app
-        .client
-        .post(app.url("/v1/refine-runs"))
-        .header("content-type", "application/json")
-        .body(r#"{"plan": {"phases": ["#)
-        .send()
-        .await
-        .unwrap();
+        .post_body(
+            "/v1/refine-runs",
+            "application/json",
+            r#"{"plan": {"phases": ["#,
+        )
+        .await;
     let problem = expect_problem(response, 422, "invalid_plan").await;
     assert!(
         problem["detail"]
@@ -980,14 +972,7 @@ async fn bad_input_creates_nothing(backend: Backend) {
         "{problem}"
     );
     // Not JSON at all.
-    let response = app
-        .client
-        .post(app.url("/v1/refine-runs"))
-        .header("content-type", "text/plain")
-        .body("plan")
-        .send()
-        .await
-        .unwrap();
+    let response = app.post_body("/v1/refine-runs", "text/plain", "plan").await;
     let status = response.status().as_u16();
     assert!((400..500).contains(&status));
     expect_problem(response, status, "unsupported_media_type").await;

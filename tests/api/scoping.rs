@@ -3,7 +3,7 @@
 //! another's; task-list creates with a key are safe to retry (one list, one
 //! counted rejection), also when the retries race.
 
-use crate::common::{self, Backend, TestApp, expect_problem};
+use crate::common::{self, Backend, TestApp, expect_problem, one_phase_plan};
 use plangate::config::ApiToken;
 use serde_json::{Value, json};
 
@@ -26,30 +26,17 @@ async fn spawn(backend: Backend) -> TestApp {
     .await
 }
 
-fn plan() -> Value {
-    json!({
-        "task": "Ship it",
-        "phases": [{"id": "P1", "name": "Phase one", "goal": "g", "scope": ["code"],
-                    "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
-        "assignments": [{
-            "id": "P1-A1", "phase_id": "P1", "name": "One", "goal": "Do it.",
-            "technical_approach": "Small steps.", "dependency_notes": "", "overlap_notes": "",
-            "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": ["src/a.rs"]}]
-        }]
-    })
-}
-
 fn job(project: &str, task_text: &str) -> Value {
     json!({
-        "context": {"schema_version": 1, "phase_id": "P1", "assignments": [plan()["assignments"][0].clone()]},
-        "refined_plan": plan(),
+        "context": {"schema_version": 1, "phase_id": "P1", "assignments": [one_phase_plan()["assignments"][0].clone()]},
+        "refined_plan": one_phase_plan(),
         "task_text": task_text,
         "project_id": project,
     })
 }
 
 fn run(project: &str) -> Value {
-    json!({"plan": plan(), "project_id": project})
+    json!({"plan": one_phase_plan(), "project_id": project})
 }
 
 /// POST `body` with a bearer token and an `Idempotency-Key`; answers (status,

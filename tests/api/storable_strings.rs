@@ -6,9 +6,8 @@
 //! equal. And an L0 that prints U+0000 does not fail its job's writes.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use crate::common::{Backend, TestApp, expect_problem, snapshot_tables};
+use crate::common::{Backend, TestApp, expect_problem, one_phase_plan, snapshot_tables};
 use plangate::config::{ExecutorKind, ExecutorProfile};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -84,8 +83,8 @@ struct Field {
     method: Method,
     /// `{id}` is replaced by the set-up's resource id, `{n}` by a fresh number.
     path: &'static str,
-    /// The body, with [`MARK`] where the generated string goes.
-    body: fn() -> Value,
+    /// The body without the field; [`MARK`] goes at `pointer`.
+    base: fn() -> Value,
     /// The JSON pointer the 422 names for a string holding U+0000.
     pointer: &'static str,
     read_back: ReadBack,
@@ -120,23 +119,10 @@ fn list_body(tasks: Value) -> Value {
     json!({"project_id": "proj", "team_pk": "cycle-1", "created_by": "pm", "tasks": tasks})
 }
 
-fn plan() -> Value {
-    json!({
-        "task": "Ship it",
-        "phases": [{"id": "P1", "name": "Phase one", "goal": "g", "scope": ["code"],
-                    "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
-        "assignments": [{
-            "id": "P1-A1", "phase_id": "P1", "name": "One", "goal": "Do it.",
-            "technical_approach": "Small steps.", "dependency_notes": "", "overlap_notes": "",
-            "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": ["src/a.rs"]}]
-        }]
-    })
-}
-
 fn job_body() -> Value {
     json!({
-        "context": {"schema_version": 1, "phase_id": "P1", "assignments": [plan()["assignments"][0].clone()]},
-        "refined_plan": plan(),
+        "context": {"schema_version": 1, "phase_id": "P1", "assignments": [one_phase_plan()["assignments"][0].clone()]},
+        "refined_plan": one_phase_plan(),
         "task_text": "Ship it.",
     })
 }
@@ -147,200 +133,83 @@ fn track(id: &str, description: Value) -> Value {
            "description": description})
 }
 
+/// A task list whose every string is plain; the table marks one of them.
+fn list() -> Value {
+    list_body(tasks_with(
+        json!("x"),
+        json!("dev"),
+        json!(["a.py"]),
+        json!({"k": 1}),
+    ))
+}
+
+fn job() -> Value {
+    job_body()
+}
+
+fn run() -> Value {
+    json!({"plan": one_phase_plan()})
+}
+
+/// `base()` with [`MARK`] written at `pointer` (a member or the next array entry is
+/// added when missing).
+fn marked(base: fn() -> Value, pointer: &str) -> Value {
+    let mut body = base();
+    let (parent, last) = pointer.rsplit_once('/').expect("a pointer");
+    match body.pointer_mut(parent).expect("the parent exists") {
+        Value::Array(items) => {
+            let index: usize = last.parse().expect("an index");
+            items.resize(items.len().max(index + 1), Value::Null);
+            items[index] = json!(MARK);
+        }
+        parent => parent[last] = json!(MARK),
+    }
+    body
+}
+
+#[allow(clippy::too_many_arguments)]
+fn field(
+    name: &'static str,
+    setup: Setup,
+    method: Method,
+    path: &'static str,
+    base: fn() -> Value,
+    pointer: &'static str,
+    read_back: ReadBack,
+) -> Field {
+    Field {
+        name,
+        setup,
+        method,
+        path,
+        base,
+        pointer,
+        read_back,
+    }
+}
+
+// One field per line, read across: rustfmt would give each row a dozen lines.
+#[rustfmt::skip]
 fn fields() -> Vec<Field> {
+    use ReadBack::{Get, Request};
+    use Setup::{None, TaskList, Track, TrackStarted};
+    let track_body = || track("track-{n}", json!("d"));
     vec![
-        Field {
-            name: "task description",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/task-lists",
-            body: || {
-                list_body(tasks_with(
-                    json!(MARK),
-                    json!("dev"),
-                    json!(["a.py"]),
-                    json!(1),
-                ))
-            },
-            pointer: "/tasks/0/description",
-            read_back: ReadBack::Get("/v1/task-lists/{id}"),
-        },
-        Field {
-            name: "task persona",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/task-lists",
-            body: || {
-                list_body(tasks_with(
-                    json!("x"),
-                    json!(MARK),
-                    json!(["a.py"]),
-                    json!(1),
-                ))
-            },
-            pointer: "/tasks/0/assigned_persona",
-            read_back: ReadBack::Get("/v1/task-lists/{id}"),
-        },
-        Field {
-            name: "task writes entry",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/task-lists",
-            body: || {
-                list_body(tasks_with(
-                    json!("x"),
-                    json!("dev"),
-                    json!(["a.py", MARK]),
-                    json!(1),
-                ))
-            },
-            pointer: "/tasks/0/writes/1",
-            read_back: ReadBack::Get("/v1/task-lists/{id}"),
-        },
-        Field {
-            name: "task extra member",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/task-lists",
-            body: || {
-                list_body(tasks_with(
-                    json!("x"),
-                    json!("dev"),
-                    json!(["a.py"]),
-                    json!({"k": MARK}),
-                ))
-            },
-            pointer: "/tasks/0/custom/k",
-            read_back: ReadBack::Get("/v1/task-lists/{id}"),
-        },
-        Field {
-            name: "task-list created_by",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/task-lists",
-            body: || {
-                let mut body = list_body(tasks_with(
-                    json!("x"),
-                    json!("dev"),
-                    json!(["a.py"]),
-                    json!(1),
-                ));
-                body["created_by"] = json!(MARK);
-                body
-            },
-            pointer: "/created_by",
-            read_back: ReadBack::Get("/v1/task-lists/{id}"),
-        },
-        Field {
-            name: "task notes",
-            setup: Setup::TaskList,
-            method: Method::PATCH,
-            path: "/v1/tasks/{id}",
-            body: || json!({"status": "running", "notes": MARK}),
-            pointer: "/notes",
-            read_back: ReadBack::Get("/v1/tasks-of-setup"),
-        },
-        Field {
-            name: "team lead_role",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/projects/proj/teams",
-            body: || json!({"team_pk": "team-{n}", "lead_role": MARK}),
-            pointer: "/lead_role",
-            read_back: ReadBack::Get("/v1/projects/proj/teams"),
-        },
-        Field {
-            name: "track description",
-            setup: Setup::None,
-            method: Method::PUT,
-            path: "/v1/tracks/track-{n}",
-            body: || track("track-{n}", json!(MARK)),
-            pointer: "/description",
-            read_back: ReadBack::Get("/v1/tracks/track-{n}"),
-        },
-        Field {
-            name: "track step agent",
-            setup: Setup::Track,
-            method: Method::POST,
-            path: "/v1/tracks/track-{n}/steps/PLAN/start",
-            body: || json!({"agent": MARK}),
-            pointer: "/agent",
-            read_back: ReadBack::Get("/v1/tracks/track-{n}"),
-        },
-        Field {
-            name: "track step notes",
-            setup: Setup::TrackStarted,
-            method: Method::POST,
-            path: "/v1/tracks/track-{n}/steps/PLAN/complete",
-            body: || json!({"outcome": "PASSED", "notes": MARK}),
-            pointer: "/notes",
-            read_back: ReadBack::Get("/v1/tracks/track-{n}"),
-        },
-        Field {
-            name: "refine job task_text",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/refine-jobs",
-            body: || {
-                let mut body = job_body();
-                body["task_text"] = json!(MARK);
-                body
-            },
-            pointer: "/task_text",
-            read_back: ReadBack::Request("refine_jobs"),
-        },
-        Field {
-            name: "refine job assignment goal",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/refine-jobs",
-            body: || {
-                let mut body = job_body();
-                body["context"]["assignments"][0]["goal"] = json!(MARK);
-                body
-            },
-            pointer: "/context/assignments/0/goal",
-            read_back: ReadBack::Request("refine_jobs"),
-        },
-        Field {
-            name: "refine job project_id",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/refine-jobs",
-            body: || {
-                let mut body = job_body();
-                body["project_id"] = json!(MARK);
-                body
-            },
-            pointer: "/project_id",
-            read_back: ReadBack::Get("/v1/refine-jobs/{id}"),
-        },
-        Field {
-            name: "refine run plan task",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/refine-runs",
-            body: || {
-                let mut plan = plan();
-                plan["task"] = json!(MARK);
-                json!({"plan": plan})
-            },
-            pointer: "/plan/task",
-            read_back: ReadBack::Request("refine_runs"),
-        },
-        Field {
-            name: "refine run assignment name",
-            setup: Setup::None,
-            method: Method::POST,
-            path: "/v1/refine-runs",
-            body: || {
-                let mut plan = plan();
-                plan["assignments"][0]["name"] = json!(MARK);
-                json!({"plan": plan})
-            },
-            pointer: "/plan/assignments/0/name",
-            read_back: ReadBack::Request("refine_runs"),
-        },
+        field("task description", None, Method::POST, "/v1/task-lists", list, "/tasks/0/description", Get("/v1/task-lists/{id}")),
+        field("task persona", None, Method::POST, "/v1/task-lists", list, "/tasks/0/assigned_persona", Get("/v1/task-lists/{id}")),
+        field("task writes entry", None, Method::POST, "/v1/task-lists", list, "/tasks/0/writes/1", Get("/v1/task-lists/{id}")),
+        field("task extra member", None, Method::POST, "/v1/task-lists", list, "/tasks/0/custom/k", Get("/v1/task-lists/{id}")),
+        field("task-list created_by", None, Method::POST, "/v1/task-lists", list, "/created_by", Get("/v1/task-lists/{id}")),
+        field("task notes", TaskList, Method::PATCH, "/v1/tasks/{id}", || json!({"status": "running"}), "/notes", Get("/v1/tasks-of-setup")),
+        field("team lead_role", None, Method::POST, "/v1/projects/proj/teams", || json!({"team_pk": "team-{n}"}), "/lead_role", Get("/v1/projects/proj/teams")),
+        field("track description", None, Method::PUT, "/v1/tracks/track-{n}", track_body, "/description", Get("/v1/tracks/track-{n}")),
+        field("track step agent", Track, Method::POST, "/v1/tracks/track-{n}/steps/PLAN/start", || json!({}), "/agent", Get("/v1/tracks/track-{n}")),
+        field("track step notes", TrackStarted, Method::POST, "/v1/tracks/track-{n}/steps/PLAN/complete", || json!({"outcome": "PASSED"}), "/notes", Get("/v1/tracks/track-{n}")),
+        field("refine job task_text", None, Method::POST, "/v1/refine-jobs", job, "/task_text", Request("refine_jobs")),
+        field("refine job assignment goal", None, Method::POST, "/v1/refine-jobs", job, "/context/assignments/0/goal", Request("refine_jobs")),
+        field("refine job project_id", None, Method::POST, "/v1/refine-jobs", job, "/project_id", Get("/v1/refine-jobs/{id}")),
+        field("refine run plan task", None, Method::POST, "/v1/refine-runs", run, "/plan/task", Request("refine_runs")),
+        field("refine run assignment name", None, Method::POST, "/v1/refine-runs", run, "/plan/assignments/0/name", Request("refine_runs")),
     ]
 }
 
@@ -439,8 +308,8 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
         Some((_, task)) => field.path.replace("{id}", task),
         None => fresh(field.path),
     };
-    let body =
-        fresh(&(field.body)().to_string()).replace(&format!("\"{MARK}\""), &generated.literal());
+    let body = fresh(&marked(field.base, field.pointer).to_string())
+        .replace(&format!("\"{MARK}\""), &generated.literal());
     let before = if generated.has_nul() {
         Some(snapshot_tables(app).await)
     } else {
@@ -589,22 +458,7 @@ async fn l0_output_with_nul_is_stored(backend: Backend) {
             .as_str()
             .unwrap()
             .to_owned();
-        let started = Instant::now();
-        let job = loop {
-            let job: Value = app
-                .get(&format!("/v1/refine-jobs/{id}?wait=5"))
-                .await
-                .json()
-                .await
-                .unwrap();
-            if ["succeeded", "failed", "cancelled"].contains(&job["status"].as_str().unwrap()) {
-                break job;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "job stuck: {job}"
-            );
-        };
+        let job = app.wait_job(&id).await;
         assert_eq!(job["status"], job_status, "{job}");
         let log = job["log"].to_string();
         assert!(log.contains("held U+0000 (NUL)"), "{job}");

@@ -52,20 +52,7 @@ async fn run_job(app: &TestApp, task_text: &str) -> Value {
         .as_str()
         .unwrap()
         .to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let job: Value = app
-            .get(&format!("/v1/refine-jobs/{id}?wait=5"))
-            .await
-            .json()
-            .await
-            .unwrap();
-        let status = job["status"].as_str().unwrap_or_default().to_owned();
-        if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
-            return job;
-        }
-        assert!(Instant::now() < deadline, "job {id} still {status}");
-    }
+    app.wait_job(&id).await
 }
 
 /// `(mode, uid, path)` of the task file and of its directory, as the L0 saw them.

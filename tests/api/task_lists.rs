@@ -180,22 +180,16 @@ async fn validate_refuses_malformed_requests(app: TestApp) {
         "{problem}"
     );
     let syntax = app
-        .client
-        .post(app.url("/v1/task-lists/validate"))
-        .header("content-type", "application/json")
-        .body("{\"tasks\": [")
-        .send()
-        .await
-        .unwrap();
+        .post_body(
+            "/v1/task-lists/validate",
+            "application/json",
+            "{\"tasks\": [",
+        )
+        .await;
     expect_problem(syntax, 400, "malformed_json").await;
     let not_json = app
-        .client
-        .post(app.url("/v1/task-lists/validate"))
-        .header("content-type", "text/plain")
-        .body("[]")
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/task-lists/validate", "text/plain", "[]")
+        .await;
     expect_problem(not_json, 415, "unsupported_media_type").await;
     // 100,000-deep nesting stops at the parser's recursion limit, without a crash.
     // 100,000-deep nesting: the task list is read without recursing into what it
@@ -204,37 +198,22 @@ async fn validate_refuses_malformed_requests(app: TestApp) {
     let nesting = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let deep = format!("{{\"tasks\": {nesting}}}");
     let nested = app
-        .client
-        .post(app.url("/v1/task-lists/validate"))
-        .header("content-type", "application/json")
-        .body(deep)
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/task-lists/validate", "application/json", deep)
+        .await;
     assert_eq!(nested.status(), 200);
     let report: Value = nested.json().await.unwrap();
     assert_eq!(report["errors"][0]["code"], "synthesis_failure", "{report}");
     let deep_create =
         format!("{{\"project_id\": \"p\", \"created_by\": \"pm\", \"tasks\": {nesting}}}");
     let nested = app
-        .client
-        .post(app.url("/v1/task-lists"))
-        .header("content-type", "application/json")
-        .body(deep_create)
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/task-lists", "application/json", deep_create)
+        .await;
     expect_problem(nested, 422, "synthesis_failure").await;
     // Deep nesting elsewhere in the body stops at the parser's recursion limit.
     let deep_field = format!("{{\"existing_files\": {nesting}, \"tasks\": []}}");
     let nested = app
-        .client
-        .post(app.url("/v1/task-lists/validate"))
-        .header("content-type", "application/json")
-        .body(deep_field)
-        .send()
-        .await
-        .unwrap();
+        .post_body("/v1/task-lists/validate", "application/json", deep_field)
+        .await;
     assert!(nested.status().is_client_error(), "{}", nested.status());
     assert_eq!(nested.headers()["content-type"], "application/problem+json");
     // Over the 16 MiB default limit: the answer comes from the headers alone, before

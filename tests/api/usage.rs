@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    Backend, FreshDatabase, TestApp, expect_problem, settings_for, spawn_app_with,
+    Backend, FreshDatabase, TestApp, expect_problem, l0_script, settings_for, spawn_app_with,
 };
 use axum::body::Bytes;
 use axum::extract::State;
@@ -24,13 +24,6 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 // ------------------------------------------------------------------ helpers
-
-fn script() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/l0/l0.sh")
-        .display()
-        .to_string()
-}
 
 fn profile(kind: ExecutorKind) -> ExecutorProfile {
     ExecutorProfile {
@@ -49,7 +42,7 @@ fn profile(kind: ExecutorKind) -> ExecutorProfile {
 /// `l0.sh [--record DIR] ARGS…`, reading its stdout as `output`.
 fn command(record: Option<&Path>, args: &[&str], claude_json: bool) -> ExecutorProfile {
     let mut p = profile(ExecutorKind::Command);
-    p.argv = vec![script()];
+    p.argv = vec![l0_script()];
     if let Some(dir) = record {
         p.argv.push("--record".into());
         p.argv.push(dir.display().to_string());
@@ -442,23 +435,6 @@ async fn submit(app: &TestApp, body: &Value) -> String {
     job["id"].as_str().unwrap().to_owned()
 }
 
-async fn wait_job(app: &TestApp, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let job: Value = app
-            .get(&format!("/v1/refine-jobs/{id}?wait=5"))
-            .await
-            .json()
-            .await
-            .unwrap();
-        let status = job["status"].as_str().unwrap_or_default().to_owned();
-        if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
-            return job;
-        }
-        assert!(Instant::now() < deadline, "job {id} still {status}");
-    }
-}
-
 async fn assignments(app: &TestApp, id: &str) -> Vec<Value> {
     let v: Value = app
         .get(&format!("/v1/refine-jobs/{id}/assignments"))
@@ -514,7 +490,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     )
     .await;
     for id in [&reported, &unpriced, &priced, &api, &other] {
-        let job = wait_job(&app, id).await;
+        let job = app.wait_job(id).await;
         assert_eq!(job["status"], "succeeded", "{job}");
     }
 
@@ -533,7 +509,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
         assert_eq!(u["model"], "claude-fake");
         assert!(row["prompt_bytes"].as_i64().unwrap() > 100, "{row}");
     }
-    let job = wait_job(&app, &reported).await;
+    let job = app.wait_job(&reported).await;
     let t = &job["usage"];
     assert_eq!(t["calls"], 3);
     assert!(close(cost(&t["cost_usd"]), 0.03), "{t}");
@@ -548,7 +524,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     let rows = assignments(&app, &unpriced).await;
     assert_eq!(rows[0]["usage"]["cost_usd"], Value::Null);
     assert_eq!(rows[0]["usage"]["source"], "reported");
-    let job = wait_job(&app, &unpriced).await;
+    let job = app.wait_job(&unpriced).await;
     assert_eq!(job["usage"]["cost_usd"], Value::Null);
     assert_eq!(job["usage"]["unpriced_calls"], 2);
     assert_eq!(job["usage"]["output_tokens"], 400);
@@ -699,7 +675,7 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
     // as much, would not fit the $0.015 budget.
     let ids = ["P1-A1", "P1-A2", "P1-A3", "P1-A4", "P1-A5"];
     let id = submit(&app, &job_body(&ids, "cj", json!({"max_cost_usd": 0.015}))).await;
-    let job = wait_job(&app, &id).await;
+    let job = app.wait_job(&id).await;
     assert_eq!(job["status"], "failed", "{job}");
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
     assert!(
@@ -734,7 +710,7 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
         &job_body(&ids[..3], "cj", json!({"max_output_tokens": 100})),
     )
     .await;
-    let job = wait_job(&app, &id).await;
+    let job = app.wait_job(&id).await;
     assert_eq!(job["error"]["code"], "budget_exceeded");
     assert_eq!(job["usage"]["output_tokens"], 400);
 
@@ -778,7 +754,7 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
         json!({"max_cost_usd": 0.005, "budget_action": "kill"}),
     );
     let id = submit(&app, &body).await;
-    let job = wait_job(&app, &id).await;
+    let job = app.wait_job(&id).await;
     assert!(
         started.elapsed() < Duration::from_secs(25),
         "the slow L0 was not killed"
@@ -906,7 +882,7 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
         json!({"project_id": "alpha", "idempotency_key": "k1"}),
     );
     let first = submit(&app, &keyed).await;
-    wait_job(&app, &first).await;
+    app.wait_job(&first).await;
     // A retry of that create still replays it.
     let replay = app.post_json("/v1/refine-jobs", &keyed).await;
     assert_eq!(replay.status(), 202);
@@ -979,12 +955,12 @@ async fn serve_on(
 ) {
     let mut settings = settings_for(&database.url);
     tweak(&mut settings);
-    let db = plangate::open_database(&settings).await.unwrap();
+    let db = plangate::service::open_database(&settings).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        plangate::serve(listener, settings, db, async {
+        plangate::app::serve(listener, settings, db, async {
             let _ = stopped.await;
         })
         .await
@@ -1109,7 +1085,7 @@ async fn prompt_size_does_not_grow_with_the_task_text(backend: Backend) {
         let mut body = job_body(&["P1-A1"], "plain", json!({}));
         body["task_text"] = json!(text);
         let id = submit(&app, &body).await;
-        wait_job(&app, &id).await;
+        app.wait_job(&id).await;
         let rows = assignments(&app, &id).await;
         sizes.push(rows[0]["prompt_bytes"].as_i64().unwrap());
         let prompt = std::fs::read_to_string(dirs.record.join("P1-A1.prompt")).unwrap();
@@ -1141,7 +1117,7 @@ fn cli_refine_prints_the_totals() {
         &config,
         format!(
             "[executors.cj]\nkind = \"command\"\nargv = [\"{}\", \"claude-json\", \"0.25\", \"100\", \"20\"]\noutput = \"claude-json\"\ntimeout_secs = 30\n\n[prices.\"claude-fake\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n",
-            script()
+            l0_script()
         ),
     )
     .unwrap();
@@ -1280,7 +1256,7 @@ async fn job_budget_caps_spend_within_one_call(backend: Backend) {
         &job_body(&ids, "cj-40", json!({"max_cost_usd": 0.10})),
     )
     .await;
-    let job = wait_job(&app, &id).await;
+    let job = app.wait_job(&id).await;
     let spent = known_cost(&job["usage"]);
     eprintln!(
         "FIGURE {backend:?} job budget $0.10: spent ${spent:.2} in {} calls",
@@ -1463,7 +1439,7 @@ async fn job_overrun_by_its_calls_ends_budget_exceeded(backend: Backend) {
     .await;
     let body = job_body(&["P1-A1", "P1-A2"], "cj-40", json!({"max_cost_usd": 0.50}));
     let id = submit(&app, &body).await;
-    let job = wait_job(&app, &id).await;
+    let job = app.wait_job(&id).await;
     assert_eq!(dirs.started().len(), 2, "{job}");
     assert!(close(known_cost(&job["usage"]), 0.80), "{job}");
     assert!(
@@ -1586,7 +1562,7 @@ async fn metrics_label_unconfigured_models_as_other(backend: Backend) {
     let ids: Vec<String> = (1..=30).map(|i| format!("P1-A{i}")).collect();
     let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
     let job = submit(&app, &job_body(&ids, "cj-random", json!({}))).await;
-    assert_eq!(wait_job(&app, &job).await["status"], "succeeded");
+    assert_eq!(app.wait_job(&job).await["status"], "succeeded");
     // The records keep what the agent said.
     let records = assignments(&app, &job).await;
     assert!(

@@ -129,6 +129,43 @@ impl TestApp {
             .expect("POST")
     }
 
+    /// POST a body sent as is, under the given content type.
+    pub async fn post_body(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    /// Long-polls a refine job until it is terminal (or 60 s pass).
+    pub async fn wait_job(&self, id: &str) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let job: serde_json::Value = self
+                .get(&format!("/v1/refine-jobs/{id}?wait=5"))
+                .await
+                .json()
+                .await
+                .unwrap();
+            let status = job["status"].as_str().unwrap_or_default().to_owned();
+            if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
+                return job;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {id} stuck in {status}: {job}"
+            );
+        }
+    }
+
     pub async fn patch_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
         self.client
             .patch(self.url(path))
@@ -178,7 +215,7 @@ pub async fn spawn_app_on(
 ) -> TestApp {
     let mut settings = settings_for(&database.url);
     tweak(&mut settings);
-    let db = plangate::open_database(&settings)
+    let db = plangate::service::open_database(&settings)
         .await
         .expect("open test database");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -187,7 +224,7 @@ pub async fn spawn_app_on(
     let server = tokio::spawn({
         let db = db.clone();
         async move {
-            plangate::serve(listener, settings, db, async {
+            plangate::app::serve(listener, settings, db, async {
                 let _ = stopped.await;
             })
             .await
@@ -360,4 +397,26 @@ pub async fn snapshot_tables(app: &TestApp) -> std::collections::BTreeMap<String
     }
     assert!(tables.len() >= 5, "tables found: {:?}", tables.keys());
     tables
+}
+
+/// The fixture L0 (`tests/fixtures/l0/l0.sh`): its answer depends on its arguments.
+pub fn l0_script() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/l0/l0.sh")
+        .display()
+        .to_string()
+}
+
+/// A one-phase, one-assignment refine plan.
+pub fn one_phase_plan() -> serde_json::Value {
+    serde_json::json!({
+        "task": "Ship it",
+        "phases": [{"id": "P1", "name": "Phase one", "goal": "g", "scope": ["code"],
+                    "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
+        "assignments": [{
+            "id": "P1-A1", "phase_id": "P1", "name": "One", "goal": "Do it.",
+            "technical_approach": "Small steps.", "dependency_notes": "", "overlap_notes": "",
+            "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": ["src/a.rs"]}]
+        }]
+    })
 }

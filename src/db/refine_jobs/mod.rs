@@ -41,7 +41,7 @@ pub use lease::{
     ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, JobLease, LeaseLost, Reaped,
 };
 pub use progress::{L0Ended, PendingProgress};
-pub use submit::{GroupOutcome, SubmitQueue, store_group};
+pub use submit::{GroupOutcome, KeyedJob, SubmitQueue, store_group};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
 /// Owned: a job submitted on its own travels to the group writer (`submit.rs`).

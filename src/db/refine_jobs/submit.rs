@@ -15,10 +15,8 @@ use crate::domain::usage::UsageTotals;
 /// Most jobs one group transaction stores.
 const MAX_GROUP: usize = 64;
 
-/// Groups stored at once. One writer capped creates at ~510/s on 2 cores (each
-/// group waits for five round trips and a WAL flush, and creates queue behind it);
-/// 2, 3 and 4 writers measured 540–552, 572–573 and 535–549 jobs/s end to end, with
-/// groups still forming under load (bench/README.md, "queue.sh").
+/// Groups stored at once: one writer capped creates (each group waits for its round
+/// trips and a WAL flush); why three, measured: docs/jobs.md, "Group commit".
 const WRITERS: usize = 3;
 
 impl Database {
@@ -47,36 +45,50 @@ impl Database {
         if inserted {
             return Ok(Created::New(as_inserted(new, at)));
         }
+        // A create with the same key committed first (in another group or replica).
         let key = new.idempotency_key.as_deref().unwrap_or_default();
+        let Some(first) = self.refine_job_by_key(key).await? else {
+            // Deleted by retention between two statements: a conflict, retryable.
+            return Err(DbError::Conflict(
+                "the idempotency key's job was just deleted; retry".into(),
+            ));
+        };
+        self.replay(first, new.request_hash.as_deref()).await
+    }
+
+    /// The job holding this idempotency key, if any.
+    pub async fn refine_job_by_key(&self, key: &str) -> DbResult<Option<KeyedJob>> {
         let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
             sqlx::query_as("SELECT id, request_hash FROM refine_jobs WHERE idempotency_key = $1")
                 .bind(key)
                 .fetch_optional(pool)
                 .await?
         });
-        match found {
-            Some((id, hash)) if hash == new.request_hash => Ok(self
-                .refine_job(id)
-                .await?
-                .map_or(Created::KeyReused, Created::Existing)),
-            Some(_) => Ok(Created::KeyReused),
-            // Deleted by retention between the two statements: a conflict, retryable.
-            None => Err(DbError::Conflict(
-                "the idempotency key's job was just deleted; retry".into(),
-            )),
-        }
+        Ok(found.map(|(id, request_hash)| KeyedJob { id, request_hash }))
     }
 
-    /// Whether a job holds this idempotency key (a create with it replays).
-    pub async fn refine_job_key_exists(&self, key: &str) -> DbResult<bool> {
-        let n: i64 = on_pool!(self, pool => {
-            sqlx::query_scalar("SELECT COUNT(*) FROM refine_jobs WHERE idempotency_key = $1")
-                .bind(key)
-                .fetch_one(pool)
-                .await?
-        });
-        Ok(n > 0)
+    /// What a create whose key `first` holds answers: the first job when the bodies
+    /// hash alike, else `KeyReused`.
+    pub async fn replay(
+        &self,
+        first: KeyedJob,
+        request_hash: Option<&str>,
+    ) -> DbResult<Created<JobRecord>> {
+        if first.request_hash.as_deref() != request_hash {
+            return Ok(Created::KeyReused);
+        }
+        Ok(self
+            .refine_job(first.id)
+            .await?
+            .map_or(Created::KeyReused, Created::Existing))
     }
+}
+
+/// The job an idempotency key names, and the hash of the body that created it.
+#[derive(Debug, Clone)]
+pub struct KeyedJob {
+    pub id: Uuid,
+    pub request_hash: Option<String>,
 }
 
 /// A submission and where its outcome goes.

@@ -28,7 +28,7 @@ pub enum ReadyMode {
     Pipeline,
 }
 
-wire_strings!(ReadyMode, "ready mode", {
+crate::domain::wire_strings!(ReadyMode, "ready mode", {
     Barrier => "barrier",
     Pipeline => "pipeline",
 });

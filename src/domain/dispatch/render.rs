@@ -25,7 +25,7 @@ pub enum GraphFormat {
     Dot,
 }
 
-wire_strings!(GraphFormat, "graph format", {
+crate::domain::wire_strings!(GraphFormat, "graph format", {
     Mermaid => "mermaid",
     Dot => "dot",
 });

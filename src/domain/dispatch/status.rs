@@ -17,7 +17,7 @@ pub enum TaskStatus {
     Abandoned,
 }
 
-wire_strings!(TaskStatus, "task status", {
+crate::domain::wire_strings!(TaskStatus, "task status", {
     Pending => "pending",
     Running => "running",
     Done => "done",
@@ -51,7 +51,7 @@ pub enum AbandonCategory {
     TestsUnrecoverable,
 }
 
-wire_strings!(AbandonCategory, "abandon category", {
+crate::domain::wire_strings!(AbandonCategory, "abandon category", {
     Scope => "scope",
     Blocked => "blocked",
     Conflict => "conflict",

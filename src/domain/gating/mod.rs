@@ -5,28 +5,7 @@
 //! strongly-connected-components pass, one sort by wave), so hostile input cannot
 //! make it quadratic; std's randomly keyed hasher also resists crafted collisions.
 //!
-//! Decisions where the spec leaves room (each is tested):
-//! - Ids (`task_id`, `depends_on` entries, `reviews`) must be non-empty, at most 256
-//!   bytes and free of control characters; otherwise `invalid_field` (`invalid_reviews`
-//!   for `reviews`). Values shown in messages are quoted like Python's `repr`, with
-//!   control characters escaped and long strings cut.
-//! - A task whose `task_id` is missing, invalid or a later duplicate cannot be named
-//!   or depended on, so it takes no part in gates 1–7 (its writes still satisfy later
-//!   reads). A task with a bad field is left out of the gates needing that field only.
-//!   Id lookups resolve to the first task with that id.
-//! - `depends_on`, `reads`, `writes` must be arrays when present (`null` is
-//!   `invalid_field`, unlike `"reviews": null`, which the spec calls absent).
-//! - A cycle error is raised per strongly connected component (its `task_ids` are all
-//!   members, in task order; `cycle` is one simple cycle through them) and per
-//!   self-loop; `a -> b` reads "a depends_on b". Edges inside such a component are not
-//!   also reported as `wave_order`.
-//! - A read whose only writers have an unusable `parallel_group` is not reported: the
-//!   `invalid_parallel_group` error already covers it.
-//! - Messages with a template in the spec keep it verbatim; `orphan_dependency` gets a
-//!   fix hint appended. Warnings are prefixed `PlannerDagWarning:`.
-//! - Planner output: with fenced blocks but none in `json` (or without a language),
-//!   the text is still parsed whole, and the error says no json block was found. A
-//!   selected block holding only whitespace counts as empty output.
+//! Decisions where the spec leaves room (each is tested): docs/decisions.md, "The gate".
 
 mod fence;
 mod gates;
@@ -99,29 +78,27 @@ pub enum Code {
     DuplicateDependency,
 }
 
-impl Code {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::SynthesisFailure => "synthesis_failure",
-            Code::MissingField => "missing_field",
-            Code::InvalidField => "invalid_field",
-            Code::DuplicateTaskId => "duplicate_task_id",
-            Code::InvalidParallelGroup => "invalid_parallel_group",
-            Code::OrphanDependency => "orphan_dependency",
-            Code::Cycle => "cycle",
-            Code::WaveOrder => "wave_order",
-            Code::WriteContention => "write_contention",
-            Code::UnsatisfiedRead => "unsatisfied_read",
-            Code::InvalidReviews => "invalid_reviews",
-            Code::SelfReview => "self_review",
-            Code::OrphanReviews => "orphan_reviews",
-            Code::ReviewerNotDisjoint => "reviewer_not_disjoint",
-            Code::ReviewNotAfter => "review_not_after",
-            Code::ReviewWithoutDependency => "review_without_dependency",
-            Code::DuplicateDependency => "duplicate_dependency",
-        }
-    }
+crate::domain::wire_strings!(Code {
+    SynthesisFailure => "synthesis_failure",
+    MissingField => "missing_field",
+    InvalidField => "invalid_field",
+    DuplicateTaskId => "duplicate_task_id",
+    InvalidParallelGroup => "invalid_parallel_group",
+    OrphanDependency => "orphan_dependency",
+    Cycle => "cycle",
+    WaveOrder => "wave_order",
+    WriteContention => "write_contention",
+    UnsatisfiedRead => "unsatisfied_read",
+    InvalidReviews => "invalid_reviews",
+    SelfReview => "self_review",
+    OrphanReviews => "orphan_reviews",
+    ReviewerNotDisjoint => "reviewer_not_disjoint",
+    ReviewNotAfter => "review_not_after",
+    ReviewWithoutDependency => "review_without_dependency",
+    DuplicateDependency => "duplicate_dependency",
+});
 
+impl Code {
     /// The violation class a message starts with (the reference validator's exception
     /// names, which planners already know); `None` for synthesis failures, whose
     /// wording the spec fixes without a prefix.
@@ -144,12 +121,6 @@ impl Code {
             | Code::ReviewNotAfter => Some("PlannerDagInvalid"),
             Code::ReviewWithoutDependency | Code::DuplicateDependency => Some("PlannerDagWarning"),
         }
-    }
-}
-
-impl std::fmt::Display for Code {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
     }
 }
 

@@ -1,41 +1,8 @@
 //! `plan.md`: rendering a [`LoopPlan`] and reading a plan (DAG + progress) back.
 //!
-//! # Layout ([`render_markdown`])
-//! ```text
-//! # {track name} — Execution Plan
-//! ## Context            Track, Spec, Dependencies, Overlap Check, Execution Mode
-//! ## Validation Errors  (only for an invalid plan) one message a line
-//! ## Dependency Graph   <!-- comment -->, a ```yaml block `dag: {nodes, parallel_groups}`,
-//!                       then a ```mermaid flowchart (one subgraph per group)
-//! ## Tasks
-//! ### Phase N: name     per phase (by number), its tasks in DAG order:
-//! - [ ] Task 1.1: name
-//!   - Type / Acceptance / Files / Depends on / Estimate, and `Overlap: SKIP — …`
-//! ## Discovered Work
-//! ```
-//! The YAML block is the source of truth and exact: every string is written
-//! double-quoted on one line with YAML escapes (`\n`, `\"`, `\x85`, `\u2028`, …), so
-//! any text survives. Everywhere else line breaks and control characters in text are
-//! shown as spaces, so no value can fake a heading, a fence or a marker line.
-//!
-//! # Reading ([`parse_markdown`])
-//! - The DAG is the first ```yaml (or ```yml) fenced block that has a top-level
-//!   `dag:` line; unknown keys are ignored, `files`/`depends_on`/`estimated_duration`
-//!   may be left out. Fences are tracked (``` or ~~~, closing fence at least as long),
-//!   so nothing inside any code block is read as a marker.
-//! - Markers: list items `- [c] Task {id}: {name}` (`-`, `*` or `+`), `c` one of ` `
-//!   pending, `~` in progress, `x`/`X` done, `!` blocked. The id is the text between
-//!   `Task ` and a `:` that is followed by a space or the line end (or the whole rest
-//!   when there is no such colon); when several prefixes are ids, the one whose
-//!   remaining text is the task's name wins, else the longest. Tasks without a marker
-//!   line are pending; a marker naming no DAG task, a task marked twice, or an unknown
-//!   marker character on a `Task` line is an error with its line.
-//! - Under `## Discovered Work` (until the next `#`/`##` heading) every top-level list
-//!   item is a discovered item, with its marker status when it has one.
-//! - Errors name the 1-based line of the document (YAML errors are shifted to it).
-//!
-//! Long on purpose: the renderer and the reader live together so
-//! the layout above is stated once and a round trip is checked beside it.
+//! The layout and the reading rules: docs/decisions.md, "`plan.md`: layout and
+//! reading". The renderer and the reader live together so a round trip is checked
+//! beside them.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -6,31 +6,7 @@
 //! and deliverables, one graph pass from [`crate::domain::graph`], one natural sort
 //! per level); nothing recurses on input depth.
 //!
-//! Decisions where the spec leaves room (each is tested):
-//! - Task fields: `id`, `name`, `phase` are required; `description` (default `""`),
-//!   `files`, `depends_on` (default `[]`), `acceptance`, `estimated_duration` and an
-//!   explicit `type` (overrides detection) are optional, and `null` counts as absent.
-//!   Unknown fields are ignored. Ids follow gating's rule: non-empty, at most 256
-//!   bytes, no control characters, and must be strings (YAML reads `1.10` unquoted as
-//!   the number 1.1, so a number is `invalid_field` with a hint to quote it).
-//! - `phase` must be one of the request's `phases[].number`; phase numbers must be
-//!   unique (`invalid_field` on `phases`).
-//! - Files lose a leading `./`; repeated files and dependencies are listed once.
-//! - Errors come in gate order: per task (input order) its `duplicate_task_id` then
-//!   field errors; then phase errors (duplicate numbers, tasks in unlisted phases);
-//!   then `orphan_dependency`; then `cycle` (one per strongly connected component
-//!   plus one per self-dependency, path from the naturally smallest id, read along
-//!   `depends_on`); last an unreadable `tracks_md` (`invalid_field`). A task with an
-//!   unusable or repeated id is not a node. Messages carry gating's class prefixes
-//!   (`TaskShapeError:`, `OrphanDepsError:`, `CycleError:`) and are one line each.
-//! - With errors the plan is still built where it can be: orphan edges are dropped;
-//!   with a cycle, levels and parallel groups are left empty.
-//! - `dag.nodes` keep input order; groups and `shared_resources` are in natural order.
-//! - Skipped (overlapping) tasks stay nodes and stay in their group, marked `skip`.
-//! - `summary.dependencies` lists the track's dependencies (not a count).
-//! - Overlap matching and the `tracks.md` table rules: see [`overlap`].
-//! - Type detection and durations: see [`rules`].
-//! - `plan.md` layout and parsing rules: see [`markdown`].
+//! Decisions where the spec leaves room (each is tested): docs/decisions.md, "Loop plans".
 
 mod build;
 pub mod generate;
@@ -115,37 +91,14 @@ pub enum TaskType {
     Code,
 }
 
-impl TaskType {
-    pub const ALL: [TaskType; 6] = [
-        TaskType::Test,
-        TaskType::Ui,
-        TaskType::Integration,
-        TaskType::Docs,
-        TaskType::Config,
-        TaskType::Code,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskType::Test => "test",
-            TaskType::Ui => "ui",
-            TaskType::Integration => "integration",
-            TaskType::Docs => "docs",
-            TaskType::Config => "config",
-            TaskType::Code => "code",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for TaskType {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
-    }
-}
+crate::domain::wire_strings!(TaskType, parse {
+    Test => "test",
+    Ui => "ui",
+    Integration => "integration",
+    Docs => "docs",
+    Config => "config",
+    Code => "code",
+});
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -155,14 +108,10 @@ pub enum ExecutionMode {
     Sequential,
 }
 
-impl ExecutionMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExecutionMode::Parallel => "PARALLEL",
-            ExecutionMode::Sequential => "SEQUENTIAL",
-        }
-    }
-}
+crate::domain::wire_strings!(ExecutionMode {
+    Parallel => "PARALLEL",
+    Sequential => "SEQUENTIAL",
+});
 
 /// The generated plan: the `POST /v1/loop-plans/generate` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -272,17 +221,15 @@ pub enum PlanCode {
     Cycle,
 }
 
-impl PlanCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlanCode::MissingField => "missing_field",
-            PlanCode::InvalidField => "invalid_field",
-            PlanCode::DuplicateTaskId => "duplicate_task_id",
-            PlanCode::OrphanDependency => "orphan_dependency",
-            PlanCode::Cycle => "cycle",
-        }
-    }
+crate::domain::wire_strings!(PlanCode {
+    MissingField => "missing_field",
+    InvalidField => "invalid_field",
+    DuplicateTaskId => "duplicate_task_id",
+    OrphanDependency => "orphan_dependency",
+    Cycle => "cycle",
+});
 
+impl PlanCode {
     /// The message prefix, as in gating (planners already know these names).
     fn class_name(self) -> &'static str {
         match self {
@@ -292,12 +239,6 @@ impl PlanCode {
             PlanCode::OrphanDependency => "OrphanDepsError",
             PlanCode::Cycle => "CycleError",
         }
-    }
-}
-
-impl std::fmt::Display for PlanCode {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
     }
 }
 

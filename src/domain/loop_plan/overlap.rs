@@ -1,52 +1,7 @@
 //! Overlap with completed tracks, and reading `tracks.md`.
 //!
-//! # When a task overlaps
-//! Completed tracks are `completed_tracks` (in order) followed by the completed rows
-//! of `tracks_md`. Each deliverable gives
-//! - *path keys*: the whole deliverable and every token of it (tokens are split at
-//!   whitespace and `` ` `` `"` `'` `,` `;` `(` `)` `[` `]` `<` `>` `|` `*`, lose
-//!   trailing `.`/`:`), each without a leading `./`; compared exactly
-//!   (case-sensitive, as paths are);
-//! - a *name key*: the deliverable trimmed, lower-cased, whitespace collapsed.
-//!
-//! A track's name gives a name key too: a task named like a completed track
-//! overlaps it.
-//!
-//! A task overlaps when one of its files equals a path key (so `src/a.py` matches
-//! the deliverable `src/a.py` and `Tenant model in src/a.py`) or its name's name key
-//! equals a deliverable's name key (`Token cache` matches `token  cache`, not `Token
-//! cache v2`). When several tracks match, the first one in the order above wins.
-//! Matching uses hash maps, so it is linear in the total text.
-//!
-//! # `tracks.md`
-//! The planner prompt only says the file lists completed tracks and their
-//! deliverables, so the reader is lenient about layout and strict about meaning. It
-//! reads, among others, the three shapes the reference project writes (fixtures in
-//! `tests/fixtures/tracks/`): `## Completed Tracks` over `| Track ID | Name |
-//! Completed | Summary |`; `## Active Tracks` over `| Track ID | Name | Type | Status
-//! | Step | Created |`; and `| Track ID | Type | Status | Progress |`.
-//! - every GFM table (a header row with `|`, then a `---` delimiter row) whose header
-//!   has a track-id column is read; other tables and text are ignored, as are lines
-//!   inside code fences;
-//! - columns are found by header name, case-insensitively, ignoring `*`, `_` and
-//!   `` ` ``: id = `Track`, `Track ID`, `Track-ID`, `Track_ID` or `ID`; name =
-//!   `Name`, `Title` or `Track Name`; status = `Status` or `State`; completion =
-//!   `Completed`, `Completed At`, `Completed On`, `Finished` or `Done`; deliverables
-//!   = `Deliverables`, `Deliverable`, `Files`, `Outputs`, and the prose columns
-//!   `Summary` and `Description` (their paths and phrases are deliverable text).
-//!   Other columns (`Type`, `Step`, `Created`, `Progress`, ...) are ignored; missing
-//!   trailing cells are empty;
-//! - a row counts only when the track is completed: its completion cell holds a date
-//!   (`2026-11-20`, `2026/11/20`, `20.11.2026`, a timestamp) or a completed word; or
-//!   its status cell's first word is one of `complete completed done passed shipped
-//!   merged [x] ✅ ✔ ✓` (any case, decoration ignored); in a table without a status
-//!   column, when the nearest heading above the table contains `complete`, `done`,
-//!   `finished` or `shipped`;
-//! - cells are trimmed; `\|` is a literal pipe; an id written as a link
-//!   `[id](path)` reads as `id`; deliverables are split at `,`, `;` and `<br>`;
-//!   rows with an empty id are skipped;
-//! - a non-blank document without any such table is an error (a silent "nothing
-//!   completed" would hide a typo in the header).
+//! The matching and `tracks.md` rules: docs/decisions.md, "Overlap with completed
+//! tracks, and reading `tracks.md`".
 
 use std::collections::HashMap;
 

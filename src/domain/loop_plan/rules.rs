@@ -1,44 +1,7 @@
 //! Task type detection and duration estimates: the rules the reference loop planner
 //! never defined, as data.
 //!
-//! # Type detection
-//! [`TYPE_RULES`] lists one rule per type in precedence order
-//! `test > ui > integration > docs > config`; `code` is the fallback.
-//!
-//! 1. **Files first.** Rules are tried in order; the first rule that matches *any* of
-//!    the task's files decides. Paths are compared lower-cased, with `\` read as `/`
-//!    and a leading `./` dropped. A rule matches a file when
-//!    - a directory segment equals one of its `dirs` (`tests/x.py`, `a/__tests__/b`),
-//!    - the path starts with, or contains after a `/`, one of its `path_prefixes`
-//!      (`src/components/`),
-//!    - the file name's last extension is one of its `extensions`,
-//!    - the file name starts with one of its `name_prefixes` (`test_`, `.env`), or
-//!    - the file name contains one of its `name_infixes` (`.test.`, `_test.`, `.spec.`).
-//! 2. **Then keywords.** When no file matches any rule (no files, or only files such
-//!    as `src/x.py` that say nothing), the rules are tried again in the same order
-//!    against the words of `name` + `description`: lower-cased runs of ASCII letters
-//!    and digits, compared whole (`stripe` matches "Stripe webhook", not "stripes").
-//! 3. Otherwise `code`.
-//!
-//! # Durations
-//! [`estimate_duration`]: `base(type) + per_extra_file(type) × (files − 1)` minutes,
-//! with a task of no files counted as one file, capped at 8h:
-//!
-//! | type | base | per extra file |
-//! |---|---|---|
-//! | code | 30m | 15m |
-//! | ui | 45m | 15m |
-//! | integration | 60m | 30m |
-//! | test | 30m | 15m |
-//! | docs | 15m | 15m |
-//! | config | 15m | 15m |
-//!
-//! [`format_duration`] prints `30m`, `1h`, `1h30m` (`0m` for zero).
-//! [`normalize_duration`] reads `<number><unit>` parts (hours before minutes, each at
-//! most once, spaces allowed): units `h hr hrs hour hours` and `m min mins minute
-//! minutes`, any case; hours may be fractional (`1.5h`); the total must be a whole
-//! number of minutes, at most 10,000 hours. A bare number, days, seconds or anything
-//! else is rejected (ambiguous), so the caller can report it.
+//! The rules and the duration table: docs/decisions.md, "Task types and durations".
 
 use super::TaskType;
 

@@ -49,14 +49,10 @@ pub enum WpKey {
     WorkPackages,
 }
 
-impl WpKey {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WpKey::ProposedWorkPackages => "proposed_work_packages",
-            WpKey::WorkPackages => "work_packages",
-        }
-    }
-}
+crate::domain::wire_strings!(WpKey {
+    ProposedWorkPackages => "proposed_work_packages",
+    WorkPackages => "work_packages",
+});
 
 /// A work package as proposed by an assignment.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -46,17 +46,12 @@ pub enum L0Status {
     Failed,
 }
 
-impl L0Status {
-    /// The record status name (`valid`, `invalid`, `mismatch`, `failed`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            L0Status::Valid => "valid",
-            L0Status::Invalid => "invalid",
-            L0Status::Mismatch => "mismatch",
-            L0Status::Failed => "failed",
-        }
-    }
-}
+crate::domain::wire_strings!(L0Status {
+    Valid => "valid",
+    Invalid => "invalid",
+    Mismatch => "mismatch",
+    Failed => "failed",
+});
 
 /// An outcome judged against the assignment it was for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,45 +1,8 @@
 //! Track loop state (`docs/spec/loop-plan.md` §2): the v2 `metadata.json` as typed values,
 //! v1 → v2 import, and the step state machine. Pure: time is a parameter.
 //!
-//! # Track `status` values
-//! `new` (nothing started yet), `in_progress` (some step started), `blocked` (a step
-//! answered BLOCKED, or a revision/fix bound was reached), `complete` (the loop reached
-//! COMPLETE). Lower-case, as conductor's v1 files write them (`"status": "new"`).
-//! Import also accepts, case-insensitively, `pending`/`planned` (→ `new`),
-//! `in-progress`/`active` (→ `in_progress`), `completed`/`done` (→ `complete`).
-//!
-//! # State machine
-//! `loop_state.current_step` is a [`Step`] or `COMPLETE`; `step_status` is the
-//! current step's status. Rules (each tested):
-//! - Only the current step can be started, and only while its status is
-//!   `NOT_STARTED` or `FAILED` — a FAILED step that stays current (PLAN, FIX,
-//!   BUSINESS_SYNC: the spec gives them no FAILED edge) is retried by starting it
-//!   again. Starting an `IN_PROGRESS` step is refused (complete it instead; a takeover
-//!   after a crashed agent completes the step under the new agent's report).
-//! - Only the current step can be completed, and only while `IN_PROGRESS`.
-//! - A `blocked` or `complete` track refuses every start and completion until the
-//!   metadata is re-imported.
-//! - Completion outcomes:
-//!
-//! | step | PASSED | FAILED |
-//! |---|---|---|
-//! | PLAN | → EVALUATE_PLAN, `plan_version` + 1 | stays, FAILED (retry) |
-//! | EVALUATE_PLAN | → EXECUTE | `plan_revision_count` + 1; → PLAN, or track `blocked` when it reaches `max_plan_revisions` |
-//! | EXECUTE | → EVALUATE_EXECUTION | → FIX (no count: the spec counts evaluation failures) |
-//! | EVALUATE_EXECUTION | → BUSINESS_SYNC if its checkpoint is `required`, else COMPLETE (BUSINESS_SYNC `SKIPPED`) | `fix_cycle_count` + 1; → FIX, or track `blocked` when it reaches `max_fix_cycles` |
-//! | FIX | → EVALUATE_EXECUTION | stays, FAILED (retry) |
-//! | BUSINESS_SYNC | → COMPLETE | stays, FAILED (retry) |
-//!
-//!   BLOCKED from any step: checkpoint and `step_status` `BLOCKED`, track `blocked`.
-//!   Blocking (either way) appends `{step, reason, notes?, at}` to `blockers`.
-//! - Advancing to a step sets its checkpoint to `NOT_STARTED` (keeping its history
-//!   fields such as `plan_version`) and `step_status: NOT_STARTED`; reaching COMPLETE
-//!   leaves `step_status: PASSED`.
-//! - Starting sets the checkpoint `IN_PROGRESS` with `started_at`, `agent`, and clears
-//!   the previous attempt's `completed_at`, `notes` and `commit_sha`.
-//! - `tasks_completed`, `tasks_total`, `last_task`, `last_commit` may only be reported
-//!   by EXECUTE and FIX (recorded on that step's checkpoint).
-//! - Any change sets `updated_at = now`.
+//! Status values and the state machine's rules: docs/decisions.md, "Track status and
+//! the step state machine".
 
 mod import;
 mod machine;
@@ -70,39 +33,22 @@ pub enum Step {
     BusinessSync,
 }
 
+crate::domain::wire_strings!(Step {
+    Plan => "PLAN",
+    EvaluatePlan => "EVALUATE_PLAN",
+    Execute => "EXECUTE",
+    EvaluateExecution => "EVALUATE_EXECUTION",
+    Fix => "FIX",
+    BusinessSync => "BUSINESS_SYNC",
+});
+
 impl Step {
-    pub const ALL: [Step; 6] = [
-        Step::Plan,
-        Step::EvaluatePlan,
-        Step::Execute,
-        Step::EvaluateExecution,
-        Step::Fix,
-        Step::BusinessSync,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Step::Plan => "PLAN",
-            Step::EvaluatePlan => "EVALUATE_PLAN",
-            Step::Execute => "EXECUTE",
-            Step::EvaluateExecution => "EVALUATE_EXECUTION",
-            Step::Fix => "FIX",
-            Step::BusinessSync => "BUSINESS_SYNC",
-        }
-    }
-
     /// A wire name, ASCII case-insensitively (`evaluate_plan` works in a URL path);
     /// nothing else.
     pub fn parse(text: &str) -> Option<Step> {
         Self::ALL
             .into_iter()
             .find(|step| step.as_str().eq_ignore_ascii_case(text))
-    }
-}
-
-impl std::fmt::Display for Step {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(self.as_str())
     }
 }
 
@@ -162,18 +108,14 @@ pub enum CheckpointStatus {
     Skipped,
 }
 
-impl CheckpointStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckpointStatus::NotStarted => "NOT_STARTED",
-            CheckpointStatus::InProgress => "IN_PROGRESS",
-            CheckpointStatus::Passed => "PASSED",
-            CheckpointStatus::Failed => "FAILED",
-            CheckpointStatus::Blocked => "BLOCKED",
-            CheckpointStatus::Skipped => "SKIPPED",
-        }
-    }
-}
+crate::domain::wire_strings!(CheckpointStatus {
+    NotStarted => "NOT_STARTED",
+    InProgress => "IN_PROGRESS",
+    Passed => "PASSED",
+    Failed => "FAILED",
+    Blocked => "BLOCKED",
+    Skipped => "SKIPPED",
+});
 
 /// How a step ended, as its agent reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -184,22 +126,11 @@ pub enum StepOutcome {
     Blocked,
 }
 
-impl StepOutcome {
-    /// Every outcome, for the MCP schema's enum (so the two cannot drift).
-    pub const ALL: [StepOutcome; 3] = [
-        StepOutcome::Passed,
-        StepOutcome::Failed,
-        StepOutcome::Blocked,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepOutcome::Passed => "PASSED",
-            StepOutcome::Failed => "FAILED",
-            StepOutcome::Blocked => "BLOCKED",
-        }
-    }
-}
+crate::domain::wire_strings!(StepOutcome {
+    Passed => "PASSED",
+    Failed => "FAILED",
+    Blocked => "BLOCKED",
+});
 
 /// The track's overall status. Older spellings (`NEW`, `pending`, `IN_PROGRESS`,
 /// `done`, …) are read as these four.
@@ -216,16 +147,14 @@ pub enum TrackStatus {
     Complete,
 }
 
-impl TrackStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrackStatus::New => "new",
-            TrackStatus::InProgress => "in_progress",
-            TrackStatus::Blocked => "blocked",
-            TrackStatus::Complete => "complete",
-        }
-    }
+crate::domain::wire_strings!(TrackStatus {
+    New => "new",
+    InProgress => "in_progress",
+    Blocked => "blocked",
+    Complete => "complete",
+});
 
+impl TrackStatus {
     /// Import's lenient reading (see the module documentation).
     pub fn parse(text: &str) -> Option<TrackStatus> {
         match text.trim().to_ascii_lowercase().as_str() {

@@ -22,17 +22,18 @@ use uuid::Uuid;
 
 use self::reaper::reaper;
 use self::sink::DbSink;
-use super::engine::{EngineConfig, Stop, Switches, outcome_from_value, run_refine};
-use super::request::StoredRequest;
+use super::engine::{EngineConfig, RefineJob, Stop, Switches, outcome_from_value, run_refine};
+use super::request::{JobFiles, StoredRequest};
 use super::task_files::TaskDir;
-use crate::agents::Executors;
+use crate::agents::{Executor, Executors};
 use crate::config::Settings;
 use crate::db::notify::Notice;
 use crate::db::refine_jobs::{
-    ClaimFor, ClaimedJob, Finish, JobEnd, JobLease, LeaseLost, PendingProgress,
+    ClaimFor, ClaimedJob, Finish, JobEnd, JobLease, LeaseLost, PendingProgress, ProgressRecord,
 };
 use crate::db::{Database, DbError};
 use crate::domain::job::JobStatus;
+use crate::domain::refine::RefineOutput;
 use crate::domain::usage::MetricModels;
 
 /// Workers poll at least this often, so a lost notification never stalls a job.
@@ -190,45 +191,109 @@ fn claim_for(pool: &Pool) -> ClaimFor {
 
 /// Runs a claimed job to its end; returns the next job when its end claimed one.
 async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob> {
-    let lease = job.lease;
-
     if job.cancel_requested {
-        let none = PendingProgress::default();
-        return finish(pool, &job, &Finish::Cancelled, &none, &job.log, &[]).await;
+        return finish_unrun(pool, &job, &Finish::Cancelled).await;
     }
-    // The builtin reviewer reads the packets, never the task file.
+    let (refine_job, files, executor) = match prepare(pool, &job) {
+        Ok(prepared) => prepared,
+        Err((code, message)) => {
+            let failed = Finish::Failed {
+                code,
+                message: &message,
+            };
+            return finish_unrun(pool, &job, &failed).await;
+        }
+    };
+    let ran = run_engine(pool, &job, &refine_job, executor).await;
+    job.progress = ran.progress;
+    match ran.outcome {
+        Ok((output, new_lines)) => {
+            let phase_id = &refine_job.context.phase_id;
+            store_result(
+                pool,
+                &job,
+                phase_id,
+                &files,
+                &ran.pending,
+                output,
+                new_lines,
+            )
+            .await
+        }
+        Err(Stop::Budget {
+            reason,
+            output,
+            new_lines,
+        }) if !ran.lease_lost => {
+            tracing::warn!(%reason, "budget reached: no further L0 starts");
+            metrics::counter!("refine_budget_stops_total").increment(1);
+            let stopped = Finish::BudgetExceeded {
+                result: &output.result,
+                message: &reason,
+            };
+            finish(pool, &job, &stopped, &ran.pending, &output.log, &new_lines).await
+        }
+        Err(stop) if ran.lease_lost => {
+            tracing::warn!(reason = %stop, "lease lost: stopped without writing");
+            metrics::counter!("refine_lease_lost_total").increment(1);
+            None
+        }
+        Err(stop) => end_stopped(pool, &job, stop, &ran.pending).await,
+    }
+}
+
+/// Ends a job that never ran (cancelled while queued, or unusable), with nothing
+/// held back and its log as claimed.
+async fn finish_unrun(pool: &Pool, job: &ClaimedJob, how: &Finish<'_>) -> Option<ClaimedJob> {
+    finish(pool, job, how, &PendingProgress::default(), &job.log, &[]).await
+}
+
+/// The job to run, its files and its executor; or why it cannot run (`code`,
+/// message), checked in that order: a stored request that no longer parses, then
+/// an executor this server does not configure.
+fn prepare(
+    pool: &Pool,
+    job: &ClaimedJob,
+) -> Result<(RefineJob, JobFiles, Arc<Executor>), (&'static str, String)> {
     let executor = pool.executors.resolve(Some(&job.executor));
+    // The builtin reviewer reads the packets, never the task file.
     let task_dir = executor
         .as_ref()
         .is_none_or(|e| e.kind() != "builtin")
         .then_some(&pool.task_dir);
-    let prepared =
-        StoredRequest::parse(&job.request).and_then(|r| r.into_job(lease.job_id, task_dir));
-    let (refine_job, files) = match prepared {
-        Ok(p) => p,
-        Err(message) => {
-            let failed = Finish::Failed {
-                code: "invalid_request",
-                message: &message,
-            };
-            let none = PendingProgress::default();
-            return finish(pool, &job, &failed, &none, &job.log, &[]).await;
-        }
-    };
+    let (refine_job, files) = StoredRequest::parse(&job.request)
+        .and_then(|r| r.into_job(job.lease.job_id, task_dir))
+        .map_err(|message| ("invalid_request", message))?;
     let Some(executor) = executor else {
         let message = format!(
             "executor {:?} is not configured on this server (configured: {})",
             job.executor,
             pool.executors.names().collect::<Vec<_>>().join(", ")
         );
-        let failed = Finish::Failed {
-            code: "unknown_executor",
-            message: &message,
-        };
-        let none = PendingProgress::default();
-        return finish(pool, &job, &failed, &none, &job.log, &[]).await;
+        return Err(("unknown_executor", message));
     };
+    Ok((refine_job, files, executor))
+}
 
+/// What running the engine came to, with the sink's state after it.
+struct Ran {
+    outcome: Result<(RefineOutput, Vec<String>), Stop>,
+    progress: ProgressRecord,
+    /// The writes to store with the job's end.
+    pending: PendingProgress,
+    /// The heartbeat found the lease taken: nothing more may be written.
+    lease_lost: bool,
+}
+
+/// Runs the L0s under a heartbeat and the job's kill switch, resuming after the
+/// outcomes a previous attempt stored.
+async fn run_engine(
+    pool: &Arc<Pool>,
+    job: &ClaimedJob,
+    refine_job: &RefineJob,
+    executor: Arc<Executor>,
+) -> Ran {
+    let lease = job.lease;
     let kill = pool.kill.child_token();
     pool.hub.register(lease.job_id, kill.clone());
     let lost = Arc::new(AtomicBool::new(false));
@@ -239,7 +304,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
         .iter()
         .filter_map(|f| Some((f.assignment_id.clone(), outcome_from_value(&f.outcome)?)))
         .collect();
-    let mut sink = DbSink::new(pool, &job, executor.kind());
+    let mut sink = DbSink::new(pool, job, executor.kind());
     let switches = Switches {
         kill: kill.clone(),
         drain: pool.drain.clone(),
@@ -250,7 +315,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
         budget_action: job.budget.map(|b| b.budget_action).unwrap_or_default(),
     };
     let outcome = run_refine(
-        &refine_job,
+        refine_job,
         executor,
         &config,
         prior,
@@ -261,70 +326,67 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
     .await;
     heartbeat.abort();
     pool.hub.unregister(lease.job_id);
-    job.progress = sink.progress;
+    let lease_lost = lost.load(Ordering::SeqCst);
     // A result or a budget stop stores what the sink holds back with the job's end;
     // any other stop stores it first (what ended stays stored for the resume).
     let pending = match &outcome {
         Ok(_) | Err(Stop::Budget { .. }) => std::mem::take(&mut sink.pending),
         Err(_) => {
-            if !lost.load(Ordering::SeqCst)
-                && let Err(reason) = sink.store().await
-            {
+            if !lease_lost && let Err(reason) = sink.store().await {
                 tracing::warn!(%reason, "storing the last L0 writes failed");
             }
             PendingProgress::default()
         }
     };
-
-    let stop = match outcome {
-        Ok((output, new_lines)) => {
-            let path = match &files.output_dir {
-                None => None,
-                Some(dir) => {
-                    match super::output::write_result(
-                        dir,
-                        &refine_job.context.phase_id,
-                        &output.result,
-                    ) {
-                        Ok(path) => Some(path.display().to_string()),
-                        Err(e) => {
-                            let message = format!("cannot write the result file: {e}");
-                            let failed = Finish::Failed {
-                                code: "output_write_failed",
-                                message: &message,
-                            };
-                            return finish(pool, &job, &failed, &pending, &output.log, &new_lines)
-                                .await;
-                        }
-                    }
-                }
-            };
-            let done = Finish::Succeeded {
-                result: &output.result,
-                phase_refined_path: path.as_deref(),
-            };
-            return finish(pool, &job, &done, &pending, &output.log, &new_lines).await;
-        }
-        Err(Stop::Budget {
-            reason,
-            output,
-            new_lines,
-        }) if !lost.load(Ordering::SeqCst) => {
-            tracing::warn!(%reason, "budget reached: no further L0 starts");
-            metrics::counter!("refine_budget_stops_total").increment(1);
-            let stopped = Finish::BudgetExceeded {
-                result: &output.result,
-                message: &reason,
-            };
-            return finish(pool, &job, &stopped, &pending, &output.log, &new_lines).await;
-        }
-        Err(stop) => stop,
-    };
-    if lost.load(Ordering::SeqCst) {
-        tracing::warn!(reason = %stop, "lease lost: stopped without writing");
-        metrics::counter!("refine_lease_lost_total").increment(1);
-        return None;
+    Ran {
+        outcome,
+        progress: sink.progress,
+        pending,
+        lease_lost,
     }
+}
+
+/// Writes the result file when the request asked for one, then ends the job
+/// `succeeded` (or `failed` when the file cannot be written).
+async fn store_result(
+    pool: &Pool,
+    job: &ClaimedJob,
+    phase_id: &str,
+    files: &JobFiles,
+    pending: &PendingProgress,
+    output: RefineOutput,
+    new_lines: Vec<String>,
+) -> Option<ClaimedJob> {
+    let path = match &files.output_dir {
+        None => None,
+        Some(dir) => match super::output::write_result(dir, phase_id, &output.result) {
+            Ok(path) => Some(path.display().to_string()),
+            Err(e) => {
+                let message = format!("cannot write the result file: {e}");
+                let failed = Finish::Failed {
+                    code: "output_write_failed",
+                    message: &message,
+                };
+                return finish(pool, job, &failed, pending, &output.log, &new_lines).await;
+            }
+        },
+    };
+    let done = Finish::Succeeded {
+        result: &output.result,
+        phase_refined_path: path.as_deref(),
+    };
+    finish(pool, job, &done, pending, &output.log, &new_lines).await
+}
+
+/// After a stop with the lease still held: a cancel ends the job `cancelled`; a
+/// shutdown hands it back; a sink failure leaves it to its lease's expiry.
+async fn end_stopped(
+    pool: &Pool,
+    job: &ClaimedJob,
+    stop: Stop,
+    pending: &PendingProgress,
+) -> Option<ClaimedJob> {
+    let lease = job.lease;
     // The database says why the kill switch fired: a cancel leaves `cancelling`.
     let status = pool
         .db
@@ -341,7 +403,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
             .flatten()
             .map(|j| j.log)
             .unwrap_or_default();
-        return finish(pool, &job, &Finish::Cancelled, &pending, &log, &[]).await;
+        return finish(pool, job, &Finish::Cancelled, pending, &log, &[]).await;
     }
     match stop {
         Stop::Drained | Stop::Killed => {
@@ -360,7 +422,7 @@ async fn run_claimed(pool: &Arc<Pool>, mut job: ClaimedJob) -> Option<ClaimedJob
         Stop::Sink(reason) => {
             tracing::warn!(%reason, "job stopped; its lease will expire and another attempt resumes it");
         }
-        // Handled above unless the lease was lost (then nothing may be written).
+        // A budget stop with the lease held ended the job in `run_claimed`.
         Stop::Budget { .. } => {}
     }
     None

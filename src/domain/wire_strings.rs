@@ -1,0 +1,143 @@
+//! One table per fieldless enum for its wire strings, so `as_str`, `parse`, `Display`
+//! and `FromStr` cannot drift from one another (or, checked by tests, from serde).
+
+use std::fmt;
+
+/// Implements `ALL`, `as_str` and `Display` for a fieldless enum from one
+/// `Variant => "wire"` table; with `parse` also an exact, case-sensitive `parse`
+/// (like serde); with a kind (`"task status"`) also `FromStr`, whose error names
+/// every accepted value. The strings must equal the serde names.
+macro_rules! wire_strings {
+    (@unit $variant:ident) => { () };
+    (@core $ty:ident, { $($variant:ident => $s:literal),+ }) => {
+        impl $ty {
+            /// Every variant, in declaration order.
+            #[allow(dead_code)]
+            pub const ALL: [$ty; <[()]>::len(&[$($crate::domain::wire_strings!(@unit $variant)),+])] =
+                [$($ty::$variant),+];
+
+            /// The wire (serde) name.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $s),+
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+    (@parse $ty:ident, { $($variant:ident => $s:literal),+ }) => {
+        impl $ty {
+            /// Inverse of [`Self::as_str`]: exact, case-sensitive, like serde.
+            #[allow(dead_code)]
+            pub fn parse(s: &str) -> Option<Self> {
+                match s {
+                    $($s => Some($ty::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
+    ($ty:ident { $($variant:ident => $s:literal),+ $(,)? }) => {
+        $crate::domain::wire_strings!(@core $ty, { $($variant => $s),+ });
+    };
+    ($ty:ident, parse { $($variant:ident => $s:literal),+ $(,)? }) => {
+        $crate::domain::wire_strings!(@core $ty, { $($variant => $s),+ });
+        $crate::domain::wire_strings!(@parse $ty, { $($variant => $s),+ });
+    };
+    ($ty:ident, $kind:literal, { $($variant:ident => $s:literal),+ $(,)? }) => {
+        $crate::domain::wire_strings!(@core $ty, { $($variant => $s),+ });
+        $crate::domain::wire_strings!(@parse $ty, { $($variant => $s),+ });
+
+        impl ::std::str::FromStr for $ty {
+            type Err = $crate::domain::wire_strings::ParseEnumError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::parse(s).ok_or_else(|| $crate::domain::wire_strings::ParseEnumError {
+                    kind: $kind,
+                    value: s.to_owned(),
+                    expected: &[$($s),+],
+                })
+            }
+        }
+    };
+}
+pub(crate) use wire_strings;
+
+/// An unknown string for a wire enum (e.g. `?mode=` or a `status` field), naming the
+/// accepted values so a 400/422 message is actionable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} {value:?}; expected one of: {}", ExpectedList(.expected))]
+pub struct ParseEnumError {
+    /// What was being parsed, e.g. `"task status"`.
+    pub kind: &'static str,
+    /// The rejected input, verbatim.
+    pub value: String,
+    /// Every accepted spelling.
+    pub expected: &'static [&'static str],
+}
+
+/// Formats `["a", "b"]` as `a, b` without allocating.
+struct ExpectedList<'a>(&'a [&'a str]);
+
+impl fmt::Display for ExpectedList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(s)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::dispatch::{
+        AbandonCategory, GraphFormat, Next, ReadyMode, TaskEventKind, TaskStatus,
+    };
+    use crate::domain::gating::Code;
+    use crate::domain::job::JobStatus;
+    use crate::domain::loop_plan::{ExecutionMode, PlanCode, TaskType};
+    use crate::domain::track_state::{CheckpointStatus, Step, StepOutcome, TrackStatus};
+    use crate::domain::usage::{BudgetAction, UsageSource};
+
+    /// Every table's strings are the serde names, and `Display` writes them.
+    macro_rules! assert_serde_names {
+        ($($ty:ident),+ $(,)?) => {$(
+            for value in $ty::ALL {
+                let name = value.as_str();
+                assert_eq!(serde_json::to_value(value).unwrap(), name, stringify!($ty));
+                assert_eq!(value.to_string(), name, stringify!($ty));
+            }
+        )+};
+    }
+
+    #[test]
+    fn every_table_matches_serde() {
+        assert_serde_names!(
+            TaskStatus,
+            AbandonCategory,
+            ReadyMode,
+            TaskEventKind,
+            GraphFormat,
+            Next,
+            Code,
+            JobStatus,
+            TaskType,
+            ExecutionMode,
+            PlanCode,
+            CheckpointStatus,
+            Step,
+            StepOutcome,
+            TrackStatus,
+            UsageSource,
+            BudgetAction,
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! Problem answers that several operations document alike, declared once: an
+//! operation names a set in its `responses(...)` instead of repeating each row.
+
+use std::collections::BTreeMap;
+
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder, response::Response};
+
+use crate::http::problem::PROBLEM_JSON;
+
+/// One `application/problem+json` answer, exactly as an inline
+/// `(status = …, description = …, body = Problem, content_type = …)` row writes it.
+fn problem(description: &str) -> RefOr<Response> {
+    let content = ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name("Problem")))
+        .build();
+    ResponseBuilder::new()
+        .description(description)
+        .content(PROBLEM_JSON, content)
+        .build()
+        .into()
+}
+
+/// Declares unit types whose `IntoResponses` are the given problem rows.
+macro_rules! problem_sets {
+    ($($(#[$doc:meta])* $name:ident { $($status:literal => $description:literal),+ $(,)? })+) => {$(
+        $(#[$doc])*
+        pub struct $name;
+
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<Response>> {
+                [$(($status.to_owned(), problem($description))),+].into_iter().collect()
+            }
+        }
+    )+};
+}
+
+problem_sets! {
+    /// A route that reads or writes the database.
+    DatabaseUnavailable { "503" => "Database unavailable" }
+    /// A route on one refine job whose own 400 says more than the id.
+    NoSuchJob { "404" => "No such job", "503" => "Database unavailable" }
+    /// A route on one refine job, by its path id.
+    JobById {
+        "400" => "Not a job id",
+        "404" => "No such job",
+        "503" => "Database unavailable",
+    }
+    /// A route on one refine run, by its path id.
+    RunById {
+        "400" => "Not a run id",
+        "404" => "No such run",
+        "503" => "Database unavailable",
+    }
+    /// Submitting a refine job or run: the rejections the two share.
+    RefineSubmission {
+        "400" => "Unreadable Idempotency-Key header",
+        "413" => "Body over the size limit",
+        "415" => "Not application/json",
+        "503" => "Database unavailable",
+    }
+    /// A route on one stored task by its id.
+    NoSuchTask { "404" => "No such task" }
+    /// A route on one task list by its id.
+    NoSuchList { "404" => "No such list" }
+    /// A route on a task addressed inside its list.
+    NoSuchListTask { "404" => "No such list, or no such task in it (`field` names which)" }
+    /// A route on one track.
+    NoSuchTrack { "404" => "No such track" }
+    /// A route that honours `If-Match`.
+    StaleIfMatch { "412" => "Stale If-Match" }
+}
+
+/// A submission that would spend past the project's daily limit (docs/jobs.md).
+pub struct BudgetExhausted;
+
+impl utoipa::IntoResponses for BudgetExhausted {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        use utoipa::openapi::header::HeaderBuilder;
+        let RefOr::T(mut response) = problem(
+            "`budget_exhausted`: the project's daily limit is spent; the problem carries \
+             `limit_usd`, `spent_usd` and `retry_after_secs`",
+        ) else {
+            unreachable!("problem() builds an inline response")
+        };
+        let retry_after = HeaderBuilder::new()
+            .schema(Some(<u64 as utoipa::PartialSchema>::schema()))
+            .description(Some("Seconds to the next UTC midnight"))
+            .build();
+        response
+            .headers
+            .insert("Retry-After".to_owned(), retry_after.into());
+        [("429".to_owned(), response.into())].into_iter().collect()
+    }
+}
