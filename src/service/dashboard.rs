@@ -17,6 +17,7 @@ use crate::service::{Caller, Service, ServiceError};
 pub use crate::db::overview::{JobRow, ListCounts, RunRow};
 pub use crate::service::refine_jobs::{StoredJob, StoredL0};
 pub use crate::service::refine_runs::StoredRun;
+pub use crate::service::task_claims::StoredTaskEvent;
 pub use crate::service::task_lists::{StoredTask, StoredTaskList};
 
 fn not_found(what: &'static str, id: impl ToString) -> ServiceError {
@@ -369,6 +370,67 @@ impl Service {
             revision: stored.revision,
             metadata: serde_json::from_value(stored.metadata.clone()).ok(),
             raw: stored.metadata,
+        })
+    }
+}
+
+/// One task as the dashboard's task page shows it: why it ended as it did and
+/// what happened to it (docs/api.md "Claims").
+pub struct TaskDetailView {
+    pub list_id: Uuid,
+    pub project_id: String,
+    pub task: StoredTask,
+    /// For a cascade-abandoned task: the task whose failure caused it.
+    pub upstream: Option<StoredTask>,
+    /// The tasks this one's failure abandoned, in list order.
+    pub abandoned_by_it: Vec<StoredTask>,
+    /// Oldest first.
+    pub history: Vec<StoredTaskEvent>,
+}
+
+impl Service {
+    /// Task `task_id` (the planner's id) of list `list_id`.
+    pub async fn dashboard_task(
+        &self,
+        caller: &Caller,
+        list_id: Uuid,
+        task_id: &str,
+    ) -> Result<TaskDetailView, ServiceError> {
+        let list = self
+            .db
+            .task_list(list_id)
+            .await?
+            .ok_or_else(|| not_found("task list", list_id))?;
+        caller.check_optional_project(Some(&list.project_id))?;
+        let list = StoredTaskList::from(list);
+        let task = list
+            .tasks
+            .iter()
+            .find(|t| t.task_id == task_id)
+            .cloned()
+            .ok_or_else(|| not_found("task", task_id))?;
+        let upstream = task
+            .upstream_task_id
+            .and_then(|up| list.tasks.iter().find(|t| t.id == up).cloned());
+        let abandoned_by_it = list
+            .tasks
+            .iter()
+            .filter(|t| t.upstream_task_id == Some(task.id))
+            .cloned()
+            .collect();
+        let history = self
+            .db
+            .task_history(task.id)
+            .await?
+            .map(|(_, events)| events.into_iter().map(StoredTaskEvent::from).collect())
+            .unwrap_or_default();
+        Ok(TaskDetailView {
+            list_id,
+            project_id: list.project_id,
+            task,
+            upstream,
+            abandoned_by_it,
+            history,
         })
     }
 }

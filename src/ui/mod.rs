@@ -37,6 +37,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/logout", post(logout))
         .route("/ui/task-lists/{id}", get(task_list))
         .route("/ui/task-lists/{id}/events", get(task_list_events))
+        .route("/ui/task-lists/{id}/tasks/{task_id}", get(task_page))
         .route("/ui/jobs", get(jobs))
         .route("/ui/jobs/{id}", get(job))
         .route("/ui/jobs/{id}/events", get(job_events))
@@ -144,6 +145,23 @@ async fn task_list(
     Ok(respond(
         StatusCode::OK,
         pages::tasks::task_list_page(&view, wave, chrome(&state)),
+    ))
+}
+
+async fn task_page(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((raw, task_id)): Path<(String, String)>,
+) -> PageResult {
+    let id = parse_id(&raw, "task list id").map_err(failure)?;
+    let view = state
+        .service
+        .dashboard_task(&caller, id, &task_id)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::tasks::task_page(&view, chrome(&state)),
     ))
 }
 

@@ -540,3 +540,49 @@ def test_tokens_limit_what_the_dashboard_shows(browser, output):
         admin_context.close()
     finally:
         stop_server(server)
+
+
+def test_failure_reason_and_cause_within_two_clicks(server, browser, output, backend):
+    # Issue 27, item 1: a failed task's notes and an abandoned task's cause.
+    listing = create_list(server)
+    ids = task_ids(listing)
+    reason = "cargo test: 3 failures in parser::tests"
+    claimed = server.ok(
+        "POST", f"/v1/task-lists/{listing['id']}/claim", {"holder": "agent-7", "persona": "coder"}
+    )
+    assert claimed["task"]["task_id"] == "T1"
+    server.ok(
+        "PATCH", f"/v1/tasks/{ids['T1']}", {"status": "failed", "notes": reason, "holder": "agent-7"}
+    )
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+    # Zero clicks: the reason is in T1's row; T3's row names its cause.
+    expect(page.locator('tr[data-task="T1"] td.why')).to_contain_text(reason)
+    expect(page.locator('tr[data-task="T3"] td.why')).to_contain_text("blocked by T1")
+    shot(page, output, "task-list-with-reasons")
+
+    # One click: the failed task's own page shows the reason and its history.
+    page.locator('tr[data-task="T1"] th a').click()
+    expect(page.locator("h1")).to_have_text("Task T1")
+    expect(page.locator("#task-facts dd.notes")).to_have_text(reason)
+    expect(page.locator("#task-facts dd.abandoned-by")).to_contain_text("T3")
+    history = page.locator("table.history tbody tr")
+    expect(history.first).to_contain_text("claimed")
+    expect(history.first).to_contain_text("agent-7")
+    expect(history.last).to_contain_text("failed")
+    expect(page.locator('table.history tr[data-kind="status_changed"]').first).to_be_visible()
+    shot(page, output, "failed-task")
+
+    # From an abandoned task: two clicks reach its cause and the cause's reason.
+    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+    page.locator('tr[data-task="R3"] th a').click()
+    expect(page.locator("h1")).to_have_text("Task R3")
+    expect(page.locator("#task-facts dd.cause")).to_contain_text(reason)
+    page.locator("#task-facts dd.cause a").click()
+    expect(page.locator("h1")).to_have_text("Task T1")
+    expect(page.locator("#task-facts dd.notes")).to_have_text(reason)
+    shot(page, output, "cause-of-abandoned")
+    watched.assert_clean()
+    context.close()

@@ -4,8 +4,8 @@
 use maud::{Markup, html};
 
 use super::dag::{self, MAX_DRAWN_NODES, status_text};
-use super::{Chrome, Section, TASK_ORDER, class_word, layout, status, time};
-use crate::service::dashboard::TaskListView;
+use super::{Chrome, Section, TASK_ORDER, class_word, layout, opt_time, status, time};
+use crate::service::dashboard::{StoredTask, StoredTaskList, TaskDetailView, TaskListView};
 
 /// `wave`: the one wave to open (`?wave=N`), if any.
 pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) -> Markup {
@@ -71,14 +71,14 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                         thead { tr {
                             th scope="col" { "Task" } th scope="col" { "Wave" } th scope="col" { "Status" }
                             th scope="col" { "Persona" } th scope="col" { "Depends on" } th scope="col" { "Review of" }
-                            th scope="col" { "Description" }
+                            th scope="col" { "Why" } th scope="col" { "Description" }
                         } }
                         tbody {
                             @for (i, task) in list.tasks.iter().enumerate() {
                                 @if wave.is_none_or(|w| w == task.parallel_group) {
                                     @let word = task.status.as_str();
                                     tr #{ "task-" (i) } class={ "st-" (class_word(word)) } data-task=(task.task_id) data-status=(word) {
-                                        th scope="row" { code { (task.task_id) } }
+                                        th scope="row" { a href=(task_href(list.id, &task.task_id)) { code { bdi { (task.task_id) } } } }
                                         td.num { (task.parallel_group) }
                                         td { span class={ "status st-" (word) } {
                                             span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
@@ -86,9 +86,130 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                                         td { (task.assigned_persona) }
                                         td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } code { (d) } } }
                                         td { @if let Some(r) = &task.reviews { "review: " code { (r) } } }
-                                        td.desc { (task.description) }
+                                        td.why { (why(list, task)) }
+                                        td.desc { bdi { (task.description) } }
                                     }
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    layout(&title, Section::Overview, chrome, body)
+}
+
+/// The task page's address; the planner's id is percent-encoded, as it may hold
+/// any character.
+pub fn task_href(list_id: uuid::Uuid, task_id: &str) -> String {
+    let mut href = format!("/ui/task-lists/{list_id}/tasks/");
+    for b in task_id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            href.push(b as char);
+        } else {
+            href.push_str(&format!("%{b:02X}"));
+        }
+    }
+    href
+}
+
+/// Why a task ended as it did, in the words the person on call needs first
+/// (issue 27, item 1): a failure's notes, a cascade's cause linked to its task.
+fn why(list: &StoredTaskList, task: &StoredTask) -> Markup {
+    let upstream = task
+        .upstream_task_id
+        .and_then(|up| list.tasks.iter().find(|t| t.id == up));
+    html! {
+        @if let Some(up) = upstream {
+            span.cause { "blocked by " a href=(task_href(list.id, &up.task_id)) { code { bdi { (up.task_id) } } } }
+            @if task.notes.is_some() { br; }
+        }
+        @if let Some(notes) = &task.notes {
+            span.notes { bdi { (notes) } }
+        }
+    }
+}
+
+fn event_text(kind: &str) -> &str {
+    match kind {
+        "claimed" => "claimed",
+        "renewed" => "lease renewed",
+        "lease_expired" => "lease expired",
+        "status_changed" => "status changed",
+        other => other,
+    }
+}
+
+/// One task: its status, why, its cause or the tasks it abandoned, and its history.
+pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
+    let task = &view.task;
+    let word = task.status.as_str();
+    let title = format!("Task {}", task.task_id);
+    let body = html! {
+        p { a href={ "/ui/task-lists/" (view.list_id) } { "Back to the task list" } }
+        dl.facts #task-facts {
+            dt { "Status" } dd { span class={ "status st-" (class_word(word)) } {
+                span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
+            } }
+            @if let Some(notes) = &task.notes {
+                dt { "Reason (notes)" } dd.notes { bdi { (notes) } }
+            }
+            @if let Some(up) = &view.upstream {
+                dt { "Caused by" } dd.cause {
+                    a href=(task_href(view.list_id, &up.task_id)) { code { bdi { (up.task_id) } } }
+                    " (" (up.status.as_str()) ")"
+                    @if let Some(n) = &up.notes { ": " bdi { (n) } }
+                }
+            } @else if task.upstream_task_id.is_some() {
+                dt { "Caused by" } dd { span.unknown { "a task no longer in this list" } }
+            }
+            @if !view.abandoned_by_it.is_empty() {
+                dt { "Abandoned because of it" } dd.abandoned-by {
+                    @for (k, t) in view.abandoned_by_it.iter().enumerate() {
+                        @if k > 0 { ", " }
+                        a href=(task_href(view.list_id, &t.task_id)) { code { bdi { (t.task_id) } } }
+                    }
+                }
+            }
+            dt { "Project" } dd { code { bdi { (view.project_id) } } }
+            dt { "Wave" } dd { (task.parallel_group) }
+            dt { "Persona" } dd { bdi { (task.assigned_persona) } }
+            dt { "Depends on" } dd {
+                @for (k, d) in task.depends_on.iter().enumerate() {
+                    @if k > 0 { ", " }
+                    a href=(task_href(view.list_id, d)) { code { bdi { (d) } } }
+                }
+            }
+            dt { "Attempts" } dd { (task.attempts) }
+            @if let Some(claim) = &task.claim {
+                dt { "Held by" } dd { bdi { (claim.holder) } " until " (time(&claim.lease_expires_at)) }
+            }
+            dt { "Started" } dd { (opt_time(task.started_at.as_ref())) }
+            dt { "Finished" } dd { (opt_time(task.finished_at.as_ref())) }
+            dt { "Description" } dd.desc { bdi { (task.description) } }
+        }
+        section aria-labelledby="history-h" {
+            h2 #history-h { "History" }
+            @if view.history.is_empty() {
+                p.none { "Nothing happened to this task yet." }
+            } @else {
+                table.history {
+                    thead { tr {
+                        th scope="col" { "When" } th scope="col" { "What" } th scope="col" { "Status" }
+                        th scope="col" { "Holder" } th scope="col" { "Attempt" } th scope="col" { "Lease until" }
+                    } }
+                    tbody {
+                        @for e in &view.history {
+                            tr data-kind=(e.kind.as_str()) {
+                                td { (time(&e.at)) }
+                                td { (event_text(e.kind.as_str()))
+                                    @if e.forced { " (overrode " @if let Some(o) = &e.overrode { bdi { (o) } } @else { "a claim" } ")" }
+                                }
+                                td { (e.from_status.as_str()) " → " (status(e.to_status.as_str())) }
+                                td { @match &e.holder { Some(h) => bdi { (h) }, None => span.none { "not said" } } }
+                                td.num { (e.attempt) }
+                                td { (opt_time(e.lease_expires_at.as_ref())) }
                             }
                         }
                     }
