@@ -21,6 +21,7 @@ pub fn router(state: AppState) -> Router {
         // MCP (docs/mcp.md): behind the same auth and stack as `/v1`.
         .merge(mcp::router(&state.service, &state.settings))
         .merge(ui::router(state.clone()))
+        .route("/", axum::routing::get(root))
         .fallback(http::middleware::not_found)
         .method_not_allowed_fallback(http::middleware::method_not_allowed);
     // Inside auth: a refused caller takes nothing from the gating budget.
@@ -43,6 +44,17 @@ pub fn router(state: AppState) -> Router {
             http::edge::refuse_foreign_pages,
         ));
     http::middleware::stack(router, &state.settings).with_state(state)
+}
+
+/// `GET /`: a browser goes to the dashboard; any other client gets the API's 404
+/// problem, as for every unknown path.
+async fn root(headers: axum::http::HeaderMap, uri: axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if ui::wants_html(&headers) {
+        axum::response::Redirect::to("/ui/").into_response()
+    } else {
+        http::middleware::not_found(uri).await.into_response()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -54,6 +54,26 @@ pub fn router(state: AppState) -> Router<AppState> {
         .layer(middleware::from_fn(session::security_headers))
 }
 
+/// Whether the request's `Accept` names `text/html` (what a browser sends when it
+/// navigates); `*/*` alone or JSON does not.
+pub fn wants_html(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            media.eq_ignore_ascii_case("text/html") && !refused
+        })
+}
+
 fn chrome(state: &AppState) -> Chrome {
     Chrome {
         signed_in: !state.settings.api_tokens.is_empty(),

@@ -35,6 +35,36 @@ async fn unknown_routes_and_methods_are_problems(app: TestApp) {
     app.shutdown().await;
 }
 
+async fn root_sends_browsers_to_the_dashboard(app: TestApp) {
+    let no_follow = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let browser = no_follow
+        .get(app.url("/"))
+        .header("accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(browser.status(), 303);
+    assert_eq!(browser.headers()["location"], "/ui/");
+    let api = no_follow
+        .get(app.url("/"))
+        .header("accept", "application/json")
+        .send()
+        .await
+        .unwrap();
+    expect_problem(api, 404, "route_not_found").await;
+    let refused_html = no_follow
+        .get(app.url("/"))
+        .header("accept", "text/html;q=0, application/problem+json")
+        .send()
+        .await
+        .unwrap();
+    expect_problem(refused_html, 404, "route_not_found").await;
+    app.shutdown().await;
+}
+
 async fn request_ids_are_generated_and_propagated(app: TestApp) {
     let generated = app.get("/healthz").await;
     let id = generated.headers()["x-request-id"]
@@ -299,6 +329,7 @@ both_backends!(
     healthz_and_readyz_answer_ok,
     readyz_is_503_when_the_database_is_gone,
     unknown_routes_and_methods_are_problems,
+    root_sends_browsers_to_the_dashboard,
     request_ids_are_generated_and_propagated,
     metrics_count_requests_by_matched_route,
     responses_are_gzipped_on_request,

@@ -586,3 +586,42 @@ def test_failure_reason_and_cause_within_two_clicks(server, browser, output, bac
     shot(page, output, "cause-of-abandoned")
     watched.assert_clean()
     context.close()
+
+
+def test_track_keeps_failed_evaluation_and_description(server, browser, output, backend):
+    # Issue 27, item 8: after FIX the FAILED evaluation's notes stay visible, the
+    # page says what history is not kept, and the description is shown.
+    description = "Per-tenant token cache with eviction"
+    verdict = "integration tests red: cache never evicts"
+    server.ok("PUT", "/v1/tracks/cache-fix", {
+        "track_id": "cache-fix", "type": "feature", "status": "new", "description": description,
+        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
+    steps = [("PLAN", "PASSED", None), ("EVALUATE_PLAN", "PASSED", None), ("EXECUTE", "PASSED", None),
+             ("EVALUATE_EXECUTION", "FAILED", verdict), ("FIX", "PASSED", "evict on write")]
+    for step, outcome, notes in steps:
+        server.ok("POST", f"/v1/tracks/cache-fix/steps/{step}/start", {"agent": "agent-1"})
+        body = {"outcome": outcome}
+        if notes:
+            body["notes"] = notes
+        server.ok("POST", f"/v1/tracks/cache-fix/steps/{step}/complete", body)
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+    page.goto(server.base + "/ui/tracks")
+    expect(page.locator("table.tracks")).to_contain_text(description)
+    page.goto(server.base + "/ui/tracks/cache-fix")
+    expect(page.locator("#track-description")).to_have_text(description)
+    expect(page.locator("#fix-cycles")).to_have_text("1 of 3 used")
+    row = page.locator("table.checkpoints tr", has_text="EVALUATE_EXECUTION")
+    expect(row.locator("td.notes")).to_contain_text(verdict)
+    expect(row.locator("td.notes")).to_contain_text("previous attempt")
+    expect(page.locator("#history-missing")).to_contain_text("1 failed evaluation")
+    shot(page, output, "track-after-fix")
+
+    # Starting the evaluation again replaces the verdict: the page says so.
+    server.ok("POST", "/v1/tracks/cache-fix/steps/EVALUATE_EXECUTION/start", {"agent": "agent-1"})
+    page.reload()
+    expect(page.locator("#history-missing")).to_contain_text("not kept")
+    shot(page, output, "track-re-evaluating")
+    watched.assert_clean()
+    context.close()

@@ -5,7 +5,7 @@
 use maud::{Markup, html};
 
 use super::{Chrome, Section, layout, opt_time, time};
-use crate::domain::track_state::{CurrentStep, Metadata, Step};
+use crate::domain::track_state::{CheckpointStatus, CurrentStep, Metadata, Step};
 use crate::service::dashboard::{TrackListEntry, TrackView};
 
 /// The loop in order, with COMPLETE at the end.
@@ -35,7 +35,12 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
             tbody {
                 @for t in tracks {
                     tr {
-                        th scope="row" { a href={ "/ui/tracks/" (crate::ui::session::url_encode(&t.track_id)) } { code { (t.track_id) } } }
+                        th scope="row" {
+                            a href={ "/ui/tracks/" (crate::ui::session::url_encode(&t.track_id)) } { code { bdi { (t.track_id) } } }
+                            @if let Some(d) = t.metadata.as_ref().and_then(description) {
+                                br; span.track-desc { bdi { (d) } }
+                            }
+                        }
                         @match &t.metadata {
                             Some(m) => {
                                 td { (word(m.status.as_str())) }
@@ -54,6 +59,14 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
         }
     };
     layout("Tracks", Section::Tracks, chrome, body)
+}
+
+/// The free-text `description` a track document may carry (v1 documents had one).
+fn description(m: &Metadata) -> Option<&str> {
+    m.extra
+        .get("description")
+        .and_then(|d| d.as_str())
+        .filter(|d| !d.trim().is_empty())
 }
 
 fn loop_steps(m: &Metadata) -> Markup {
@@ -82,6 +95,9 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
         Some(m) => {
             let ls = &m.loop_state;
             html! {
+                @if let Some(d) = description(m) {
+                    p.description #track-description { bdi { (d) } }
+                }
                 dl.facts {
                     dt { "Status" } dd { (word(m.status.as_str())) }
                     dt { "Type" } dd { (m.r#type) }
@@ -115,10 +131,29 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                                     td { (opt_time(c.completed_at.as_ref())) }
                                     td { (c.agent.as_deref().unwrap_or("")) }
                                     td { @if let Some(sha) = &c.commit_sha { code { (sha) } } }
-                                    td { (c.notes.as_deref().unwrap_or("")) }
+                                    td.notes {
+                                        @if let Some(n) = &c.notes {
+                                            bdi { (n) }
+                                            // Starting a step clears its notes, so notes on a step
+                                            // not started again belong to its previous attempt.
+                                            @if c.status == CheckpointStatus::NotStarted {
+                                                " " span.hint { "(previous attempt)" }
+                                            }
+                                        }
+                                    }
                                 }
                             }
                         }
+                    }
+                    p.hint #history-missing {
+                        "Earlier attempts are not kept: the server stores only the track's current document, "
+                        "so starting a step again replaces its verdict and notes"
+                        @if ls.fix_cycle_count > 0 {
+                            " (" (ls.fix_cycle_count) " failed evaluation"
+                            @if ls.fix_cycle_count != 1 { "s" }
+                            " of the execution so far, only the latest shown)"
+                        }
+                        ". Showing every attempt needs a per-track event history, like the tasks' history."
                     }
                     h3 { "Blockers" }
                     @if m.blockers.is_empty() { p.none { "None." } }
