@@ -625,3 +625,80 @@ def test_track_keeps_failed_evaluation_and_description(server, browser, output, 
     shot(page, output, "track-re-evaluating")
     watched.assert_clean()
     context.close()
+
+
+RTL = "rtl-\u202egnp.exe"
+
+
+def isolated(page, selector: str, text: str) -> bool:
+    """Whether `text` is shown inside `selector` by an element that isolates it."""
+    return page.evaluate(
+        """([selector, text]) => {
+            const walker = document.createTreeWalker(document.querySelector(selector), NodeFilter.SHOW_TEXT);
+            for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+                if (!n.data.includes(text)) continue;
+                for (let el = n.parentElement; el; el = el.parentElement) {
+                    if (el.tagName === 'BDI' || getComputedStyle(el).unicodeBidi === 'isolate') return true;
+                }
+                return false;
+            }
+            return false;
+        }""",
+        [selector, text],
+    )
+
+
+def fits(page) -> bool:
+    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_long_and_hostile_strings_keep_the_layout(server, browser, output, backend):
+    # Issue 27, item 6: a 10 KB word, a 245-character id and a bidi override.
+    long_id = "L" + "x" * 243 + "Z"
+    assert len(long_id) == 245
+    tasks = [
+        task(long_id, 1, description="A" * 10_240),
+        task("rtl", 1, description=RTL, persona=RTL),
+        task("R1", 2, [long_id], reviews=long_id, persona="reviewer"),
+    ]
+    listing = create_list(server, tasks=tasks)
+    ids = task_ids(listing)
+    server.ok("PATCH", f"/v1/tasks/{ids['rtl']}", {"status": "running"})
+    server.ok("PATCH", f"/v1/tasks/{ids['rtl']}", {"status": "failed", "notes": RTL})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    watched = Watched(page)
+
+    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+    page.wait_for_function("document.getElementById('task-list').dataset.live === '1'")
+    assert fits(page), page.evaluate("document.documentElement.scrollWidth")
+    shot(page, output, "task-list")
+    # The long id is cut inside its node and whole in the node's title.
+    for task_id in (long_id, "R1"):
+        node = page.locator(f'svg.dag g.node[data-task="{task_id}"]')
+        box = node.locator("rect").bounding_box()
+        tid = node.locator("text.tid").bounding_box()
+        assert tid["x"] + tid["width"] <= box["x"] + box["width"], (task_id, tid, box)
+    long_node = page.locator(f'svg.dag g.node[data-task="{long_id}"]')
+    assert long_id in long_node.locator("title").text_content()
+    assert long_node.locator("text.tid").text_content().endswith("…")
+    review = page.locator('svg.dag g.node[data-task="R1"]')
+    tid, label = review.locator("text.tid").bounding_box(), review.locator("text.review").bounding_box()
+    assert tid["x"] + tid["width"] <= label["x"], (tid, label)
+    # Every place the override is shown isolates it.
+    for selector in ('tr[data-task="rtl"] td.desc', 'tr[data-task="rtl"] td.why'):
+        assert isolated(page, selector, RTL), selector
+    assert isolated(page, "table.tasks", RTL)
+
+    page.locator(f'tr[data-task="{long_id}"] th a').click()
+    expect(page.locator("#task-facts dd.desc")).to_contain_text("AAAA")
+    assert fits(page), page.evaluate("document.documentElement.scrollWidth")
+    shot(page, output, "long-task")
+    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+    page.locator('tr[data-task="rtl"] th a').click()
+    for selector in ("#task-facts dd.notes", "#task-facts dd.desc"):
+        assert isolated(page, selector, RTL), selector
+    assert fits(page)
+    shot(page, output, "rtl-task")
+    watched.assert_clean()
+    context.close()

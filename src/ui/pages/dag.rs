@@ -40,15 +40,30 @@ pub fn waves(view: &TaskListView) -> BTreeMap<i64, Vec<usize>> {
     waves
 }
 
+/// `text` cut to at most `max` monospace cells, with "…" when cut. A character
+/// outside ASCII counts as two cells (CJK and emoji are drawn double-wide), so a
+/// shortened id never runs past its node into the label beside it.
 fn shorten(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        text.to_owned()
-    } else {
-        let mut s: String = text.chars().take(max - 1).collect();
-        s.push('…');
-        s
+    let cells = |c: char| if c.is_ascii() { 1 } else { 2 };
+    if text.chars().map(cells).sum::<usize>() <= max {
+        return text.to_owned();
     }
+    let mut used = 1; // the ellipsis
+    let mut s = String::new();
+    for c in text.chars() {
+        used += cells(c);
+        if used > max {
+            break;
+        }
+        s.push(c);
+    }
+    s.push('…');
+    s
 }
+
+/// Cells the id line holds: the whole node, or what "review" leaves beside it.
+const ID_CELLS: usize = 24;
+const ID_CELLS_BESIDE_REVIEW: usize = 16;
 
 fn node(view: &TaskListView, i: usize, x: i64, y: i64) -> Markup {
     let task = &view.list.tasks[i];
@@ -65,7 +80,9 @@ fn node(view: &TaskListView, i: usize, x: i64, y: i64) -> Markup {
               transform={ "translate(" (x) "," (y) ")" } {
                 title { (tooltip) }
                 rect width=(NODE_W) height=(NODE_H) rx="6" {}
-                text.tid x="8" y="18" { (shorten(&task.task_id, 24)) }
+                text.tid x="8" y="18" {
+                    (shorten(&task.task_id, if review { ID_CELLS_BESIDE_REVIEW } else { ID_CELLS }))
+                }
                 text.st x="8" y="36" { (label) }
                 @if review {
                     text.review x=(NODE_W - 8) y="18" text-anchor="end" { "review" }

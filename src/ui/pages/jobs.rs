@@ -57,7 +57,7 @@ pub fn jobs_page(query: &JobQuery, page: &Page<JobRow>, chrome: Chrome) -> Marku
                         td { (job.project_id.as_deref().unwrap_or("—")) }
                         td { (job.team_pk.as_deref().unwrap_or("—")) }
                         td.num { (job.attempt) " of " (job.max_attempts) }
-                        td { (job.executor) }
+                        td { bdi { (job.executor) } }
                         td { (time(&job.created_at)) }
                         td { (opt_time(job.finished_at.as_ref())) }
                     }
@@ -101,7 +101,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                     dt { "Phase" } dd { code { (job.phase_id) } }
                     dt { "Project" } dd { (job.project_id.as_deref().unwrap_or("—")) }
                     dt { "Cycle (team_pk)" } dd { (job.team_pk.as_deref().unwrap_or("—")) }
-                    dt { "Executor" } dd { (job.executor) " (" (job.executor_kind) ")" }
+                    dt { "Executor" } dd { bdi { (job.executor) } " (" (job.executor_kind) ")" }
                     @if let Some(run) = job.run_id { dt { "Run" } dd { a href={ "/ui/runs/" (run) } { code { (run) } } } }
                     dt { "Created" } dd { (time(&job.created_at)) }
                     dt { "Started" } dd { (opt_time(job.started_at.as_ref())) }
@@ -186,7 +186,7 @@ pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome
                         td { (status(&run.status)) }
                         td { (run.project_id.as_deref().unwrap_or("—")) }
                         td { (run.team_pk.as_deref().unwrap_or("—")) }
-                        td { (run.executor) }
+                        td { bdi { (run.executor) } }
                         td { (time(&run.created_at)) }
                         td { (opt_time(run.finished_at.as_ref())) }
                     }
@@ -227,7 +227,7 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
             (totals_facts(&run.usage))
             dt { "Project" } dd { (run.project_id.as_deref().unwrap_or("—")) }
             dt { "Cycle (team_pk)" } dd { (run.team_pk.as_deref().unwrap_or("—")) }
-            dt { "Executor" } dd { (run.executor) }
+            dt { "Executor" } dd { bdi { (run.executor) } }
             dt { "Created" } dd { (time(&run.created_at)) }
             dt { "Finished" } dd { (opt_time(run.finished_at.as_ref())) }
         }

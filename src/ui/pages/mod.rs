@@ -144,7 +144,7 @@ fn list_row(list: &ListCounts) -> Markup {
     html! {
         tr {
             td { a href={ "/ui/task-lists/" (list.id) } { code { (list.id) } } }
-            td { (list.created_by) }
+            td { bdi { (list.created_by) } }
             td { (time(&list.created_at)) }
             td.num { (total) }
             td { (counts(&list.counts, &TASK_ORDER)) }

@@ -20,7 +20,7 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                 dt { "Cycle (team_pk)" } dd {
                     @match &list.team_pk { Some(t) => code { (t) }, None => span.none { "project-wide" } }
                 }
-                dt { "Created by" } dd { (list.created_by) }
+                dt { "Created by" } dd { bdi { (list.created_by) } }
                 dt { "Created" } dd { (time(&list.created_at)) }
                 dt { "Tasks" } dd { (list.tasks.len()) }
                 dt { "Active wave" } dd #active-wave aria-live="polite" {
@@ -83,7 +83,7 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                                         td { span class={ "status st-" (word) } {
                                             span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
                                         } }
-                                        td { (task.assigned_persona) }
+                                        td { bdi { (task.assigned_persona) } }
                                         td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } code { (d) } } }
                                         td { @if let Some(r) = &task.reviews { "review: " code { (r) } } }
                                         td.why { (why(list, task)) }

@@ -100,7 +100,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                 }
                 dl.facts {
                     dt { "Status" } dd { (word(m.status.as_str())) }
-                    dt { "Type" } dd { (m.r#type) }
+                    dt { "Type" } dd { bdi { (m.r#type) } }
                     dt { "Current step" } dd { (ls.current_step.as_str()) " " (word(ls.step_status.as_str())) }
                     dt { "Fix cycles" } dd #fix-cycles { (ls.fix_cycle_count) " of " (ls.max_fix_cycles) " used" }
                     dt { "Plan revisions" } dd { (ls.plan_revision_count) " of " (ls.max_plan_revisions) " used" }
@@ -129,7 +129,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                                     td { (word(c.status.as_str())) }
                                     td { (opt_time(c.started_at.as_ref())) }
                                     td { (opt_time(c.completed_at.as_ref())) }
-                                    td { (c.agent.as_deref().unwrap_or("")) }
+                                    td { bdi { (c.agent.as_deref().unwrap_or("")) } }
                                     td { @if let Some(sha) = &c.commit_sha { code { (sha) } } }
                                     td.notes {
                                         @if let Some(n) = &c.notes {
@@ -161,7 +161,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                         @for b in &m.blockers {
                             li {
                                 @if let Some(s) = b.get("step").and_then(|v| v.as_str()) { strong { (s) } ": " }
-                                (b.get("reason").and_then(|v| v.as_str()).unwrap_or(""))
+                                bdi { (b.get("reason").and_then(|v| v.as_str()).unwrap_or("")) }
                                 @if let Some(at) = b.get("at").and_then(|v| v.as_str()) { " (" (at) ")" }
                             }
                         }
