@@ -176,6 +176,7 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
             dt { "Wave" } dd { (task.parallel_group) }
             dt { "Persona" } dd { bdi { (task.assigned_persona) } }
             dt { "Depends on" } dd {
+                @if task.depends_on.is_empty() { span.none { "nothing" } }
                 @for (k, d) in task.depends_on.iter().enumerate() {
                     @if k > 0 { ", " }
                     a href=(task_href(view.list_id, d)) { code { bdi { (d) } } }
