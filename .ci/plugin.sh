@@ -13,9 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-CLAUDE_PIN="2.1.332"
+source .ci/claude-code.sh  # CLAUDE_PIN, CLAUDE_PREFIX, install_claude
 BIN="${PLANGATE_BIN:-target/debug/plangate}"
-PREFIX=target/claude-code
+PREFIX=$CLAUDE_PREFIX
 PYTHON="${PYTHON:-python3}"
 PG_ADMIN="${PLANGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 
@@ -47,10 +47,7 @@ command -v sqlite3 > /dev/null || { sudo=""; [[ $(id -u) == 0 ]] || sudo=sudo
     $sudo apt-get update -qq && $sudo apt-get install -y -qq sqlite3 > /dev/null; }
 command -v psql > /dev/null || bash .ci/test-env.sh
 claude="$root/$PREFIX/node_modules/.bin/claude"
-if [[ "$("$claude" --version 2>/dev/null || true)" != "$CLAUDE_PIN (Claude Code)" ]]; then
-    npm install --prefix "$PREFIX" --no-fund --no-audit --no-save --loglevel=error \
-        "@anthropic-ai/claude-code@$CLAUDE_PIN"
-fi
+install_claude
 echo "node $(node --version), claude $("$claude" --version)"
 if [[ ! -x "$BIN" ]]; then
     step "building $BIN (not found)"

@@ -92,19 +92,13 @@ pub async fn serve(
     // Install the recorder before the first request so no request goes uncounted.
     http::ops::metrics_handle();
     let metrics_upkeep = tokio::spawn(http::ops::drain_metrics_periodically());
-    let executors = agents::Executors::from_settings(&settings)?;
-    let service = service::Service::new(db.clone(), settings.clone(), executors.clone());
+    let Started {
+        service,
+        workers,
+        stop_workers,
+    } = start(&settings, &db)?;
     let state = AppState::new(service.clone());
     let app = router(state.clone());
-    let stop_workers = tokio_util::sync::CancellationToken::new();
-    let workers = jobs::start(
-        db.clone(),
-        settings.clone(),
-        executors,
-        service.hub().clone(),
-        stop_workers.clone(),
-    )
-    .map_err(StartError::TaskDir)?;
 
     let drain = Arc::new(tokio::sync::Notify::new());
     let on_signal = {
@@ -157,17 +151,11 @@ pub async fn serve_mcp_stdio(
     surface: mcp::Surface,
 ) -> Result<(), StartError> {
     let settings = Arc::new(settings);
-    let executors = agents::Executors::from_settings(&settings)?;
-    let service = service::Service::new(db.clone(), settings.clone(), executors.clone());
-    let stop_workers = tokio_util::sync::CancellationToken::new();
-    let workers = jobs::start(
-        db.clone(),
-        settings.clone(),
-        executors,
-        service.hub().clone(),
-        stop_workers.clone(),
-    )
-    .map_err(StartError::TaskDir)?;
+    let Started {
+        service,
+        workers,
+        stop_workers,
+    } = start(&settings, &db)?;
     tracing::info!(database = ?db.kind(), "plangate mcp starting");
     let outcome = mcp::run_stdio(service.clone(), surface, &settings, shutdown_signal()).await;
     if let Err(e) = &outcome {
@@ -181,6 +169,33 @@ pub async fn serve_mcp_stdio(
     db.close().await;
     tracing::info!("plangate mcp stopped");
     Ok(outcome?)
+}
+
+/// The use cases and the refine workers, as both processes (`serve`, `plangate mcp`)
+/// run them: one set of executors shared by the service and the workers.
+struct Started {
+    service: service::Service,
+    workers: tokio::task::JoinHandle<()>,
+    stop_workers: tokio_util::sync::CancellationToken,
+}
+
+fn start(settings: &Arc<Settings>, db: &Database) -> Result<Started, StartError> {
+    let executors = agents::Executors::from_settings(settings)?;
+    let service = service::Service::new(db.clone(), settings.clone(), executors.clone());
+    let stop_workers = tokio_util::sync::CancellationToken::new();
+    let workers = jobs::start(
+        db.clone(),
+        settings.clone(),
+        executors,
+        service.hub().clone(),
+        stop_workers.clone(),
+    )
+    .map_err(StartError::TaskDir)?;
+    Ok(Started {
+        service,
+        workers,
+        stop_workers,
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT.
