@@ -61,17 +61,20 @@ impl Generated {
         out
     }
 
-    fn has_surrogate(&self) -> bool {
+    /// A surrogate not paired with its other half. A high surrogate followed by a low one
+    /// is a valid escape for one astral character, so the JSON parser decides.
+    fn has_lone_surrogate(&self) -> bool {
         self.0.iter().any(|p| matches!(p, Piece::Surrogate(_)))
+            && serde_json::from_str::<String>(&self.literal()).is_err()
     }
 
     fn has_nul(&self) -> bool {
         self.0.iter().any(|p| matches!(p, Piece::Char('\0')))
     }
 
-    /// The string itself (only without surrogates).
+    /// The string itself (only without lone surrogates).
     fn text(&self) -> String {
-        serde_json::from_str(&self.literal()).expect("a string without surrogates")
+        serde_json::from_str(&self.literal()).expect("a string without lone surrogates")
     }
 }
 
@@ -321,7 +324,7 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
     if status >= 500 {
         return Err(format!("{status}: {answer}"));
     }
-    if generated.has_surrogate() {
+    if generated.has_lone_surrogate() {
         if !(400..500).contains(&status) {
             return Err(format!("a lone surrogate was accepted: {status} {answer}"));
         }
