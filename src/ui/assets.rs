@@ -6,7 +6,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 /// `(name, content type, bytes)`.
-pub const ASSETS: [(&str, &str, &[u8]); 3] = [
+pub const ASSETS: [(&str, &str, &[u8]); 4] = [
     (
         "app.css",
         "text/css; charset=utf-8",
@@ -16,6 +16,11 @@ pub const ASSETS: [(&str, &str, &[u8]); 3] = [
         "app.js",
         "text/javascript; charset=utf-8",
         include_bytes!("assets/app.js"),
+    ),
+    (
+        "theme.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("assets/theme.js"),
     ),
     (
         "icon.svg",

@@ -141,6 +141,7 @@ async fn overview(
 #[derive(Deserialize)]
 struct WaveQuery {
     wave: Option<String>,
+    status: Option<String>,
 }
 
 async fn task_list(
@@ -157,6 +158,20 @@ async fn task_list(
                 .map_err(|_| failure(invalid("wave", "must be a wave number")))?,
         ),
     };
+    let status = match present(&query.status) {
+        None => None,
+        Some(s) => Some(
+            pages::TASK_ORDER
+                .into_iter()
+                .find(|word| *word == s)
+                .ok_or_else(|| {
+                    failure(invalid(
+                        "status",
+                        "must be one of pending, running, done, failed, abandoned",
+                    ))
+                })?,
+        ),
+    };
     let view = state
         .service
         .dashboard_task_list(&caller, id)
@@ -164,7 +179,7 @@ async fn task_list(
         .map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
-        pages::tasks::task_list_page(&view, wave, chrome(&state)),
+        pages::tasks::task_list_page(&view, wave, status, chrome(&state)),
     ))
 }
 

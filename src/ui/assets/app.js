@@ -17,6 +17,112 @@
     return category ? status + ": " + category : status;
   }
 
+  // --- The DAG at real sizes (issue 27, item 7). ---
+  var scroller = document.getElementById("dag-scroll");
+  var svg = scroller ? scroller.querySelector("svg.dag") : null;
+  var activeWave = null;
+
+  // Scroll the drawing (not the page) so the active wave is in view.
+  function showActiveWave() {
+    if (!scroller) return;
+    var wave = scroller.querySelector("g.wave.active, g.wave-box.active");
+    if (!wave) return;
+    var box = wave.getBoundingClientRect();
+    var view = scroller.getBoundingClientRect();
+    if (box.left >= view.left && box.right <= view.right) return;
+    scroller.scrollLeft += box.left - view.left - Math.max(0, (view.width - box.width) / 2);
+  }
+
+  // Name the waves outside the visible part of the drawing.
+  function ranges(list) {
+    if (list.length === 0) return "";
+    var words = list.length === 1 ? "wave " + list[0] + " is" :
+      "waves " + list[0] + "\u2013" + list[list.length - 1] + " are";
+    return words;
+  }
+  function sayOffscreen() {
+    var line = document.getElementById("dag-offscreen");
+    if (!scroller || !line) return;
+    var view = scroller.getBoundingClientRect();
+    var left = [], right = [];
+    scroller.querySelectorAll("g.wave[data-wave], g.wave-box[data-wave]").forEach(function (g) {
+      var box = g.getBoundingClientRect();
+      if (box.right <= view.left + 1) left.push(g.dataset.wave);
+      else if (box.left >= view.right - 1) right.push(g.dataset.wave);
+    });
+    var parts = [];
+    if (left.length) parts.push(ranges(left) + " to the left");
+    if (right.length) parts.push(ranges(right) + " to the right");
+    line.textContent = parts.length ? parts.join("; ") + ": scroll the graph to see them." : "";
+  }
+
+  // Hover or focus a node: its dependencies and dependents stand out, and
+  // #dag-trace names them (for keyboard and screen-reader users too).
+  if (svg) {
+    var nodes = new Map(), from = new Map(), to = new Map();
+    svg.querySelectorAll("g[data-i]").forEach(function (g) { nodes.set(g.dataset.i, g); });
+    svg.querySelectorAll(".edges path[data-from]").forEach(function (p) {
+      if (!from.has(p.dataset.from)) from.set(p.dataset.from, []);
+      if (!to.has(p.dataset.to)) to.set(p.dataset.to, []);
+      from.get(p.dataset.from).push(p);
+      to.get(p.dataset.to).push(p);
+    });
+    var trace = document.getElementById("dag-trace");
+    var idle = trace ? trace.textContent : "";
+    var clear = function () {
+      svg.classList.remove("tracing");
+      svg.querySelectorAll(".hl, .hl-self, .hl-dep, .hl-needed").forEach(function (el) {
+        el.classList.remove("hl", "hl-self", "hl-dep", "hl-needed");
+      });
+    };
+    var names = function (list) {
+      return list.length ? list.join(", ") : "nothing";
+    };
+    var highlight = function (g) {
+      clear();
+      var i = g.dataset.i;
+      var deps = [], needed = [];
+      svg.classList.add("tracing");
+      g.classList.add("hl-self");
+      (to.get(i) || []).forEach(function (p) {
+        p.classList.add("hl");
+        var d = nodes.get(p.dataset.from);
+        if (d) { d.classList.add("hl-dep"); deps.push(d.dataset.task); }
+      });
+      (from.get(i) || []).forEach(function (p) {
+        p.classList.add("hl");
+        var n = nodes.get(p.dataset.to);
+        if (n) { n.classList.add("hl-needed"); needed.push(n.dataset.task); }
+      });
+      if (trace) {
+        trace.textContent = g.dataset.task + " depends on " + names(deps) + "; needed by " + names(needed);
+      }
+    };
+    var target = function (e) {
+      var el = e.target;
+      if (el && el.closest) {
+        var link = el.closest("a");
+        return (link && link.querySelector("g[data-i]")) || el.closest("g[data-i]");
+      }
+      return null;
+    };
+    svg.addEventListener("mouseover", function (e) { var g = target(e); if (g) highlight(g); });
+    svg.addEventListener("focusin", function (e) { var g = target(e); if (g) highlight(g); });
+    svg.addEventListener("mouseleave", clear);
+    svg.addEventListener("focusout", function (e) {
+      if (!e.relatedTarget || !svg.contains(e.relatedTarget)) {
+        clear();
+        if (trace) trace.textContent = idle;
+      }
+    });
+  }
+  if (scroller) {
+    showActiveWave();
+    sayOffscreen();
+    scroller.addEventListener("scroll", sayOffscreen, { passive: true });
+    window.addEventListener("resize", sayOffscreen);
+  }
+
   // --- Task list: nodes and rows carry data-task; statuses change live. ---
   var board = document.getElementById("task-list");
   if (board && board.dataset.events) {
@@ -63,7 +169,7 @@
       });
       var active = document.getElementById("active-wave");
       if (active) active.textContent = msg.wave === null ? "none (nothing left to do)" : String(msg.wave);
-      document.querySelectorAll("svg.dag g.wave[data-wave]").forEach(function (g) {
+      document.querySelectorAll("svg.dag g.wave[data-wave], svg.dag g.wave-box[data-wave]").forEach(function (g) {
         var on = String(msg.wave) === g.dataset.wave;
         g.classList.toggle("active", on);
         var text = g.querySelector(".wave-label");
@@ -71,6 +177,10 @@
       });
       if (!first) refreshWaves();
       first = false;
+      if (msg.wave !== activeWave) {
+        activeWave = msg.wave;
+        showActiveWave();
+      }
       board.dataset.live = "1";
     });
   }

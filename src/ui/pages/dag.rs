@@ -16,12 +16,62 @@ pub const MAX_DRAWN_NODES: usize = 300;
 
 const NODE_W: i64 = 190;
 const NODE_H: i64 = 46;
+/// Between columns: the vertical lanes edges run in.
 const GAP_X: i64 = 70;
-const GAP_Y: i64 = 14;
+/// Between rows: the horizontal channels edges cross other columns in.
+const GAP_Y: i64 = 20;
 const HEAD: i64 = 34;
 const PAD: i64 = 10;
 /// Columns of the grid a single opened wave is drawn in.
 const WAVE_GRID_COLUMNS: usize = 4;
+
+/// A node's place on the drawing's grid: every column and row has the same
+/// pitch, so the gaps between them form lanes no node stands in.
+#[derive(Clone, Copy)]
+struct Cell {
+    col: i64,
+    row: i64,
+}
+
+impl Cell {
+    fn x(self) -> i64 {
+        PAD + self.col * (NODE_W + GAP_X)
+    }
+    fn y(self) -> i64 {
+        HEAD + self.row * (NODE_H + GAP_Y)
+    }
+}
+
+/// An edge from `from`'s right side to `to`'s left side along the gaps only
+/// (issue 27, item 7: no edge passes behind a node). Into the next column it
+/// turns once in the lane between them; further, it climbs into the channel
+/// above `to`'s row, crosses the columns in between there, and comes down in
+/// the lane before `to`. Lanes are offset a little per edge so parallel edges
+/// stay apart.
+fn route(from: Cell, to: Cell) -> String {
+    let lane = ((from.row * 3 + to.row * 5 + from.col) % 5 - 2) * 5;
+    let (x1, y1) = (from.x() + NODE_W, from.y() + NODE_H / 2);
+    let (x2, y2) = (to.x(), to.y() + NODE_H / 2);
+    let out = x1 + GAP_X / 2 + lane;
+    if to.col == from.col + 1 {
+        return format!("M{x1},{y1} H{out} V{y2} H{x2}");
+    }
+    let channel = to.y() - GAP_Y / 2;
+    let into = x2 - GAP_X / 2 + lane;
+    format!("M{x1},{y1} H{out} V{channel} H{into} V{y2} H{x2}")
+}
+
+/// Edges drawn: `(dependency, dependent)` task indices with their cells. The
+/// indices let app.js highlight a node's neighbours and name them.
+fn edges(drawn: &[(usize, usize, Cell, Cell)]) -> Markup {
+    html! {
+        g.edges aria-hidden="true" {
+            @for &(d, i, from, to) in drawn {
+                path data-from=(d) data-to=(i) d=(route(from, to)) {}
+            }
+        }
+    }
+}
 
 /// What the node's status line says: `done`, `abandoned: blocked`, ...
 pub fn status_text(status: &str, category: Option<&str>) -> String {
@@ -75,7 +125,7 @@ fn node(view: &TaskListView, i: usize, x: i64, y: i64) -> Markup {
     let tooltip = format!("{base}: {label}{}", if review { ", review" } else { "" });
     html! {
         a href={ "#task-" (i) } {
-            g class={ "node st-" (class_word(status)) } data-task=(task.task_id) data-status=(status)
+            g class={ "node st-" (class_word(status)) } data-i=(i) data-task=(task.task_id) data-status=(status)
               data-base=(base) data-review=[review.then_some("1")]
               transform={ "translate(" (x) "," (y) ")" } {
                 title { (tooltip) }
@@ -92,69 +142,153 @@ fn node(view: &TaskListView, i: usize, x: i64, y: i64) -> Markup {
     }
 }
 
-/// The whole graph (small lists).
+/// A task of another wave beside an opened wave: the dependency or dependent
+/// the wave's edges come from or go to. Not a `.node` (those are the wave's
+/// own), it links to the task's page.
+fn outside(view: &TaskListView, i: usize, cell: Cell) -> Markup {
+    let task = &view.list.tasks[i];
+    let status = task.status.as_str();
+    let label = status_text(status, task.abandon_category.map(|c| c.as_str()));
+    let base = format!("{} (wave {})", task.task_id, task.parallel_group);
+    html! {
+        a href=(super::tasks::task_href(view.list.id, &task.task_id)) {
+            g class={ "ext st-" (class_word(status)) } data-i=(i) data-task=(task.task_id) data-status=(status)
+              data-base=(base) transform={ "translate(" (cell.x()) "," (cell.y()) ")" } {
+                title { (base) ": " (label) }
+                rect width=(NODE_W) height=(NODE_H) rx="6" {}
+                text.tid x="8" y="18" { (shorten(&task.task_id, ID_CELLS)) }
+                text x="8" y="36" { "wave " (task.parallel_group) ": " tspan.st { (label) } }
+            }
+        }
+    }
+}
+
+fn size(columns: i64, rows: i64) -> (i64, i64) {
+    (
+        PAD * 2 + columns.max(1) * (NODE_W + GAP_X) - GAP_X,
+        HEAD + rows.max(1) * (NODE_H + GAP_Y) + PAD,
+    )
+}
+
+/// The whole graph (small lists): one column per wave.
 pub fn full(view: &TaskListView) -> Markup {
     let waves = waves(view);
-    let mut position = vec![(0i64, 0i64); view.list.tasks.len()];
+    let mut cell = vec![Cell { col: 0, row: 0 }; view.list.tasks.len()];
     let mut tallest = 0usize;
     for (col, tasks) in waves.values().enumerate() {
         tallest = tallest.max(tasks.len());
         for (row, &i) in tasks.iter().enumerate() {
-            position[i] = (
-                PAD + col as i64 * (NODE_W + GAP_X),
-                HEAD + row as i64 * (NODE_H + GAP_Y),
-            );
+            cell[i] = Cell { col: col as i64, row: row as i64 };
         }
     }
-    let width = PAD * 2 + waves.len().max(1) as i64 * (NODE_W + GAP_X) - GAP_X;
-    let height = HEAD + tallest.max(1) as i64 * (NODE_H + GAP_Y) + PAD;
+    let (width, height) = size(waves.len() as i64, tallest as i64);
+    let drawn: Vec<_> = view
+        .depends_on
+        .iter()
+        .enumerate()
+        .flat_map(|(i, deps)| deps.iter().map(move |&d| (d, i)))
+        .map(|(d, i)| (d, i, cell[d], cell[i]))
+        .collect();
     html! {
         svg.dag xmlns="http://www.w3.org/2000/svg" role="group" aria-label="Task graph by wave"
             viewBox={ "0 0 " (width) " " (height) } width=(width) height=(height) {
             @for (col, wave) in waves.keys().enumerate() {
-                @let x = PAD + col as i64 * (NODE_W + GAP_X);
+                @let x = Cell { col: col as i64, row: 0 }.x();
                 @let active = view.active_wave == Some(*wave);
                 g class={ "wave" @if active { " active" } } data-wave=(wave) {
                     rect.wave-bg x=(x - 4) y="4" width=(NODE_W + 8) height=(height - 8) rx="8" {}
                     text.wave-label x=(x) y="24" { "wave " (wave) @if active { " (active)" } }
                 }
             }
-            g.edges aria-hidden="true" {
-                @for (i, deps) in view.depends_on.iter().enumerate() {
-                    @for &d in deps {
-                        @let (x1, y1) = (position[d].0 + NODE_W, position[d].1 + NODE_H / 2);
-                        @let (x2, y2) = (position[i].0, position[i].1 + NODE_H / 2);
-                        @let mid = (x1 + x2) / 2;
-                        path d={ "M" (x1) "," (y1) " C" (mid) "," (y1) " " (mid) "," (y2) " " (x2) "," (y2) } {}
-                    }
-                }
-            }
+            (edges(&drawn))
             g.nodes {
                 @for tasks in waves.values() {
-                    @for &i in tasks { (node(view, i, position[i].0, position[i].1)) }
+                    @for &i in tasks { (node(view, i, cell[i].x(), cell[i].y())) }
                 }
             }
         }
     }
 }
 
-/// One wave alone, in a grid (its tasks depend only on earlier waves).
-pub fn one_wave(view: &TaskListView, wave: i64) -> Markup {
-    let tasks: Vec<usize> = waves(view).remove(&wave).unwrap_or_default();
-    let rows = tasks.len().div_ceil(WAVE_GRID_COLUMNS).max(1) as i64;
-    let columns = tasks.len().clamp(1, WAVE_GRID_COLUMNS) as i64;
-    let width = PAD * 2 + columns * (NODE_W + GAP_Y) - GAP_Y;
-    let height = HEAD + rows * (NODE_H + GAP_Y) + PAD;
+/// One wave alone, in a grid, with the tasks of other waves its edges come
+/// from (left) and go to (right). `status` keeps only the wave's tasks in that
+/// status, and the edges and outside tasks they have.
+pub fn one_wave(view: &TaskListView, wave: i64, status: Option<&str>) -> Markup {
+    let tasks = &view.list.tasks;
+    let shown: Vec<usize> = waves(view)
+        .remove(&wave)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&i| status.is_none_or(|s| tasks[i].status.as_str() == s))
+        .collect();
+    let is_shown = {
+        let mut v = vec![false; tasks.len()];
+        shown.iter().for_each(|&i| v[i] = true);
+        v
+    };
+    let mut needs: Vec<usize> = Vec::new();
+    let mut needed_by: Vec<usize> = Vec::new();
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for (i, deps) in view.depends_on.iter().enumerate() {
+        for &d in deps {
+            match (is_shown[d], is_shown[i]) {
+                (false, true) => {
+                    needs.push(d);
+                    pairs.push((d, i));
+                }
+                (true, false) => {
+                    needed_by.push(i);
+                    pairs.push((d, i));
+                }
+                (true, true) => pairs.push((d, i)),
+                (false, false) => {}
+            }
+        }
+    }
+    needs.sort_unstable();
+    needs.dedup();
+    needed_by.sort_unstable();
+    needed_by.dedup();
+    let first_grid_col = i64::from(!needs.is_empty());
+    let grid_cols = shown.len().clamp(1, WAVE_GRID_COLUMNS) as i64;
+    let last_col = first_grid_col + grid_cols;
+    let mut cell: std::collections::HashMap<usize, Cell> = std::collections::HashMap::new();
+    for (k, &i) in shown.iter().enumerate() {
+        let col = first_grid_col + (k % WAVE_GRID_COLUMNS) as i64;
+        cell.insert(i, Cell { col, row: (k / WAVE_GRID_COLUMNS) as i64 });
+    }
+    for (row, &i) in needs.iter().enumerate() {
+        cell.insert(i, Cell { col: 0, row: row as i64 });
+    }
+    for (row, &i) in needed_by.iter().enumerate() {
+        cell.insert(i, Cell { col: last_col, row: row as i64 });
+    }
+    let rows = (shown.len().div_ceil(WAVE_GRID_COLUMNS))
+        .max(needs.len())
+        .max(needed_by.len()) as i64;
+    let columns = last_col + i64::from(!needed_by.is_empty());
+    let (width, height) = size(columns, rows);
+    let drawn: Vec<_> = pairs.iter().map(|&(d, i)| (d, i, cell[&d], cell[&i])).collect();
+    let grid_x = Cell { col: first_grid_col, row: 0 }.x();
     html! {
         svg.dag xmlns="http://www.w3.org/2000/svg" role="group" aria-label={ "Tasks of wave " (wave) }
             viewBox={ "0 0 " (width) " " (height) } width=(width) height=(height) {
-            text.wave-label x=(PAD) y="24" { "wave " (wave) @if view.active_wave == Some(wave) { " (active)" } }
+            @if !needs.is_empty() {
+                text.wave-label x=(PAD) y="24" { "needs (earlier waves)" }
+            }
+            text.wave-label x=(grid_x) y="24" {
+                "wave " (wave) @if view.active_wave == Some(wave) { " (active)" }
+                @if let Some(s) = status { ": " (s) " only" }
+            }
+            @if !needed_by.is_empty() {
+                text.wave-label x=(Cell { col: last_col, row: 0 }.x()) y="24" { "needed by (later waves)" }
+            }
+            (edges(&drawn))
             g.nodes {
-                @for (k, &i) in tasks.iter().enumerate() {
-                    @let x = PAD + (k % WAVE_GRID_COLUMNS) as i64 * (NODE_W + GAP_Y);
-                    @let y = HEAD + (k / WAVE_GRID_COLUMNS) as i64 * (NODE_H + GAP_Y);
-                    (node(view, i, x, y))
-                }
+                @for &i in &shown { (node(view, i, cell[&i].x(), cell[&i].y())) }
+            }
+            g.outside {
+                @for &i in needs.iter().chain(&needed_by) { (outside(view, i, cell[&i])) }
             }
         }
     }

@@ -4,7 +4,7 @@
 use maud::{Markup, html};
 
 use super::usage::{self, l0_cells, totals_facts};
-use super::{Chrome, JOB_ORDER, Section, layout, opt_time, status, time};
+use super::{Chrome, JOB_ORDER, Section, id_code, layout, opt_time, status, time};
 use crate::service::dashboard::{JobQuery, JobRow, JobView, Page, RunRow, RunView, StoredL0};
 
 fn query_string(query: &JobQuery, before: Option<uuid::Uuid>) -> String {
@@ -42,6 +42,7 @@ pub fn jobs_page(query: &JobQuery, page: &Page<JobRow>, chrome: Chrome) -> Marku
             " " a href="/ui/jobs" { "Clear" }
         }
         p.hint { "Newest first." }
+        div.table-scroll tabindex="0" role="region" aria-label="Refine jobs" {
         table.jobs {
             thead { tr {
                 th scope="col" { "Job" } th scope="col" { "Status" } th scope="col" { "Phase" }
@@ -51,7 +52,7 @@ pub fn jobs_page(query: &JobQuery, page: &Page<JobRow>, chrome: Chrome) -> Marku
             tbody {
                 @for job in &page.rows {
                     tr data-job=(job.id) {
-                        td { a href={ "/ui/jobs/" (job.id) } { code { (job.id) } } }
+                        td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
                         td { (status(&job.status)) }
                         td { code { (job.phase_id) } }
                         td { (job.project_id.as_deref().unwrap_or("—")) }
@@ -64,6 +65,7 @@ pub fn jobs_page(query: &JobQuery, page: &Page<JobRow>, chrome: Chrome) -> Marku
                 }
                 @if page.rows.is_empty() { tr { td colspan="9" { "No refine jobs match." } } }
             }
+        }
         }
         nav.pages aria-label="Pages" {
             @if query.before.is_some() {
@@ -102,7 +104,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                     dt { "Project" } dd { (job.project_id.as_deref().unwrap_or("—")) }
                     dt { "Cycle (team_pk)" } dd { (job.team_pk.as_deref().unwrap_or("—")) }
                     dt { "Executor" } dd { bdi { (job.executor) } " (" (job.executor_kind) ")" }
-                    @if let Some(run) = job.run_id { dt { "Run" } dd { a href={ "/ui/runs/" (run) } { code { (run) } } } }
+                    @if let Some(run) = job.run_id { dt { "Run" } dd { a href={ "/ui/runs/" (run) } { (id_code(run)) } } }
                     dt { "Created" } dd { (time(&job.created_at)) }
                     dt { "Started" } dd { (opt_time(job.started_at.as_ref())) }
                     dt { "Finished" } dd { (opt_time(job.finished_at.as_ref())) }
@@ -122,6 +124,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                 }
                 section aria-labelledby="l0-h" {
                     h2 #l0-h { "L0 reviewers" }
+                    div.table-scroll tabindex="0" role="region" aria-label="L0 reviewers" {
                     table.l0s {
                         thead { tr {
                             th scope="col" { "Assignment" } th scope="col" { "Batch" } th scope="col" { "Status" }
@@ -146,18 +149,19 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                             }
                         }
                     }
+                    }
                 }
                 section aria-labelledby="result-h" {
                     h2 #result-h { "Result" }
                     @match &job.result {
-                        Some(result) => pre.result { (serde_json::to_string_pretty(result).unwrap_or_default()) }
+                        Some(result) => pre.result tabindex="0" { (serde_json::to_string_pretty(result).unwrap_or_default()) }
                         None => p.none #no-result { "No result yet." }
                     }
                 }
             }
             section aria-labelledby="log-h" {
                 h2 #log-h { "Log" }
-                ol.log #log aria-live="polite" {
+                ol.log #log tabindex="0" aria-label="Job log" aria-live="polite" {
                     @for line in &job.log { li { (line) } }
                 }
             }
@@ -174,6 +178,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
 pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
     let body = html! {
         p.hint { "Newest first." }
+        div.table-scroll tabindex="0" role="region" aria-label="Refine runs" {
         table.runs {
             thead { tr {
                 th scope="col" { "Run" } th scope="col" { "Status" } th scope="col" { "Project" }
@@ -182,7 +187,7 @@ pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome
             tbody {
                 @for run in &page.rows {
                     tr {
-                        td { a href={ "/ui/runs/" (run.id) } { code { (run.id) } } }
+                        td { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
                         td { (status(&run.status)) }
                         td { (run.project_id.as_deref().unwrap_or("—")) }
                         td { (run.team_pk.as_deref().unwrap_or("—")) }
@@ -193,6 +198,7 @@ pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome
                 }
                 @if page.rows.is_empty() { tr { td colspan="7" { "No refine runs yet." } } }
             }
+        }
         }
         nav.pages aria-label="Pages" {
             @if before.is_some() { a href="/ui/runs" { "First page" } }
@@ -233,13 +239,14 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
         }
         section aria-labelledby="phases-h" {
             h2 #phases-h { "Phases" }
+            div.table-scroll tabindex="0" role="region" aria-label="Phases of this run" {
             table {
                 thead { tr { th scope="col" { "Phase" } th scope="col" { "Job" } th scope="col" { "Status" } th scope="col" { "Attempt" } th scope="col" { "L0s valid / total" } th scope="col" { "Cost (USD)" } } }
                 tbody {
                     @for job in &view.jobs {
                         tr {
                             th scope="row" { code { (job.phase_id) } }
-                            td { a href={ "/ui/jobs/" (job.id) } { code { (job.id) } } }
+                            td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
                             td { (status(job.status.as_str())) }
                             td.num { (job.attempt) " of " (job.max_attempts) }
                             td.num { (job.progress.l0_succeeded) " / " (job.progress.l0_total) }
@@ -247,6 +254,7 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
                         }
                     }
                 }
+            }
             }
         }
         section aria-labelledby="conflicts-h" {
@@ -257,13 +265,13 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
             }
             @for (key, value) in &reports {
                 h3 { code { (key) } }
-                pre.result { (serde_json::to_string_pretty(value).unwrap_or_default()) }
+                pre.result tabindex="0" { (serde_json::to_string_pretty(value).unwrap_or_default()) }
             }
         }
         section aria-labelledby="merged-h" {
             h2 #merged-h { "Merged result" }
             @match &run.result {
-                Some(result) => pre.result { (serde_json::to_string_pretty(result).unwrap_or_default()) }
+                Some(result) => pre.result tabindex="0" { (serde_json::to_string_pretty(result).unwrap_or_default()) }
                 None => p.none { "Not merged yet." }
             }
         }

@@ -47,6 +47,8 @@ pub fn layout(title: &str, section: Section, chrome: Chrome, body: Markup) -> Ma
                 title { (title) " · plangate" }
                 link rel="icon" href="/ui/assets/icon.svg" type="image/svg+xml";
                 link rel="stylesheet" href="/ui/assets/app.css";
+                // Not deferred: sets the stored theme before the first paint.
+                script src="/ui/assets/theme.js" {}
                 script src="/ui/assets/app.js" defer {}
             }
             body {
@@ -59,6 +61,10 @@ pub fn layout(title: &str, section: Section, chrome: Chrome, body: Markup) -> Ma
                                 li { a href=(href) aria-current=[(s == section).then_some("page")] { (label) } }
                             }
                         }
+                    }
+                    div.theme {
+                        // Shown by theme.js; pressed = dark (issue 27, item 5).
+                        button #theme-toggle type="button" aria-pressed="false" hidden { "Dark theme" }
                     }
                     @if chrome.signed_in {
                         form.signout method="post" action="/ui/logout" {
@@ -104,6 +110,19 @@ pub fn class_word(word: &str) -> &str {
     }
 }
 
+/// A table in a keyboard-focusable region that scrolls sideways inside itself,
+/// so no table makes the page wider than a phone (issue 27, item 5).
+pub fn scroll_table(label: &str, table: Markup) -> Markup {
+    html! { div.table-scroll tabindex="0" role="region" aria-label=(label) { (table) } }
+}
+
+/// An id in a table: cut with an ellipsis when long, whole in its title and
+/// whole again while its link is focused or hovered.
+pub fn id_code(id: impl std::fmt::Display) -> Markup {
+    let id = id.to_string();
+    html! { code.id title=(id) { bdi { (id) } } }
+}
+
 pub fn time(at: &DateTime<Utc>) -> Markup {
     html! { time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S UTC")) } }
 }
@@ -143,7 +162,7 @@ fn list_row(list: &ListCounts) -> Markup {
     let total: i64 = list.counts.iter().map(|(_, n)| n).sum();
     html! {
         tr {
-            td { a href={ "/ui/task-lists/" (list.id) } { code { (list.id) } } }
+            td { a href={ "/ui/task-lists/" (list.id) } { (id_code(list.id)) } }
             td { bdi { (list.created_by) } }
             td { (time(&list.created_at)) }
             td.num { (total) }
@@ -185,10 +204,14 @@ pub fn overview_page(overview: &Overview, chrome: Chrome) -> Markup {
                                 None => { "Project-wide (no team_pk)" }
                             }
                         }
-                        table {
+                        @let label = match &cycle.team_pk {
+                            Some(team) => format!("Task lists of project {}, cycle {team}", project.project_id),
+                            None => format!("Task lists of project {}", project.project_id),
+                        };
+                        (scroll_table(&label, html! { table {
                             thead { tr { th scope="col" { "Task list" } th scope="col" { "Created by" } th scope="col" { "Created" } th scope="col" { "Tasks" } th scope="col" { "By status" } } }
                             tbody { @for list in &cycle.lists { (list_row(list)) } }
-                        }
+                        } }))
                     }
                 }
             }

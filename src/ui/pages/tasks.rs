@@ -4,11 +4,17 @@
 use maud::{Markup, html};
 
 use super::dag::{self, MAX_DRAWN_NODES, status_text};
-use super::{Chrome, Section, TASK_ORDER, class_word, layout, opt_time, status, time};
+use super::{Chrome, Section, TASK_ORDER, class_word, id_code, layout, opt_time, status, time};
 use crate::service::dashboard::{StoredTask, StoredTaskList, TaskDetailView, TaskListView};
 
-/// `wave`: the one wave to open (`?wave=N`), if any.
-pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) -> Markup {
+/// `wave`: the one wave to open (`?wave=N`), if any; `status`: only the tasks
+/// in that status (`&status=failed`, one of [`TASK_ORDER`]).
+pub fn task_list_page(
+    view: &TaskListView,
+    wave: Option<i64>,
+    status_filter: Option<&str>,
+    chrome: Chrome,
+) -> Markup {
     let list = &view.list;
     let waves = dag::waves(view);
     let large = list.tasks.len() > MAX_DRAWN_NODES;
@@ -48,14 +54,25 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                 h2 #dag-h { "Graph" }
                 @match wave {
                     Some(w) => {
-                        p { "Wave " (w) " alone. " a href="?" { "Back to all waves" } }
-                        div.dag-scroll { (dag::one_wave(view, w)) }
+                        p { "Wave " (w) " alone, with the tasks of other waves it needs and that need it. " a href="?" { "Back to all waves" } }
+                        form.filters #wave-filter method="get" {
+                            input type="hidden" name="wave" value=(w);
+                            label for="f-status" { "Status" }
+                            select #f-status name="status" {
+                                option value="" selected[status_filter.is_none()] { "any" }
+                                @for word in TASK_ORDER {
+                                    option value=(word) selected[status_filter == Some(word)] { (word) }
+                                }
+                            }
+                            button type="submit" { "Filter" }
+                        }
+                        (graph(dag::one_wave(view, w, status_filter)))
                     }
                     None if large => {
                         p { (list.tasks.len()) " tasks are too many to draw one by one: each wave below is summarised; open one to see its tasks." }
-                        div.dag-scroll { (dag::summary(view)) }
+                        (graph(dag::summary(view)))
                     }
-                    None => div.dag-scroll { (dag::full(view)) },
+                    None => (graph(dag::full(view))),
                 }
                 p.legend {
                     "Each node names its task and its status in words; "
@@ -63,10 +80,14 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                 }
             }
             section aria-labelledby="tasks-h" {
-                h2 #tasks-h { "Tasks" @if let Some(w) = wave { " of wave " (w) } }
+                h2 #tasks-h {
+                    "Tasks" @if let Some(w) = wave { " of wave " (w) }
+                    @if let Some(s) = status_filter { " that are " (s) }
+                }
                 @if wave.is_none() && large {
                     p { "Open a wave to list its tasks." }
                 } @else {
+                    div.table-scroll tabindex="0" role="region" aria-label="Tasks" {
                     table.tasks {
                         thead { tr {
                             th scope="col" { "Task" } th scope="col" { "Wave" } th scope="col" { "Status" }
@@ -75,17 +96,18 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                         } }
                         tbody {
                             @for (i, task) in list.tasks.iter().enumerate() {
-                                @if wave.is_none_or(|w| w == task.parallel_group) {
+                                @if wave.is_none_or(|w| w == task.parallel_group)
+                                    && status_filter.is_none_or(|s| s == task.status.as_str()) {
                                     @let word = task.status.as_str();
                                     tr #{ "task-" (i) } class={ "st-" (class_word(word)) } data-task=(task.task_id) data-status=(word) {
-                                        th scope="row" { a href=(task_href(list.id, &task.task_id)) { code { bdi { (task.task_id) } } } }
+                                        th scope="row" { a href=(task_href(list.id, &task.task_id)) { (id_code(&task.task_id)) } }
                                         td.num { (task.parallel_group) }
                                         td { span class={ "status st-" (word) } {
                                             span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
                                         } }
                                         td { bdi { (task.assigned_persona) } }
-                                        td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } code { (d) } } }
-                                        td { @if let Some(r) = &task.reviews { "review: " code { (r) } } }
+                                        td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } (id_code(d)) } }
+                                        td { @if let Some(r) = &task.reviews { "review: " (id_code(r)) } }
                                         td.why { (why(list, task)) }
                                         td.desc { bdi { (task.description) } }
                                     }
@@ -93,11 +115,23 @@ pub fn task_list_page(view: &TaskListView, wave: Option<i64>, chrome: Chrome) ->
                             }
                         }
                     }
+                    }
                 }
             }
         }
     };
     layout(&title, Section::Overview, chrome, body)
+}
+
+/// The drawing in a focusable region that scrolls inside itself, with the
+/// lines app.js keeps: which waves are off-screen, and what the hovered or
+/// focused node depends on and is needed by (issue 27, item 7).
+fn graph(svg: Markup) -> Markup {
+    html! {
+        p.hint #dag-offscreen {}
+        div.dag-scroll #dag-scroll tabindex="0" role="region" aria-label="Task graph" { (svg) }
+        p #dag-trace aria-live="polite" { "Hover or focus a node to see what it depends on and what needs it." }
+    }
 }
 
 /// The task page's address; the planner's id is percent-encoded, as it may hold
@@ -122,7 +156,7 @@ fn why(list: &StoredTaskList, task: &StoredTask) -> Markup {
         .and_then(|up| list.tasks.iter().find(|t| t.id == up));
     html! {
         @if let Some(up) = upstream {
-            span.cause { "blocked by " a href=(task_href(list.id, &up.task_id)) { code { bdi { (up.task_id) } } } }
+            span.cause { "blocked by " a href=(task_href(list.id, &up.task_id)) { (id_code(&up.task_id)) } }
             @if task.notes.is_some() { br; }
         }
         @if let Some(notes) = &task.notes {
@@ -195,6 +229,7 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
             @if view.history.is_empty() {
                 p.none { "Nothing happened to this task yet." }
             } @else {
+                div.table-scroll tabindex="0" role="region" aria-label="History" {
                 table.history {
                     thead { tr {
                         th scope="col" { "When" } th scope="col" { "What" } th scope="col" { "Status" }
@@ -214,6 +249,7 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
                             }
                         }
                     }
+                }
                 }
             }
         }

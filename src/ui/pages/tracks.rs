@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use super::{Chrome, Section, layout, opt_time, time};
+use super::{Chrome, Section, id_code, layout, opt_time, time};
 use crate::domain::track_state::{CheckpointStatus, CurrentStep, Metadata, Step};
 use crate::service::dashboard::{TrackListEntry, TrackView};
 
@@ -27,6 +27,7 @@ fn word(text: &str) -> Markup {
 
 pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
     let body = html! {
+        div.table-scroll tabindex="0" role="region" aria-label="Tracks" {
         table.tracks {
             thead { tr {
                 th scope="col" { "Track" } th scope="col" { "Status" } th scope="col" { "Current step" }
@@ -36,7 +37,7 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
                 @for t in tracks {
                     tr {
                         th scope="row" {
-                            a href={ "/ui/tracks/" (crate::ui::session::url_encode(&t.track_id)) } { code { bdi { (t.track_id) } } }
+                            a href={ "/ui/tracks/" (crate::ui::session::url_encode(&t.track_id)) } { (id_code(&t.track_id)) }
                             @if let Some(d) = t.metadata.as_ref().and_then(description) {
                                 br; span.track-desc { bdi { (d) } }
                             }
@@ -56,6 +57,7 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
                 }
                 @if tracks.is_empty() { tr { td colspan="7" { "No tracks yet." } } }
             }
+        }
         }
     };
     layout("Tracks", Section::Tracks, chrome, body)
@@ -90,7 +92,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
     let body = match &view.metadata {
         None => html! {
             p.problem { "The stored document does not read as metadata version 2; shown as stored." }
-            pre.result { (serde_json::to_string_pretty(&view.raw).unwrap_or_default()) }
+            pre.result tabindex="0" aria-label="Track state (JSON)" { (serde_json::to_string_pretty(&view.raw).unwrap_or_default()) }
         },
         Some(m) => {
             let ls = &m.loop_state;
@@ -116,6 +118,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                     h2 #history-h { "Revision history" }
                     p { "Plan version " (ls.checkpoints.get(Step::Plan).plan_version.unwrap_or(0))
                         ", revised " (ls.plan_revision_count) " times; document revision " (view.revision) "." }
+                    div.table-scroll tabindex="0" role="region" aria-label="Checkpoints" {
                     table.checkpoints {
                         thead { tr {
                             th scope="col" { "Step" } th scope="col" { "Status" } th scope="col" { "Started" }
@@ -130,7 +133,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                                     td { (opt_time(c.started_at.as_ref())) }
                                     td { (opt_time(c.completed_at.as_ref())) }
                                     td { bdi { (c.agent.as_deref().unwrap_or("")) } }
-                                    td { @if let Some(sha) = &c.commit_sha { code { (sha) } } }
+                                    td { @if let Some(sha) = &c.commit_sha { (id_code(sha)) } }
                                     td.notes {
                                         @if let Some(n) = &c.notes {
                                             bdi { (n) }
@@ -144,6 +147,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                                 }
                             }
                         }
+                    }
                     }
                     p.hint #history-missing {
                         "Earlier attempts are not kept: the server stores only the track's current document, "
