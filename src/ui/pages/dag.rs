@@ -178,7 +178,10 @@ pub fn full(view: &TaskListView) -> Markup {
     for (col, tasks) in waves.values().enumerate() {
         tallest = tallest.max(tasks.len());
         for (row, &i) in tasks.iter().enumerate() {
-            cell[i] = Cell { col: col as i64, row: row as i64 };
+            cell[i] = Cell {
+                col: col as i64,
+                row: row as i64,
+            };
         }
     }
     let (width, height) = size(waves.len() as i64, tallest as i64);
@@ -255,21 +258,46 @@ pub fn one_wave(view: &TaskListView, wave: i64, status: Option<&str>) -> Markup 
     let mut cell: std::collections::HashMap<usize, Cell> = std::collections::HashMap::new();
     for (k, &i) in shown.iter().enumerate() {
         let col = first_grid_col + (k % WAVE_GRID_COLUMNS) as i64;
-        cell.insert(i, Cell { col, row: (k / WAVE_GRID_COLUMNS) as i64 });
+        cell.insert(
+            i,
+            Cell {
+                col,
+                row: (k / WAVE_GRID_COLUMNS) as i64,
+            },
+        );
     }
     for (row, &i) in needs.iter().enumerate() {
-        cell.insert(i, Cell { col: 0, row: row as i64 });
+        cell.insert(
+            i,
+            Cell {
+                col: 0,
+                row: row as i64,
+            },
+        );
     }
     for (row, &i) in needed_by.iter().enumerate() {
-        cell.insert(i, Cell { col: last_col, row: row as i64 });
+        cell.insert(
+            i,
+            Cell {
+                col: last_col,
+                row: row as i64,
+            },
+        );
     }
     let rows = (shown.len().div_ceil(WAVE_GRID_COLUMNS))
         .max(needs.len())
         .max(needed_by.len()) as i64;
     let columns = last_col + i64::from(!needed_by.is_empty());
     let (width, height) = size(columns, rows);
-    let drawn: Vec<_> = pairs.iter().map(|&(d, i)| (d, i, cell[&d], cell[&i])).collect();
-    let grid_x = Cell { col: first_grid_col, row: 0 }.x();
+    let drawn: Vec<_> = pairs
+        .iter()
+        .map(|&(d, i)| (d, i, cell[&d], cell[&i]))
+        .collect();
+    let grid_x = Cell {
+        col: first_grid_col,
+        row: 0,
+    }
+    .x();
     html! {
         svg.dag xmlns="http://www.w3.org/2000/svg" role="group" aria-label={ "Tasks of wave " (wave) }
             viewBox={ "0 0 " (width) " " (height) } width=(width) height=(height) {
@@ -323,6 +351,62 @@ pub fn summary(view: &TaskListView) -> Markup {
                             @let n = tasks.iter().filter(|&&i| view.list.tasks[i].status.as_str() == *word).count();
                             text class={ "count st-" (word) } x="10" y=((3 + k as i64) * LINE) { (word) ": " (n) }
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Cell, NODE_H, NODE_W, route};
+
+    /// The corners a route passes through.
+    fn points(d: &str) -> Vec<(i64, i64)> {
+        let (mut x, mut y) = (0, 0);
+        let mut out = Vec::new();
+        for part in d.split_whitespace() {
+            let (cmd, arg) = part.split_at(1);
+            match cmd {
+                "M" => {
+                    let (a, b) = arg.split_once(',').unwrap();
+                    (x, y) = (a.parse().unwrap(), b.parse().unwrap());
+                }
+                "H" => x = arg.parse().unwrap(),
+                "V" => y = arg.parse().unwrap(),
+                other => panic!("unexpected command {other}"),
+            }
+            out.push((x, y));
+        }
+        out
+    }
+
+    /// No edge enters a node: on a 6×6 grid, every route between columns,
+    /// near or far, stays in the gaps (issue 27, item 7).
+    #[test]
+    fn routes_never_pass_through_a_node() {
+        let cells: Vec<Cell> = (0..6)
+            .flat_map(|col| (0..6).map(move |row| Cell { col, row }))
+            .collect();
+        for &from in &cells {
+            for &to in cells.iter().filter(|c| c.col > from.col) {
+                let corners = points(&route(from, to));
+                for pair in corners.windows(2) {
+                    let ((ax, ay), (bx, by)) = (pair[0], pair[1]);
+                    assert!(ax == bx || ay == by, "diagonal segment");
+                    for node in &cells {
+                        let (x, y) = (node.x(), node.y());
+                        let across = ax.min(bx) < x + NODE_W && ax.max(bx) > x;
+                        let down = ay.min(by) < y + NODE_H && ay.max(by) > y;
+                        assert!(
+                            !(across && down),
+                            "{}: segment {:?} enters node ({}, {})",
+                            route(from, to),
+                            pair,
+                            node.col,
+                            node.row
+                        );
                     }
                 }
             }

@@ -88,32 +88,32 @@ pub fn task_list_page(
                     p { "Open a wave to list its tasks." }
                 } @else {
                     div.table-scroll tabindex="0" role="region" aria-label="Tasks" {
-                    table.tasks {
-                        thead { tr {
-                            th scope="col" { "Task" } th scope="col" { "Wave" } th scope="col" { "Status" }
-                            th scope="col" { "Persona" } th scope="col" { "Depends on" } th scope="col" { "Review of" }
-                            th scope="col" { "Why" } th scope="col" { "Description" }
-                        } }
-                        tbody {
-                            @for (i, task) in list.tasks.iter().enumerate() {
-                                @if wave.is_none_or(|w| w == task.parallel_group)
-                                    && status_filter.is_none_or(|s| s == task.status.as_str()) {
-                                    @let word = task.status.as_str();
-                                    tr #{ "task-" (i) } class={ "st-" (class_word(word)) } data-task=(task.task_id) data-status=(word) {
-                                        th scope="row" { a href=(task_href(list.id, &task.task_id)) { (id_code(&task.task_id)) } }
-                                        td.num { (task.parallel_group) }
-                                        td { span class={ "status st-" (word) } {
-                                            span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
-                                        } }
-                                        td { bdi { (task.assigned_persona) } }
-                                        td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } (id_code(d)) } }
-                                        td { @if let Some(r) = &task.reviews { "review: " (id_code(r)) } }
-                                        td.why { (why(list, task)) }
-                                        td.desc { bdi { (task.description) } }
+                        table.tasks {
+                            thead { tr {
+                                th scope="col" { "Task" } th scope="col" { "Wave" } th scope="col" { "Status" }
+                                th scope="col" { "Persona" } th scope="col" { "Depends on" } th scope="col" { "Review of" }
+                                th scope="col" { "Why" } th scope="col" { "Description" }
+                            } }
+                            tbody {
+                                @for (i, task) in list.tasks.iter().enumerate() {
+                                    @if wave.is_none_or(|w| w == task.parallel_group)
+                                        && status_filter.is_none_or(|s| s == task.status.as_str()) {
+                                        @let word = task.status.as_str();
+                                        tr #{ "task-" (i) } class={ "st-" (class_word(word)) } data-task=(task.task_id) data-status=(word) {
+                                            th scope="row" { a href=(task_href(list.id, &task.task_id)) { (id_code(&task.task_id)) } }
+                                            td.num { (task.parallel_group) }
+                                            td { span class={ "status st-" (word) } {
+                                                span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
+                                            } }
+                                            td { bdi { (task.assigned_persona) } }
+                                            td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } (id_code(d)) } }
+                                            td { @if let Some(r) = &task.reviews { "review: " (id_code(r)) } }
+                                            td.why { (why(list, task)) }
+                                            td.desc { bdi { (task.description) } }
+                                        }
                                     }
                                 }
                             }
-                        }
                     }
                     }
                 }
@@ -230,25 +230,25 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
                 p.none { "Nothing happened to this task yet." }
             } @else {
                 div.table-scroll tabindex="0" role="region" aria-label="History" {
-                table.history {
-                    thead { tr {
-                        th scope="col" { "When" } th scope="col" { "What" } th scope="col" { "Status" }
-                        th scope="col" { "Holder" } th scope="col" { "Attempt" } th scope="col" { "Lease until" }
-                    } }
-                    tbody {
-                        @for e in &view.history {
-                            tr data-kind=(e.kind.as_str()) {
-                                td { (time(&e.at)) }
-                                td { (event_text(e.kind.as_str()))
-                                    @if e.forced { " (overrode " @if let Some(o) = &e.overrode { bdi { (o) } } @else { "a claim" } ")" }
+                    table.history {
+                        thead { tr {
+                            th scope="col" { "When" } th scope="col" { "What" } th scope="col" { "Status" }
+                            th scope="col" { "Holder" } th scope="col" { "Attempt" } th scope="col" { "Lease until" }
+                        } }
+                        tbody {
+                            @for e in &view.history {
+                                tr data-kind=(e.kind.as_str()) {
+                                    td { (time(&e.at)) }
+                                    td { (event_text(e.kind.as_str()))
+                                        @if e.forced { " (overrode " @if let Some(o) = &e.overrode { bdi { (o) } } @else { "a claim" } ")" }
+                                    }
+                                    td { (e.from_status.as_str()) " → " (status(e.to_status.as_str())) }
+                                    td { @match &e.holder { Some(h) => bdi { (h) }, None => span.none { "not said" } } }
+                                    td.num { (e.attempt) }
+                                    td { (opt_time(e.lease_expires_at.as_ref())) }
                                 }
-                                td { (e.from_status.as_str()) " → " (status(e.to_status.as_str())) }
-                                td { @match &e.holder { Some(h) => bdi { (h) }, None => span.none { "not said" } } }
-                                td.num { (e.attempt) }
-                                td { (opt_time(e.lease_expires_at.as_ref())) }
                             }
                         }
-                    }
                 }
                 }
             }

@@ -28,35 +28,35 @@ fn word(text: &str) -> Markup {
 pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
     let body = html! {
         div.table-scroll tabindex="0" role="region" aria-label="Tracks" {
-        table.tracks {
-            thead { tr {
-                th scope="col" { "Track" } th scope="col" { "Status" } th scope="col" { "Current step" }
-                th scope="col" { "Step status" } th scope="col" { "Fix cycles" } th scope="col" { "Revision" } th scope="col" { "Updated" }
-            } }
-            tbody {
-                @for t in tracks {
-                    tr {
-                        th scope="row" {
-                            a href={ "/ui/tracks/" (crate::ui::session::url_encode(&t.track_id)) } { (id_code(&t.track_id)) }
-                            @if let Some(d) = t.metadata.as_ref().and_then(description) {
-                                br; span.track-desc { bdi { (d) } }
+            table.tracks {
+                thead { tr {
+                    th scope="col" { "Track" } th scope="col" { "Status" } th scope="col" { "Current step" }
+                    th scope="col" { "Step status" } th scope="col" { "Fix cycles" } th scope="col" { "Revision" } th scope="col" { "Updated" }
+                } }
+                tbody {
+                    @for t in tracks {
+                        tr {
+                            th scope="row" {
+                                a href={ "/ui/tracks/" (crate::ui::session::url_encode(&t.track_id)) } { (id_code(&t.track_id)) }
+                                @if let Some(d) = t.metadata.as_ref().and_then(description) {
+                                    br; span.track-desc { bdi { (d) } }
+                                }
                             }
-                        }
-                        @match &t.metadata {
-                            Some(m) => {
-                                td { (word(m.status.as_str())) }
-                                td { (m.loop_state.current_step.as_str()) }
-                                td { (word(m.loop_state.step_status.as_str())) }
-                                td.num { (m.loop_state.fix_cycle_count) " of " (m.loop_state.max_fix_cycles) }
-                                td.num { (t.revision) }
-                                td { (time(&m.updated_at)) }
+                            @match &t.metadata {
+                                Some(m) => {
+                                    td { (word(m.status.as_str())) }
+                                    td { (m.loop_state.current_step.as_str()) }
+                                    td { (word(m.loop_state.step_status.as_str())) }
+                                    td.num { (m.loop_state.fix_cycle_count) " of " (m.loop_state.max_fix_cycles) }
+                                    td.num { (t.revision) }
+                                    td { (time(&m.updated_at)) }
+                                }
+                                None => { td colspan="4" { "not a version 2 document" } td.num { (t.revision) } td {} }
                             }
-                            None => { td colspan="4" { "not a version 2 document" } td.num { (t.revision) } td {} }
                         }
                     }
+                    @if tracks.is_empty() { tr { td colspan="7" { "No tracks yet." } } }
                 }
-                @if tracks.is_empty() { tr { td colspan="7" { "No tracks yet." } } }
-            }
         }
         }
     };
@@ -119,34 +119,34 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                     p { "Plan version " (ls.checkpoints.get(Step::Plan).plan_version.unwrap_or(0))
                         ", revised " (ls.plan_revision_count) " times; document revision " (view.revision) "." }
                     div.table-scroll tabindex="0" role="region" aria-label="Checkpoints" {
-                    table.checkpoints {
-                        thead { tr {
-                            th scope="col" { "Step" } th scope="col" { "Status" } th scope="col" { "Started" }
-                            th scope="col" { "Completed" } th scope="col" { "Agent" } th scope="col" { "Commit" } th scope="col" { "Notes" }
-                        } }
-                        tbody {
-                            @for step in Step::ALL {
-                                @let c = ls.checkpoints.get(step);
-                                tr {
-                                    th scope="row" { (step.as_str()) }
-                                    td { (word(c.status.as_str())) }
-                                    td { (opt_time(c.started_at.as_ref())) }
-                                    td { (opt_time(c.completed_at.as_ref())) }
-                                    td { bdi { (c.agent.as_deref().unwrap_or("")) } }
-                                    td { @if let Some(sha) = &c.commit_sha { (id_code(sha)) } }
-                                    td.notes {
-                                        @if let Some(n) = &c.notes {
-                                            bdi { (n) }
-                                            // Starting a step clears its notes, so notes on a step
-                                            // not started again belong to its previous attempt.
-                                            @if c.status == CheckpointStatus::NotStarted {
-                                                " " span.hint { "(previous attempt)" }
+                        table.checkpoints {
+                            thead { tr {
+                                th scope="col" { "Step" } th scope="col" { "Status" } th scope="col" { "Started" }
+                                th scope="col" { "Completed" } th scope="col" { "Agent" } th scope="col" { "Commit" } th scope="col" { "Notes" }
+                            } }
+                            tbody {
+                                @for step in Step::ALL {
+                                    @let c = ls.checkpoints.get(step);
+                                    tr {
+                                        th scope="row" { (step.as_str()) }
+                                        td { (word(c.status.as_str())) }
+                                        td { (opt_time(c.started_at.as_ref())) }
+                                        td { (opt_time(c.completed_at.as_ref())) }
+                                        td { bdi { (c.agent.as_deref().unwrap_or("")) } }
+                                        td { @if let Some(sha) = &c.commit_sha { (id_code(sha)) } }
+                                        td.notes {
+                                            @if let Some(n) = &c.notes {
+                                                bdi { (n) }
+                                                // Starting a step clears its notes, so notes on a step
+                                                // not started again belong to its previous attempt.
+                                                @if c.status == CheckpointStatus::NotStarted {
+                                                    " " span.hint { "(previous attempt)" }
+                                                }
                                             }
                                         }
                                     }
                                 }
                             }
-                        }
                     }
                     }
                     p.hint #history-missing {
