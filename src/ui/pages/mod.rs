@@ -117,7 +117,7 @@ pub fn scroll_table(label: &str, table: Markup) -> Markup {
 }
 
 /// An id in a table: cut with an ellipsis when long, whole in its title and
-/// whole again while its link is focused or hovered.
+/// whole again while its link has keyboard focus.
 pub fn id_code(id: impl std::fmt::Display) -> Markup {
     let id = id.to_string();
     html! { code.id title=(id) { bdi { (id) } } }
