@@ -114,7 +114,7 @@ pub fn task_list_page(
                                     }
                                 }
                             }
-                    }
+                        }
                     }
                 }
             }
@@ -249,7 +249,7 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
                                 }
                             }
                         }
-                }
+                    }
                 }
             }
         }

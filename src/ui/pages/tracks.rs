@@ -57,7 +57,7 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
                     }
                     @if tracks.is_empty() { tr { td colspan="7" { "No tracks yet." } } }
                 }
-        }
+            }
         }
     };
     layout("Tracks", Section::Tracks, chrome, body)
@@ -147,7 +147,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                                     }
                                 }
                             }
-                    }
+                        }
                     }
                     p.hint #history-missing {
                         "Earlier attempts are not kept: the server stores only the track's current document, "
