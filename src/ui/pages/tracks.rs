@@ -1,6 +1,6 @@
 //! Tracks: the loop state with the current step marked `aria-current="step"`, the
-//! fix cycles used of the maximum, and the revision history the metadata keeps
-//! (plan versions, plan revisions, each step's last checkpoint, blockers).
+//! fix cycles used of the maximum, each step's last checkpoint, every write the
+//! server kept (docs/api.md, "Tracks") and the blockers.
 
 use maud::{Markup, html};
 
@@ -158,7 +158,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                     (loop_steps(m))
                 }
                 section aria-labelledby="history-h" {
-                    h2 #history-h { "Revision history" }
+                    h2 #history-h { "Checkpoints and history" }
                     p { "Plan version " (ls.checkpoints.get(Step::Plan).plan_version.unwrap_or(0))
                         ", revised " (ls.plan_revision_count) " times; document revision " (view.revision) "." }
                     table.checkpoints {
