@@ -1,12 +1,16 @@
 //! Storage of track metadata (metadata.json v2) with a revision per write, so that
 //! concurrent writers are caught by a compare-and-set instead of losing an update,
-//! and the project the track belongs to (none: unrestricted callers only).
+//! and the project the track belongs to (none: unrestricted callers only). Every
+//! write appends one row to the track's history in the same transaction.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::FromRow;
 use sqlx::types::Json;
 
 use super::task_lists::now;
-use super::{Database, DbResult};
+use super::{Database, DbError, DbResult};
+use crate::domain::track_state::{CurrentStep, Step, StepOutcome, TrackEventAction, TrackStatus};
 
 /// A stored document, the revision it was read at and its project.
 #[derive(Debug, Clone)]
@@ -29,6 +33,102 @@ pub enum WriteOutcome {
     },
 }
 
+/// What one write did, for the track's history (the revision and time are the write's).
+#[derive(Debug, Clone, Copy)]
+pub struct TrackEvent<'a> {
+    pub action: TrackEventAction,
+    pub step: Option<Step>,
+    pub outcome: Option<StepOutcome>,
+    pub agent: Option<&'a str>,
+    pub notes: Option<&'a str>,
+    pub commit_sha: Option<&'a str>,
+    /// The track's status and current step after the write.
+    pub status: TrackStatus,
+    pub current_step: CurrentStep,
+}
+
+/// One stored history entry.
+#[derive(Debug, Clone)]
+pub struct TrackEventRecord {
+    pub at: DateTime<Utc>,
+    pub revision: i64,
+    pub action: TrackEventAction,
+    pub step: Option<Step>,
+    pub outcome: Option<StepOutcome>,
+    pub agent: Option<String>,
+    pub notes: Option<String>,
+    pub commit_sha: Option<String>,
+    pub status: TrackStatus,
+    pub current_step: CurrentStep,
+}
+
+#[derive(FromRow)]
+struct TrackEventRow {
+    at: DateTime<Utc>,
+    revision: i64,
+    action: String,
+    step: Option<String>,
+    outcome: Option<String>,
+    agent: Option<String>,
+    notes: Option<String>,
+    commit_sha: Option<String>,
+    status: String,
+    current_step: String,
+}
+
+impl TrackEventRow {
+    fn into_record(self) -> DbResult<TrackEventRecord> {
+        let corrupt = |what: &str, v: &str| DbError::Corrupt(format!("a track event has {what} {v:?}"));
+        let optional = |what: &str, v: Option<String>, parse: fn(&str) -> Option<_>| match v {
+            None => Ok(None),
+            Some(v) => parse(&v).map(Some).ok_or_else(|| corrupt(what, &v)),
+        };
+        Ok(TrackEventRecord {
+            at: self.at,
+            revision: self.revision,
+            action: TrackEventAction::parse(&self.action)
+                .ok_or_else(|| corrupt("action", &self.action))?,
+            step: optional("step", self.step, Step::parse)?,
+            outcome: match self.outcome {
+                None => None,
+                Some(v) => Some(StepOutcome::parse(&v).ok_or_else(|| corrupt("outcome", &v))?),
+            },
+            agent: self.agent,
+            notes: self.notes,
+            commit_sha: self.commit_sha,
+            status: TrackStatus::parse(&self.status).ok_or_else(|| corrupt("status", &self.status))?,
+            current_step: CurrentStep::parse(&self.current_step)
+                .ok_or_else(|| corrupt("current_step", &self.current_step))?,
+        })
+    }
+}
+
+/// Appends `$event` (a [`TrackEvent`]) for the write that made `$revision`, inside `$tx`.
+macro_rules! insert_track_event {
+    ($tx:ident, $track_id:expr, $revision:expr, $at:expr, $event:expr) => {{
+        let event: TrackEvent<'_> = $event;
+        sqlx::query(
+            "INSERT INTO track_events (id, track_id, revision, at, action, step, outcome, agent, \
+             notes, commit_sha, status, current_step) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(uuid::Uuid::now_v7())
+        .bind($track_id)
+        .bind($revision)
+        .bind($at)
+        .bind(event.action.as_str())
+        .bind(event.step.map(Step::as_str))
+        .bind(event.outcome.map(StepOutcome::as_str))
+        .bind(event.agent)
+        .bind(event.notes)
+        .bind(event.commit_sha)
+        .bind(event.status.as_str())
+        .bind(event.current_step.as_str())
+        .execute(&mut *$tx)
+        .await?;
+    }};
+}
+
 impl Database {
     pub async fn track(&self, track_id: &str) -> DbResult<Option<StoredTrack>> {
         let row: Option<(Json<Value>, i64, Option<String>)> = on_pool!(self, pool => {
@@ -44,30 +144,36 @@ impl Database {
         }))
     }
 
-    /// Create a track at revision 1; `false` when one with that id exists (the
-    /// primary key decides a race between two creators).
+    /// Create a track at revision 1 with its first history entry; `false` when one
+    /// with that id exists (the primary key decides a race between two creators).
     pub async fn insert_track(
         &self,
         track_id: &str,
         metadata: &Value,
         project_id: Option<&str>,
+        event: TrackEvent<'_>,
     ) -> DbResult<bool> {
-        let turn = self.writer_turn().await;
-        let inserted = on_pool!(self, pool => {
-            sqlx::query(
+        on_pool!(self, pool => {
+            let (_turn, mut tx) = begin_write!(self, pool);
+            let at = now();
+            let inserted = sqlx::query(
                 "INSERT INTO tracks (track_id, metadata, revision, created_at, updated_at, project_id) \
                  VALUES ($1, $2, 1, $3, $3, $4) ON CONFLICT (track_id) DO NOTHING",
             )
             .bind(track_id)
             .bind(Json(metadata))
-            .bind(now())
+            .bind(at)
             .bind(project_id)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?
             .rows_affected()
-        });
-        drop(turn);
-        Ok(inserted == 1)
+                == 1;
+            if inserted {
+                insert_track_event!(tx, track_id, 1_i64, at, event);
+            }
+            tx.commit().await?;
+            Ok::<_, DbError>(inserted)
+        })
     }
 
     /// Compare-and-set: write the document and project only if the stored revision
@@ -79,22 +185,28 @@ impl Database {
         metadata: &Value,
         expected: i64,
         project_id: Option<&str>,
+        event: TrackEvent<'_>,
     ) -> DbResult<WriteOutcome> {
-        let turn = self.writer_turn().await;
         let revision: Option<i64> = on_pool!(self, pool => {
-            sqlx::query_scalar(
+            let (_turn, mut tx) = begin_write!(self, pool);
+            let at = now();
+            let revision: Option<i64> = sqlx::query_scalar(
                 "UPDATE tracks SET metadata = $2, revision = revision + 1, updated_at = $4, \
                  project_id = $5 WHERE track_id = $1 AND revision = $3 RETURNING revision",
             )
             .bind(track_id)
             .bind(Json(metadata))
             .bind(expected)
-            .bind(now())
+            .bind(at)
             .bind(project_id)
-            .fetch_optional(pool)
-            .await?
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(revision) = revision {
+                insert_track_event!(tx, track_id, revision, at, event);
+            }
+            tx.commit().await?;
+            revision
         });
-        drop(turn);
         match revision {
             Some(revision) => Ok(WriteOutcome::Written {
                 revision,
@@ -104,5 +216,20 @@ impl Database {
                 current: self.track(track_id).await?.map(|t| t.revision),
             }),
         }
+    }
+
+    /// A track's history, oldest first (empty for a track written before history
+    /// was kept, or one that does not exist: the caller reads the track first).
+    pub async fn track_history(&self, track_id: &str) -> DbResult<Vec<TrackEventRecord>> {
+        let rows: Vec<TrackEventRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT at, revision, action, step, outcome, agent, notes, commit_sha, status, \
+                 current_step FROM track_events WHERE track_id = $1 ORDER BY at, id",
+            )
+            .bind(track_id)
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter().map(TrackEventRow::into_record).collect()
     }
 }

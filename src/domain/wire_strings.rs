@@ -104,7 +104,9 @@ mod tests {
     use crate::domain::gating::Code;
     use crate::domain::job::JobStatus;
     use crate::domain::loop_plan::{ExecutionMode, PlanCode, TaskType};
-    use crate::domain::track_state::{CheckpointStatus, Step, StepOutcome, TrackStatus};
+    use crate::domain::track_state::{
+        CheckpointStatus, Step, StepOutcome, TrackEventAction, TrackStatus,
+    };
     use crate::domain::usage::{BudgetAction, UsageSource};
 
     /// Every table's strings are the serde names, and `Display` writes them.
@@ -136,6 +138,7 @@ mod tests {
             Step,
             StepOutcome,
             TrackStatus,
+            TrackEventAction,
             UsageSource,
             BudgetAction,
         );

@@ -18,13 +18,14 @@ use super::extract::{Json, Path, Query, StoredJson};
 use super::responses::{NoSuchTrack, StaleIfMatch};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
-use crate::service::tracks::{Precondition, TrackVersion};
+use crate::service::tracks::{Precondition, TrackHistory, TrackVersion};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(put_track, get_track))
         .routes(routes!(start_step))
         .routes(routes!(complete_step))
+        .routes(routes!(track_history))
 }
 
 /// `If-Match` as a precondition: none when absent or blank, `Exists` for `*` (or
@@ -126,6 +127,25 @@ async fn get_track(
 ) -> Result<Response, ApiError> {
     let track = state.service.track(&caller, &raw_id).await?;
     Ok(respond(StatusCode::OK, &track))
+}
+
+/// A track's history, oldest first: every import and every step started or
+/// completed, with its agent, verdict and notes, and the revision it made. The
+/// document keeps only each step's latest checkpoint; this keeps them all.
+#[utoipa::path(get, path = "/v1/tracks/{track_id}/history", operation_id = "track_history", tag = "tracks",
+    params(("track_id" = TrackId, Path, description = "The track")),
+    responses(
+        ForbiddenProject,
+        (status = 200, description = "The history", body = TrackHistory),
+        (status = 400, description = "Invalid track id", body = Problem, content_type = "application/problem+json"),
+        NoSuchTrack,
+    ))]
+async fn track_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw_id): Path<String>,
+) -> Result<Json<TrackHistory>, ApiError> {
+    Ok(Json(state.service.track_history(&caller, &raw_id).await?))
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).

@@ -13,6 +13,7 @@ use crate::domain::job::JobStatus;
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
 use crate::service::{Caller, Service, ServiceError};
+use crate::service::tracks::StoredTrackEvent;
 
 pub use crate::db::overview::{JobRow, ListCounts, RunRow};
 pub use crate::service::refine_jobs::{StoredJob, StoredL0};
@@ -351,6 +352,8 @@ pub struct TrackView {
     pub revision: i64,
     pub metadata: Option<Metadata>,
     pub raw: serde_json::Value,
+    /// Every write of the document, oldest first (docs/api.md, "Tracks").
+    pub history: Vec<StoredTrackEvent>,
 }
 
 impl Service {
@@ -365,11 +368,13 @@ impl Service {
             .await?
             .ok_or_else(|| not_found("track", track_id))?;
         caller.check_optional_project(stored.project_id.as_deref())?;
+        let history = self.db.track_history(track_id).await?;
         Ok(TrackView {
             track_id: track_id.to_owned(),
             revision: stored.revision,
             metadata: serde_json::from_value(stored.metadata.clone()).ok(),
             raw: stored.metadata,
+            history: history.into_iter().map(StoredTrackEvent::from).collect(),
         })
     }
 }

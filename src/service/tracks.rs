@@ -4,18 +4,20 @@
 //! a stale one is `stale_etag`; without, the change is re-applied to the newest
 //! document (re-checking the transition), so no concurrent write is lost.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::DbError;
 use crate::db::task_lists::now;
-use crate::db::tracks::{StoredTrack, WriteOutcome};
+use crate::db::tracks::{StoredTrack, TrackEvent, TrackEventRecord, WriteOutcome};
 use crate::domain::ids::Ident;
 use crate::domain::storable::find_nul;
 use crate::domain::track_state::{
     self, CheckpointStatus, Completion, CurrentStep, Metadata, Step, StepOutcome, TrackError,
-    TrackErrorCode, TrackId, TrackStatus, TransitionCode, TransitionError,
+    TrackErrorCode, TrackEventAction, TrackId, TrackStatus, TransitionCode, TransitionError,
 };
 
 /// Compare-and-set retries for writers that pinned no revision.
@@ -66,6 +68,107 @@ pub struct TrackSummary {
     pub revision: i64,
     /// e.g. `["start PLAN"]`; empty for a closed track.
     pub legal_next: Vec<String>,
+}
+
+/// One entry of a track's history: what a write of its document did.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTrackEvent {
+    pub at: DateTime<Utc>,
+    /// The document revision (`ETag`) this write made.
+    pub revision: i64,
+    pub action: TrackEventAction,
+    /// `started` / `completed`: the step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
+    /// `completed`: the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<StepOutcome>,
+    /// `started`: the agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `completed`: the verdict's notes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_sha: Option<String>,
+    /// The track's status after the write.
+    pub status: TrackStatus,
+    /// The track's current step after the write.
+    pub current_step: CurrentStep,
+}
+
+impl From<TrackEventRecord> for StoredTrackEvent {
+    fn from(e: TrackEventRecord) -> Self {
+        StoredTrackEvent {
+            at: e.at,
+            revision: e.revision,
+            action: e.action,
+            step: e.step,
+            outcome: e.outcome,
+            agent: e.agent,
+            notes: e.notes,
+            commit_sha: e.commit_sha,
+            status: e.status,
+            current_step: e.current_step,
+        }
+    }
+}
+
+/// `GET /v1/tracks/{id}/history`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TrackHistory {
+    pub track_id: String,
+    /// Oldest first. Writes made before the server kept history (migration 0013)
+    /// are not in it.
+    pub events: Vec<StoredTrackEvent>,
+}
+
+/// A step write: the transition it applies and the history entry it leaves.
+#[derive(Clone, Copy)]
+enum StepWrite<'a> {
+    Start { agent: &'a str },
+    Complete(&'a Completion),
+}
+
+impl<'a> StepWrite<'a> {
+    fn apply(self, meta: &Metadata, step: Step) -> Result<Metadata, TransitionError> {
+        match self {
+            StepWrite::Start { agent } => track_state::start_step(meta, step, agent, now()),
+            StepWrite::Complete(completion) => {
+                track_state::complete_step(meta, step, completion, now())
+            }
+        }
+    }
+
+    fn event(self, step: Step, after: &Metadata) -> TrackEvent<'a> {
+        let (action, agent, completion) = match self {
+            StepWrite::Start { agent } => (TrackEventAction::Started, Some(agent), None),
+            StepWrite::Complete(c) => (TrackEventAction::Completed, None, Some(c)),
+        };
+        TrackEvent {
+            action,
+            step: Some(step),
+            outcome: completion.map(|c| c.outcome),
+            agent,
+            notes: completion.and_then(|c| c.notes.as_deref()),
+            commit_sha: completion.and_then(|c| c.commit_sha.as_deref()),
+            status: after.status,
+            current_step: after.loop_state.current_step,
+        }
+    }
+}
+
+fn import_event(metadata: &Metadata) -> TrackEvent<'static> {
+    TrackEvent {
+        action: TrackEventAction::Imported,
+        step: None,
+        outcome: None,
+        agent: None,
+        notes: None,
+        commit_sha: None,
+        status: metadata.status,
+        current_step: metadata.loop_state.current_step,
+    }
 }
 
 /// Start or complete, with the member that goes with each: one request for the
@@ -183,7 +286,11 @@ impl Service {
                     return Err(precondition_failed(None));
                 }
                 caller.check_optional_project(named)?;
-                if self.db.insert_track(id.as_str(), &document, named).await? {
+                if self
+                    .db
+                    .insert_track(id.as_str(), &document, named, import_event(&metadata))
+                    .await?
+                {
                     return Ok(TrackVersion {
                         metadata,
                         revision: 1,
@@ -203,7 +310,13 @@ impl Service {
             }
             match self
                 .db
-                .update_track(id.as_str(), &document, track.revision, project)
+                .update_track(
+                    id.as_str(),
+                    &document,
+                    track.revision,
+                    project,
+                    import_event(&metadata),
+                )
                 .await?
             {
                 WriteOutcome::Written { revision, .. } => {
@@ -245,6 +358,22 @@ impl Service {
         })
     }
 
+    /// A track's history, oldest first: imports, steps started and completed with
+    /// their agent, verdict and notes (docs/api.md, "Tracks").
+    pub async fn track_history(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<TrackHistory, ServiceError> {
+        let id = track_id(raw_id)?;
+        self.load_track(caller, &id).await?;
+        let events = self.db.track_history(id.as_str()).await?;
+        Ok(TrackHistory {
+            track_id: id.to_string(),
+            events: events.into_iter().map(StoredTrackEvent::from).collect(),
+        })
+    }
+
     /// Start the current step (sets it `IN_PROGRESS` with the agent).
     pub async fn start_step(
         &self,
@@ -260,9 +389,13 @@ impl Service {
                 "agent holds U+0000 (NUL), which cannot be stored",
             ));
         }
-        self.apply_step(caller, raw_id, raw_step, precondition, |meta, step| {
-            track_state::start_step(meta, step, agent, now())
-        })
+        self.apply_step(
+            caller,
+            raw_id,
+            raw_step,
+            precondition,
+            StepWrite::Start { agent },
+        )
         .await
     }
 
@@ -275,9 +408,13 @@ impl Service {
         completion: &Completion,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
-        self.apply_step(caller, raw_id, raw_step, precondition, |meta, step| {
-            track_state::complete_step(meta, step, completion, now())
-        })
+        self.apply_step(
+            caller,
+            raw_id,
+            raw_step,
+            precondition,
+            StepWrite::Complete(completion),
+        )
         .await
     }
 
@@ -335,7 +472,7 @@ impl Service {
         raw_id: &str,
         raw_step: &str,
         precondition: Precondition,
-        transition: impl Fn(&Metadata, Step) -> Result<Metadata, TransitionError>,
+        write: StepWrite<'_>,
     ) -> Result<TrackVersion, ServiceError> {
         let id = track_id(raw_id)?;
         let pinned = match precondition {
@@ -352,7 +489,7 @@ impl Service {
             let current = decode(&track)?;
             let step = Step::parse(raw_step)
                 .ok_or_else(|| transition_error(track_state::unknown_step(&current, raw_step)))?;
-            let next = transition(&current, step).map_err(transition_error)?;
+            let next = write.apply(&current, step).map_err(transition_error)?;
             match self
                 .db
                 .update_track(
@@ -360,6 +497,7 @@ impl Service {
                     &encode(&next)?,
                     track.revision,
                     track.project_id.as_deref(),
+                    write.event(step, &next),
                 )
                 .await?
             {

@@ -316,6 +316,88 @@ async fn stale_if_match_is_412_and_no_write_is_lost(app: TestApp) {
     app.shutdown().await;
 }
 
+/// The history keeps every write: a FAILED evaluation and its notes are still there
+/// once FIX has started the loop again (the document keeps only the latest
+/// checkpoint of each step); racing writers leave one entry per applied write.
+async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
+    put(&app, TRACK, &v1()).await;
+    run_step(&app, "PLAN", "PASSED").await;
+    run_step(&app, "EVALUATE_PLAN", "PASSED").await;
+    run_step(&app, "EXECUTE", "PASSED").await;
+    step(&app, "start", "EVALUATE_EXECUTION", json!({"agent": "reviewer"}), None).await;
+    let failed = step(&app, "complete", "EVALUATE_EXECUTION",
+        json!({"outcome": "FAILED", "notes": "cache key ignores the tenant"}), None).await;
+    assert_eq!(failed.status(), 200);
+    // Only the applied one of racing starts of FIX is recorded.
+    let starts = futures::future::join_all(
+        (0..4).map(|i| step(&app, "start", "FIX", json!({"agent": format!("fixer-{i}")}), None)),
+    )
+    .await;
+    assert_eq!(starts.iter().filter(|r| r.status() == 200).count(), 1);
+    let fixed = step(&app, "complete", "FIX", json!({"outcome": "PASSED"}), None).await;
+    assert_eq!(fixed.status(), 200);
+    // The evaluation runs again and passes: its checkpoint forgets the failed verdict.
+    run_step(&app, "EVALUATE_EXECUTION", "PASSED").await;
+    let meta: Value = app.get(&format!("/v1/tracks/{TRACK}")).await.json().await.unwrap();
+    assert_ne!(
+        meta["loop_state"]["checkpoints"]["EVALUATE_EXECUTION"]["notes"],
+        "cache key ignores the tenant",
+        "the document alone no longer has the failed verdict"
+    );
+
+    let history: Value = app.get(&format!("/v1/tracks/{TRACK}/history")).await.json().await.unwrap();
+    assert_eq!(history["track_id"], TRACK);
+    let events = history["events"].as_array().unwrap();
+    let what: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let mut w = e["action"].as_str().unwrap().to_owned();
+            for key in ["step", "outcome", "agent"] {
+                if let Some(v) = e[key].as_str() {
+                    w.push(' ');
+                    w.push_str(v);
+                }
+            }
+            w
+        })
+        .collect();
+    let fixer = events
+        .iter()
+        .find_map(|e| (e["step"] == "FIX" && e["action"] == "started").then(|| e["agent"].clone()))
+        .unwrap();
+    let fixer = fixer.as_str().unwrap();
+    assert_eq!(
+        what,
+        [
+            "imported".to_owned(),
+            "started PLAN agent-1".into(),
+            "completed PLAN PASSED".into(),
+            "started EVALUATE_PLAN agent-1".into(),
+            "completed EVALUATE_PLAN PASSED".into(),
+            "started EXECUTE agent-1".into(),
+            "completed EXECUTE PASSED".into(),
+            "started EVALUATE_EXECUTION reviewer".into(),
+            "completed EVALUATE_EXECUTION FAILED".into(),
+            format!("started FIX {fixer}"),
+            "completed FIX PASSED".into(),
+            "started EVALUATE_EXECUTION agent-1".into(),
+            "completed EVALUATE_EXECUTION PASSED".into(),
+        ]
+    );
+    let verdict = &events[8];
+    assert_eq!(verdict["notes"], "cache key ignores the tenant");
+    assert_eq!(verdict["current_step"], "FIX");
+    assert_eq!(verdict["status"], "in_progress");
+    // One entry per revision, in order: no write lost or recorded twice.
+    let revisions: Vec<i64> = events.iter().map(|e| e["revision"].as_i64().unwrap()).collect();
+    assert_eq!(revisions, (1..=13).collect::<Vec<_>>());
+    assert_eq!(events.last().unwrap()["status"], "complete");
+
+    expect_problem(app.get("/v1/tracks/no-such-track/history").await, 404, "not_found").await;
+    expect_problem(app.get("/v1/tracks/.hidden/history").await, 400, "invalid_track_id").await;
+    app.shutdown().await;
+}
+
 const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
 /// May act on `proj-a` only.
 const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
@@ -408,6 +490,14 @@ async fn tracks_belong_to_projects(backend: Backend) {
     let before = crate::common::snapshot_tables(&app).await;
     for id in ["track-b", "track-none"] {
         expect_problem(get_as(&app, TOKEN_A, id).await, 403, "forbidden_project").await;
+        let history = app
+            .client
+            .get(app.url(&format!("/v1/tracks/{id}/history")))
+            .bearer_auth(TOKEN_A)
+            .send()
+            .await
+            .unwrap();
+        expect_problem(history, 403, "forbidden_project").await;
         expect_problem(start_as(&app, TOKEN_A, id).await, 403, "forbidden_project").await;
         let complete = app
             .client
@@ -497,4 +587,5 @@ both_backends!(
     illegal_steps_list_the_legal_ones,
     bad_track_ids_and_documents_store_nothing,
     stale_if_match_is_412_and_no_write_is_lost,
+    history_keeps_a_failed_evaluation_after_fix,
 );

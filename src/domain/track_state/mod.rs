@@ -81,6 +81,14 @@ impl CurrentStep {
     pub fn as_str(self) -> &'static str {
         self.step().map_or("COMPLETE", Step::as_str)
     }
+
+    /// Inverse of [`Self::as_str`] (a step's name case-insensitively, as [`Step::parse`]).
+    pub fn parse(text: &str) -> Option<CurrentStep> {
+        if text == "COMPLETE" {
+            return Some(CurrentStep::Complete);
+        }
+        Step::parse(text).map(CurrentStep::from)
+    }
 }
 
 impl From<Step> for CurrentStep {
@@ -126,10 +134,30 @@ pub enum StepOutcome {
     Blocked,
 }
 
-crate::domain::wire_strings!(StepOutcome {
+crate::domain::wire_strings!(StepOutcome, parse {
     Passed => "PASSED",
     Failed => "FAILED",
     Blocked => "BLOCKED",
+});
+
+/// What a write of a track's document did, as its history records it (docs/api.md,
+/// "Tracks"): the document keeps only each step's latest checkpoint, the history
+/// every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TrackEventAction {
+    /// The document was imported (created or replaced).
+    Imported,
+    /// A step was started.
+    Started,
+    /// A step was completed with an outcome.
+    Completed,
+}
+
+crate::domain::wire_strings!(TrackEventAction, parse {
+    Imported => "imported",
+    Started => "started",
+    Completed => "completed",
 });
 
 /// The track's overall status. Older spellings (`NEW`, `pending`, `IN_PROGRESS`,

@@ -1,6 +1,6 @@
 //! Tracks: the loop state with the current step marked `aria-current="step"`, the
-//! fix cycles used of the maximum, and the revision history the metadata keeps
-//! (plan versions, plan revisions, each step's last checkpoint, blockers).
+//! fix cycles used of the maximum, each step's last checkpoint, every write the
+//! server kept (docs/api.md, "Tracks") and the blockers.
 
 use maud::{Markup, html};
 
@@ -88,6 +88,51 @@ fn loop_steps(m: &Metadata) -> Markup {
     }
 }
 
+/// Every write of the document, so a FAILED evaluation and its notes stay readable
+/// after FIX starts the loop again.
+fn history_table(view: &TrackView) -> Markup {
+    // Writes the history does not hold: those made before it was kept.
+    let first_kept = view.history.first().map_or(view.revision + 1, |e| e.revision);
+    html! {
+        h3 #track-history-h { "History" }
+        @if first_kept > 1 {
+            p.hint #history-missing {
+                "Revisions 1 to " (first_kept - 1) " were written before this server kept a track's history; "
+                "the table above shows only their latest checkpoint per step."
+            }
+        }
+        @if !view.history.is_empty() {
+            div.scroll role="region" aria-labelledby="track-history-h" tabindex="0" {
+                table #track-history {
+                    thead { tr {
+                        th scope="col" { "When" } th scope="col" { "Revision" } th scope="col" { "What" }
+                        th scope="col" { "Agent" } th scope="col" { "Notes" } th scope="col" { "Then" }
+                    } }
+                    tbody {
+                        @for e in view.history.iter().rev() {
+                            tr class={ "ev-" (e.action.as_str()) } {
+                                td { (time(&e.at)) }
+                                td.num { (e.revision) }
+                                td {
+                                    (e.action.as_str())
+                                    @if let Some(step) = e.step { " " (step.as_str()) }
+                                    @if let Some(outcome) = e.outcome { " " (word(outcome.as_str())) }
+                                }
+                                td { bdi { (e.agent.as_deref().unwrap_or("")) } }
+                                td.notes {
+                                    @if let Some(n) = &e.notes { bdi { (n) } }
+                                    @if let Some(sha) = &e.commit_sha { " " code { (sha) } }
+                                }
+                                td { (e.current_step.as_str()) ", " (word(e.status.as_str())) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
     let body = match &view.metadata {
         None => html! {
@@ -115,7 +160,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                     (loop_steps(m))
                 }
                 section aria-labelledby="history-h" {
-                    h2 #history-h { "Revision history" }
+                    h2 #history-h { "Checkpoints and history" }
                     p { "Plan version " (ls.checkpoints.get(Step::Plan).plan_version.unwrap_or(0))
                         ", revised " (ls.plan_revision_count) " times; document revision " (view.revision) "." }
                     div.table-scroll tabindex="0" role="region" aria-label="Checkpoints" {
@@ -149,16 +194,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                             }
                         }
                     }
-                    p.hint #history-missing {
-                        "Earlier attempts are not kept: the server stores only the track's current document, "
-                        "so starting a step again replaces its verdict and notes"
-                        @if ls.fix_cycle_count > 0 {
-                            " (" (ls.fix_cycle_count) " failed evaluation"
-                            @if ls.fix_cycle_count != 1 { "s" }
-                            " of the execution so far, only the latest shown)"
-                        }
-                        ". Showing every attempt needs a per-track event history, like the tasks' history."
-                    }
+                    (history_table(view))
                     h3 { "Blockers" }
                     @if m.blockers.is_empty() { p.none { "None." } }
                     ul.blockers {
