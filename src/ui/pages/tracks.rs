@@ -102,7 +102,7 @@ fn history_table(view: &TrackView) -> Markup {
             }
         }
         @if !view.history.is_empty() {
-            div.scroll role="region" aria-labelledby="track-history-h" tabindex="0" {
+            div.table-scroll role="region" aria-labelledby="track-history-h" tabindex="0" {
                 table #track-history {
                     thead { tr {
                         th scope="col" { "When" } th scope="col" { "Revision" } th scope="col" { "What" }
@@ -121,7 +121,7 @@ fn history_table(view: &TrackView) -> Markup {
                                 td { bdi { (e.agent.as_deref().unwrap_or("")) } }
                                 td.notes {
                                     @if let Some(n) = &e.notes { bdi { (n) } }
-                                    @if let Some(sha) = &e.commit_sha { " " code { (sha) } }
+                                    @if let Some(sha) = &e.commit_sha { " " (id_code(sha)) }
                                 }
                                 td { (e.current_step.as_str()) ", " (word(e.status.as_str())) }
                             }
