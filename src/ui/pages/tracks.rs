@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use super::{Chrome, Section, layout, opt_time, time};
+use super::{Chrome, Section, layout, live_badge, opt_time, time};
 use crate::domain::track_state::{CheckpointStatus, CurrentStep, Metadata, Step};
 use crate::service::dashboard::{TrackListEntry, TrackView};
 
@@ -27,6 +27,8 @@ fn word(text: &str) -> Markup {
 
 pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
     let body = html! {
+        (live_badge())
+        div #live-region data-live="tracks" {
         table.tracks {
             thead { tr {
                 th scope="col" { "Track" } th scope="col" { "Status" } th scope="col" { "Current step" }
@@ -56,6 +58,7 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
                 }
                 @if tracks.is_empty() { tr { td colspan="7" { "No tracks yet." } } }
             }
+        }
         }
     };
     layout("Tracks", Section::Tracks, chrome, body)
