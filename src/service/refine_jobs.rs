@@ -588,7 +588,7 @@ impl Service {
             RetryInsert::Inserted(created) => {
                 metrics::counter!("refine_jobs_created_total").increment(1);
                 self.wake_workers();
-                Ok(created.into())
+                Ok((*created).into())
             }
             RetryInsert::AlreadyRetried(retry) => Err(not_retryable(format!(
                 "the job was retried already by job {retry}: follow that one \

@@ -246,7 +246,7 @@ fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> JobRecord {
 /// What storing a retry came to.
 #[derive(Debug)]
 pub enum RetryInsert {
-    Inserted(JobRecord),
+    Inserted(Box<JobRecord>),
     /// The job was retried before: the retry's id.
     AlreadyRetried(Uuid),
     /// The job to retry is gone (deleted by retention meanwhile).
@@ -283,6 +283,6 @@ impl Database {
             insert_jobs!(tx, &jobs, at);
             tx.commit().await?;
         });
-        Ok(RetryInsert::Inserted(as_inserted(&new, at)))
+        Ok(RetryInsert::Inserted(Box::new(as_inserted(&new, at))))
     }
 }
