@@ -74,6 +74,7 @@ impl JobSink for TerminalSink {
                 Classified::Invalid(_) => "invalid",
                 Classified::Mismatch { .. } => "mismatch",
                 Classified::Failed(_) => "failed",
+                Classified::NotStarted(_) => "not started",
             };
             eprintln!(
                 "{}[{n}/{}] L0 {} {status} in {:.1} s",

@@ -34,13 +34,31 @@ pub struct JobRow {
     pub attempt: i32,
     pub max_attempts: i32,
     pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub l0_total: i32,
+    /// Its L0s without a valid answer (a succeeded job with some is degraded).
+    pub l0_not_valid: i64,
+}
+
+/// A job's L0s without a valid answer, as a column of a `refine_jobs` row.
+const NOT_VALID: &str = "(SELECT COUNT(*) FROM refine_l0_runs l \
+     WHERE l.job_id = refine_jobs.id AND l.status <> 'valid')";
+
+/// The state a person reads (`domain::job::job_word`), as SQL.
+fn state_sql() -> String {
+    format!("CASE WHEN status = 'succeeded' AND {NOT_VALID} > 0 THEN 'degraded' ELSE status END")
 }
 
 /// Filters of the dashboard's job list.
 #[derive(Debug, Default, Clone)]
 pub struct JobListFilter {
+    /// A status, or `degraded`; `succeeded` then means succeeded and not degraded.
     pub status: Option<String>,
+    /// An id (the job's, or its run's) or a piece of a phase or project id.
+    pub search: Option<String>,
     pub project_id: Option<String>,
     pub created_from: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
@@ -63,6 +81,77 @@ pub struct TrackRow {
     pub track_id: String,
     pub metadata: serde_json::Value,
     pub revision: i64,
+}
+
+/// What a live page watches (`Database::live_marker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveTable {
+    Jobs,
+    Runs,
+    Tracks,
+    TaskLists,
+    Tasks,
+}
+
+/// The job list's filters as `AND`s on `refine_jobs` (`$status`: whether the
+/// status filter applies; the state counts take every status).
+macro_rules! push_job_filter {
+    ($q:ident, $filter:expr, $status:expr) => {{
+        let filter: &JobListFilter = $filter;
+        if $status {
+            match filter.status.as_deref() {
+                None => {}
+                Some("degraded") => {
+                    $q.push(format!(" AND status = 'succeeded' AND {NOT_VALID} > 0"));
+                }
+                Some("succeeded") => {
+                    $q.push(format!(" AND status = 'succeeded' AND {NOT_VALID} = 0"));
+                }
+                Some(s) => {
+                    $q.push(" AND status = ").push_bind(s.to_owned());
+                }
+            }
+        }
+        if let Some(search) = &filter.search {
+            match search.parse::<Uuid>() {
+                Ok(id) => {
+                    $q.push(" AND (id = ").push_bind(id);
+                    $q.push(" OR run_id = ").push_bind(id);
+                    $q.push(")");
+                }
+                Err(_) => {
+                    let pattern = format!("%{}%", like_escape(&search.to_lowercase()));
+                    $q.push(" AND (LOWER(phase_id) LIKE ")
+                        .push_bind(pattern.clone());
+                    $q.push(" ESCAPE '\\' OR LOWER(project_id) LIKE ")
+                        .push_bind(pattern);
+                    $q.push(" ESCAPE '\\')");
+                }
+            }
+        }
+        if let Some(p) = &filter.project_id {
+            $q.push(" AND project_id = ").push_bind(p.clone());
+        }
+        if let Some(from) = filter.created_from {
+            $q.push(" AND created_at >= ").push_bind(from);
+        }
+        if let Some(to) = filter.created_before {
+            $q.push(" AND created_at < ").push_bind(to);
+        }
+        push_allowed(&mut $q, "project_id", filter.allowed_projects.as_deref());
+    }};
+}
+
+/// `text` for a `LIKE … ESCAPE '\'` pattern: its `%`, `_` and `\` match themselves.
+fn like_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `AND <column> IN (...)` for a project-limited reader; rows with no project are
@@ -181,29 +270,70 @@ impl Database {
         before: Option<Uuid>,
     ) -> DbResult<Vec<JobRow>> {
         Ok(on_pool!(self, pool => {
-            let mut q = QueryBuilder::new(
+            let mut q = QueryBuilder::new(format!(
                 "SELECT id, status, phase_id, run_id, project_id, team_pk, executor, attempt, \
-                 max_attempts, created_at, finished_at FROM refine_jobs WHERE TRUE",
-            );
-            if let Some(s) = &filter.status {
-                q.push(" AND status = ").push_bind(s.clone());
-            }
-            if let Some(p) = &filter.project_id {
-                q.push(" AND project_id = ").push_bind(p.clone());
-            }
-            if let Some(from) = filter.created_from {
-                q.push(" AND created_at >= ").push_bind(from);
-            }
-            if let Some(to) = filter.created_before {
-                q.push(" AND created_at < ").push_bind(to);
-            }
-            push_allowed(&mut q, "project_id", filter.allowed_projects.as_deref());
+                 max_attempts, created_at, started_at, finished_at, error_code, error_message, \
+                 l0_total, {NOT_VALID} AS l0_not_valid FROM refine_jobs WHERE TRUE",
+            ));
+            push_job_filter!(q, filter, true);
             if let Some(before) = before {
                 q.push(" AND id < ").push_bind(before);
             }
             q.push(" ORDER BY id DESC LIMIT ")
                 .push_bind(i64::from(limit));
             q.build_query_as().fetch_all(pool).await?
+        }))
+    }
+
+    /// `(state, count)` of the jobs `filter` matches, whatever its status: a
+    /// success with failed L0 calls counts as `degraded` (issue 27, item 2).
+    pub async fn job_state_counts(&self, filter: &JobListFilter) -> DbResult<Vec<(String, i64)>> {
+        Ok(on_pool!(self, pool => {
+            let mut q = QueryBuilder::new(format!(
+                "SELECT state, COUNT(*) FROM (SELECT {} AS state FROM refine_jobs WHERE TRUE",
+                state_sql()
+            ));
+            push_job_filter!(q, filter, false);
+            q.push(") s GROUP BY state ORDER BY state");
+            q.build_query_as().fetch_all(pool).await?
+        }))
+    }
+
+    /// A cheap marker that changes whenever a row of `table` (`refine_jobs`,
+    /// `refine_runs`, `tracks`, `task_lists` or `tasks`) the reader may see is
+    /// added or changed: `(count, latest change)`.
+    pub async fn live_marker(
+        &self,
+        table: LiveTable,
+        allowed: Option<&[String]>,
+    ) -> DbResult<(i64, Option<DateTime<Utc>>)> {
+        let (sql, column) = match table {
+            LiveTable::Jobs => (
+                "SELECT COUNT(*), MAX(updated_at) FROM refine_jobs WHERE TRUE",
+                "project_id",
+            ),
+            LiveTable::Runs => (
+                "SELECT COUNT(*), MAX(updated_at) FROM refine_runs WHERE TRUE",
+                "project_id",
+            ),
+            LiveTable::Tracks => (
+                "SELECT COUNT(*), MAX(updated_at) FROM tracks WHERE TRUE",
+                "project_id",
+            ),
+            LiveTable::TaskLists => (
+                "SELECT COUNT(*), MAX(created_at) FROM task_lists WHERE TRUE",
+                "project_id",
+            ),
+            LiveTable::Tasks => (
+                "SELECT COUNT(*), MAX(t.updated_at) FROM tasks t JOIN task_lists l \
+                 ON l.id = t.task_list_id WHERE TRUE",
+                "l.project_id",
+            ),
+        };
+        Ok(on_pool!(self, pool => {
+            let mut q = QueryBuilder::new(sql);
+            push_allowed(&mut q, column, allowed);
+            q.build_query_as().fetch_one(pool).await?
         }))
     }
 

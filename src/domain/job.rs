@@ -325,3 +325,111 @@ mod tests {
         assert_eq!(requeue_backoff(0, 0.0), Duration::from_secs(1));
     }
 }
+
+/// The word the dashboard shows for a success whose L0 calls did not all give a
+/// valid answer (issue 27, item 2). REST keeps the status `succeeded`.
+pub const DEGRADED: &str = "degraded";
+
+/// How a person reads a refine job: its status, or [`DEGRADED`] for a success
+/// with `l0_not_valid` of its L0 calls giving no usable answer.
+pub fn job_word(status: JobStatus, l0_not_valid: i64) -> &'static str {
+    if status == JobStatus::Succeeded && l0_not_valid > 0 {
+        DEGRADED
+    } else {
+        status.as_str()
+    }
+}
+
+/// "3 of 3 L0 calls failed" for a degraded job, `None` otherwise.
+pub fn degraded_note(status: JobStatus, l0_not_valid: i64, l0_total: i64) -> Option<String> {
+    (job_word(status, l0_not_valid) == DEGRADED)
+        .then(|| format!("{l0_not_valid} of {l0_total} L0 calls failed"))
+}
+
+/// The error an L0 row gets when its job ended while it ran (a cancel, or a
+/// hand-back that ended a cancel): it did not fail, it was stopped.
+pub const STOPPED_L0_ERRORS: [&str; 2] = [
+    "cancelled before it finished",
+    "the job ended before it finished",
+];
+
+/// How a person reads one L0 of a job: `not started` for one still pending in an
+/// ended job (a budget stop or cancel came first), `cancelled` for one stopped by
+/// its job's cancel, else its stored status.
+pub fn l0_word<'a>(job: JobStatus, l0_status: &'a str, error: Option<&str>) -> &'a str {
+    if job.is_terminal() && l0_status == "pending" {
+        return "not started";
+    }
+    if l0_status == "failed" && error.is_some_and(|e| STOPPED_L0_ERRORS.contains(&e)) {
+        return "cancelled";
+    }
+    l0_status
+}
+
+/// Why a job cannot be retried, or `None` when it can: only an ended job that did
+/// not succeed (failed, budget-stopped, cancelled) is retried.
+pub fn retry_refusal(status: JobStatus) -> Option<String> {
+    match status {
+        JobStatus::Failed | JobStatus::Cancelled => None,
+        JobStatus::Succeeded => Some(
+            "the job succeeded; only a failed, budget-stopped or cancelled job is retried \
+             (submit a new job to refine the phase again)"
+                .to_owned(),
+        ),
+        JobStatus::Queued | JobStatus::Running | JobStatus::Cancelling => Some(format!(
+            "the job is {}; only an ended job is retried (wait for it to end, or cancel it \
+             first)",
+            status.as_str()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+
+    #[test]
+    fn a_success_with_failed_calls_reads_degraded() {
+        assert_eq!(job_word(JobStatus::Succeeded, 0), "succeeded");
+        assert_eq!(job_word(JobStatus::Succeeded, 3), DEGRADED);
+        assert_eq!(job_word(JobStatus::Failed, 3), "failed");
+        assert_eq!(
+            degraded_note(JobStatus::Succeeded, 3, 3).as_deref(),
+            Some("3 of 3 L0 calls failed")
+        );
+        assert_eq!(degraded_note(JobStatus::Succeeded, 0, 3), None);
+    }
+
+    #[test]
+    fn l0s_that_never_ran_or_were_stopped_are_not_failed() {
+        assert_eq!(l0_word(JobStatus::Failed, "pending", None), "not started");
+        assert_eq!(l0_word(JobStatus::Running, "pending", None), "pending");
+        assert_eq!(
+            l0_word(
+                JobStatus::Cancelled,
+                "failed",
+                Some("cancelled before it finished")
+            ),
+            "cancelled"
+        );
+        assert_eq!(
+            l0_word(JobStatus::Failed, "failed", Some("exit 1")),
+            "failed"
+        );
+    }
+
+    #[test]
+    fn only_ended_unsuccessful_jobs_are_retried() {
+        for s in [JobStatus::Failed, JobStatus::Cancelled] {
+            assert!(retry_refusal(s).is_none());
+        }
+        for s in [
+            JobStatus::Queued,
+            JobStatus::Running,
+            JobStatus::Cancelling,
+            JobStatus::Succeeded,
+        ] {
+            assert!(retry_refusal(s).is_some(), "{s:?}");
+        }
+    }
+}

@@ -363,13 +363,14 @@ impl Budget {
         self.max_cost_usd.is_some() || self.max_output_tokens.is_some()
     }
 
-    /// Why `spent` reaches the budget, or `None` while there is room.
+    /// Why `spent` reaches the budget, or `None` while there is room: "budget of
+    /// $0.02 is spent (…)", for the caller to name its scope ("the job's …").
     pub fn exceeded(&self, spent: Spent) -> Option<String> {
         if let Some(max) = self.max_cost_usd
             && spent.cost_usd >= max
         {
             return Some(format!(
-                "the budget of ${max} is spent (${:.6} so far)",
+                "budget of ${max} is spent (${:.6} so far)",
                 spent.cost_usd
             ));
         }
@@ -377,7 +378,7 @@ impl Budget {
             && spent.output_tokens >= max
         {
             return Some(format!(
-                "the budget of {max} output tokens is spent ({} so far)",
+                "budget of {max} output tokens is spent ({} so far)",
                 spent.output_tokens
             ));
         }

@@ -37,6 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(refine_job_assignments))
         .routes(routes!(refine_job_events))
         .routes(routes!(cancel_refine_job))
+        .routes(routes!(retry_refine_job))
 }
 
 /// What every create reads before its use case: a body declared JSON with no NUL,
@@ -266,4 +267,32 @@ async fn cancel_refine_job(
     Ok(Json(
         state.service.cancel_refine_job(&caller, &raw_id).await?,
     ))
+}
+
+/// Retry an ended job that did not succeed (failed, budget-stopped or
+/// cancelled): a new job made from the same stored request, with the same
+/// executor, project, cycle and budget. The new job names the original in
+/// `retry_of`; the original shows it as `retried_by`. One retry per job. A run's
+/// phase job is retried on its own, outside its run.
+#[utoipa::path(post, path = "/v1/refine-jobs/{id}/retry", tag = "refine-jobs",
+    params(("id" = Uuid, Path, description = "Id of the job to retry")),
+    responses(
+        ForbiddenProject,
+        (status = 201, description = "The new job, queued; `Location` is its URL", body = StoredJob,
+            headers(("Location" = String, description = "/v1/refine-jobs/{new id}"))),
+        JobById,
+        (status = 409, description = "`job_not_retryable`: the job has not ended, succeeded, or was retried already (the detail names its retry); the problem carries its `job_status`", body = Problem, content_type = "application/problem+json"),
+        BudgetExhausted,
+    ))]
+async fn retry_refine_job(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = state.service.retry_refine_job(&caller, &raw_id).await?;
+    let mut response = (StatusCode::CREATED, Json(&job)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-jobs/{}", job.id)) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
 }

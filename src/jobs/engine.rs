@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::agents::{Executor, L0Request, L0Run};
 use crate::domain::refine::{
     Assignment, Classified, L0Outcome, NEXT_BATCH, PhaseContext, PlanDocument, RefineOutput,
-    batches, build_packets, classify, refine_phase, render_prompt,
+    batches, build_packets, classify, refine_phase, refine_phase_stopped, render_prompt,
 };
 use crate::domain::storable::replace_nul;
 use crate::domain::usage::BudgetAction;
@@ -378,7 +378,7 @@ fn budget_stop(
     log: &[String],
     reason: String,
 ) -> Stop {
-    let output = refine_phase(&job.context, outcomes, config.max_parallel);
+    let output = refine_phase_stopped(&job.context, outcomes, config.max_parallel, &reason);
     let new_lines = lines_beyond(&output.log, log);
     Stop::Budget {
         reason,

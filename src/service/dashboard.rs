@@ -5,11 +5,10 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
-use crate::db::overview::JobListFilter;
+use crate::db::overview::{JobListFilter, LiveTable};
 use crate::db::refine_jobs::JobFilter;
 use crate::db::task_lists::dispatch_view;
 use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
-use crate::domain::job::JobStatus;
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
 use crate::service::{Caller, Service, ServiceError};
@@ -91,7 +90,10 @@ impl Service {
             projects,
             job_counts: self
                 .db
-                .status_counts(false, caller.allowed_projects())
+                .job_state_counts(&JobListFilter {
+                    allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
+                    ..JobListFilter::default()
+                })
                 .await?,
             run_counts: self
                 .db
@@ -195,10 +197,25 @@ impl Service {
     }
 }
 
+/// The states the job list filters and counts by: the statuses, and `degraded`
+/// (a success with failed L0 calls; `succeeded` then means a clean one).
+pub const JOB_STATES: [&str; 7] = [
+    "queued",
+    "running",
+    "cancelling",
+    "succeeded",
+    crate::domain::job::DEGRADED,
+    "failed",
+    "cancelled",
+];
+
 /// The job list's query, as parsed from a form.
 #[derive(Debug, Default, Clone)]
 pub struct JobQuery {
-    pub status: Option<JobStatus>,
+    /// One of [`JOB_STATES`].
+    pub status: Option<&'static str>,
+    /// An id, or a piece of a phase or project id.
+    pub search: Option<String>,
     pub project_id: Option<String>,
     /// Jobs created on this UTC day.
     pub date: Option<NaiveDate>,
@@ -233,12 +250,13 @@ impl Service {
         &self,
         caller: &Caller,
         query: &JobQuery,
-    ) -> Result<Page<JobRow>, ServiceError> {
+    ) -> Result<JobList, ServiceError> {
         let day = query
             .date
             .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
         let filter = JobListFilter {
-            status: query.status.map(|s| s.as_str().to_owned()),
+            status: query.status.map(str::to_owned),
+            search: query.search.clone(),
             project_id: query.project_id.clone(),
             created_from: day,
             created_before: day.map(|d| d + chrono::Duration::days(1)),
@@ -248,13 +266,51 @@ impl Service {
             .db
             .job_rows(&filter, JOB_PAGE + 1, query.before)
             .await?;
-        Ok(Page::cut(rows, |r| r.id))
+        let page = Page::cut(rows, |r| r.id);
+        let ids: Vec<Uuid> = page.rows.iter().map(|r| r.id).collect();
+        let usage = self.db.job_usage(&ids).await?.into_iter().collect();
+        let counts = self.db.job_state_counts(&filter).await?;
+        Ok(JobList {
+            page,
+            usage,
+            counts,
+        })
     }
+}
+
+/// A page of the job list, with what each row cost and the state counts of
+/// every job the query matches (whatever its status filter).
+pub struct JobList {
+    pub page: Page<JobRow>,
+    pub usage: std::collections::HashMap<Uuid, crate::domain::usage::UsageTotals>,
+    pub counts: Vec<(String, i64)>,
 }
 
 pub struct JobView {
     pub job: StoredJob,
     pub l0s: Vec<StoredL0>,
+    /// The log with when each line was written (`None` for a line no event
+    /// carries, such as the final log's reordered lines: the job's end then).
+    pub log: Vec<(DateTime<Utc>, String)>,
+}
+
+/// The stored log's lines with their times: each line takes the time of the
+/// first unused `log` event with its text; a line no event carries was written
+/// with the job's final log, at `ended`.
+fn timed_log(
+    log: &[String],
+    mut events: Vec<(String, DateTime<Utc>)>,
+    ended: DateTime<Utc>,
+) -> Vec<(DateTime<Utc>, String)> {
+    log.iter()
+        .map(|line| {
+            let at = match events.iter().position(|(l, _)| l == line) {
+                Some(i) => events.remove(i).1,
+                None => ended,
+            };
+            (at, line.clone())
+        })
+        .collect()
 }
 
 impl Service {
@@ -268,7 +324,9 @@ impl Service {
         caller.check_optional_project(job.project_id.as_deref())?;
         let l0s = self.db.refine_job_l0s(id).await?;
         let l0s = l0s.into_iter().map(StoredL0::from).collect();
-        Ok(JobView { job, l0s })
+        let events = self.db.refine_job_log_times(id).await?;
+        let log = timed_log(&job.log, events, job.finished_at.unwrap_or(job.updated_at));
+        Ok(JobView { job, l0s, log })
     }
 }
 
@@ -437,5 +495,235 @@ impl Service {
             abandoned_by_it,
             history,
         })
+    }
+}
+
+/// What a live page watches: it reloads its list when any of these change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LivePage {
+    Overview,
+    Jobs,
+    Runs,
+    Tracks,
+}
+
+impl LivePage {
+    pub fn parse(word: &str) -> Option<Self> {
+        Some(match word {
+            "overview" => LivePage::Overview,
+            "jobs" => LivePage::Jobs,
+            "runs" => LivePage::Runs,
+            "tracks" => LivePage::Tracks,
+            _ => return None,
+        })
+    }
+
+    fn tables(self) -> &'static [LiveTable] {
+        match self {
+            LivePage::Overview => &[
+                LiveTable::Jobs,
+                LiveTable::Runs,
+                LiveTable::TaskLists,
+                LiveTable::Tasks,
+            ],
+            LivePage::Jobs => &[LiveTable::Jobs],
+            LivePage::Runs => &[LiveTable::Runs],
+            LivePage::Tracks => &[LiveTable::Tracks],
+        }
+    }
+}
+
+/// A change marker of what a live page shows, in the caller's projects.
+pub type LiveMarker = Vec<(i64, Option<DateTime<Utc>>)>;
+
+impl Service {
+    pub async fn dashboard_live_marker(
+        &self,
+        caller: &Caller,
+        page: LivePage,
+    ) -> Result<LiveMarker, ServiceError> {
+        let mut marker = Vec::new();
+        for table in page.tables() {
+            marker.push(
+                self.db
+                    .live_marker(*table, caller.allowed_projects())
+                    .await?,
+            );
+        }
+        Ok(marker)
+    }
+}
+
+/// A bulk action on the job list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkAction {
+    Cancel,
+    Retry,
+}
+
+impl BulkAction {
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "cancel" => Some(BulkAction::Cancel),
+            "retry" => Some(BulkAction::Retry),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkAction::Cancel => "cancel",
+            BulkAction::Retry => "retry",
+        }
+    }
+}
+
+/// What a bulk action does (or would do) to one job.
+pub struct BulkItem {
+    pub id: String,
+    /// The job, when the caller may see it.
+    pub job: Option<StoredJob>,
+    /// Done (or, before the action, going to be done).
+    pub ok: bool,
+    /// What happens or happened, or why it is refused.
+    pub note: String,
+    /// A retry's new job.
+    pub new_job: Option<Uuid>,
+}
+
+impl Service {
+    /// What `action` would do to each job, refusing what it would refuse (the
+    /// confirmation page): nothing changes.
+    pub async fn dashboard_bulk_preview(
+        &self,
+        caller: &Caller,
+        action: BulkAction,
+        ids: &[String],
+    ) -> Vec<BulkItem> {
+        let mut items = Vec::with_capacity(ids.len());
+        for raw in ids {
+            let job = self.refine_job(caller, raw, None).await;
+            items.push(match job {
+                Err(e) => BulkItem::refused(raw, None, refusal_text(e)),
+                Ok(job) => {
+                    let refusal = match action {
+                        BulkAction::Cancel => job.status.is_terminal().then(|| {
+                            format!("it has ended ({}); nothing to cancel", job.status.as_str())
+                        }),
+                        BulkAction::Retry => {
+                            crate::domain::job::retry_refusal(job.status).or_else(|| {
+                                job.retried_by
+                                    .map(|r| format!("it was retried already by job {r}"))
+                            })
+                        }
+                    };
+                    match refusal {
+                        Some(why) => BulkItem::refused(raw, Some(job), why),
+                        None => BulkItem {
+                            id: raw.clone(),
+                            note: match action {
+                                BulkAction::Cancel => "will be cancelled".to_owned(),
+                                BulkAction::Retry => {
+                                    "will be retried as a new job from the same request".to_owned()
+                                }
+                            },
+                            job: Some(job),
+                            ok: true,
+                            new_job: None,
+                        },
+                    }
+                }
+            });
+        }
+        items
+    }
+
+    /// Does `action` to each job through the same use cases as REST
+    /// (`cancel_refine_job`, `retry_refine_job`), each checked on its own.
+    pub async fn dashboard_bulk(
+        &self,
+        caller: &Caller,
+        action: BulkAction,
+        ids: &[String],
+    ) -> Vec<BulkItem> {
+        let mut items = Vec::with_capacity(ids.len());
+        for raw in ids {
+            let before = match self.refine_job(caller, raw, None).await {
+                Ok(job) => job,
+                Err(e) => {
+                    items.push(BulkItem::refused(raw, None, refusal_text(e)));
+                    continue;
+                }
+            };
+            items.push(match action {
+                BulkAction::Cancel if before.status.is_terminal() => BulkItem::refused(
+                    raw,
+                    Some(before.clone()),
+                    format!(
+                        "it had ended ({}); nothing to cancel",
+                        before.status.as_str()
+                    ),
+                ),
+                BulkAction::Cancel => match self.cancel_refine_job(caller, raw).await {
+                    Ok(job) => BulkItem {
+                        id: raw.clone(),
+                        note: format!("cancel requested: now {}", job.status.as_str()),
+                        job: Some(job),
+                        ok: true,
+                        new_job: None,
+                    },
+                    Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
+                },
+                BulkAction::Retry => match self.retry_refine_job(caller, raw).await {
+                    Ok(new) => BulkItem {
+                        id: raw.clone(),
+                        note: format!("retried as job {}", new.id),
+                        job: Some(before),
+                        ok: true,
+                        new_job: Some(new.id),
+                    },
+                    Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
+                },
+            });
+        }
+        items
+    }
+}
+
+/// Why a bulk item was refused, for the page: a project refusal names no
+/// project (as the other dashboard pages say it).
+fn refusal_text(e: ServiceError) -> String {
+    match e.kind {
+        crate::service::ErrorKind::Forbidden => {
+            "not yours: your token may not act on this job's project".to_owned()
+        }
+        _ => e.detail,
+    }
+}
+
+impl BulkItem {
+    fn refused(id: &str, job: Option<StoredJob>, why: String) -> Self {
+        BulkItem {
+            id: id.to_owned(),
+            job,
+            ok: false,
+            note: why,
+            new_job: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timed_log;
+
+    #[test]
+    fn log_lines_take_their_events_times_and_the_rest_the_end() {
+        let t = |s: i64| chrono::DateTime::from_timestamp(s, 0).unwrap();
+        let log = vec!["a".to_owned(), "b".to_owned(), "a".to_owned()];
+        let events = vec![("a".to_owned(), t(1)), ("a".to_owned(), t(2))];
+        let timed = timed_log(&log, events, t(9));
+        let times: Vec<_> = timed.iter().map(|(at, _)| at.timestamp()).collect();
+        assert_eq!(times, [1, 9, 2]);
     }
 }

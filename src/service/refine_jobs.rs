@@ -15,9 +15,9 @@ use super::submission::{
     Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal,
     idempotency_key, input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
-use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
+use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::config::Settings;
-use crate::db::refine_jobs::{Created, JobFilter, JobRecord, NewRefineJob};
+use crate::db::refine_jobs::{Created, JobFilter, JobRecord, NewRefineJob, RetryInsert};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
@@ -103,6 +103,9 @@ pub struct JobStreamEvent {
     pub id: i64,
     pub event: String,
     pub data: Value,
+    /// When it was written (the dashboard shows log lines with their time).
+    #[serde(skip)]
+    pub at: chrono::DateTime<chrono::Utc>,
 }
 
 /// A create, parsed once from the body as sent: typed, checked, ready to insert.
@@ -135,6 +138,7 @@ impl RefineJobCreate {
             request_hash: Some(self.request_hash),
             max_attempts: settings.max_attempts,
             budget: self.budget,
+            retry_of: None,
         }
     }
 }
@@ -472,6 +476,7 @@ impl Service {
                                 id: e.seq,
                                 event: e.event,
                                 data: e.data.0,
+                                at: e.created_at,
                             });
                         }
                         return Some((futures::stream::iter(out), (service, after, done)));
@@ -503,6 +508,94 @@ impl Service {
             },
         );
         Ok(stream.flatten().boxed())
+    }
+
+    /// Retry an ended job that did not succeed (failed, budget-stopped or
+    /// cancelled): a new job from the same stored request, with the same executor,
+    /// project, cycle and budget, that names the original in `retry_of` (the
+    /// original shows it as `retried_by`). One retry per job; a run's phase job is
+    /// retried on its own, outside the run (the run merged without it already).
+    /// `job_not_retryable` (409) says why not and what to do instead.
+    pub async fn retry_refine_job(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<StoredJob, ServiceError> {
+        let id = parse_id(raw_id, "job")?;
+        // Authorization first: a refused caller learns nothing of the job's state.
+        let job = self.load_job(caller, id).await?;
+        let not_retryable = |message: String| {
+            ServiceError::conflict(ProblemCode::JobNotRetryable, message)
+                .with_details(ProblemDetails::JobStatus(job.status.as_str()))
+        };
+        if let Some(why) = crate::domain::job::retry_refusal(job.status) {
+            return Err(not_retryable(why));
+        }
+        if let Some(retry) = job.retried_by {
+            return Err(not_retryable(format!(
+                "the job was retried already by job {retry}: follow that one \
+                 (GET /v1/refine-jobs/{retry}), or retry it if it ended without success"
+            )));
+        }
+        let gone = || ServiceError::not_found("refine job", &id.to_string());
+        let request = self.db.refine_job_request(id).await?.ok_or_else(gone)?;
+        let stored: StoredRequest = serde_json::from_value(request.clone()).map_err(|e| {
+            ServiceError::new(
+                ErrorKind::Internal,
+                ProblemCode::Internal,
+                format!("job {id}'s stored request does not read: {e}"),
+            )
+        })?;
+        let context = context_from_value("stored request", &stored.context).map_err(|e| {
+            ServiceError::new(
+                ErrorKind::Internal,
+                ProblemCode::Internal,
+                format!("job {id}'s stored context does not read: {e}"),
+            )
+        })?;
+        let executor = self
+            .resolve_executor(Some(job.executor.as_str()))
+            .map_err(|e| {
+                not_retryable(format!(
+                    "its executor profile {:?} is no longer configured ({}); submit a new job \
+                 with another executor",
+                    job.executor, e.detail
+                ))
+            })?;
+        let project = job
+            .project_id
+            .as_deref()
+            .map(|p| Ident::parse("project_id", p))
+            .transpose()?;
+        self.check_daily_limit(project.as_ref()).await?;
+        let new = NewRefineJob {
+            id: Uuid::now_v7(),
+            l0s: l0_rows(&context, self.settings.l0_concurrency),
+            phase_id: job.phase_id.clone(),
+            run_id: None,
+            project_id: job.project_id.clone(),
+            team_pk: job.team_pk.clone(),
+            executor: executor.name().to_owned(),
+            executor_kind: executor.kind().to_owned(),
+            request,
+            idempotency_key: None,
+            request_hash: None,
+            max_attempts: self.settings.max_attempts,
+            budget: job.budget.unwrap_or_default(),
+            retry_of: Some(id),
+        };
+        match self.db.insert_retry(id, new).await? {
+            RetryInsert::Inserted(created) => {
+                metrics::counter!("refine_jobs_created_total").increment(1);
+                self.wake_workers();
+                Ok((*created).into())
+            }
+            RetryInsert::AlreadyRetried(retry) => Err(not_retryable(format!(
+                "the job was retried already by job {retry}: follow that one \
+                 (GET /v1/refine-jobs/{retry})"
+            ))),
+            RetryInsert::Gone => Err(gone()),
+        }
     }
 
     /// Cancel a job. Idempotent: a terminal job is returned unchanged; a queued one

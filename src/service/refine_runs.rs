@@ -240,6 +240,7 @@ impl Service {
                 max_attempts: self.settings.max_attempts,
                 l0s,
                 budget,
+                retry_of: None,
             })
             .collect();
         let new = NewRefineRun {

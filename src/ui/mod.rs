@@ -20,8 +20,7 @@ use futures::Stream;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::domain::job::JobStatus;
-use crate::service::dashboard::{JobQuery, TaskState};
+use crate::service::dashboard::{BulkAction, JOB_STATES, JobQuery, LivePage, TaskState};
 use crate::service::{Caller, ErrorKind, ProblemCode, ServiceError};
 use crate::web::AppState;
 use pages::{Chrome, error_page, respond};
@@ -38,12 +37,22 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/task-lists/{id}", get(task_list))
         .route("/ui/task-lists/{id}/events", get(task_list_events))
         .route("/ui/task-lists/{id}/tasks/{task_id}", get(task_page))
+        .route("/ui/live/{page}/events", get(live_events))
         .route("/ui/jobs", get(jobs))
+        .route("/ui/jobs/bulk", get(bulk_confirm).post(bulk_action))
         .route("/ui/jobs/{id}", get(job))
         .route("/ui/jobs/{id}/events", get(job_events))
-        .route("/ui/jobs/{id}/cancel", post(cancel_job))
+        .route(
+            "/ui/jobs/{id}/cancel",
+            get(cancel_job_confirm).post(cancel_job),
+        )
+        .route("/ui/jobs/{id}/retry", post(retry_job))
         .route("/ui/runs", get(runs))
         .route("/ui/runs/{id}", get(run))
+        .route(
+            "/ui/runs/{id}/cancel",
+            get(cancel_run_confirm).post(cancel_run),
+        )
         .route("/ui/tracks", get(tracks))
         .route("/ui/tracks/{id}", get(track))
         .route("/ui/assets/{name}", get(assets::serve))
@@ -266,6 +275,7 @@ async fn task_list_events(
 #[derive(Deserialize)]
 struct JobsForm {
     status: Option<String>,
+    q: Option<String>,
     project: Option<String>,
     date: Option<String>,
     before: Option<String>,
@@ -274,12 +284,12 @@ struct JobsForm {
 fn job_query(form: &JobsForm) -> Result<JobQuery, ServiceError> {
     let status = match present(&form.status) {
         None => None,
-        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
-            invalid(
-                "status",
-                "one of queued, running, cancelling, succeeded, failed, cancelled",
-            )
-        })?),
+        Some(s) => Some(
+            JOB_STATES
+                .into_iter()
+                .find(|state| *state == s)
+                .ok_or_else(|| invalid("status", &format!("one of {}", JOB_STATES.join(", "))))?,
+        ),
     };
     let date = match present(&form.date) {
         None => None,
@@ -293,6 +303,7 @@ fn job_query(form: &JobsForm) -> Result<JobQuery, ServiceError> {
         .transpose()?;
     Ok(JobQuery {
         status,
+        search: present(&form.q).map(str::to_owned),
         project_id: present(&form.project).map(str::to_owned),
         date,
         before,
@@ -305,14 +316,14 @@ async fn jobs(
     Query(form): Query<JobsForm>,
 ) -> PageResult {
     let query = job_query(&form).map_err(failure)?;
-    let page = state
+    let list = state
         .service
         .dashboard_jobs(&caller, &query)
         .await
         .map_err(failure)?;
     Ok(respond(
         StatusCode::OK,
-        pages::jobs::jobs_page(&query, &page, chrome(&state)),
+        pages::jobs::jobs_page(&query, &list, chrome(&state)),
     ))
 }
 
@@ -350,13 +361,54 @@ async fn job_events(
         .refine_job_events(&caller, &raw, last_event_id)
         .await
         .map_err(failure)?;
-    let stream = futures::StreamExt::map(events, |e| {
+    // Log lines carry their time here, for the page to show (issue 27, item 2).
+    let stream = futures::StreamExt::map(events, |mut e| {
+        if e.event == "log"
+            && let Some(data) = e.data.as_object_mut()
+        {
+            data.insert("at".into(), serde_json::json!(e.at.to_rfc3339()));
+        }
         Ok(Event::default()
             .id(e.id.to_string())
             .event(e.event)
             .data(e.data.to_string()))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// An action's refusal as a page, titled by what was refused.
+fn refused(title: &'static str) -> impl Fn(ServiceError) -> Response {
+    move |e: ServiceError| {
+        let status = match e.kind {
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Internal => return failure(e),
+            _ => StatusCode::CONFLICT,
+        };
+        error_page(status, title, &e.detail)
+    }
+}
+
+/// Cancel asks first: this page says what will happen and posts the cancel
+/// (no script needed).
+async fn cancel_job_confirm(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> PageResult {
+    let id = parse_id(&raw, "job id").map_err(failure)?;
+    let view = state
+        .service
+        .dashboard_job(&caller, id)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::cancel_job_page(&view.job, chrome(&state)),
+    ))
 }
 
 async fn cancel_job(
@@ -370,17 +422,188 @@ async fn cancel_job(
         .service
         .cancel_refine_job(&caller, &id.to_string())
         .await
-        .map_err(|e| {
-            let status = match e.kind {
-                ErrorKind::Forbidden => StatusCode::FORBIDDEN,
-                ErrorKind::NotFound => StatusCode::NOT_FOUND,
-                ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-                ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-                _ => StatusCode::CONFLICT,
-            };
-            error_page(status, "Cancel refused", &e.detail)
-        })?;
+        .map_err(refused("Cancel refused"))?;
     Ok(Redirect::to(&format!("/ui/jobs/{id}")).into_response())
+}
+
+/// Retry: the same use case as `POST /v1/refine-jobs/{id}/retry`; on to the new job.
+async fn retry_job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> PageResult {
+    let id = parse_id(&raw, "job id").map_err(failure)?;
+    let new = state
+        .service
+        .retry_refine_job(&caller, &id.to_string())
+        .await
+        .map_err(refused("Retry refused"))?;
+    Ok(Redirect::to(&format!("/ui/jobs/{}", new.id)).into_response())
+}
+
+async fn cancel_run_confirm(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> PageResult {
+    let id = parse_id(&raw, "run id").map_err(failure)?;
+    let view = state
+        .service
+        .dashboard_run(&caller, id)
+        .await
+        .map_err(failure)?;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::cancel_run_page(&view, chrome(&state)),
+    ))
+}
+
+async fn cancel_run(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(raw): Path<String>,
+) -> PageResult {
+    let id = parse_id(&raw, "run id").map_err(failure)?;
+    state
+        .service
+        .cancel_refine_run(&caller, &id.to_string())
+        .await
+        .map_err(refused("Cancel refused"))?;
+    Ok(Redirect::to(&format!("/ui/runs/{id}")).into_response())
+}
+
+/// `name=value` pairs of a query string or form body, `+` and `%XX` decoded
+/// (repeated names kept: the bulk form sends one `id` per job).
+fn form_pairs(raw: &str) -> Vec<(String, String)> {
+    fn decode(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < bytes.len() => {
+                    match u8::from_str_radix(text.get(i + 1..i + 3).unwrap_or(""), 16) {
+                        Ok(b) => {
+                            out.push(b);
+                            i += 2;
+                        }
+                        Err(_) => out.push(b'%'),
+                    }
+                }
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    raw.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(name), decode(value))
+        })
+        .collect()
+}
+
+/// The bulk form's action and job ids (at most a page of them).
+fn bulk_form(raw: &str) -> Result<(BulkAction, Vec<String>), ServiceError> {
+    let pairs = form_pairs(raw);
+    let action = pairs
+        .iter()
+        .find(|(n, _)| n == "action")
+        .map(|(_, v)| v.as_str())
+        .ok_or_else(|| invalid("action", "missing: cancel or retry"))?;
+    let action =
+        BulkAction::parse(action).ok_or_else(|| invalid("action", "must be cancel or retry"))?;
+    let mut ids: Vec<String> = Vec::new();
+    for (_, id) in pairs.into_iter().filter(|(n, _)| n == "id") {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    if ids.is_empty() {
+        return Err(invalid("id", "select at least one job"));
+    }
+    if ids.len() > crate::service::dashboard::JOB_PAGE as usize {
+        return Err(invalid("id", "at most one page of jobs at a time"));
+    }
+    Ok((action, ids))
+}
+
+/// The bulk action's confirmation: what it will do to each selected job, and
+/// what it will refuse, before anything changes.
+async fn bulk_confirm(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    axum::extract::RawQuery(raw): axum::extract::RawQuery,
+) -> PageResult {
+    let (action, ids) = bulk_form(raw.as_deref().unwrap_or("")).map_err(failure)?;
+    let items = state
+        .service
+        .dashboard_bulk_preview(&caller, action, &ids)
+        .await;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::bulk_page(action, &items, false, chrome(&state)),
+    ))
+}
+
+/// The bulk action: each job through the REST use case, then what was done and
+/// what was refused, and why.
+async fn bulk_action(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    body: String,
+) -> PageResult {
+    let (action, ids) = bulk_form(&body).map_err(failure)?;
+    let items = state.service.dashboard_bulk(&caller, action, &ids).await;
+    Ok(respond(
+        StatusCode::OK,
+        pages::jobs::bulk_page(action, &items, true, chrome(&state)),
+    ))
+}
+
+/// `changed` events for a live list page (overview, jobs, runs, tracks): sent
+/// whenever what the page shows changes, for it to fetch itself again. The
+/// first event, `ready`, says the stream is up.
+async fn live_events(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(page): Path<String>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Response> {
+    let page = LivePage::parse(&page)
+        .ok_or_else(|| failure(invalid("page", "one of overview, jobs, runs, tracks")))?;
+    let first = state
+        .service
+        .dashboard_live_marker(&caller, page)
+        .await
+        .map_err(failure)?;
+    let stream = futures::stream::unfold(
+        (state, caller, first, true),
+        move |(state, caller, seen, ready)| async move {
+            if ready {
+                let event = Event::default().event("ready").data("{}");
+                return Some((Ok(event), (state, caller, seen, false)));
+            }
+            loop {
+                tokio::time::sleep(LIVE_POLL).await;
+                if state.is_shutting_down() {
+                    return None;
+                }
+                let marker = state
+                    .service
+                    .dashboard_live_marker(&caller, page)
+                    .await
+                    .ok()?;
+                if marker != seen {
+                    let event = Event::default().event("changed").data("{}");
+                    return Some((Ok(event), (state, caller, marker, false)));
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 #[derive(Deserialize)]

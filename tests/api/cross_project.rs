@@ -312,6 +312,7 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
             ),
             (Method::GET, format!("/v1/refine-jobs/{id}/events"), None),
             (Method::POST, format!("/v1/refine-jobs/{id}/cancel"), None),
+            (Method::POST, format!("/v1/refine-jobs/{id}/retry"), None),
         ]
     }))
     .chain(["track-b", "track-loose"].into_iter().flat_map(|id| {
@@ -401,6 +402,16 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         before,
         "an allowed cancel changes the job"
     );
+    // ...and a retry of the cancelled job is made for it.
+    let retry = send(
+        &app,
+        ADMIN,
+        Method::POST,
+        &format!("/v1/refine-jobs/{other_job}/retry"),
+        None,
+    )
+    .await;
+    assert_eq!(retry.status(), 201);
 
     app.shutdown().await;
 }

@@ -189,6 +189,7 @@ both_backends!(
     creates_arriving_together_are_each_stored_whole,
     racing_creates_with_one_key_and_two_bodies_make_one_job,
     a_failing_job_in_a_group_fails_alone,
+    retry_makes_one_linked_job_from_the_same_request,
 );
 
 async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dirs) {
@@ -1040,6 +1041,7 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
         max_attempts: 3,
         l0s: vec![("P1-A1".into(), 0)],
         budget: Default::default(),
+        retry_of: None,
     };
     // Twelve jobs in one group; the sixth reuses a stored job's id, so the group's
     // transaction fails.
@@ -1162,4 +1164,113 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
     assert!(claimed.is_none());
     assert_eq!(job(&ids[2]).await["status"], "queued");
     app.shutdown().await;
+}
+
+/// `POST /v1/refine-jobs/{id}/retry` (issue 27, item 3): only an ended job that
+/// did not succeed, once; the new job and the old one name each other.
+async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Dirs) {
+    let mut request = body(&["P1-A1"]);
+    request["executor"] = json!("hang");
+    request["project_id"] = json!("proj-r");
+    let job = submit(&app, &request).await;
+    let id = job["id"].as_str().unwrap().to_owned();
+
+    // Not ended yet: refused, saying what to do.
+    let p = expect_problem(
+        app.post_json(&format!("/v1/refine-jobs/{id}/retry"), &json!({}))
+            .await,
+        409,
+        "job_not_retryable",
+    )
+    .await;
+    assert!(
+        ["queued", "running"].contains(&p["job_status"].as_str().unwrap()),
+        "{p}"
+    );
+    assert!(p["detail"].as_str().unwrap().contains("cancel it"), "{p}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dirs.record.join("P1-A1.pid").exists() {
+        assert!(Instant::now() < deadline, "the L0 never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    app.post_json(&format!("/v1/refine-jobs/{id}/cancel"), &json!({}))
+        .await;
+    assert_eq!(app.wait_job(&id).await["status"], "cancelled");
+
+    // Cancelled: retried as a new job from the same request.
+    let response = app
+        .post_json(&format!("/v1/refine-jobs/{id}/retry"), &json!({}))
+        .await;
+    assert_eq!(response.status(), 201);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let retry: Value = response.json().await.unwrap();
+    let retry_id = retry["id"].as_str().unwrap().to_owned();
+    assert_ne!(retry_id, id);
+    assert_eq!(location, format!("/v1/refine-jobs/{retry_id}"));
+    assert_eq!(retry["retry_of"], json!(id), "{retry}");
+    assert_eq!(retry["retried_by"], Value::Null);
+    assert_eq!(retry["executor"], "hang");
+    assert_eq!(retry["phase_id"], "P1");
+    assert_eq!(retry["project_id"], "proj-r");
+    assert_eq!(retry["progress"]["l0_total"], 1);
+    let original: Value = app
+        .get(&format!("/v1/refine-jobs/{id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(original["retried_by"], json!(retry_id), "{original}");
+    assert_eq!(original["retry_of"], Value::Null);
+    let read: Value = app
+        .get(&format!("/v1/refine-jobs/{retry_id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read["retry_of"], json!(id), "{read}");
+
+    // One retry per job: the second names the first.
+    let p = expect_problem(
+        app.post_json(&format!("/v1/refine-jobs/{id}/retry"), &json!({}))
+            .await,
+        409,
+        "job_not_retryable",
+    )
+    .await;
+    assert!(p["detail"].as_str().unwrap().contains(&retry_id), "{p}");
+    app.post_json(&format!("/v1/refine-jobs/{retry_id}/cancel"), &json!({}))
+        .await;
+    app.wait_job(&retry_id).await;
+
+    // A success is not retried.
+    let mut request = body(&["P1-A1"]);
+    request["executor"] = json!("sleep");
+    let done = submit(&app, &request).await;
+    let done_id = done["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.wait_job(&done_id).await["status"], "succeeded");
+    let p = expect_problem(
+        app.post_json(&format!("/v1/refine-jobs/{done_id}/retry"), &json!({}))
+            .await,
+        409,
+        "job_not_retryable",
+    )
+    .await;
+    assert_eq!(p["job_status"], "succeeded");
+
+    // Bad and unknown ids.
+    let bad = app
+        .post_json("/v1/refine-jobs/not-a-uuid/retry", &json!({}))
+        .await;
+    assert_eq!(bad.status(), 400);
+    expect_problem(
+        app.post_json(
+            &format!("/v1/refine-jobs/{}/retry", uuid::Uuid::now_v7()),
+            &json!({}),
+        )
+        .await,
+        404,
+        "not_found",
+    )
+    .await;
 }

@@ -698,6 +698,29 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
         statuses,
         ["valid", "pending", "pending", "pending", "pending"]
     );
+    // The L0s the budget stop kept from starting are said to be not started,
+    // never "failed" (issue 27, item 2).
+    let message = job["error"]["message"].as_str().unwrap();
+    let log: Vec<&str> = job["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        log.contains(
+            &format!(
+                "NOT STARTED: L0 for P1-A2 was not started: {message} — proceeding without its \
+             suggestions"
+            )
+            .as_str()
+        ),
+        "{log:?}"
+    );
+    assert!(
+        !log.iter().any(|l| l.contains("failed — proceeding")),
+        "{log:?}"
+    );
     // The finished outcomes are kept: the partial result has every assignment,
     // the reviewed ones refined, the others unchanged.
     let result = &job["result"];
@@ -760,6 +783,11 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
         "the slow L0 was not killed"
     );
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
+    // One "the" (issue 27: it read "the job's the budget of $0.005 is spent").
+    assert_eq!(
+        job["error"]["message"], "the job's budget of $0.005 is spent ($0.010000 so far)",
+        "{job}"
+    );
     assert_eq!(job["budget"]["budget_action"], "kill");
     let rows = assignments(&app, &id).await;
     assert_eq!(rows[0]["status"], "valid");
@@ -1211,6 +1239,10 @@ async fn assert_budget_exceeded_everywhere(base: &str, job_id: &str) {
     assert!(!is_error, "{answer}");
     assert_eq!(answer["status"], "failed", "MCP: {answer}");
     assert_eq!(answer["error"]["code"], "budget_exceeded", "MCP: {answer}");
+    assert_eq!(
+        answer["error"]["message"], job["error"]["message"],
+        "the same text on REST and MCP"
+    );
     let page = client
         .get(format!("{base}/ui/jobs/{job_id}"))
         .send()

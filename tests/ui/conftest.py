@@ -103,6 +103,9 @@ def start_server(backend: str, tokens: str | None = None, admin_token: str | Non
         f"argv = [\"{L0}\", \"sleep\", \"1.2\"]\ntimeout_secs = 60\n"
         "[executors.hang]\nkind = \"command\"\n"
         f"argv = [\"{L0}\", \"hang\"]\ntimeout_secs = 600\n"
+        # Every call fails (no answer): the job still succeeds, degraded.
+        "[executors.fail]\nkind = \"command\"\n"
+        f"argv = [\"{L0}\", \"fail\"]\ntimeout_secs = 60\n"
         # CLI agents printing a `claude -p --output-format json` envelope: a
         # reported cost ($0.0123 per call), no cost for a model with a price
         # (priced from the table), no cost for a model without one (unknown).

@@ -305,7 +305,7 @@ def test_job_page_shows_the_log_live_and_cancels(server, browser, output, backen
     final = server.ok("GET", f"/v1/refine-jobs/{job['id']}")
     assert final["status"] == "succeeded"
     expect(page.locator("#log li")).to_have_count(len(final["log"]))
-    assert page.locator("#log li").all_inner_texts() == final["log"], "log lines verbatim and in order"
+    assert page.locator("#log li .line").all_inner_texts() == final["log"], "log lines verbatim and in order"
     expect(page.locator("pre.result")).to_contain_text('"schema_version"')
     assert page.evaluate("window.__still_here === true"), "the page reloaded"
     assert seen_running in ("queued", "running", "succeeded")
@@ -332,7 +332,8 @@ def test_job_page_shows_the_log_live_and_cancels(server, browser, output, backen
     page.goto(server.base + f"/ui/jobs/{hang['id']}")
     expect(page.locator("#job-state")).to_have_text("running")
     shot(page, output, "job-running")
-    page.get_by_role("button", name="Cancel this job").click()
+    page.get_by_role("button", name="Cancel this job…").click()
+    page.get_by_role("button", name="Yes, cancel this job").click()
     expect(page.locator("#job-state")).to_have_text(re.compile("cancelling|cancelled"))
     expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
     assert server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "cancelled"
@@ -511,6 +512,15 @@ def test_tokens_limit_what_the_dashboard_shows(browser, output):
             server.base + f"/ui/jobs/{their_job['id']}/cancel", headers={"Origin": server.base})
         assert refused.status == 403
         assert server.ok("GET", f"/v1/refine-jobs/{their_job['id']}")["status"] == "running"
+        # Retry and bulk actions go through the same checks (issue 27, item 3).
+        refused = page.request.post(
+            server.base + f"/ui/jobs/{their_job['id']}/retry", headers={"Origin": server.base})
+        assert refused.status == 403
+        bulk = page.request.post(
+            server.base + "/ui/jobs/bulk", headers={"Origin": server.base},
+            form={"action": "cancel", "id": their_job["id"]})
+        assert bulk.status == 200 and "0 of 1 jobs: cancel done; 1 refused" in bulk.text()
+        assert server.ok("GET", f"/v1/refine-jobs/{their_job['id']}")["status"] == "running"
         watched.assert_clean()
         context.close()
 
@@ -535,7 +545,8 @@ def test_tokens_limit_what_the_dashboard_shows(browser, output):
         assert server.ok("GET", f"/v1/refine-jobs/{their_job['id']}")["status"] == "running"
         # The same form from the dashboard's own page works.
         admin_page.goto(server.base + f"/ui/jobs/{their_job['id']}")
-        admin_page.get_by_role("button", name="Cancel this job").click()
+        admin_page.get_by_role("button", name="Cancel this job…").click()
+        admin_page.get_by_role("button", name="Yes, cancel this job").click()
         expect(admin_page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
         admin_context.close()
     finally:

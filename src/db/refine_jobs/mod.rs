@@ -41,7 +41,7 @@ pub use lease::{
     ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, JobLease, LeaseLost, Reaped,
 };
 pub use progress::{L0Ended, PendingProgress};
-pub use submit::{GroupOutcome, KeyedJob, SubmitQueue, store_group};
+pub use submit::{GroupOutcome, KeyedJob, RetryInsert, SubmitQueue, store_group};
 
 /// A job to insert, with its L0 rows (`(assignment_id, batch)` in natural order).
 /// Owned: a job submitted on its own travels to the group writer (`submit.rs`).
@@ -62,6 +62,8 @@ pub struct NewRefineJob {
     pub l0s: Vec<(String, i32)>,
     /// The job's budget (a run's phase jobs carry the run's; the scope is the run).
     pub budget: Budget,
+    /// The ended job this one retries (docs/api.md, "Retry").
+    pub retry_of: Option<Uuid>,
 }
 
 /// What a create with an idempotency key found.
@@ -129,6 +131,10 @@ pub struct JobRecord {
     /// Its spending limits; null when the request set none. A run's phase jobs
     /// show the run's budget, which applies to the whole run.
     pub budget: Option<Budget>,
+    /// The job this one retries.
+    pub retry_of: Option<Uuid>,
+    /// The job that retries this one.
+    pub retried_by: Option<Uuid>,
 }
 
 /// A budget from its stored columns (`None` when nothing is limited).
@@ -173,12 +179,15 @@ struct RawJobRow {
     max_cost_usd: Option<f64>,
     max_output_tokens: Option<i64>,
     budget_action: String,
+    retry_of: Option<Uuid>,
+    retried_by: Option<Uuid>,
 }
 
 const JOB_COLUMNS: &str = "id, kind, status, phase_id, run_id, project_id, team_pk, executor, \
      executor_kind, created_at, started_at, cancel_requested_at, finished_at, updated_at, \
      attempt, max_attempts, l0_total, log, result, phase_refined_path, error_code, \
-     error_message, version, max_cost_usd, max_output_tokens, budget_action";
+     error_message, version, max_cost_usd, max_output_tokens, budget_action, retry_of, \
+     (SELECT r.id FROM refine_jobs r WHERE r.retry_of = refine_jobs.id) AS retried_by";
 
 fn parse_status(id: Uuid, text: &str) -> DbResult<JobStatus> {
     JobStatus::parse(text).ok_or_else(|| DbError::Corrupt(format!("job {id} has status {text:?}")))
@@ -220,6 +229,8 @@ impl RawJobRow {
                 self.max_output_tokens,
                 &self.budget_action,
             ),
+            retry_of: self.retry_of,
+            retried_by: self.retried_by,
         })
     }
 }
@@ -321,6 +332,7 @@ pub struct JobEvent {
     pub seq: i64,
     pub event: String,
     pub data: Json<Value>,
+    pub created_at: DateTime<Utc>,
 }
 
 /// List filters of `GET /v1/refine-jobs`.

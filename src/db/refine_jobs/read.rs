@@ -132,7 +132,8 @@ impl Database {
     ) -> DbResult<Vec<JobEvent>> {
         Ok(on_pool!(self, pool => {
             sqlx::query_as(
-                "SELECT seq, event, data FROM refine_job_events WHERE job_id = $1 AND seq > $2 \
+                "SELECT seq, event, data, created_at FROM refine_job_events WHERE job_id = $1 \
+                 AND seq > $2 \
                  ORDER BY seq LIMIT $3",
             )
             .bind(id)
@@ -141,6 +142,41 @@ impl Database {
             .fetch_all(pool)
             .await?
         }))
+    }
+
+    /// The request the job was made from, as stored (what a retry is made from).
+    pub async fn refine_job_request(&self, id: Uuid) -> DbResult<Option<serde_json::Value>> {
+        let row: Option<sqlx::types::Json<serde_json::Value>> = on_pool!(self, pool => {
+            sqlx::query_scalar("SELECT request FROM refine_jobs WHERE id = $1")
+                .bind(id)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(row.map(|r| r.0))
+    }
+
+    /// The job's `log` events, `(line, when)` in order: when each line was written
+    /// (the stored log has no times).
+    pub async fn refine_job_log_times(
+        &self,
+        id: Uuid,
+    ) -> DbResult<Vec<(String, chrono::DateTime<chrono::Utc>)>> {
+        let rows: Vec<(
+            sqlx::types::Json<serde_json::Value>,
+            chrono::DateTime<chrono::Utc>,
+        )> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT data, created_at FROM refine_job_events \
+                 WHERE job_id = $1 AND event = 'log' ORDER BY seq",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .filter_map(|(data, at)| Some((data.0.get("line")?.as_str()?.to_owned(), at)))
+            .collect())
     }
 
     /// Per-L0 records in natural assignment order (`position`).

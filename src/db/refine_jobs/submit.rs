@@ -238,5 +238,51 @@ fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> JobRecord {
             new.budget.max_output_tokens,
             new.budget.budget_action.as_str(),
         ),
+        retry_of: new.retry_of,
+        retried_by: None,
+    }
+}
+
+/// What storing a retry came to.
+#[derive(Debug)]
+pub enum RetryInsert {
+    Inserted(Box<JobRecord>),
+    /// The job was retried before: the retry's id.
+    AlreadyRetried(Uuid),
+    /// The job to retry is gone (deleted by retention meanwhile).
+    Gone,
+}
+
+impl Database {
+    /// Stores `new`, the retry of job `original`, unless `original` was retried
+    /// already: one transaction holding the original's row, so two retries of one
+    /// job cannot both go in (the unique index on `retry_of` backs this).
+    pub async fn insert_retry(&self, original: Uuid, new: NewRefineJob) -> DbResult<RetryInsert> {
+        let at = now();
+        let lock = self.row_lock();
+        on_pool!(self, pool => {
+            let (_turn, mut tx) = begin_write!(self, pool);
+            let held: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM refine_jobs WHERE id = $1{lock}"
+            )))
+            .bind(original)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if held.is_none() {
+                return Ok(RetryInsert::Gone);
+            }
+            let existing: Option<Uuid> =
+                sqlx::query_scalar("SELECT id FROM refine_jobs WHERE retry_of = $1")
+                    .bind(original)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some(retry) = existing {
+                return Ok(RetryInsert::AlreadyRetried(retry));
+            }
+            let jobs = [&new];
+            insert_jobs!(tx, &jobs, at);
+            tx.commit().await?;
+        });
+        Ok(RetryInsert::Inserted(Box::new(as_inserted(&new, at))))
     }
 }

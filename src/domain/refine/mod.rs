@@ -31,7 +31,7 @@ pub use packet::{
 };
 pub use phase::{
     Classified, L0Outcome, L0Status, L0Verdict, MAX_PARALLEL, NEXT_BATCH, RefineOutput, batches,
-    classify, dependency_line, refine_phase, result_value,
+    classify, dependency_line, refine_phase, refine_phase_stopped, result_value,
 };
 pub use run::{FileConflict, MergeOutput, SplitPlan, merge_phase_results, split_plan};
 pub use run_result::{PhaseOutcome, RunRequest, merge_run};

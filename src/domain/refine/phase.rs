@@ -58,8 +58,14 @@ crate::domain::wire_strings!(L0Status {
 pub enum Classified {
     Valid(L0Answer),
     Invalid(String),
-    Mismatch { expected: String, actual: String },
+    Mismatch {
+        expected: String,
+        actual: String,
+    },
     Failed(String),
+    /// Never started: a budget stopped the job first (the reason). Its record says
+    /// `failed` (no suggestion), its log line says what happened.
+    NotStarted(String),
 }
 
 /// Judges one outcome. A present but different `assignment_id` is a mismatch even
@@ -88,7 +94,7 @@ impl Classified {
             Classified::Valid(_) => L0Status::Valid,
             Classified::Invalid(_) => L0Status::Invalid,
             Classified::Mismatch { .. } => L0Status::Mismatch,
-            Classified::Failed(_) => L0Status::Failed,
+            Classified::Failed(_) | Classified::NotStarted(_) => L0Status::Failed,
         }
     }
 
@@ -105,6 +111,11 @@ impl Classified {
             Classified::Failed(_) => Some(format!(
                 "CRITICAL: L0 for {assignment_id} failed — proceeding with N-1 suggestions"
             )),
+            // Not a failure: it never ran (issue 27, item 2).
+            Classified::NotStarted(reason) => Some(format!(
+                "NOT STARTED: L0 for {assignment_id} was not started: {reason} — proceeding \
+                 without its suggestions"
+            )),
         }
     }
 
@@ -112,6 +123,7 @@ impl Classified {
         let reason = match self {
             Classified::Valid(_) => None,
             Classified::Invalid(r) | Classified::Failed(r) => Some(r.clone()),
+            Classified::NotStarted(r) => Some(format!("not started: {r}")),
             Classified::Mismatch { expected, actual } => {
                 Some(format!("expected {expected}, got {actual}"))
             }
@@ -152,6 +164,26 @@ pub fn refine_phase(
     outcomes: &[(String, L0Outcome)],
     max_parallel: usize,
 ) -> RefineOutput {
+    refine_phase_with(context, outcomes, max_parallel, None)
+}
+
+/// [`refine_phase`] after a budget stop: an assignment without an outcome was
+/// never started (`reason`), and its log line says so instead of "failed".
+pub fn refine_phase_stopped(
+    context: &PhaseContext,
+    outcomes: &[(String, L0Outcome)],
+    max_parallel: usize,
+    reason: &str,
+) -> RefineOutput {
+    refine_phase_with(context, outcomes, max_parallel, Some(reason))
+}
+
+fn refine_phase_with(
+    context: &PhaseContext,
+    outcomes: &[(String, L0Outcome)],
+    max_parallel: usize,
+    not_started: Option<&str>,
+) -> RefineOutput {
     let mut log = Vec::new();
     let mut records = Vec::new();
     let mut assignments = context.assignments.clone();
@@ -173,7 +205,10 @@ pub fn refine_phase(
         for id in batch {
             let classified = match outcomes.iter().find(|(o, _)| o == id) {
                 Some((_, outcome)) => classify(id, outcome),
-                None => Classified::Failed("no L0 outcome was recorded".into()),
+                None => match not_started {
+                    Some(reason) => Classified::NotStarted(reason.to_owned()),
+                    None => Classified::Failed("no L0 outcome was recorded".into()),
+                },
             };
             log.extend(classified.log_line(id));
             records.push(classified.record(id));

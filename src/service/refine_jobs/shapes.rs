@@ -70,6 +70,11 @@ pub struct StoredJob {
     /// Its spending limits; null when the request set none. A run's phase jobs
     /// show the run's budget, which applies to the whole run.
     pub budget: Option<Budget>,
+    /// The job this one retries (`POST /v1/refine-jobs/{id}/retry`); null for a
+    /// job submitted as such.
+    pub retry_of: Option<Uuid>,
+    /// The job that retries this one; null until it is retried.
+    pub retried_by: Option<Uuid>,
 }
 
 /// One L0's record as `/assignments` shows it.
@@ -151,6 +156,8 @@ impl From<rows::JobRecord> for StoredJob {
             version: row.version,
             usage: row.usage,
             budget: row.budget,
+            retry_of: row.retry_of,
+            retried_by: row.retried_by,
         }
     }
 }

@@ -209,8 +209,22 @@
     };
     source.addEventListener("log", function (e) {
       if (Number(e.lastEventId) <= rendered) return;
+      var data = JSON.parse(e.data);
       var li = document.createElement("li");
-      li.textContent = JSON.parse(e.data).line;
+      if (data.at) {
+        var at = document.createElement("time");
+        at.className = "at";
+        at.dateTime = data.at;
+        at.title = data.at;
+        // HH:MM:SS.mmm (UTC), as the server renders it.
+        at.textContent = data.at.slice(11, 23);
+        li.appendChild(at);
+        li.appendChild(document.createTextNode(" "));
+      }
+      var line = document.createElement("span");
+      line.className = "line";
+      line.textContent = data.line;
+      li.appendChild(line);
       log.appendChild(li);
     });
     source.addEventListener("progress", function (e) {
@@ -235,5 +249,47 @@
         refreshSoon();
       }
     });
+  }
+
+  // --- Live lists (overview, jobs, runs, tracks): the server says "changed",
+  // the page fetches itself and swaps its #live-region; the badge says whether
+  // the stream is up. Selected checkboxes stay selected across a swap. ---
+  var region = document.getElementById("live-region");
+  var badge = document.getElementById("live-badge");
+  if (region && region.dataset.live) {
+    var setBadge = function (live) {
+      if (!badge) return;
+      badge.textContent = live ? "live" : "disconnected (retrying)";
+      badge.classList.toggle("on", live);
+      badge.classList.toggle("off", !live);
+    };
+    var swapping = false;
+    var again = false;
+    var swap = function () {
+      if (swapping) { again = true; return; }
+      swapping = true;
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (r) { return r.text(); })
+        .then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live-region");
+          var mine = document.getElementById("live-region");
+          if (!fresh || !mine) return;
+          var checked = {};
+          mine.querySelectorAll("input[type=checkbox]:checked").forEach(function (c) { checked[c.value] = true; });
+          fresh.querySelectorAll("input[type=checkbox]").forEach(function (c) { if (checked[c.value]) c.checked = true; });
+          mine.replaceWith(fresh);
+          fresh.dataset.refreshed = String(Number(mine.dataset.refreshed || "0") + 1);
+        })
+        .catch(function () {})
+        .then(function () {
+          swapping = false;
+          if (again) { again = false; swap(); }
+        });
+    };
+    var live = new EventSource("/ui/live/" + encodeURIComponent(region.dataset.live) + "/events");
+    live.addEventListener("ready", function () { setBadge(true); });
+    live.addEventListener("changed", function () { setBadge(true); swap(); });
+    live.onerror = function () { setBadge(false); };
+    live.onopen = function () { setBadge(true); };
   }
 })();

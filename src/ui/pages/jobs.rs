@@ -1,16 +1,26 @@
 //! Refine jobs (list with filters and cursor pages; one job with its L0s, live
 //! log, result and cancel button) and refine runs (phases, merged result).
 
+use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::usage::{self, l0_cells, totals_facts};
-use super::{Chrome, JOB_ORDER, Section, id_code, layout, opt_time, status, time};
-use crate::service::dashboard::{JobQuery, JobRow, JobView, Page, RunRow, RunView, StoredL0};
+use super::{Chrome, Section, id_code, layout, live_badge, opt_time, status as status_badge, time};
+use crate::domain::job::{JobStatus, degraded_note, l0_word, retry_refusal};
+use crate::service::dashboard::{
+    BulkAction, BulkItem, JOB_STATES, JobList, JobQuery, JobView, Page, RunRow, RunView, StoredJob,
+    StoredL0,
+};
 
-fn query_string(query: &JobQuery, before: Option<uuid::Uuid>) -> String {
+/// The list's query as a URL query, with `status` replaced by `status` (the
+/// count links) and the page cursor `before`.
+fn query_string(query: &JobQuery, status: Option<&str>, before: Option<uuid::Uuid>) -> String {
     let mut parts = Vec::new();
-    if let Some(s) = query.status {
-        parts.push(format!("status={}", s.as_str()));
+    if let Some(s) = status {
+        parts.push(format!("status={s}"));
+    }
+    if let Some(q) = &query.search {
+        parts.push(format!("q={}", crate::ui::session::url_encode(q)));
     }
     if let Some(p) = &query.project_id {
         parts.push(format!("project={}", crate::ui::session::url_encode(p)));
@@ -24,14 +34,56 @@ fn query_string(query: &JobQuery, before: Option<uuid::Uuid>) -> String {
     parts.join("&")
 }
 
-pub fn jobs_page(query: &JobQuery, page: &Page<JobRow>, chrome: Chrome) -> Markup {
+/// A length of time as a person reads it: "850 ms", "12.4 s", "3 min 05 s", "2 h 07 min".
+pub fn span_text(d: chrono::Duration) -> String {
+    let ms = d.num_milliseconds().max(0);
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{}.{} s", ms / 1000, (ms % 1000) / 100),
+        60_000..3_600_000 => format!("{} min {:02} s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{} h {:02} min", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+/// How long a job ran (ended) or has run so far (`running` = not ended).
+fn job_span(
+    created: DateTime<Utc>,
+    started: Option<DateTime<Utc>>,
+    finished: Option<DateTime<Utc>>,
+) -> Option<(chrono::Duration, bool)> {
+    match (started, finished) {
+        (Some(s), Some(f)) => Some((f - s, false)),
+        (None, Some(f)) => Some((f - created, false)),
+        (Some(s), None) => Some((Utc::now() - s, true)),
+        (None, None) => None,
+    }
+}
+
+/// The job's state as a person reads it: `succeeded — 3 of 3 L0 calls failed`
+/// in amber for a degraded success, else the status word.
+fn job_state(status: JobStatus, l0_not_valid: i64, l0_total: i64) -> Markup {
+    match degraded_note(status, l0_not_valid, l0_total) {
+        Some(note) => html! {
+            span class="status st-degraded" title="degraded: the job succeeded without all its L0 suggestions" {
+                "succeeded — " (note)
+            }
+        },
+        None => status_badge(status.as_str()),
+    }
+}
+
+pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
+    let page = &list.page;
+    let total: i64 = list.counts.iter().map(|(_, n)| n).sum();
     let body = html! {
         form.filters method="get" action="/ui/jobs" role="search" aria-label="Filter refine jobs" {
-            label for="f-status" { "Status" }
+            label for="f-q" { "Search" }
+            input #f-q type="search" name="q" placeholder="job or run id, phase, project" value=(query.search.as_deref().unwrap_or(""));
+            label for="f-status" { "State" }
             select #f-status name="status" {
                 option value="" selected[query.status.is_none()] { "any" }
-                @for word in JOB_ORDER {
-                    option value=(word) selected[query.status.is_some_and(|s| s.as_str() == word)] { (word) }
+                @for word in JOB_STATES {
+                    option value=(word) selected[query.status == Some(word)] { (word) }
                 }
             }
             label for="f-project" { "Project" }
@@ -41,38 +93,88 @@ pub fn jobs_page(query: &JobQuery, page: &Page<JobRow>, chrome: Chrome) -> Marku
             button type="submit" { "Filter" }
             " " a href="/ui/jobs" { "Clear" }
         }
-        p.hint { "Newest first." }
-        div.table-scroll tabindex="0" role="region" aria-label="Refine jobs" {
-        table.jobs {
-            thead { tr {
-                th scope="col" { "Job" } th scope="col" { "Status" } th scope="col" { "Phase" }
-                th scope="col" { "Project" } th scope="col" { "Cycle" } th scope="col" { "Attempt" }
-                th scope="col" { "Executor" } th scope="col" { "Created" } th scope="col" { "Finished" }
-            } }
-            tbody {
-                @for job in &page.rows {
-                    tr data-job=(job.id) {
-                        td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
-                        td { (status(&job.status)) }
-                        td { code { (job.phase_id) } }
-                        td { (job.project_id.as_deref().unwrap_or("—")) }
-                        td { (job.team_pk.as_deref().unwrap_or("—")) }
-                        td.num { (job.attempt) " of " (job.max_attempts) }
-                        td { bdi { (job.executor) } }
-                        td { (time(&job.created_at)) }
-                        td { (opt_time(job.finished_at.as_ref())) }
+        (live_badge())
+        div #live-region data-live="jobs" {
+            nav.state-counts aria-label="Jobs by state" {
+                ul.counts #job-counts {
+                    li { a href={ "/ui/jobs?" (query_string(query, None, None)) } aria-current=[query.status.is_none().then_some("true")] { "all " span.n { (total) } } }
+                    @for word in JOB_STATES {
+                        @let n = list.counts.iter().find(|(s, _)| s == word).map_or(0, |(_, n)| *n);
+                        li data-state=(word) {
+                            a href={ "/ui/jobs?" (query_string(query, Some(word), None)) } aria-current=[(query.status == Some(word)).then_some("true")] {
+                                (status_badge(word)) " " span.n { (n) }
+                            }
+                        }
                     }
                 }
-                @if page.rows.is_empty() { tr { td colspan="9" { "No refine jobs match." } } }
             }
-        }
-        }
-        nav.pages aria-label="Pages" {
-            @if query.before.is_some() {
-                a href={ "/ui/jobs?" (query_string(query, None)) } { "First page" }
+            p.hint { "Newest first. Select jobs to cancel or retry them together; a confirmation page comes first." }
+            form #bulk method="get" action="/ui/jobs/bulk" {
+                div.bulk-actions {
+                    button type="submit" name="action" value="cancel" { "Cancel selected…" }
+                    " "
+                    button type="submit" name="action" value="retry" { "Retry selected…" }
+                }
+                div.table-scroll tabindex="0" role="region" aria-label="Refine jobs" {
+                table.jobs {
+                    thead { tr {
+                        th scope="col" { span.visually-hidden { "Select" } }
+                        th scope="col" { "Job" } th scope="col" { "State" } th scope="col" { "Phase" }
+                        th scope="col" { "Project" } th scope="col" { "Cycle" } th scope="col" { "Attempt" }
+                        th scope="col" { "Executor" } th scope="col" { "Error" } th scope="col" { "Duration" }
+                        th scope="col" { "Cost (USD)" } th scope="col" { "Created" } th scope="col" { "Finished" }
+                    } }
+                    tbody {
+                        @for job in &page.rows {
+                            @let status = JobStatus::parse(&job.status);
+                            tr data-job=(job.id) {
+                                td { input type="checkbox" name="id" value=(job.id) aria-label={ "Select job " (job.id) }; }
+                                td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
+                                td.state {
+                                    @match status {
+                                        Some(s) => (job_state(s, job.l0_not_valid, i64::from(job.l0_total))),
+                                        None => (status_badge(&job.status)),
+                                    }
+                                }
+                                td { code { (job.phase_id) } }
+                                td { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
+                                td { bdi { (job.team_pk.as_deref().unwrap_or("—")) } }
+                                td.num { (job.attempt) " of " (job.max_attempts) }
+                                td { bdi { (job.executor) } }
+                                td.error {
+                                    @if let Some(code) = &job.error_code {
+                                        code { (code) } @if let Some(m) = &job.error_message { ": " bdi { (m) } }
+                                    } @else { span.none { "—" } }
+                                }
+                                td.num.duration {
+                                    @match job_span(job.created_at, job.started_at, job.finished_at) {
+                                        Some((d, true)) => { (span_text(d)) " so far" }
+                                        Some((d, false)) => { (span_text(d)) }
+                                        None => span.none { "—" },
+                                    }
+                                }
+                                td.num.cost {
+                                    @match list.usage.get(&job.id) {
+                                        Some(u) => (usage::cost(u.cost_usd)),
+                                        None => (usage::cost(Some(0.0))),
+                                    }
+                                }
+                                td { (time(&job.created_at)) }
+                                td { (opt_time(job.finished_at.as_ref())) }
+                            }
+                        }
+                        @if page.rows.is_empty() { tr { td colspan="13" { "No refine jobs match." } } }
+                    }
+                }
+                }
             }
-            @if let Some(next) = page.next {
-                " " a rel="next" href={ "/ui/jobs?" (query_string(query, Some(next))) } { "Older jobs" }
+            nav.pages aria-label="Pages" {
+                @if query.before.is_some() {
+                    a href={ "/ui/jobs?" (query_string(query, query.status, None)) } { "First page" }
+                }
+                @if let Some(next) = page.next {
+                    " " a rel="next" href={ "/ui/jobs?" (query_string(query, query.status, Some(next))) } { "Older jobs" }
+                }
             }
         }
     };
@@ -90,33 +192,54 @@ fn duration(l0: &StoredL0) -> String {
     }
 }
 
+/// A job id as a link to its page.
+fn job_link(id: uuid::Uuid) -> Markup {
+    html! { a href={ "/ui/jobs/" (id) } { code { (id) } } }
+}
+
 pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
     let job = &view.job;
-    let word = job.status.as_str();
+    let not_valid = job.progress.l0_total - job.progress.l0_succeeded;
+    let ended = job.status.is_terminal();
     let body = html! {
         div #job data-events={ "/ui/jobs/" (job.id) "/events" } data-version=(job.version) {
             div #job-details {
                 dl.facts {
-                    dt { "State" } dd #job-state aria-live="polite" { (status(word)) }
+                    dt { "State" } dd #job-state aria-live="polite" { (job_state(job.status, not_valid, job.progress.l0_total)) }
+                    @match job_span(job.created_at, job.started_at, job.finished_at) {
+                        Some((d, true)) => { dt { "Elapsed" } dd #job-elapsed { (span_text(d)) " (running since " (time(&job.started_at.unwrap_or(job.created_at))) ")" } }
+                        Some((d, false)) => { dt { "Took" } dd #job-took { (span_text(d)) } }
+                        None => { dt { "Elapsed" } dd #job-elapsed { "not started (queued since " (time(&job.created_at)) ")" } }
+                    }
                     (totals_facts(&job.usage))
                     dt { "Attempt" } dd #job-attempt { (job.attempt) " of " (job.max_attempts) }
                     dt { "Phase" } dd { code { (job.phase_id) } }
-                    dt { "Project" } dd { (job.project_id.as_deref().unwrap_or("—")) }
-                    dt { "Cycle (team_pk)" } dd { (job.team_pk.as_deref().unwrap_or("—")) }
+                    dt { "Project" } dd { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
+                    dt { "Cycle (team_pk)" } dd { bdi { (job.team_pk.as_deref().unwrap_or("—")) } }
                     dt { "Executor" } dd { bdi { (job.executor) } " (" (job.executor_kind) ")" }
                     @if let Some(run) = job.run_id { dt { "Run" } dd { a href={ "/ui/runs/" (run) } { (id_code(run)) } } }
+                    @if let Some(original) = job.retry_of { dt { "Retry of" } dd #retry-of { (job_link(original)) } }
+                    @if let Some(retry) = job.retried_by { dt { "Retried by" } dd #retried-by { (job_link(retry)) } }
                     dt { "Created" } dd { (time(&job.created_at)) }
                     dt { "Started" } dd { (opt_time(job.started_at.as_ref())) }
                     dt { "Finished" } dd { (opt_time(job.finished_at.as_ref())) }
                     dt { "L0s" } dd #job-progress {
                         (job.progress.l0_total) " total, " (job.progress.l0_running) " running, "
                         (job.progress.l0_succeeded) " valid, " (job.progress.l0_invalid) " invalid, "
-                        (job.progress.l0_failed) " failed"
+                        (job.progress.l0_failed) " failed or not started"
                     }
                 }
-                @if !job.status.is_terminal() {
-                    form.cancel method="post" action={ "/ui/jobs/" (job.id) "/cancel" } {
-                        button type="submit" { "Cancel this job" }
+                div.actions {
+                    @if !ended {
+                        form.cancel method="get" action={ "/ui/jobs/" (job.id) "/cancel" } {
+                            button type="submit" { "Cancel this job…" }
+                        }
+                    }
+                    @if retry_refusal(job.status).is_none() && job.retried_by.is_none() {
+                        form.retry method="post" action={ "/ui/jobs/" (job.id) "/retry" } {
+                            button type="submit" { "Retry this job" }
+                            span.hint { " A new job from the same request; this one stays as it is." }
+                        }
                     }
                 }
                 @if let Some(error) = &job.error {
@@ -135,10 +258,11 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                         } }
                         tbody {
                             @for l0 in &view.l0s {
+                                @let word = l0_word(job.status, &l0.status, l0.error.as_deref());
                                 tr data-assignment=(l0.assignment_id) {
                                     th scope="row" { code { (l0.assignment_id) } }
                                     td.num { (l0.batch) }
-                                    td { (status(&l0.status)) }
+                                    td.l0-status { (status_badge(word)) }
                                     td.num { (l0.starts) }
                                     td.num { (l0.tries) }
                                     td.num { (duration(l0)) }
@@ -162,7 +286,9 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
             section aria-labelledby="log-h" {
                 h2 #log-h { "Log" }
                 ol.log #log tabindex="0" aria-label="Job log" aria-live="polite" {
-                    @for line in &job.log { li { (line) } }
+                    @for (at, line) in &view.log {
+                        li { (log_time(at)) " " span.line { (line) } }
+                    }
                 }
             }
         }
@@ -175,8 +301,148 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
     )
 }
 
+/// A log line's time: `HH:MM:SS.mmm`, the full date on hover.
+fn log_time(at: &DateTime<Utc>) -> Markup {
+    html! {
+        time.at datetime=(at.to_rfc3339()) title=(at.format("%Y-%m-%d %H:%M:%S%.3f UTC")) {
+            (at.format("%H:%M:%S%.3f"))
+        }
+    }
+}
+
+/// Cancel's confirmation (no script needed): what the cancel does, and the form
+/// that does it.
+pub fn cancel_job_page(job: &StoredJob, chrome: Chrome) -> Markup {
+    let body = html! {
+        dl.facts {
+            dt { "Job" } dd { (job_link(job.id)) }
+            dt { "State" } dd { (status_badge(job.status.as_str())) }
+            dt { "Phase" } dd { code { (job.phase_id) } }
+            dt { "Project" } dd { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
+        }
+        @if job.status.is_terminal() {
+            p #confirm-what { "This job has ended (" (job.status.as_str()) "): there is nothing to cancel." }
+            p { a href={ "/ui/jobs/" (job.id) } { "Back to the job" } }
+        } @else {
+            p #confirm-what {
+                @if job.status == JobStatus::Queued {
+                    "The job has not started: it will be cancelled at once and never run."
+                } @else {
+                    "Its running L0 calls will be stopped (their processes killed); what they spent so far stays spent. The job then ends cancelled, without a result."
+                }
+            }
+            form.cancel method="post" action={ "/ui/jobs/" (job.id) "/cancel" } {
+                button type="submit" { "Yes, cancel this job" }
+                " " a href={ "/ui/jobs/" (job.id) } { "No, keep it running" }
+            }
+        }
+    };
+    layout(
+        &format!("Cancel refine job {}?", job.id),
+        Section::Jobs,
+        chrome,
+        body,
+    )
+}
+
+pub fn cancel_run_page(view: &RunView, chrome: Chrome) -> Markup {
+    let run = &view.run;
+    let open: Vec<&StoredJob> = view
+        .jobs
+        .iter()
+        .filter(|j| !j.status.is_terminal())
+        .collect();
+    let body = html! {
+        dl.facts {
+            dt { "Run" } dd { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
+            dt { "State" } dd { (status_badge(run.status.as_str())) }
+            dt { "Project" } dd { bdi { (run.project_id.as_deref().unwrap_or("—")) } }
+        }
+        @if run.status.is_terminal() {
+            p #confirm-what { "This run has ended (" (run.status.as_str()) "): there is nothing to cancel." }
+            p { a href={ "/ui/runs/" (run.id) } { "Back to the run" } }
+        } @else {
+            p #confirm-what {
+                "Its " (open.len()) " phase jobs not yet ended will be cancelled; what the others produced is merged and the run ends cancelled."
+            }
+            ul { @for job in &open { li { (job_link(job.id)) " " code { (job.phase_id) } " " (status_badge(job.status.as_str())) } } }
+            form.cancel method="post" action={ "/ui/runs/" (run.id) "/cancel" } {
+                button type="submit" { "Yes, cancel this run" }
+                " " a href={ "/ui/runs/" (run.id) } { "No, keep it running" }
+            }
+        }
+    };
+    layout(
+        &format!("Cancel refine run {}?", run.id),
+        Section::Runs,
+        chrome,
+        body,
+    )
+}
+
+/// A bulk action's confirmation (`done = false`: what will happen, and the form
+/// that does it) or result (what was done, what was refused and why).
+pub fn bulk_page(action: BulkAction, items: &[BulkItem], done: bool, chrome: Chrome) -> Markup {
+    let verb = match action {
+        BulkAction::Cancel => "Cancel",
+        BulkAction::Retry => "Retry",
+    };
+    let ok = items.iter().filter(|i| i.ok).count();
+    let refused = items.len() - ok;
+    let title = if done {
+        format!("{verb}: {ok} done, {refused} refused")
+    } else {
+        format!("{verb} {} selected jobs?", items.len())
+    };
+    let body = html! {
+        p #bulk-summary {
+            @if done {
+                (ok) " of " (items.len()) " jobs: " (action.as_str()) " done; " (refused) " refused."
+            } @else {
+                (ok) " of " (items.len()) " jobs will be affected; " (refused) " will be refused, as said below."
+            }
+        }
+        div.table-scroll tabindex="0" role="region" aria-label="Selected jobs" {
+        table.bulk {
+            thead { tr { th scope="col" { "Job" } th scope="col" { "State" } th scope="col" { "Phase" } th scope="col" { "Outcome" } } }
+            tbody {
+                @for item in items {
+                    tr.ok[item.ok].refused[!item.ok] data-job=(item.id) {
+                        td { @match &item.job { Some(j) => (job_link(j.id)), None => code { bdi { (item.id) } } } }
+                        td { @if let Some(j) = &item.job { (status_badge(j.status.as_str())) } }
+                        td { @if let Some(j) = &item.job { code { (j.phase_id) } } }
+                        td.outcome {
+                            @if item.ok { (status_badge(if done { "done" } else { "pending" })) } @else { (status_badge("refused")) }
+                            " " (item.note)
+                            @if let Some(new) = item.new_job { " " (job_link(new)) }
+                        }
+                    }
+                }
+            }
+        }
+        }
+        @if done {
+            p { a href="/ui/jobs" { "Back to the job list" } }
+        } @else if ok > 0 {
+            form.bulk-confirm method="post" action="/ui/jobs/bulk" {
+                input type="hidden" name="action" value=(action.as_str());
+                // Every selected job goes again: the result page then says what
+                // was refused, and why, beside what was done.
+                @for item in items { input type="hidden" name="id" value=(item.id); }
+                button type="submit" { "Yes, " (action.as_str()) " " (ok) @if ok == 1 { " job" } @else { " jobs" } }
+                " " a href="/ui/jobs" { "No, back to the list" }
+            }
+        } @else {
+            p { "Nothing to do. " a href="/ui/jobs" { "Back to the list" } }
+        }
+    };
+    layout(&title, Section::Jobs, chrome, body)
+}
+
 pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
     let body = html! {
+        (live_badge())
+        div #live-region data-live="runs" {
         p.hint { "Newest first." }
         div.table-scroll tabindex="0" role="region" aria-label="Refine runs" {
         table.runs {
@@ -188,7 +454,7 @@ pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome
                 @for run in &page.rows {
                     tr {
                         td { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
-                        td { (status(&run.status)) }
+                        td { (status_badge(&run.status)) }
                         td { (run.project_id.as_deref().unwrap_or("—")) }
                         td { (run.team_pk.as_deref().unwrap_or("—")) }
                         td { bdi { (run.executor) } }
@@ -203,6 +469,7 @@ pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome
         nav.pages aria-label="Pages" {
             @if before.is_some() { a href="/ui/runs" { "First page" } }
             @if let Some(next) = page.next { " " a rel="next" href={ "/ui/runs?before=" (next) } { "Older runs" } }
+        }
         }
     };
     layout("Refine runs", Section::Runs, chrome, body)
@@ -229,13 +496,18 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
         .unwrap_or_default();
     let body = html! {
         dl.facts {
-            dt { "State" } dd #run-state { (status(run.status.as_str())) }
+            dt { "State" } dd #run-state { (status_badge(run.status.as_str())) }
             (totals_facts(&run.usage))
             dt { "Project" } dd { (run.project_id.as_deref().unwrap_or("—")) }
             dt { "Cycle (team_pk)" } dd { (run.team_pk.as_deref().unwrap_or("—")) }
             dt { "Executor" } dd { bdi { (run.executor) } }
             dt { "Created" } dd { (time(&run.created_at)) }
             dt { "Finished" } dd { (opt_time(run.finished_at.as_ref())) }
+        }
+        @if !run.status.is_terminal() {
+            form.cancel method="get" action={ "/ui/runs/" (run.id) "/cancel" } {
+                button type="submit" { "Cancel this run…" }
+            }
         }
         section aria-labelledby="phases-h" {
             h2 #phases-h { "Phases" }
@@ -247,7 +519,7 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
                         tr {
                             th scope="row" { code { (job.phase_id) } }
                             td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
-                            td { (status(job.status.as_str())) }
+                            td { (job_state(job.status, job.progress.l0_total - job.progress.l0_succeeded, job.progress.l0_total)) }
                             td.num { (job.attempt) " of " (job.max_attempts) }
                             td.num { (job.progress.l0_succeeded) " / " (job.progress.l0_total) }
                             td.num.phase-cost { (usage::cost(job.usage.cost_usd)) }

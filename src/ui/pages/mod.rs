@@ -103,6 +103,9 @@ pub fn status(word: &str) -> Markup {
 }
 
 pub fn class_word(word: &str) -> &str {
+    if word == "not started" {
+        return "not_started";
+    }
     if !word.is_empty() && word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
         word
     } else {
@@ -149,14 +152,27 @@ pub fn counts(pairs: &[(String, i64)], order: &[&str]) -> Markup {
 }
 
 pub const TASK_ORDER: [&str; 5] = ["pending", "running", "done", "failed", "abandoned"];
-pub const JOB_ORDER: [&str; 6] = [
+pub const JOB_ORDER: [&str; 7] = [
     "queued",
     "running",
     "cancelling",
     "succeeded",
+    "degraded",
     "failed",
     "cancelled",
 ];
+
+/// Whether the page is live: the script turns it to "live" once its event
+/// stream is up, "disconnected" when it drops (issue 27, item 4). Without the
+/// script the page says it does not update.
+pub fn live_badge() -> Markup {
+    html! {
+        p.live-line {
+            "Updates: "
+            span #live-badge class="live-badge off" role="status" aria-live="polite" { "not live (reload to update)" }
+        }
+    }
+}
 
 fn list_row(list: &ListCounts) -> Markup {
     let total: i64 = list.counts.iter().map(|(_, n)| n).sum();
@@ -173,8 +189,10 @@ fn list_row(list: &ListCounts) -> Markup {
 
 pub fn overview_page(overview: &Overview, chrome: Chrome) -> Markup {
     let body = html! {
+        (live_badge())
+        div #live-region data-live="overview" {
         section aria-labelledby="jobs-h" {
-            h2 #jobs-h { "Refine jobs by status" }
+            h2 #jobs-h { "Refine jobs by state" }
             ul.counts {
                 @for (word, n) in sorted(&overview.job_counts, &JOB_ORDER) {
                     li { a href={ "/ui/jobs?status=" (word) } { (status(word)) " " span.n { (n) } } }
@@ -215,6 +233,7 @@ pub fn overview_page(overview: &Overview, chrome: Chrome) -> Markup {
                     }
                 }
             }
+        }
         }
     };
     layout("Overview", Section::Overview, chrome, body)

@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use super::{Chrome, Section, id_code, layout, opt_time, time};
+use super::{Chrome, Section, id_code, layout, live_badge, opt_time, time};
 use crate::domain::track_state::{CheckpointStatus, CurrentStep, Metadata, Step};
 use crate::service::dashboard::{TrackListEntry, TrackView};
 
@@ -27,6 +27,8 @@ fn word(text: &str) -> Markup {
 
 pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
     let body = html! {
+        (live_badge())
+        div #live-region data-live="tracks" {
         div.table-scroll tabindex="0" role="region" aria-label="Tracks" {
             table.tracks {
                 thead { tr {
@@ -58,6 +60,7 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
                     @if tracks.is_empty() { tr { td colspan="7" { "No tracks yet." } } }
                 }
             }
+        }
         }
     };
     layout("Tracks", Section::Tracks, chrome, body)

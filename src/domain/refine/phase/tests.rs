@@ -345,3 +345,19 @@ fn a_wp_conflicting_with_two_earlier_assignments_logs_both() {
         ]
     );
 }
+
+#[test]
+fn a_budget_stop_says_not_started_not_failed() {
+    let context = example();
+    let out = refine_phase_stopped(&context, &[], 6, "the job's budget of $0.02 is spent");
+    assert_eq!(
+        out.log[0],
+        "NOT STARTED: L0 for P2-A1 was not started: the job's budget of $0.02 is spent — \
+         proceeding without its suggestions"
+    );
+    assert!(!out.log.iter().any(|l| l.contains("failed — proceeding")));
+    assert_eq!(
+        out.records[0].reason.as_deref(),
+        Some("not started: the job's budget of $0.02 is spent")
+    );
+}
