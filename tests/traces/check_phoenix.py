@@ -262,6 +262,11 @@ def attribute(span: dict, key: str, expected=None, *, approx: bool = False):
     attrs = span.get("attributes") or {}
     check(key in attrs, f"span {span['name']!r} lacks attribute {key!r}; it has {sorted(attrs)}")
     value = attrs[key]
+    # Numbers must arrive as numbers (the semantic conventions type them; Phoenix's
+    # filters and sums compare numbers), not as their text.
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        check(isinstance(value, (int, float)) and not isinstance(value, bool),
+              f"span {span['name']!r}: {key} is {value!r} ({type(value).__name__}), expected the number {expected!r}")
     if expected is not None:
         same = math.isclose(float(value), float(expected), rel_tol=1e-9, abs_tol=1e-12) if approx else value == expected
         check(same, f"span {span['name']!r}: {key} = {value!r}, expected {expected!r}")
