@@ -52,7 +52,9 @@ pub enum TraceSwitch {
     /// Export over OTLP/HTTP; the SDK reads the endpoint, headers, timeout and
     /// sampler from the same variables. `service_name` is set when the variables
     /// name none.
-    Otlp { default_service_name: bool },
+    Otlp {
+        default_service_name: bool,
+    },
 }
 
 impl TraceSwitch {
@@ -61,7 +63,8 @@ impl TraceSwitch {
         let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
             || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some();
-        let disabled = set("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let disabled =
+            set("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
         match set("OTEL_TRACES_EXPORTER").map(|v| v.trim().to_ascii_lowercase()) {
             Some(v) if v == "none" => return Ok(TraceSwitch::Off),
             Some(v) if v != "otlp" && endpoint && !disabled => {
@@ -85,8 +88,11 @@ impl TraceSwitch {
             }
         }
         let named = set("OTEL_SERVICE_NAME").is_some()
-            || set("OTEL_RESOURCE_ATTRIBUTES")
-                .is_some_and(|attrs| attrs.split(',').any(|kv| kv.trim().starts_with("service.name=")));
+            || set("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|attrs| {
+                attrs
+                    .split(',')
+                    .any(|kv| kv.trim().starts_with("service.name="))
+            });
         Ok(TraceSwitch::Otlp {
             default_service_name: !named,
         })
@@ -184,8 +190,8 @@ fn init_with_traces(
         .build();
     let tracer = provider.tracer("plangate");
     // Only plangate's own spans: a library's (sqlx, hyper) would flood the trace.
-    let ours = tracing_subscriber::filter::Targets::new()
-        .with_target("plangate", tracing::Level::INFO);
+    let ours =
+        tracing_subscriber::filter::Targets::new().with_target("plangate", tracing::Level::INFO);
     let otel = tracing_opentelemetry::layer()
         .with_tracer(tracer)
         .with_location(false)
@@ -341,7 +347,11 @@ mod tests {
     fn off_without_an_endpoint() {
         assert_eq!(switch(&[]).unwrap(), TraceSwitch::Off);
         assert_eq!(
-            switch(&[("OTEL_SERVICE_NAME", "x"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).unwrap(),
+            switch(&[
+                ("OTEL_SERVICE_NAME", "x"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+            ])
+            .unwrap(),
             TraceSwitch::Off,
             "no endpoint: nothing else is looked at"
         );
@@ -381,7 +391,11 @@ mod tests {
             ("OTEL_SDK_DISABLED", "TRUE"),
             ("OTEL_TRACES_EXPORTER", "none"),
         ] {
-            assert_eq!(switch(&[endpoint, off]).unwrap(), TraceSwitch::Off, "{off:?}");
+            assert_eq!(
+                switch(&[endpoint, off]).unwrap(),
+                TraceSwitch::Off,
+                "{off:?}"
+            );
         }
         assert!(matches!(
             switch(&[endpoint, ("OTEL_SDK_DISABLED", "false")]).unwrap(),
@@ -393,14 +407,21 @@ mod tests {
     fn other_protocols_and_exporters_are_refused_by_name() {
         let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x");
         let e = switch(&[endpoint, ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).unwrap_err();
-        assert!(e.to_string().contains("OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\""), "{e}");
+        assert!(
+            e.to_string()
+                .contains("OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\""),
+            "{e}"
+        );
         let e = switch(&[
             endpoint,
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
             ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json"),
         ])
         .unwrap_err();
-        assert!(e.to_string().contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"), "{e}");
+        assert!(
+            e.to_string().contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
+            "{e}"
+        );
         assert!(
             switch(&[
                 endpoint,

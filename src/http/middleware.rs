@@ -115,7 +115,7 @@ fn on_response(response: &Response, latency: std::time::Duration, span: &tracing
         .on_response(response, latency, span);
     if telemetry::traces_on() {
         let status = response.status();
-        span.record("http.response.status_code", status.as_u16());
+        span.record("http.response.status_code", i64::from(status.as_u16()));
         if status.is_server_error() {
             span.record("otel.status_code", "ERROR");
         }

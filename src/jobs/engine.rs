@@ -252,10 +252,7 @@ pub async fn run_refine(
                 let span = l0_span(&executor, &id, config.attempt);
                 running.spawn(async move {
                     let started = Instant::now();
-                    let run = executor
-                        .run(&request, &kill)
-                        .instrument(span.clone())
-                        .await;
+                    let run = executor.run(&request, &kill).instrument(span.clone()).await;
                     record_l0(&span, &executor, &request.assignment_id, &run);
                     let prompt_bytes = request.prompt.len();
                     (request.assignment_id, run, started.elapsed(), prompt_bytes)

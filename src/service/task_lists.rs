@@ -341,14 +341,15 @@ fn record_gate<'a, C: std::fmt::Display + 'a>(
     if !telemetry::traces_on() {
         return;
     }
-    span.record("plangate.tasks", tasks);
-    span.record("plangate.waves", waves);
+    // i64: the exporter's integer type (an unsigned field would be sent as text).
+    span.record("plangate.tasks", tasks as i64);
+    span.record("plangate.waves", waves as i64);
     let mut total = 0;
     for (code, n) in errors_by_code {
         total += n;
         telemetry::set_attribute(span, format!("plangate.violations.{code}"), *n as i64);
     }
-    span.record("plangate.violations", total);
+    span.record("plangate.violations", total as i64);
 }
 
 fn count_outcome(outcome: Outcome, errors: &[Violation], route: &'static str) {

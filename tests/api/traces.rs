@@ -87,7 +87,10 @@ async fn export(
     body: Bytes,
 ) -> axum::response::Response {
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-        return (axum::http::StatusCode::BAD_REQUEST, "not an ExportTraceServiceRequest")
+        return (
+            axum::http::StatusCode::BAD_REQUEST,
+            "not an ExportTraceServiceRequest",
+        )
             .into_response();
     };
     let mut seen = spans.lock().unwrap();
@@ -271,7 +274,10 @@ impl Server {
             if let Some(child) = server.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
-                panic!("server {name} exited at start ({status}):\n{}", server.log_text());
+                panic!(
+                    "server {name} exited at start ({status}):\n{}",
+                    server.log_text()
+                );
             }
             assert!(Instant::now() < deadline, "server {name} did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -300,10 +306,19 @@ impl Server {
             .await
             .expect("server stops after SIGTERM")
             .expect("wait");
-        assert!(status.success(), "exit status {status}:\n{}", self.log_text());
+        assert!(
+            status.success(),
+            "exit status {status}:\n{}",
+            self.log_text()
+        );
     }
 
-    async fn post(&self, path: &str, body: &Value, trace: Option<&CallerTrace>) -> reqwest::Response {
+    async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        trace: Option<&CallerTrace>,
+    ) -> reqwest::Response {
         let mut request = reqwest::Client::new()
             .post(format!("{}{path}", self.base))
             .header("accept", "application/json, text/event-stream")
@@ -366,7 +381,9 @@ fn two_tasks() -> Value {
 }
 
 async fn create_job(server: &Server, ids: &[&str], trace: &CallerTrace) -> String {
-    let response = server.post("/v1/refine-jobs", &job_body(ids), Some(trace)).await;
+    let response = server
+        .post("/v1/refine-jobs", &job_body(ids), Some(trace))
+        .await;
     assert_eq!(response.status(), 202, "{:?}", response.text().await);
     let job: Value = response.json().await.unwrap();
     job["id"].as_str().unwrap().to_owned()
@@ -413,7 +430,9 @@ async fn request_job_and_l0_spans_share_the_callers_trace(backend: Backend) {
     let ids = ["T1-A1", "T1-A2"];
     let job_id = create_job(&server, &ids, &caller).await;
     let job = server.wait_job(&job_id, "succeeded").await;
-    let l0s = server.get(&format!("/v1/refine-jobs/{job_id}/assignments")).await;
+    let l0s = server
+        .get(&format!("/v1/refine-jobs/{job_id}/assignments"))
+        .await;
     server.stop().await;
     let spans = receiver.spans();
 
@@ -438,12 +457,18 @@ async fn request_job_and_l0_spans_share_the_callers_trace(backend: Backend) {
     assert_eq!(gate.attr("plangate.violations"), 0);
 
     let validate = one(&ours, "POST /v1/task-lists/validate", |_| true);
-    let rejected = one(&ours, "gate task list", |s| s.parent_span_id == validate.span_id);
+    let rejected = one(&ours, "gate task list", |s| {
+        s.parent_span_id == validate.span_id
+    });
     assert_eq!(rejected.attr("plangate.violations"), &report["error_count"]);
     let counts = report["error_counts"].as_object().unwrap();
     assert!(!counts.is_empty(), "{report}");
     for (code, n) in counts {
-        assert_eq!(rejected.attr(&format!("plangate.violations.{code}")), n, "{code}");
+        assert_eq!(
+            rejected.attr(&format!("plangate.violations.{code}")),
+            n,
+            "{code}"
+        );
     }
 
     let create_job = one(&ours, "POST /v1/refine-jobs", |_| true);
@@ -463,7 +488,10 @@ async fn request_job_and_l0_spans_share_the_callers_trace(backend: Backend) {
         .iter()
         .map(|a| (a["assignment_id"].as_str().unwrap().to_owned(), a))
         .collect();
-    let l0_spans: Vec<&SeenSpan> = ours.iter().filter(|s| s.name == "chat claude-fake").collect();
+    let l0_spans: Vec<&SeenSpan> = ours
+        .iter()
+        .filter(|s| s.name == "chat claude-fake")
+        .collect();
     assert_eq!(l0_spans.len(), ids.len(), "one L0 span per call");
     let mut input_total = 0;
     for span in &l0_spans {
@@ -475,8 +503,14 @@ async fn request_job_and_l0_spans_share_the_callers_trace(backend: Backend) {
         assert_eq!(span.attr("gen_ai.system"), "command");
         assert_eq!(span.attr("gen_ai.request.model"), "claude-fake");
         assert_eq!(span.attr("gen_ai.response.model"), "claude-fake");
-        assert_eq!(span.attr("gen_ai.usage.input_tokens"), &usage["input_tokens"]);
-        assert_eq!(span.attr("gen_ai.usage.output_tokens"), &usage["output_tokens"]);
+        assert_eq!(
+            span.attr("gen_ai.usage.input_tokens"),
+            &usage["input_tokens"]
+        );
+        assert_eq!(
+            span.attr("gen_ai.usage.output_tokens"),
+            &usage["output_tokens"]
+        );
         assert_eq!(span.attr("plangate.cost_usd"), &usage["cost_usd"]);
         assert_eq!(span.attr("plangate.attempt"), 1);
         assert_eq!(span.attr("plangate.l0.outcome"), "valid");
@@ -484,7 +518,10 @@ async fn request_job_and_l0_spans_share_the_callers_trace(backend: Backend) {
         assert_eq!(span.attr("openinference.span.kind"), "LLM");
         assert_eq!(span.attr("llm.model_name"), "claude-fake");
         assert_eq!(span.attr("llm.token_count.prompt"), &usage["input_tokens"]);
-        assert_eq!(span.attr("llm.token_count.completion"), &usage["output_tokens"]);
+        assert_eq!(
+            span.attr("llm.token_count.completion"),
+            &usage["output_tokens"]
+        );
         assert_eq!(span.attr("llm.token_count.total"), 1200);
         input_total += span.attr("gen_ai.usage.input_tokens").as_i64().unwrap();
         // The command L0 ran with its own span's context.
@@ -510,8 +547,10 @@ async fn request_job_and_l0_spans_share_the_callers_trace(backend: Backend) {
     // Log lines written in a traced span name it.
     let lines = server.log_lines();
     assert!(
-        lines.iter().any(|l| l["trace_id"] == caller.trace_id.as_str()
-            && l["span_id"].as_str().is_some_and(|s| s.len() == 16)),
+        lines
+            .iter()
+            .any(|l| l["trace_id"] == caller.trace_id.as_str()
+                && l["span_id"].as_str().is_some_and(|s| s.len() == 16)),
         "no log line carries the caller's trace id"
     );
 }
@@ -530,7 +569,10 @@ async fn a_job_handed_to_another_server_stays_in_the_callers_trace(backend: Back
         "A",
         &db.url,
         &hangs,
-        &[endpoint, ("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=A")],
+        &[
+            endpoint,
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=A"),
+        ],
     )
     .await;
     let caller = CallerTrace::new();
@@ -546,34 +588,96 @@ async fn a_job_handed_to_another_server_stays_in_the_callers_trace(backend: Back
         "B",
         &db.url,
         &answers,
-        &[endpoint, ("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=B")],
+        &[
+            endpoint,
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=B"),
+        ],
     )
     .await;
-    b.wait_job(&job_id, "succeeded").await;
+    let job = b.wait_job(&job_id, "succeeded").await;
     b.stop().await;
     let spans = receiver.spans();
 
     let request = one(&spans, "POST /v1/refine-jobs", |_| true);
     assert_eq!(request.trace_id, caller.trace_id);
     assert_eq!(request.resource["service.instance.id"], "A");
-    let on = |instance: &'static str| {
-        move |s: &SeenSpan| s.resource["service.instance.id"] == instance
-    };
+    let on =
+        |instance: &'static str| move |s: &SeenSpan| s.resource["service.instance.id"] == instance;
     let first = one(&spans, "refine job", on("A"));
     assert_eq!(first.parent_span_id, request.span_id);
     assert_eq!(first.attr("plangate.job.state"), "queued", "handed back");
     let second = one(&spans, "refine job", on("B"));
-    assert_eq!(second.trace_id, caller.trace_id, "B's job span is in the caller's trace");
-    assert_eq!(second.parent_span_id, request.span_id, "child of A's request span");
+    assert_eq!(
+        second.trace_id, caller.trace_id,
+        "B's job span is in the caller's trace"
+    );
+    assert_eq!(
+        second.parent_span_id, request.span_id,
+        "child of A's request span"
+    );
     assert_eq!(second.attr("plangate.job.state"), "succeeded");
-    assert_eq!(second.attr("plangate.attempt"), 2);
+    // A hand-back at shutdown is not charged: the job reports its attempt.
+    assert_eq!(second.attr("plangate.attempt"), &job["attempt"]);
     let l0 = one(&spans, "chat claude-fake", on("B"));
     assert_eq!(l0.parent_span_id, second.span_id);
-    assert_eq!(l0.attr("plangate.attempt"), 2);
+    assert_eq!(l0.attr("plangate.attempt"), &job["attempt"]);
     assert_eq!(
         fixture.traceparent_seen_by("H1-A1"),
         Some(format!("00-{}-{}-01", caller.trace_id, l0.span_id))
     );
+}
+
+/// A refine run is a span under the request that created it, and each of its
+/// phase jobs a child of the run's span.
+async fn a_runs_phase_jobs_are_children_of_the_run(backend: Backend) {
+    let db = FreshDatabase::new(backend).await;
+    let receiver = Receiver::start().await;
+    let fixture = Fixture::new();
+    let config = fixture.config("claude", &["claude-json"]);
+    let mut server = Server::start(
+        "A",
+        &db.url,
+        &config,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.base)],
+    )
+    .await;
+    let caller = CallerTrace::new();
+    let mut assignments = Vec::new();
+    for phase in ["P1", "P2"] {
+        let mut a = assignment(&format!("R-{phase}-A1"));
+        a["phase_id"] = json!(phase);
+        assignments.push(a);
+    }
+    let body = json!({"plan": {"task": "run task", "assignments": assignments, "phases": [
+        {"id": "P1", "name": "one", "goal": "g"}, {"id": "P2", "name": "two", "goal": "g"}]}});
+    let response = server.post("/v1/refine-runs", &body, Some(&caller)).await;
+    assert_eq!(response.status(), 202, "{:?}", response.text().await);
+    let run: Value = response.json().await.unwrap();
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + FINISH_TIMEOUT;
+    loop {
+        let now = server.get(&format!("/v1/refine-runs/{run_id}")).await;
+        if now["status"] == "succeeded" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "run never succeeded: {now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.stop().await;
+    let spans = receiver.spans();
+
+    let request = one(&spans, "POST /v1/refine-runs", |_| true);
+    assert_eq!(request.parent_span_id, caller.span_id);
+    let run_span = one(&spans, "refine run", |_| true);
+    assert_eq!(run_span.parent_span_id, request.span_id, "run → request");
+    assert_eq!(run_span.attr("plangate.run_id"), run_id.as_str());
+    let jobs: Vec<&SeenSpan> = spans.iter().filter(|s| s.name == "refine job").collect();
+    assert_eq!(jobs.len(), 2, "one span per phase job");
+    for job in jobs {
+        assert_eq!(job.trace_id, caller.trace_id);
+        assert_eq!(job.parent_span_id, run_span.span_id, "phase job → run");
+        assert_eq!(job.attr("plangate.job.state"), "succeeded");
+    }
 }
 
 /// An MCP tool call is a span of its own under the `/mcp` request's: its tool,
@@ -587,7 +691,10 @@ async fn mcp_tool_calls_are_spans_under_the_mcp_request(backend: Backend) {
         "A",
         &db.url,
         &config,
-        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &format!("{}/v1/traces", receiver.base))],
+        &[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            &format!("{}/v1/traces", receiver.base),
+        )],
     )
     .await;
     let caller = CallerTrace::new();
@@ -598,7 +705,10 @@ async fn mcp_tool_calls_are_spans_under_the_mcp_request(backend: Backend) {
     let ok: Value = server
         .post(
             "/mcp",
-            &call("create_task_list", json!({"project_id": "proj-m", "created_by": "agent", "tasks": two_tasks()})),
+            &call(
+                "create_task_list",
+                json!({"project_id": "proj-m", "created_by": "agent", "tasks": two_tasks()}),
+            ),
             Some(&caller),
         )
         .await
@@ -609,7 +719,10 @@ async fn mcp_tool_calls_are_spans_under_the_mcp_request(backend: Backend) {
     let failed: Value = server
         .post(
             "/mcp",
-            &call("ready_tasks", json!({"task_list_id": uuid::Uuid::new_v4().to_string()})),
+            &call(
+                "ready_tasks",
+                json!({"task_list_id": uuid::Uuid::new_v4().to_string()}),
+            ),
             Some(&caller),
         )
         .await
@@ -628,13 +741,18 @@ async fn mcp_tool_calls_are_spans_under_the_mcp_request(backend: Backend) {
         assert_eq!(request.attr("http.route"), "/mcp");
     }
     let create = one(&spans, "tools/call create_task_list", |_| true);
-    assert!(requests.iter().any(|r| r.span_id == create.parent_span_id), "tool → request");
+    assert!(
+        requests.iter().any(|r| r.span_id == create.parent_span_id),
+        "tool → request"
+    );
     assert_eq!(create.trace_id, caller.trace_id);
     assert_eq!(create.attr("gen_ai.tool.name"), "create_task_list");
     assert_eq!(create.attr("mcp.method.name"), "tools/call");
     assert_eq!(create.attr("plangate.project_id"), "proj-m");
     assert!(!create.error);
-    one(&spans, "gate task list", |s| s.parent_span_id == create.span_id);
+    one(&spans, "gate task list", |s| {
+        s.parent_span_id == create.span_id
+    });
     let ready = one(&spans, "tools/call ready_tasks", |_| true);
     assert!(ready.error, "a tool error is an error status");
     assert_eq!(ready.attr("gen_ai.tool.name"), "ready_tasks");
@@ -662,7 +780,11 @@ async fn no_endpoint_no_traces(backend: Backend) {
         let job_id = create_job(&server, &[&id], &caller).await;
         server.wait_job(&job_id, "succeeded").await;
         server.stop().await;
-        assert_eq!(fixture.traceparent_seen_by(&id), None, "{name}: TRACEPARENT");
+        assert_eq!(
+            fixture.traceparent_seen_by(&id),
+            None,
+            "{name}: TRACEPARENT"
+        );
         let lines = server.log_lines();
         assert!(!lines.is_empty());
         assert!(
@@ -676,6 +798,7 @@ async fn no_endpoint_no_traces(backend: Backend) {
 both_backends!(
     request_job_and_l0_spans_share_the_callers_trace,
     a_job_handed_to_another_server_stays_in_the_callers_trace,
+    a_runs_phase_jobs_are_children_of_the_run,
     mcp_tool_calls_are_spans_under_the_mcp_request,
     no_endpoint_no_traces,
 );
@@ -688,7 +811,10 @@ async fn an_unsupported_protocol_stops_the_server_at_start() {
     let output = Command::new(env!("CARGO_BIN_EXE_plangate"))
         .arg("serve")
         .env_clear()
-        .env("DATABASE_URL", format!("sqlite://{}", dir.path().join("t.db").display()))
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}", dir.path().join("t.db").display()),
+        )
         .env("PLANGATE_BIND", "127.0.0.1:0")
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
