@@ -135,6 +135,9 @@ impl RefineJobCreate {
             request_hash: Some(self.request_hash),
             max_attempts: settings.max_attempts,
             budget: self.budget,
+            // The worker's job span continues the creating request's trace, on any
+            // replica (docs/observability.md, "Context in and out").
+            trace_parent: crate::telemetry::current_traceparent(),
         }
     }
 }

@@ -62,6 +62,8 @@ pub struct NewRefineJob {
     pub l0s: Vec<(String, i32)>,
     /// The job's budget (a run's phase jobs carry the run's; the scope is the run).
     pub budget: Budget,
+    /// The W3C `traceparent` its worker's span continues (docs/observability.md).
+    pub trace_parent: Option<String>,
 }
 
 /// What a create with an idempotency key found.
