@@ -270,7 +270,7 @@ pub fn follow(span: &tracing::Span, traceparent: Option<&str>, tracestate: Optio
         return;
     };
     let mut carrier = HashMap::with_capacity(2);
-    carrier.insert("traceparent".to_owned(), traceparent.to_owned());
+    carrier.insert("traceparent".to_owned(), sampled_flag_only(traceparent));
     if let Some(state) = tracestate {
         carrier.insert("tracestate".to_owned(), state.to_owned());
     }
@@ -278,6 +278,24 @@ pub fn follow(span: &tracing::Span, traceparent: Option<&str>, tracestate: Optio
     if cx.span().span_context().is_valid() {
         let _ = span.set_parent(cx);
     }
+}
+
+/// `traceparent` with its trace flags cut to `sampled` (01), the one flag a child
+/// inherits. W3C Trace Context Level 2 callers (the OpenTelemetry Python SDK among
+/// them) also set `random` (02), so send `-03`; opentelemetry_sdk 0.31 refuses any
+/// version-00 flags above 02 and the caller's trace would be cut (docs/observability.md,
+/// "Seeing a refine job in Phoenix"). Anything not shaped like a traceparent passes
+/// unchanged, for the propagator to refuse.
+fn sampled_flag_only(traceparent: &str) -> String {
+    let trimmed = traceparent.trim();
+    if let Some((head, flags)) = trimmed.rsplit_once('-')
+        && head.starts_with("00-")
+        && flags.len() == 2
+        && let Ok(bits) = u8::from_str_radix(flags, 16)
+    {
+        return format!("{head}-{:02x}", bits & 0x01);
+    }
+    trimmed.to_owned()
 }
 
 /// Sets an attribute whose key is only known at run time (`plangate.violations.<code>`)
@@ -333,6 +351,31 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn level_two_flags_keep_the_sampled_bit_only() {
+        let id = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331";
+        assert_eq!(
+            super::sampled_flag_only(&format!("{id}-03")),
+            format!("{id}-01")
+        );
+        assert_eq!(
+            super::sampled_flag_only(&format!("{id}-02")),
+            format!("{id}-00")
+        );
+        assert_eq!(
+            super::sampled_flag_only(&format!("{id}-01")),
+            format!("{id}-01")
+        );
+        for unchanged in [
+            "",
+            "garbage",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03",
+            "00-x-y-zz",
+        ] {
+            assert_eq!(super::sampled_flag_only(unchanged), unchanged);
+        }
+    }
+
     use super::*;
 
     fn switch(vars: &[(&str, &str)]) -> Result<TraceSwitch, TelemetryError> {
