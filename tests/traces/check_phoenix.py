@@ -376,11 +376,12 @@ def run_once(binary: Path, backend: str, phoenix: str, screenshot: Path | None) 
           f"{usage['input_tokens']} in / {usage['output_tokens']} out tokens, ${usage['cost_usd']:.6f}, as the job reports")
 
     if screenshot:
-        photograph(phoenix, project, trace_id, job_span, screenshot)
+        photograph(phoenix, project, trace_id, min(calls, key=lambda c: c["start_time"]), screenshot)
 
 
-def photograph(phoenix: str, project: str, trace_id: str, job_span: dict, path: Path) -> None:
-    """Phoenix's trace page for the job's trace, the job span selected (docs/observability.md)."""
+def photograph(phoenix: str, project: str, trace_id: str, call: dict, path: Path) -> None:
+    """Phoenix's page of the caller's trace, its first L0 span selected (docs/observability.md)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     _, answer = ok("GET", f"{phoenix}/v1/projects/{urllib.parse.quote(project)}")
@@ -391,10 +392,22 @@ def photograph(phoenix: str, project: str, trace_id: str, job_span: dict, path: 
         browser = p.chromium.launch(
             executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"), headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": 1400, "height": 820})
+        page = browser.new_page(viewport={"width": 1400, "height": 1050})
         page.goto(url)
-        page.get_by_text(job_span["name"], exact=True).first.click()
-        page.get_by_text("plangate.job_id").first.wait_for()
+        # The span tree renders in steps: a click that lands before it settles may
+        # select nothing, so click again until the span's attribute table shows
+        # (other copies of the text on the page are hidden).
+        # The detail panel names the selected span by its id; the attribute table
+        # renders only the rows in view, so no attribute is a reliable sign.
+        selected = page.locator(f"text={call['context']['span_id']} >> visible=true").first
+        for attempt in range(5):
+            page.locator(f"text={call['name']} >> visible=true").first.click()
+            try:
+                selected.wait_for(timeout=5000)
+                break
+            except PlaywrightTimeout:
+                if attempt == 4:
+                    raise
         page.wait_for_load_state("networkidle")
         page.screenshot(path=str(path))
         browser.close()
