@@ -419,8 +419,8 @@ def main() -> int:
     parser.add_argument("--binary", type=Path, default=ROOT / "target/debug/plangate")
     parser.add_argument("--backend", choices=["sqlite", "postgres"], required=True)
     parser.add_argument("--phoenix", required=True, help="Phoenix base URL, e.g. http://127.0.0.1:6006")
-    parser.add_argument("--screenshot", type=Path, default=os.environ.get("TRACES_SCREENSHOT") or None,
-                        help="also save a PNG of Phoenix's page of the trace (env TRACES_SCREENSHOT)")
+    parser.add_argument("--screenshot", type=Path,
+                        help="also save a PNG of Phoenix's page of the trace (.ci/traces.sh: TRACES_SCREENSHOT)")
     args = parser.parse_args()
     try:
         run_once(args.binary, args.backend, args.phoenix.rstrip("/"), args.screenshot)
