@@ -10,9 +10,12 @@
 # server's CPU per request (user + system) and jobs/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet --bin plangate --example gen_tasks
-BIN=target/release/plangate
-GEN=target/release/examples/gen_tasks
+# BIN=path/to/plangate (and GEN=path/to/gen_tasks) measure a build made elsewhere.
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --quiet --bin plangate --example gen_tasks
+fi
+BIN=${BIN:-target/release/plangate}
+GEN=${GEN:-target/release/examples/gen_tasks}
 out=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$out"' EXIT
