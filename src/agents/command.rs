@@ -240,6 +240,9 @@ pub(crate) async fn run(
         .args(&cfg.argv[1..])
         .env_clear()
         .envs(child_env(&cfg.env_allow, req, |n| std::env::var_os(n)))
+        // The L0 span's context, winning over an allowed TRACEPARENT of the
+        // server's own (docs/observability.md, "Context in and out").
+        .envs(crate::telemetry::current_traceparent().map(|tp| ("TRACEPARENT", tp)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

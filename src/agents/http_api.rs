@@ -191,6 +191,11 @@ impl HttpConfig {
                 }
             }
         }
+        // The L0 span's context, so a traced provider or proxy joins the job's
+        // trace (docs/observability.md, "Context in and out").
+        if let Some(traceparent) = crate::telemetry::current_traceparent() {
+            builder = builder.header("traceparent", traceparent);
+        }
         builder
     }
 

@@ -183,12 +183,15 @@ fn serve(args: &ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    crate::telemetry::init(settings.log_format);
+    let telemetry = match crate::telemetry::init(settings.log_format) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(e),
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let db = match crate::service::open_database(&settings).await {
             Ok(db) => db,
             Err(e) => return fail(format!("cannot open the database: {e}")),
@@ -201,7 +204,11 @@ fn serve(args: &ServeArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }
-    })
+    });
+    // The last spans go out after the server stopped (docs/observability.md).
+    drop(rt);
+    telemetry.shutdown();
+    code
 }
 
 /// `plangate mcp [--read-only]`: the MCP tools over stdio (docs/mcp.md).
@@ -211,7 +218,10 @@ fn mcp(args: &McpArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     // Logs go to stderr (telemetry writes nowhere else): stdout is the protocol's.
-    crate::telemetry::init(settings.log_format);
+    let telemetry = match crate::telemetry::init(settings.log_format) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
     if let Some(path) = default_database {
         // The agent's working directory is no place for it: say where it is.
         tracing::info!(
@@ -228,7 +238,7 @@ fn mcp(args: &McpArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(e),
     };
-    rt.block_on(async move {
+    let code = rt.block_on(async move {
         let db = match crate::service::open_database(&settings).await {
             Ok(db) => db,
             Err(e) => return fail(format!("cannot open the database: {e}")),
@@ -237,7 +247,10 @@ fn mcp(args: &McpArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }
-    })
+    });
+    drop(rt);
+    telemetry.shutdown();
+    code
 }
 
 /// `plangate track import|show|step`: on the database `plangate mcp` would use, with
@@ -261,7 +274,10 @@ fn migrate(args: &ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    crate::telemetry::init(settings.log_format);
+    let _telemetry = match crate::telemetry::init(settings.log_format) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(e),

@@ -141,6 +141,7 @@ async fn refine_one(
         template: &settings.prompt_template,
         max_parallel: settings.l0_concurrency,
         budget_action: Default::default(),
+        attempt: 1,
     };
     let switches = Switches::default();
     let interrupt = switches.kill.clone();

@@ -257,7 +257,7 @@ macro_rules! insert_jobs {
                 "INSERT INTO refine_jobs (id, status, phase_id, run_id, project_id, team_pk, \
                  executor, executor_kind, request, idempotency_key, request_hash, max_attempts, \
                  run_after, l0_total, version, created_at, updated_at, max_cost_usd, \
-                 max_output_tokens, budget_action, retry_of) ",
+                 max_output_tokens, budget_action, retry_of, trace_parent) ",
             );
             q.push_values(chunk, |mut b, new| {
                 b.push_bind(new.id)
@@ -280,7 +280,8 @@ macro_rules! insert_jobs {
                     .push_bind(new.budget.max_cost_usd)
                     .push_bind(new.budget.max_output_tokens)
                     .push_bind(new.budget.budget_action.as_str())
-                    .push_bind(new.retry_of);
+                    .push_bind(new.retry_of)
+                    .push_bind(new.trace_parent.as_deref());
             });
             q.push(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING id");
             let ids: Vec<uuid::Uuid> = q.build_query_scalar().fetch_all(&mut *$tx).await?;

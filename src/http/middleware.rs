@@ -16,13 +16,14 @@ use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultOnResponse, OnResponse, TraceLayer};
 use tracing::Level;
 
 use super::AppState;
 use crate::config::Settings;
 use crate::http::problem::{ApiError, PROBLEM_JSON};
 use crate::service::ProblemCode;
+use crate::telemetry;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -35,7 +36,7 @@ pub fn stack(router: Router<AppState>, settings: &Settings) -> Router<AppState> 
             .layer(
                 TraceLayer::new_for_http()
                     .make_span_with(request_span)
-                    .on_response(DefaultOnResponse::new().level(Level::INFO)),
+                    .on_response(on_response),
             )
             .layer(PropagateRequestIdLayer::new(REQUEST_ID))
             .layer(axum_mw::from_fn(record_metrics))
@@ -80,12 +81,45 @@ fn request_span(request: &Request) -> tracing::Span {
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-");
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
         method = %request.method(),
         route,
         request_id,
-    )
+        // Recorded only when traces are on (docs/observability.md, the span table).
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        http.request.method = tracing::field::Empty,
+        http.route = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+        plangate.project_id = tracing::field::Empty,
+    );
+    if telemetry::traces_on() {
+        let method = request.method().as_str();
+        span.record("otel.name", format!("{method} {route}"));
+        span.record("otel.kind", "server");
+        span.record("http.request.method", method);
+        span.record("http.route", route);
+        // A caller's W3C trace context makes this span a child of its own.
+        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+        telemetry::follow(&span, header("traceparent"), header("tracestate"));
+    }
+    span
+}
+
+/// The access log line, and the answer's status on the trace span.
+fn on_response(response: &Response, latency: std::time::Duration, span: &tracing::Span) {
+    DefaultOnResponse::new()
+        .level(Level::INFO)
+        .on_response(response, latency, span);
+    if telemetry::traces_on() {
+        let status = response.status();
+        span.record("http.response.status_code", i64::from(status.as_u16()));
+        if status.is_server_error() {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
 }
 
 /// Requests by matched route (never the raw path: ids would explode cardinality).

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
+
+use super::l0_span::{l0_span, record_l0};
 
 use crate::agents::{Executor, L0Request, L0Run};
 use crate::domain::refine::{
@@ -144,6 +147,8 @@ pub struct EngineConfig<'a> {
     pub template: &'a str,
     pub max_parallel: usize,
     pub budget_action: BudgetAction,
+    /// The job's attempt (claim number), on each L0's span.
+    pub attempt: i32,
 }
 
 /// Kill switch and drain switch of one run.
@@ -243,9 +248,12 @@ pub async fn run_refine(
                 };
                 let executor = executor.clone();
                 let kill = switches.kill.clone();
+                // Made here, in the job's span: the spawned task is its own root.
+                let span = l0_span(&executor, &id, config.attempt);
                 running.spawn(async move {
                     let started = Instant::now();
-                    let run = executor.run(&request, &kill).await;
+                    let run = executor.run(&request, &kill).instrument(span.clone()).await;
+                    record_l0(&span, &executor, &request.assignment_id, &run);
                     let prompt_bytes = request.prompt.len();
                     (request.assignment_id, run, started.elapsed(), prompt_bytes)
                 });

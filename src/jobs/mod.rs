@@ -2,9 +2,10 @@
 //! pool with its claim loop, heartbeat, reaper and retention ([`worker`]), the
 //! stored requests and confined paths
 //! ([`request`]), result files ([`output`]) and private task-text copies
-//! ([`task_files`]).
+//! ([`task_files`]), and the span of each L0 call ([`l0_span`]).
 
 pub mod engine;
+pub mod l0_span;
 pub mod output;
 pub mod request;
 pub mod runs;

@@ -71,6 +71,12 @@ async fn reject_malformed_jsonrpc(request: Request, next: Next) -> Response {
     if let Some(rejection) = malformed(&bytes) {
         return rejection;
     }
+    let mut parts = parts;
+    // The SDK may run the tool in a task of its own: the request span's context
+    // travels with the request, for the tool call's span (docs/observability.md).
+    if let Some(traceparent) = crate::telemetry::current_traceparent() {
+        parts.extensions.insert(super::RequestTrace(traceparent));
+    }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
 }

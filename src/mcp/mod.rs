@@ -19,6 +19,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
+use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::service::{Caller, Service};
@@ -166,7 +167,43 @@ impl ServerHandler for PlangateMcp {
         }
         let caller = self.caller(&context)?;
         let arguments = request.arguments.unwrap_or_default();
-        let result = tools::call(&self.service, &caller, tool, arguments, self.max_wait).await;
+        let span = tool_span(tool, &context);
+        let result = tools::call(&self.service, &caller, tool, arguments, self.max_wait)
+            .instrument(span.clone())
+            .await;
+        if result.is_error == Some(true) && crate::telemetry::traces_on() {
+            span.record("otel.status_code", "ERROR");
+        }
         Ok(result.into())
     }
+}
+
+/// The `traceparent` of the HTTP request an MCP message came in, put on the
+/// request by `http.rs` when traces are on.
+#[derive(Debug, Clone)]
+struct RequestTrace(String);
+
+/// The span of one tool call (docs/observability.md): only when traces are on, a
+/// child of the `/mcp` request's span (the current one, or the one the request
+/// carries when the SDK runs the call elsewhere).
+fn tool_span(tool: ToolName, context: &RequestContext<RoleServer>) -> tracing::Span {
+    if !crate::telemetry::traces_on() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        "mcp_tool_call",
+        otel.name = format!("tools/call {}", tool.as_str()),
+        otel.status_code = tracing::field::Empty,
+        gen_ai.tool.name = tool.as_str(),
+        mcp.method.name = "tools/call",
+        plangate.project_id = tracing::field::Empty,
+    );
+    let carried = context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<RequestTrace>());
+    if let Some(RequestTrace(traceparent)) = carried {
+        crate::telemetry::follow(&span, Some(traceparent), None);
+    }
+    span
 }

@@ -90,6 +90,10 @@ impl Caller {
     /// `Ok` when the caller may act on `project_id`, else `forbidden_project`.
     pub fn check_project(&self, project_id: &str) -> Result<(), ServiceError> {
         if self.may_access(project_id) {
+            // The request's (or MCP tool call's) span names the project it acted on.
+            if crate::telemetry::traces_on() {
+                tracing::Span::current().record("plangate.project_id", project_id);
+            }
             Ok(())
         } else {
             Err(ServiceError::new(

@@ -139,6 +139,9 @@ impl RefineJobCreate {
             max_attempts: settings.max_attempts,
             budget: self.budget,
             retry_of: None,
+            // The worker's job span continues the creating request's trace, on any
+            // replica (docs/observability.md, "Context in and out").
+            trace_parent: crate::telemetry::current_traceparent(),
         }
     }
 }
@@ -583,6 +586,8 @@ impl Service {
             max_attempts: self.settings.max_attempts,
             budget: job.budget.unwrap_or_default(),
             retry_of: Some(id),
+            // The retry's worker continues the trace of the request that asked for it.
+            trace_parent: crate::telemetry::current_traceparent(),
         };
         match self.db.insert_retry(id, new).await? {
             RetryInsert::Inserted(created) => {

@@ -198,6 +198,19 @@ impl Service {
         let request_hash = body_hash(&body);
 
         let run_id = Uuid::now_v7();
+        // The run's span: its phase jobs are its children, whichever worker runs
+        // them (docs/observability.md). Only when traces are on.
+        let run_span = if crate::telemetry::traces_on() {
+            tracing::info_span!(
+                "refine_run",
+                otel.name = "refine run",
+                plangate.run_id = %run_id,
+                plangate.project_id = project_id.as_ref().map(Ident::as_str),
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let trace_parent = crate::telemetry::traceparent_of(&run_span);
         let run_request = serde_json::to_value(RunRequest::new(plan_value.clone(), &split))
             .unwrap_or(Value::Null);
         // The plan without `assignments`: each L0 gets its phase from it, not the
@@ -241,6 +254,7 @@ impl Service {
                 l0s,
                 budget,
                 retry_of: None,
+                trace_parent: trace_parent.clone(),
             })
             .collect();
         let new = NewRefineRun {

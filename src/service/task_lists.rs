@@ -20,6 +20,7 @@ use crate::domain::gating::{
 };
 use crate::domain::ids::Ident;
 use crate::domain::retry;
+use crate::telemetry;
 
 use super::task_claims::{NextAnswer, TaskClaim, next_answer};
 use super::task_refs::TaskRef;
@@ -315,6 +316,42 @@ fn sent_body_hash(body: &[u8]) -> String {
     }
 }
 
+/// The span of one gating (docs/observability.md): only when traces are on, so
+/// the gate's hot path pays nothing more without them.
+fn gate_span() -> tracing::Span {
+    if !telemetry::traces_on() {
+        return tracing::Span::none();
+    }
+    tracing::info_span!(
+        "gate_task_list",
+        otel.name = "gate task list",
+        plangate.tasks = tracing::field::Empty,
+        plangate.waves = tracing::field::Empty,
+        plangate.violations = tracing::field::Empty,
+    )
+}
+
+/// The gating's counts on its span: tasks, waves, and violations in all and by code.
+fn record_gate<'a, C: std::fmt::Display + 'a>(
+    span: &tracing::Span,
+    tasks: usize,
+    waves: usize,
+    errors_by_code: impl Iterator<Item = (&'a C, &'a usize)>,
+) {
+    if !telemetry::traces_on() {
+        return;
+    }
+    // i64: the exporter's integer type (an unsigned field would be sent as text).
+    span.record("plangate.tasks", tasks as i64);
+    span.record("plangate.waves", waves as i64);
+    let mut total = 0;
+    for (code, n) in errors_by_code {
+        total += n;
+        telemetry::set_attribute(span, format!("plangate.violations.{code}"), *n as i64);
+    }
+    span.record("plangate.violations", total as i64);
+}
+
 fn count_outcome(outcome: Outcome, errors: &[Violation], route: &'static str) {
     let outcome = match outcome {
         Outcome::Valid => "valid",
@@ -371,7 +408,11 @@ impl Service {
         request: ValidateRequest,
     ) -> Result<ValidationReport, ServiceError> {
         let source = source(request.tasks, &request.planner_output)?;
-        let (outcome, report) = gating::validate_report(source, &request.existing_files);
+        let span = gate_span();
+        let (outcome, report) =
+            span.in_scope(|| gating::validate_report(source, &request.existing_files));
+        let tasks = report.waves.iter().map(Vec::len).sum();
+        record_gate(&span, tasks, report.waves.len(), report.error_counts.iter());
         count_outcome(outcome, &report.errors, "validate");
         Ok(report.capped(self.settings().max_gating_errors))
     }
@@ -412,7 +453,21 @@ impl Service {
             None => None,
         };
         let source = source(request.tasks, &request.planner_output)?;
-        let validation = gating::validate(source, &request.existing_files);
+        let span = gate_span();
+        let validation = span.in_scope(|| gating::validate(source, &request.existing_files));
+        if telemetry::traces_on() {
+            let mut by_code: std::collections::BTreeMap<String, usize> = Default::default();
+            for error in &validation.errors {
+                *by_code.entry(error.code.to_string()).or_default() += 1;
+            }
+            record_gate(
+                &span,
+                validation.tasks.len(),
+                validation.waves.len(),
+                by_code.iter(),
+            );
+        }
+        drop(span);
         if let Some(first) = first {
             return self
                 .replay_task_list(caller, first, request_hash.as_deref(), &validation)

@@ -35,5 +35,6 @@ mod storable_strings;
 mod task_files;
 mod task_lists;
 mod toolsnaps;
+mod traces;
 mod tracks;
 mod usage;

@@ -1042,6 +1042,7 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
         l0s: vec![("P1-A1".into(), 0)],
         budget: Default::default(),
         retry_of: None,
+        trace_parent: None,
     };
     // Twelve jobs in one group; the sixth reuses a stored job's id, so the group's
     // transaction fails.

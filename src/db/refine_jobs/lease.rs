@@ -41,6 +41,9 @@ pub struct ClaimedJob {
     pub project_id: Option<String>,
     /// The job's (or its run's) budget, if it has one.
     pub budget: Option<Budget>,
+    /// The W3C `traceparent` of the request that created the job, when it was
+    /// traced (docs/observability.md, "Context in and out").
+    pub trace_parent: Option<String>,
 }
 
 /// The right to write for one job: its id and the token of the current claim.
@@ -113,10 +116,11 @@ struct ClaimRow {
     max_cost_usd: Option<f64>,
     max_output_tokens: Option<i64>,
     budget_action: String,
+    trace_parent: Option<String>,
 }
 
 const CLAIM_COLUMNS: &str = "id, attempt, version, l0_total, phase_id, run_id, executor, request, log, \
-     cancel_requested, project_id, max_cost_usd, max_output_tokens, budget_action";
+     cancel_requested, project_id, max_cost_usd, max_output_tokens, budget_action, trace_parent";
 
 /// Who claims and until when: a claim's own inputs, also handed to
 /// [`Database::finish_refine_job`] so that a worker's next claim shares the commit
@@ -259,6 +263,7 @@ impl Database {
             cancel_requested: row.cancel_requested,
             project_id: row.project_id,
             budget: budget_of(row.max_cost_usd, row.max_output_tokens, &row.budget_action),
+            trace_parent: row.trace_parent,
         })
     }
 

@@ -64,6 +64,8 @@ pub struct NewRefineJob {
     pub budget: Budget,
     /// The ended job this one retries (docs/api.md, "Retry").
     pub retry_of: Option<Uuid>,
+    /// The W3C `traceparent` its worker's span continues (docs/observability.md).
+    pub trace_parent: Option<String>,
 }
 
 /// What a create with an idempotency key found.

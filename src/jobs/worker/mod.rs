@@ -35,6 +35,7 @@ use crate::db::{Database, DbError};
 use crate::domain::job::JobStatus;
 use crate::domain::refine::RefineOutput;
 use crate::domain::usage::MetricModels;
+use crate::telemetry;
 
 /// Workers poll at least this often, so a lost notification never stalls a job.
 const POLL: Duration = Duration::from_secs(1);
@@ -141,12 +142,48 @@ async fn worker(pool: Arc<Pool>, slot: u32) {
             },
         };
         metrics::counter!("refine_jobs_claimed_total").increment(1);
-        let span = tracing::info_span!(
-            "refine_job",
-            job_id = %job.lease.job_id,
-            attempt = job.attempt
-        );
+        let span = job_span(&job);
         next = run_claimed(&pool, job).instrument(span).await;
+    }
+}
+
+/// The span of one attempt at a job. With traces on it continues the trace of
+/// the request that created the job, wherever that request was served
+/// (docs/observability.md, "Context in and out").
+fn job_span(job: &ClaimedJob) -> tracing::Span {
+    let span = tracing::info_span!(
+        "refine_job",
+        job_id = %job.lease.job_id,
+        attempt = job.attempt,
+        otel.name = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        plangate.job_id = tracing::field::Empty,
+        plangate.phase_id = tracing::field::Empty,
+        plangate.project_id = tracing::field::Empty,
+        plangate.attempt = tracing::field::Empty,
+        plangate.job.state = tracing::field::Empty,
+    );
+    if telemetry::traces_on() {
+        span.record("otel.name", "refine job");
+        span.record("plangate.job_id", job.lease.job_id.to_string());
+        span.record("plangate.phase_id", job.phase_id.as_str());
+        span.record("plangate.attempt", job.attempt);
+        if let Some(project) = &job.project_id {
+            span.record("plangate.project_id", project.as_str());
+        }
+        telemetry::follow(&span, job.trace_parent.as_deref(), None);
+    }
+    span
+}
+
+/// The state an attempt left its job in, on the job's span.
+fn record_job_state(status: JobStatus) {
+    if telemetry::traces_on() {
+        let span = tracing::Span::current();
+        span.record("plangate.job.state", status.as_str());
+        if status == JobStatus::Failed {
+            span.record("otel.status_code", "ERROR");
+        }
     }
 }
 
@@ -313,6 +350,7 @@ async fn run_engine(
         template: &pool.settings.prompt_template,
         max_parallel: pool.settings.l0_concurrency,
         budget_action: job.budget.map(|b| b.budget_action).unwrap_or_default(),
+        attempt: job.attempt,
     };
     let outcome = run_refine(
         refine_job,
@@ -410,6 +448,7 @@ async fn end_stopped(
             // Shutdown: hand the lease back uncharged so another replica resumes now.
             match pool.db.release_refine_job(lease).await {
                 Ok(Ok(status)) => {
+                    record_job_state(status);
                     tracing::info!(status = status.as_str(), "job handed back at shutdown");
                 }
                 Ok(Err(LeaseLost)) => {}
@@ -487,6 +526,7 @@ async fn finish(
     let mut next = None;
     match result {
         Ok(Ok((status, claimed))) => {
+            record_job_state(status);
             next = claimed;
             metrics::counter!("refine_jobs_finished_total", "status" => status.as_str())
                 .increment(1);
