@@ -78,7 +78,8 @@ struct TrackEventRow {
 
 impl TrackEventRow {
     fn into_record(self) -> DbResult<TrackEventRecord> {
-        let corrupt = |what: &str, v: &str| DbError::Corrupt(format!("a track event has {what} {v:?}"));
+        let corrupt =
+            |what: &str, v: &str| DbError::Corrupt(format!("a track event has {what} {v:?}"));
         let optional = |what: &str, v: Option<String>, parse: fn(&str) -> Option<_>| match v {
             None => Ok(None),
             Some(v) => parse(&v).map(Some).ok_or_else(|| corrupt(what, &v)),
@@ -96,7 +97,8 @@ impl TrackEventRow {
             agent: self.agent,
             notes: self.notes,
             commit_sha: self.commit_sha,
-            status: TrackStatus::parse(&self.status).ok_or_else(|| corrupt("status", &self.status))?,
+            status: TrackStatus::parse(&self.status)
+                .ok_or_else(|| corrupt("status", &self.status))?,
             current_step: CurrentStep::parse(&self.current_step)
                 .ok_or_else(|| corrupt("current_step", &self.current_step))?,
         })

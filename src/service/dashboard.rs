@@ -11,8 +11,8 @@ use crate::db::task_lists::dispatch_view;
 use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
-use crate::service::{Caller, Service, ServiceError};
 use crate::service::tracks::StoredTrackEvent;
+use crate::service::{Caller, Service, ServiceError};
 
 pub use crate::db::overview::{JobRow, ListCounts, RunRow};
 pub use crate::service::refine_jobs::{StoredJob, StoredL0};

@@ -324,28 +324,57 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
     run_step(&app, "PLAN", "PASSED").await;
     run_step(&app, "EVALUATE_PLAN", "PASSED").await;
     run_step(&app, "EXECUTE", "PASSED").await;
-    step(&app, "start", "EVALUATE_EXECUTION", json!({"agent": "reviewer"}), None).await;
-    let failed = step(&app, "complete", "EVALUATE_EXECUTION",
-        json!({"outcome": "FAILED", "notes": "cache key ignores the tenant"}), None).await;
+    step(
+        &app,
+        "start",
+        "EVALUATE_EXECUTION",
+        json!({"agent": "reviewer"}),
+        None,
+    )
+    .await;
+    let failed = step(
+        &app,
+        "complete",
+        "EVALUATE_EXECUTION",
+        json!({"outcome": "FAILED", "notes": "cache key ignores the tenant"}),
+        None,
+    )
+    .await;
     assert_eq!(failed.status(), 200);
     // Only the applied one of racing starts of FIX is recorded.
-    let starts = futures::future::join_all(
-        (0..4).map(|i| step(&app, "start", "FIX", json!({"agent": format!("fixer-{i}")}), None)),
-    )
+    let starts = futures::future::join_all((0..4).map(|i| {
+        step(
+            &app,
+            "start",
+            "FIX",
+            json!({"agent": format!("fixer-{i}")}),
+            None,
+        )
+    }))
     .await;
     assert_eq!(starts.iter().filter(|r| r.status() == 200).count(), 1);
     let fixed = step(&app, "complete", "FIX", json!({"outcome": "PASSED"}), None).await;
     assert_eq!(fixed.status(), 200);
     // The evaluation runs again and passes: its checkpoint forgets the failed verdict.
     run_step(&app, "EVALUATE_EXECUTION", "PASSED").await;
-    let meta: Value = app.get(&format!("/v1/tracks/{TRACK}")).await.json().await.unwrap();
+    let meta: Value = app
+        .get(&format!("/v1/tracks/{TRACK}"))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_ne!(
         meta["loop_state"]["checkpoints"]["EVALUATE_EXECUTION"]["notes"],
         "cache key ignores the tenant",
         "the document alone no longer has the failed verdict"
     );
 
-    let history: Value = app.get(&format!("/v1/tracks/{TRACK}/history")).await.json().await.unwrap();
+    let history: Value = app
+        .get(&format!("/v1/tracks/{TRACK}/history"))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(history["track_id"], TRACK);
     let events = history["events"].as_array().unwrap();
     let what: Vec<String> = events
@@ -389,12 +418,25 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
     assert_eq!(verdict["current_step"], "FIX");
     assert_eq!(verdict["status"], "in_progress");
     // One entry per revision, in order: no write lost or recorded twice.
-    let revisions: Vec<i64> = events.iter().map(|e| e["revision"].as_i64().unwrap()).collect();
+    let revisions: Vec<i64> = events
+        .iter()
+        .map(|e| e["revision"].as_i64().unwrap())
+        .collect();
     assert_eq!(revisions, (1..=13).collect::<Vec<_>>());
     assert_eq!(events.last().unwrap()["status"], "complete");
 
-    expect_problem(app.get("/v1/tracks/no-such-track/history").await, 404, "not_found").await;
-    expect_problem(app.get("/v1/tracks/.hidden/history").await, 400, "invalid_track_id").await;
+    expect_problem(
+        app.get("/v1/tracks/no-such-track/history").await,
+        404,
+        "not_found",
+    )
+    .await;
+    expect_problem(
+        app.get("/v1/tracks/.hidden/history").await,
+        400,
+        "invalid_track_id",
+    )
+    .await;
     app.shutdown().await;
 }
 

@@ -95,7 +95,10 @@ fn loop_steps(m: &Metadata) -> Markup {
 /// after FIX starts the loop again.
 fn history_table(view: &TrackView) -> Markup {
     // Writes the history does not hold: those made before it was kept.
-    let first_kept = view.history.first().map_or(view.revision + 1, |e| e.revision);
+    let first_kept = view
+        .history
+        .first()
+        .map_or(view.revision + 1, |e| e.revision);
     html! {
         h3 #track-history-h { "History" }
         @if first_kept > 1 {
