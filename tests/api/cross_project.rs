@@ -318,6 +318,7 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
     .chain(["track-b", "track-loose"].into_iter().flat_map(|id| {
         [
             (Method::GET, format!("/v1/tracks/{id}"), None),
+            (Method::GET, format!("/v1/tracks/{id}/history"), None),
             // Replacing it, naming the caller's own project or none.
             (
                 Method::PUT,
