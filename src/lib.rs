@@ -3,6 +3,10 @@
 //! One module per layer; `app` composes them. Layers and their allowed arrows:
 //! `docs/architecture.md` (checked by `tests/api/arrows.rs`).
 
+// The release build computes the layout of `app::serve_mcp_stdio`'s future (the MCP
+// service with its instrumented tool handlers) past the default query depth of 128.
+#![recursion_limit = "256"]
+
 pub mod agents;
 pub mod app;
 pub mod cli;
