@@ -80,20 +80,17 @@ impl TrackEventRow {
     fn into_record(self) -> DbResult<TrackEventRecord> {
         let corrupt =
             |what: &str, v: &str| DbError::Corrupt(format!("a track event has {what} {v:?}"));
-        let optional = |what: &str, v: Option<String>, parse: fn(&str) -> Option<_>| match v {
-            None => Ok(None),
-            Some(v) => parse(&v).map(Some).ok_or_else(|| corrupt(what, &v)),
-        };
         Ok(TrackEventRecord {
             at: self.at,
             revision: self.revision,
             action: TrackEventAction::parse(&self.action)
                 .ok_or_else(|| corrupt("action", &self.action))?,
-            step: optional("step", self.step, Step::parse)?,
-            outcome: match self.outcome {
-                None => None,
-                Some(v) => Some(StepOutcome::parse(&v).ok_or_else(|| corrupt("outcome", &v))?),
-            },
+            step: (self.step.as_deref())
+                .map(|v| Step::parse(v).ok_or_else(|| corrupt("step", v)))
+                .transpose()?,
+            outcome: (self.outcome.as_deref())
+                .map(|v| StepOutcome::parse(v).ok_or_else(|| corrupt("outcome", v)))
+                .transpose()?,
             agent: self.agent,
             notes: self.notes,
             commit_sha: self.commit_sha,
