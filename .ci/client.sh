@@ -29,6 +29,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$wanted" ]]; then
         "$GENERATOR_PIN" "${RUNTIME_PINS[@]}"
     echo "$wanted" > "$STAMP"
 fi
+[[ "${1:-}" == --install-only ]] && exit 0
 
 if [[ ! -x "$BIN" ]]; then
     step "building $BIN (not found)"

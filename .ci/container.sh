@@ -5,7 +5,10 @@
 # container uses the host network (there is no bridge networking on these
 # machines) and binds 127.0.0.1 on this stage's fixed ports (18200-18299).
 #
-#   bash .ci/container.sh
+#   bash .ci/container.sh            # every step below
+#   bash .ci/container.sh build      # setup and build only (.ci/run starts it early, in
+#                                    # the background: it is CI's release-compile check)
+#   bash .ci/container.sh test       # every step but the build, on the image built above
 #
 # Steps (each prints what it checked; the stage fails on the first failed check):
 #   setup    podman + runc (.ci/container-setup.sh), stand-in base images when no
@@ -47,6 +50,8 @@ fi
 
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
+PHASE="${1:-all}"
+case "$PHASE" in all|build|test) ;; *) echo "usage: $0 [all|build|test]" >&2; exit 2 ;; esac
 T0=$(date +%s.%N)
 IMAGE=localhost/plangate:ci
 L0_IMAGE=localhost/plangate-l0:ci
@@ -129,6 +134,9 @@ podman image ls --format '{{.Repository}}:{{.Tag}}' | grep -q 'debian:bookworm-s
 if [[ -n "${PLANGATE_CONTAINER_IMAGE:-}" ]]; then
     IMAGE=$PLANGATE_CONTAINER_IMAGE
     log "build: skipped, testing $IMAGE (PLANGATE_CONTAINER_IMAGE)"
+elif [[ "$PHASE" == test ]]; then
+    podman image exists "$IMAGE" || die "no $IMAGE: run '.ci/container.sh build' first"
+    log "build: skipped, testing $IMAGE (built by '.ci/container.sh build')"
 else
 log "build: podman build --format docker -f docker/Dockerfile -t $IMAGE ."
 t=$(now)
@@ -158,7 +166,7 @@ done
     die "the image's HEALTHCHECK is not plangate health: $(podman image inspect --format '{{json .Config.Healthcheck}}' "$IMAGE")"
 ok "image built; no curl or wget; HEALTHCHECK runs plangate health"
 
-if [[ "${PLANGATE_CONTAINER_SKIP_WARM:-}" != 1 && -z "${PLANGATE_CONTAINER_IMAGE:-}" ]]; then
+if [[ "${PLANGATE_CONTAINER_SKIP_WARM:-}" != 1 && -z "${PLANGATE_CONTAINER_IMAGE:-}" && "$PHASE" != test ]]; then
     # Warm: a copy of the build context with one line of src/ changed, so every
     # layer up to the dependency build is reused and plangate alone recompiles.
     mkdir -p "$WORK/context"
@@ -171,6 +179,13 @@ if [[ "${PLANGATE_CONTAINER_SKIP_WARM:-}" != 1 && -z "${PLANGATE_CONTAINER_IMAGE
     grep -q 'Compiling tokio ' "$WORK/build-warm.log" && die "the warm build recompiled the dependencies"
     podman rmi "$IMAGE-warm" >/dev/null
     rm -rf "$WORK/context"
+fi
+
+if [[ "$PHASE" == build ]]; then
+    OK=1
+    echo "== container build figures"
+    for key in "${!FIG[@]}"; do printf '%-55s %s\n' "$key" "${FIG[$key]}"; done | sort
+    exit 0
 fi
 
 # ---------------------------------------------------------------------------

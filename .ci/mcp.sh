@@ -31,6 +31,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$MCP_PIN" ]]; then
     echo "$MCP_PIN" > "$STAMP"
 fi
 "$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"))'
+[[ "${1:-}" == --install-only ]] && exit 0
 
 if [[ ! -x "$BIN" ]]; then
     step "building $BIN (not found)"

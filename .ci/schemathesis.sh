@@ -34,6 +34,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$SCHEMATHESIS_PIN" ]] || ! "$VENV/bin/sc
     echo "$SCHEMATHESIS_PIN" > "$STAMP"
 fi
 "$VENV/bin/schemathesis" --version
+[[ "${1:-}" == --install-only ]] && exit 0
 
 if [[ ! -x "$BIN" ]]; then
     step "building $BIN (not found)"

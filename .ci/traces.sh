@@ -41,6 +41,7 @@ fi
 "$VENV/bin/python" -c 'import importlib.metadata as m
 for name in ("arize-phoenix", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http", "playwright"):
     print(name, m.version(name))'
+[[ "${1:-}" == --install-only ]] && exit 0
 
 if [[ -n "${TRACES_SCREENSHOT:-}" ]]; then
     export CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"

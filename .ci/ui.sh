@@ -24,13 +24,6 @@ export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 step() { printf '\n== %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-step "browser: Debian's chromium"
-if [[ ! -x "$CHROMIUM" ]]; then
-    as_root apt-get update -q
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q chromium
-fi
-"$CHROMIUM" --version
-
 step "tools: ${PINS[*]} in $VENV"
 if [[ ! -x "$VENV/bin/python" ]]; then
     "$PYTHON" -m venv "$VENV"
@@ -39,6 +32,15 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "${PINS[*]}" ]]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PINS[@]}"
     echo "${PINS[*]}" > "$STAMP"
 fi
+# .ci/prepare.sh installs the Python tools early; the browser comes with its apt step.
+[[ "${1:-}" == --install-only ]] && exit 0
+
+step "browser: Debian's chromium"
+if [[ ! -x "$CHROMIUM" ]]; then
+    as_root apt-get update -q
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q chromium
+fi
+"$CHROMIUM" --version
 
 step "server binary"
 cargo build --locked --bin plangate
