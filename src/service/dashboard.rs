@@ -199,15 +199,16 @@ impl Service {
 
 /// The states the job list filters and counts by: the statuses, and `degraded`
 /// (a success with failed L0 calls; `succeeded` then means a clean one).
-pub const JOB_STATES: [&str; 7] = [
-    "queued",
-    "running",
-    "cancelling",
-    "succeeded",
-    crate::domain::job::DEGRADED,
-    "failed",
-    "cancelled",
-];
+pub const JOB_STATES: [&str; 7] = {
+    use crate::domain::job::JobState;
+    let mut words = [""; JobState::ALL.len()];
+    let mut i = 0;
+    while i < words.len() {
+        words[i] = JobState::ALL[i].as_str();
+        i += 1;
+    }
+    words
+};
 
 /// The job list's query, as parsed from a form.
 #[derive(Debug, Default, Clone)]

@@ -409,7 +409,7 @@ impl Service {
                     status.as_str()
                 ),
             )
-            .with_details(ProblemDetails::JobStatus(status.as_str()))),
+            .with_details(ProblemDetails::JobStatus(status))),
         }
     }
 
@@ -529,7 +529,7 @@ impl Service {
         let job = self.load_job(caller, id).await?;
         let not_retryable = |message: String| {
             ServiceError::conflict(ProblemCode::JobNotRetryable, message)
-                .with_details(ProblemDetails::JobStatus(job.status.as_str()))
+                .with_details(ProblemDetails::JobStatus(job.status))
         };
         if let Some(why) = crate::domain::job::retry_refusal(job.status) {
             return Err(not_retryable(why));

@@ -331,7 +331,7 @@ impl Service {
                     run.status.as_str()
                 ),
             )
-            .with_details(ProblemDetails::RunStatus(run.status.as_str()))),
+            .with_details(ProblemDetails::RunStatus(run.status))),
         }
     }
 

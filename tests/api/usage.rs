@@ -1042,7 +1042,7 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
     let outcome = json!({"answer": "assignment_id = P1-A1\nchanges = []\ndependency_corrections = []\nwp_proposal_adjustments = []\n"});
     let done = L0Ended {
         assignment_id: "P1-A1".into(),
-        status: "valid",
+        status: plangate::domain::refine::L0Status::Valid,
         tries: 1,
         exit_code: Some(0),
         error: None,
