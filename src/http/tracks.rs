@@ -18,7 +18,7 @@ use super::extract::{Json, Path, Query, StoredJson};
 use super::responses::{NoSuchTrack, StaleIfMatch};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
-use crate::service::tracks::{Precondition, TrackHistory, TrackVersion};
+use crate::service::tracks::{Precondition, StepWrite, TrackHistory, TrackVersion};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -174,11 +174,11 @@ async fn start_step(
 ) -> Result<Response, ApiError> {
     let track = state
         .service
-        .start_step(
+        .step_track(
             &caller,
             &raw_id,
             &raw_step,
-            &body.agent,
+            StepWrite::Start { agent: &body.agent },
             precondition(&headers),
         )
         .await?;
@@ -213,7 +213,13 @@ async fn complete_step(
 ) -> Result<Response, ApiError> {
     let track = state
         .service
-        .complete_step(&caller, &raw_id, &raw_step, &body, precondition(&headers))
+        .step_track(
+            &caller,
+            &raw_id,
+            &raw_step,
+            StepWrite::Complete(&body),
+            precondition(&headers),
+        )
         .await?;
     Ok(respond(StatusCode::OK, &track))
 }

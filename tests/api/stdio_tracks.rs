@@ -214,6 +214,39 @@ async fn import_track_then_track_step(backend: Backend) {
         (&json!(false), &json!(3), &json!("NOT_STARTED"))
     );
 
+    // `track_history`: every write, oldest first, as REST's `events`; refused as
+    // the track is.
+    let (error, history) = call(&app, LIMITED, "track_history", json!({"track_id": "imp-1"})).await;
+    assert!(!error, "{history}");
+    let actions: Vec<&str> = history
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["action"].as_str().expect("action"))
+        .collect();
+    assert_eq!(actions, ["imported", "started", "imported"], "{history}");
+    assert_eq!(history[1]["agent"], "a1", "{history}");
+    let rest: Value = app
+        .client
+        .get(app.url("/v1/tracks/imp-1/history"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("GET history")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(rest["events"], history);
+    for (token, track_id, code) in [
+        (ADMIN, "imp-2", "not_found"),
+        (ADMIN, "imp 1", "invalid_track_id"),
+    ] {
+        let (error, refused) =
+            call(&app, token, "track_history", json!({"track_id": track_id})).await;
+        assert!(error, "{refused}");
+        assert_eq!(refused["code"], code, "{refused}");
+    }
+
     // Not on the read-only surface; on the full one, marked as replacing things.
     let listed = rpc(&app, "/mcp/readonly", ADMIN, "tools/list", json!({})).await;
     let names: Vec<&str> = listed["result"]["tools"]
@@ -531,7 +564,7 @@ async fn mcp_without_a_database_url_uses_the_data_directory() {
         assert_eq!(answers[0]["result"]["serverInfo"]["name"], "plangate");
         assert_eq!(
             answers[1]["result"]["tools"].as_array().map(Vec::len),
-            Some(13)
+            Some(15)
         );
         assert_eq!(answers[2]["result"]["isError"], false, "{}", answers[2]);
 

@@ -182,7 +182,7 @@ async fn every_tool_has_a_snapshot_and_none_is_stale(app: TestApp) {
         .iter()
         .map(|t| t["name"].as_str().expect("tool name").to_owned())
         .collect();
-    assert_eq!(live.len(), 13, "{live:?}");
+    assert_eq!(live.len(), 15, "{live:?}");
     let stored = snapshot_files();
     let missing: Vec<_> = live.difference(&stored).collect();
     let stale: Vec<_> = stored.difference(&live).collect();
