@@ -7,17 +7,10 @@ use crate::common::{self, Backend, TestApp, expect_problem};
 use plangate::config::ApiToken;
 use serde_json::{Value, json};
 
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-const LIMITED: &str = "limited-token-bbbbbbbbbb";
+use crate::common::{ADMIN, LIMITED};
 
 async fn spawn(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(LIMITED, &["proj-a"]),
-        ];
-    })
-    .await
+    common::spawn_app_with_tokens(backend).await
 }
 
 /// POST one raw body to an MCP endpoint, as a Streamable HTTP client does.
@@ -39,20 +32,12 @@ async fn post_raw(
     request.send().await.expect("POST /mcp")
 }
 
-/// A JSON-RPC request on a fresh connection, with no `initialize` before it
-/// (stateless). Answers the JSON-RPC response object.
+/// A JSON-RPC request as `token`: the response object.
 async fn rpc(app: &TestApp, path: &str, token: &str, method: &str, params: Value) -> Value {
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-    let response = post_raw(app, path, Some(token), body.to_string()).await;
-    let status = response.status().as_u16();
-    assert!(status < 500, "{method}: status {status}");
-    let message: Value = response.json().await.expect("JSON-RPC answer");
-    assert_eq!(message["jsonrpc"], "2.0", "{message}");
-    assert_eq!(message["id"], 7, "{message}");
-    message
+    app.mcp_rpc(path, Some(token), method, params).await
 }
 
-/// Call a tool; answers (is_error, the JSON its text carries).
+/// Call a tool as `token`; answers (is_error, the JSON its text carries).
 async fn call_tool(
     app: &TestApp,
     path: &str,
@@ -60,19 +45,7 @@ async fn call_tool(
     name: &str,
     arguments: Value,
 ) -> (bool, Value) {
-    let message = rpc(
-        app,
-        path,
-        token,
-        "tools/call",
-        json!({"name": name, "arguments": arguments}),
-    )
-    .await;
-    let result = &message["result"];
-    assert!(result.is_object(), "tools/call {name}: {message}");
-    let text = result["content"][0]["text"].as_str().expect("text content");
-    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
-    (result["isError"] == true, value)
+    app.call_tool_as(path, Some(token), name, arguments).await
 }
 
 fn tool_names(list: &Value) -> Vec<String> {

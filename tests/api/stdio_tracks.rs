@@ -12,57 +12,21 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use crate::common::{self, Backend, FreshDatabase, TestApp};
-use plangate::config::ApiToken;
 
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-const LIMITED: &str = "limited-token-bbbbbbbbbb";
+use crate::common::{ADMIN, LIMITED};
 
 async fn spawn(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(LIMITED, &["proj-a"]),
-        ];
-    })
-    .await
+    common::spawn_app_with_tokens(backend).await
 }
 
-/// One JSON-RPC request to an MCP endpoint; answers the response object.
+/// One JSON-RPC request to an MCP endpoint as `token`: the response object.
 async fn rpc(app: &TestApp, path: &str, token: &str, method: &str, params: Value) -> Value {
-    let body = json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": params});
-    let response = app
-        .client
-        .post(app.url(path))
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .expect("POST /mcp");
-    assert!(
-        response.status().as_u16() < 500,
-        "{method}: {}",
-        response.status()
-    );
-    response.json().await.expect("JSON-RPC answer")
+    app.mcp_rpc(path, Some(token), method, params).await
 }
 
-/// Call a tool on `/mcp`; answers (is_error, the JSON its text carries).
+/// Call a tool on `/mcp` as `token`; answers (is_error, the JSON its text carries).
 async fn call(app: &TestApp, token: &str, name: &str, arguments: Value) -> (bool, Value) {
-    let message = rpc(
-        app,
-        "/mcp",
-        token,
-        "tools/call",
-        json!({"name": name, "arguments": arguments}),
-    )
-    .await;
-    let result = &message["result"];
-    let text = result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{name}: {message}"));
-    let value = serde_json::from_str(text).expect("tool answers JSON");
-    (result["isError"] == true, value)
+    app.call_tool_as("/mcp", Some(token), name, arguments).await
 }
 
 async fn rest_revision(app: &TestApp, id: &str) -> (u16, Option<String>) {
