@@ -174,14 +174,15 @@ impl Service {
     /// Current statuses of a list's tasks plus the active wave, for live pages.
     pub async fn dashboard_task_states(
         &self,
+        caller: &Caller,
         id: Uuid,
     ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
-        // Callers checked the project with `dashboard_task_list_marker` first.
         let list = self
             .db
             .task_list(id)
             .await?
             .ok_or_else(|| not_found("task list", id))?;
+        caller.check_project(&list.project_id)?;
         let view = dispatch_view(&list.tasks);
         let wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
         let states = list
