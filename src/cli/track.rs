@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use super::args::TrackCommand;
 use crate::agents::Executors;
 use crate::config::Settings;
-use crate::domain::track_state::StepOutcome;
-use crate::service::tracks::{Precondition, TrackVersion};
+use crate::domain::track_state::{Completion, StepOutcome};
+use crate::service::tracks::{Precondition, StepWrite, TrackVersion};
 use crate::service::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 
 pub const EXIT_OK: u8 = 0;
@@ -168,17 +168,14 @@ async fn execute(
             agent,
             if_match,
         } => {
-            let outcome = outcome.as_deref().map(parse_outcome).transpose()?;
+            let completion = outcome
+                .as_deref()
+                .map(parse_outcome)
+                .transpose()?
+                .map(Completion::new);
+            let write = StepWrite::from_action(action, agent.as_deref(), completion.as_ref())?;
             let version = service
-                .step_track(
-                    &caller,
-                    &id,
-                    &step,
-                    action,
-                    agent.as_deref(),
-                    outcome,
-                    pinned(if_match),
-                )
+                .step_track(&caller, &id, &step, write, pinned(if_match))
                 .await?;
             Ok(summary(&version))
         }

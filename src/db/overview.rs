@@ -8,6 +8,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{Database, DbResult};
+use crate::domain::job::JobStatus;
 
 /// One task list and how many of its tasks are in each status.
 #[derive(Debug, Clone)]
@@ -25,7 +26,7 @@ pub struct ListCounts {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct JobRow {
     pub id: Uuid,
-    pub status: String,
+    pub status: JobStatus,
     pub phase_id: String,
     pub run_id: Option<Uuid>,
     pub project_id: Option<String>,
@@ -47,7 +48,7 @@ pub struct JobRow {
 const NOT_VALID: &str = "(SELECT COUNT(*) FROM refine_l0_runs l \
      WHERE l.job_id = refine_jobs.id AND l.status <> 'valid')";
 
-/// The state a person reads (`domain::job::job_word`), as SQL.
+/// The state a person reads (`domain::job::JobState::of`), as SQL.
 fn state_sql() -> String {
     format!("CASE WHEN status = 'succeeded' AND {NOT_VALID} > 0 THEN 'degraded' ELSE status END")
 }
@@ -68,7 +69,7 @@ pub struct JobListFilter {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct RunRow {
     pub id: Uuid,
-    pub status: String,
+    pub status: JobStatus,
     pub project_id: Option<String>,
     pub team_pk: Option<String>,
     pub executor: String,
@@ -286,7 +287,7 @@ impl Database {
     }
 
     /// `(state, count)` of the jobs `filter` matches, whatever its status: a
-    /// success with failed L0 calls counts as `degraded` (issue 27, item 2).
+    /// success with failed L0 calls counts as `degraded` (docs/jobs.md, "Lifecycle").
     pub async fn job_state_counts(&self, filter: &JobListFilter) -> DbResult<Vec<(String, i64)>> {
         Ok(on_pool!(self, pool => {
             let mut q = QueryBuilder::new(format!(

@@ -116,7 +116,7 @@ impl Database {
 
     pub async fn refine_run(&self, id: Uuid) -> DbResult<Option<RunRecord>> {
         type Row = (
-            String,
+            JobStatus,
             Option<String>,
             Option<String>,
             String,
@@ -151,9 +151,7 @@ impl Database {
         else {
             return Ok(None);
         };
-        let status = JobStatus::parse(&status)
-            .ok_or_else(|| DbError::Corrupt(format!("run {id} has status {status:?}")))?;
-        let jobs: Vec<(String, Uuid, String)> = on_pool!(self, pool => {
+        let jobs: Vec<(String, Uuid, JobStatus)> = on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT phase_id, id, status FROM refine_jobs WHERE run_id = $1 ORDER BY created_at, id",
             )
@@ -188,7 +186,7 @@ impl Database {
     /// `(version, status)` where the version moves with the run and every phase job.
     pub async fn refine_run_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
         // SUM(bigint) is NUMERIC on Postgres: cast back so both back-ends give INT8.
-        let row: Option<(i64, String)> = on_pool!(self, pool => {
+        Ok(on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT CAST(r.version + COALESCE((SELECT SUM(j.version) FROM refine_jobs j \
                  WHERE j.run_id = r.id), 0) AS BIGINT), r.status FROM refine_runs r WHERE r.id = $1",
@@ -196,13 +194,7 @@ impl Database {
             .bind(id)
             .fetch_optional(pool)
             .await?
-        });
-        row.map(|(v, s)| {
-            JobStatus::parse(&s)
-                .map(|s| (v, s))
-                .ok_or_else(|| DbError::Corrupt(format!("run {id} has status {s:?}")))
-        })
-        .transpose()
+        }))
     }
 
     /// Whether a run holds this idempotency key (a create with it replays).
@@ -276,7 +268,7 @@ impl Database {
         let lock = self.row_lock();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let run: Option<(String, Json<Value>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            let run: Option<(JobStatus, Json<Value>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, request FROM refine_runs WHERE id = $1{lock}"
             )))
             .bind(run_id)
@@ -286,12 +278,11 @@ impl Database {
                 return Ok(None);
             };
             // Merged already (terminal): nothing to do.
-            let Some(run_status) =
-                JobStatus::parse(&status).filter(|s| JobStatus::IN_FLIGHT.contains(s))
+            let Some(run_status) = Some(status).filter(|s| JobStatus::IN_FLIGHT.contains(s))
             else {
                 return Ok(None);
             };
-            type PhaseRow = (String, Uuid, String, Option<Json<Value>>, Option<String>);
+            type PhaseRow = (String, Uuid, JobStatus, Option<Json<Value>>, Option<String>);
             let jobs: Vec<PhaseRow> = sqlx::query_as(
                 "SELECT phase_id, id, status, result, error_code FROM refine_jobs WHERE run_id = $1",
             )
@@ -300,9 +291,6 @@ impl Database {
             .await?;
             let mut outcomes = Vec::with_capacity(jobs.len());
             for (phase_id, job_id, status, result, error_code) in jobs {
-                let status = JobStatus::parse(&status).ok_or_else(|| {
-                    DbError::Corrupt(format!("job {job_id} has status {status:?}"))
-                })?;
                 if !status.is_terminal() {
                     return Ok(None);
                 }

@@ -48,7 +48,7 @@ pub struct TrackEvent<'a> {
 }
 
 /// One stored history entry.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, FromRow)]
 pub struct TrackEventRecord {
     pub at: DateTime<Utc>,
     pub revision: i64,
@@ -60,46 +60,6 @@ pub struct TrackEventRecord {
     pub commit_sha: Option<String>,
     pub status: TrackStatus,
     pub current_step: CurrentStep,
-}
-
-#[derive(FromRow)]
-struct TrackEventRow {
-    at: DateTime<Utc>,
-    revision: i64,
-    action: String,
-    step: Option<String>,
-    outcome: Option<String>,
-    agent: Option<String>,
-    notes: Option<String>,
-    commit_sha: Option<String>,
-    status: String,
-    current_step: String,
-}
-
-impl TrackEventRow {
-    fn into_record(self) -> DbResult<TrackEventRecord> {
-        let corrupt =
-            |what: &str, v: &str| DbError::Corrupt(format!("a track event has {what} {v:?}"));
-        Ok(TrackEventRecord {
-            at: self.at,
-            revision: self.revision,
-            action: TrackEventAction::parse(&self.action)
-                .ok_or_else(|| corrupt("action", &self.action))?,
-            step: (self.step.as_deref())
-                .map(|v| Step::parse(v).ok_or_else(|| corrupt("step", v)))
-                .transpose()?,
-            outcome: (self.outcome.as_deref())
-                .map(|v| StepOutcome::parse(v).ok_or_else(|| corrupt("outcome", v)))
-                .transpose()?,
-            agent: self.agent,
-            notes: self.notes,
-            commit_sha: self.commit_sha,
-            status: TrackStatus::parse(&self.status)
-                .ok_or_else(|| corrupt("status", &self.status))?,
-            current_step: CurrentStep::parse(&self.current_step)
-                .ok_or_else(|| corrupt("current_step", &self.current_step))?,
-        })
-    }
 }
 
 /// Appends `$event` (a [`TrackEvent`]) for the write that made `$revision`, inside `$tx`.
@@ -220,7 +180,7 @@ impl Database {
     /// A track's history, oldest first (empty for a track written before history
     /// was kept, or one that does not exist: the caller reads the track first).
     pub async fn track_history(&self, track_id: &str) -> DbResult<Vec<TrackEventRecord>> {
-        let rows: Vec<TrackEventRow> = on_pool!(self, pool => {
+        Ok(on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT at, revision, action, step, outcome, agent, notes, commit_sha, status, \
                  current_step FROM track_events WHERE track_id = $1 ORDER BY at, id",
@@ -228,7 +188,6 @@ impl Database {
             .bind(track_id)
             .fetch_all(pool)
             .await?
-        });
-        rows.into_iter().map(TrackEventRow::into_record).collect()
+        }))
     }
 }

@@ -204,7 +204,7 @@ macro_rules! store_pending {
 /// Progress of one job from its L0 rows.
 macro_rules! progress_of {
     ($tx:expr, $job_id:expr) => {{
-        let rows: Vec<(String, i64)> = sqlx::query_as(
+        let rows: Vec<($crate::domain::refine::L0Status, i64)> = sqlx::query_as(
             "SELECT status, COUNT(*) FROM refine_l0_runs WHERE job_id = $1 GROUP BY status",
         )
         .bind($job_id)
@@ -212,7 +212,7 @@ macro_rules! progress_of {
         .await?;
         let mut p = $crate::db::refine_jobs::ProgressRecord::default();
         for (status, n) in rows {
-            $crate::db::refine_jobs::add_count(&mut p, &status, n);
+            $crate::db::refine_jobs::add_count(&mut p, status, n);
         }
         p
     }};

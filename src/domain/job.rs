@@ -9,6 +9,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::refine::L0Status;
+
 /// `queued → running → succeeded | failed | cancelled`, with `cancelling` between a
 /// cancel request and the moment the worker has stopped its L0s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
@@ -22,7 +24,7 @@ pub enum JobStatus {
     Cancelled,
 }
 
-crate::domain::wire_strings!(JobStatus, parse {
+crate::domain::wire_strings!(JobStatus, "job status", column {
     Queued => "queued",
     Running => "running",
     Cancelling => "cancelling",
@@ -326,23 +328,51 @@ mod tests {
     }
 }
 
-/// The word the dashboard shows for a success whose L0 calls did not all give a
-/// valid answer (issue 27, item 2). REST keeps the status `succeeded`.
-pub const DEGRADED: &str = "degraded";
+/// How a person reads a refine job: its status, or `degraded` for a success whose
+/// L0 calls did not all give a valid answer (docs/jobs.md). REST keeps the
+/// status `succeeded`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Queued,
+    Running,
+    Cancelling,
+    Succeeded,
+    Degraded,
+    Failed,
+    Cancelled,
+}
 
-/// How a person reads a refine job: its status, or [`DEGRADED`] for a success
-/// with `l0_not_valid` of its L0 calls giving no usable answer.
-pub fn job_word(status: JobStatus, l0_not_valid: i64) -> &'static str {
-    if status == JobStatus::Succeeded && l0_not_valid > 0 {
-        DEGRADED
-    } else {
-        status.as_str()
+crate::domain::wire_strings!(JobState, "job state", {
+    Queued => "queued",
+    Running => "running",
+    Cancelling => "cancelling",
+    Succeeded => "succeeded",
+    Degraded => "degraded",
+    Failed => "failed",
+    Cancelled => "cancelled",
+});
+
+impl JobState {
+    /// A job of `status` with `l0_not_valid` of its L0 calls giving no usable answer.
+    pub fn of(status: JobStatus, l0_not_valid: i64) -> JobState {
+        match status {
+            JobStatus::Queued => JobState::Queued,
+            JobStatus::Running => JobState::Running,
+            JobStatus::Cancelling => JobState::Cancelling,
+            JobStatus::Succeeded if l0_not_valid > 0 => JobState::Degraded,
+            JobStatus::Succeeded => JobState::Succeeded,
+            JobStatus::Failed => JobState::Failed,
+            JobStatus::Cancelled => JobState::Cancelled,
+        }
     }
 }
 
+/// The word the dashboard shows for a degraded success.
+pub const DEGRADED: &str = JobState::Degraded.as_str();
+
 /// "3 of 3 L0 calls failed" for a degraded job, `None` otherwise.
 pub fn degraded_note(status: JobStatus, l0_not_valid: i64, l0_total: i64) -> Option<String> {
-    (job_word(status, l0_not_valid) == DEGRADED)
+    (JobState::of(status, l0_not_valid) == JobState::Degraded)
         .then(|| format!("{l0_not_valid} of {l0_total} L0 calls failed"))
 }
 
@@ -353,17 +383,35 @@ pub const STOPPED_L0_ERRORS: [&str; 2] = [
     "the job ended before it finished",
 ];
 
-/// How a person reads one L0 of a job: `not started` for one still pending in an
-/// ended job (a budget stop or cancel came first), `cancelled` for one stopped by
-/// its job's cancel, else its stored status.
-pub fn l0_word<'a>(job: JobStatus, l0_status: &'a str, error: Option<&str>) -> &'a str {
-    if job.is_terminal() && l0_status == "pending" {
-        return "not started";
+/// How a person reads one L0 of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L0State {
+    /// Its stored status.
+    Status(L0Status),
+    /// Still pending in an ended job (a budget stop or cancel came first).
+    NotStarted,
+    /// Stopped by its job's cancel.
+    Cancelled,
+}
+
+impl L0State {
+    pub fn of(job: JobStatus, l0: L0Status, error: Option<&str>) -> L0State {
+        match l0 {
+            L0Status::Pending if job.is_terminal() => L0State::NotStarted,
+            L0Status::Failed if error.is_some_and(|e| STOPPED_L0_ERRORS.contains(&e)) => {
+                L0State::Cancelled
+            }
+            status => L0State::Status(status),
+        }
     }
-    if l0_status == "failed" && error.is_some_and(|e| STOPPED_L0_ERRORS.contains(&e)) {
-        return "cancelled";
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            L0State::Status(status) => status.as_str(),
+            L0State::NotStarted => "not started",
+            L0State::Cancelled => "cancelled",
+        }
     }
-    l0_status
 }
 
 /// Why a job cannot be retried, or `None` when it can: only an ended job that did
@@ -390,9 +438,13 @@ mod display_tests {
 
     #[test]
     fn a_success_with_failed_calls_reads_degraded() {
-        assert_eq!(job_word(JobStatus::Succeeded, 0), "succeeded");
-        assert_eq!(job_word(JobStatus::Succeeded, 3), DEGRADED);
-        assert_eq!(job_word(JobStatus::Failed, 3), "failed");
+        assert_eq!(JobState::of(JobStatus::Succeeded, 0), JobState::Succeeded);
+        assert_eq!(JobState::of(JobStatus::Succeeded, 3), JobState::Degraded);
+        assert_eq!(JobState::of(JobStatus::Failed, 3), JobState::Failed);
+        // Every status reads as the state of the same word, but a degraded success.
+        for status in JobStatus::ALL {
+            assert_eq!(JobState::of(status, 0).as_str(), status.as_str());
+        }
         assert_eq!(
             degraded_note(JobStatus::Succeeded, 3, 3).as_deref(),
             Some("3 of 3 L0 calls failed")
@@ -402,18 +454,22 @@ mod display_tests {
 
     #[test]
     fn l0s_that_never_ran_or_were_stopped_are_not_failed() {
-        assert_eq!(l0_word(JobStatus::Failed, "pending", None), "not started");
-        assert_eq!(l0_word(JobStatus::Running, "pending", None), "pending");
+        use L0Status::{Failed, Pending};
+        let stopped = Some("cancelled before it finished");
         assert_eq!(
-            l0_word(
-                JobStatus::Cancelled,
-                "failed",
-                Some("cancelled before it finished")
-            ),
-            "cancelled"
+            L0State::of(JobStatus::Failed, Pending, None),
+            L0State::NotStarted
         );
         assert_eq!(
-            l0_word(JobStatus::Failed, "failed", Some("exit 1")),
+            L0State::of(JobStatus::Running, Pending, None),
+            L0State::Status(Pending)
+        );
+        assert_eq!(
+            L0State::of(JobStatus::Cancelled, Failed, stopped),
+            L0State::Cancelled
+        );
+        assert_eq!(
+            L0State::of(JobStatus::Failed, Failed, Some("exit 1")).as_str(),
             "failed"
         );
     }

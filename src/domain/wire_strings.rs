@@ -49,6 +49,51 @@ macro_rules! wire_strings {
         $crate::domain::wire_strings!(@core $ty, { $($variant => $s),+ });
         $crate::domain::wire_strings!(@parse $ty, { $($variant => $s),+ });
     };
+    ($ty:ident, $kind:literal, column { $($variant:ident => $s:literal),+ $(,)? }) => {
+        $crate::domain::wire_strings!($ty, $kind, { $($variant => $s),+ });
+        $crate::domain::wire_strings!(@column $ty, $kind);
+    };
+    // A TEXT column holding the wire string, on either back-end: rows decode
+    // straight into the enum (by its `parse`), and an unknown word is a decode
+    // error naming it. Also callable alone, for an enum with its own `parse`.
+    (@column $ty:ident, $kind:literal) => {
+        impl<DB: ::sqlx::Database> ::sqlx::Type<DB> for $ty
+        where
+            str: ::sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as ::sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as ::sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: ::sqlx::Database> ::sqlx::Decode<'r, DB> for $ty
+        where
+            &'r str: ::sqlx::Decode<'r, DB>,
+        {
+            fn decode(
+                value: <DB as ::sqlx::Database>::ValueRef<'r>,
+            ) -> Result<Self, ::sqlx::error::BoxDynError> {
+                let text = <&'r str as ::sqlx::Decode<'r, DB>>::decode(value)?;
+                $ty::parse(text).ok_or_else(|| format!("unknown {} {text:?} in a row", $kind).into())
+            }
+        }
+
+        impl<'q, DB: ::sqlx::Database> ::sqlx::Encode<'q, DB> for $ty
+        where
+            &'static str: ::sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as ::sqlx::Database>::ArgumentBuffer,
+            ) -> Result<::sqlx::encode::IsNull, ::sqlx::error::BoxDynError> {
+                <&'static str as ::sqlx::Encode<'q, DB>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+    };
     ($ty:ident, $kind:literal, { $($variant:ident => $s:literal),+ $(,)? }) => {
         $crate::domain::wire_strings!(@core $ty, { $($variant => $s),+ });
         $crate::domain::wire_strings!(@parse $ty, { $($variant => $s),+ });

@@ -13,7 +13,7 @@ use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query};
 use super::refine_jobs::{WaitQuery, accepted, submission};
-use super::responses::{BudgetExhausted, DatabaseUnavailable, RefineSubmission, RunById};
+use super::responses::{BudgetExhausted, NoSuchRun, RefineSubmission, RunById};
 use crate::http::problem::{ApiError, ForbiddenProject, Problem};
 use crate::service::refine_runs::{CreateRefineRunRequest, StoredRun};
 
@@ -61,8 +61,7 @@ async fn create_refine_run(
         ForbiddenProject,
         (status = 200, description = "The run", body = StoredRun),
         (status = 400, description = "Not a run id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such run", body = Problem, content_type = "application/problem+json"),
-        DatabaseUnavailable,
+        NoSuchRun,
     ))]
 async fn get_refine_run(
     State(state): State<AppState>,

@@ -39,6 +39,8 @@ problem_sets! {
     DatabaseUnavailable { "503" => "Database unavailable" }
     /// A route on one refine job whose own 400 says more than the id.
     NoSuchJob { "404" => "No such job", "503" => "Database unavailable" }
+    /// A route on one refine run whose own 400 says more than the id.
+    NoSuchRun { "404" => "No such run", "503" => "Database unavailable" }
     /// A route on one refine job, by its path id.
     JobById {
         "400" => "Not a job id",
@@ -64,10 +66,27 @@ problem_sets! {
     NoSuchList { "404" => "No such list" }
     /// A route on a task addressed inside its list.
     NoSuchListTask { "404" => "No such list, or no such task in it (`field` names which)" }
-    /// A route on one track.
-    NoSuchTrack { "404" => "No such track" }
     /// A route that honours `If-Match`.
     StaleIfMatch { "412" => "Stale If-Match" }
+    /// A route on one track by its id.
+    TrackById { "400" => "Invalid track id", "404" => "No such track" }
+    /// Starting or completing a track's step.
+    StepRefusals {
+        "404" => "No such track",
+        "409" => "Unknown step, illegal transition or closed track; `legal` lists what may be done",
+        "412" => "Stale If-Match",
+        "422" => "Invalid body",
+    }
+    /// Changing a task's status, by its id or in its list.
+    TaskUpdateRefusals {
+        "409" => "`illegal_transition` (`allowed` lists the legal targets), or `task_claimed` (`holder` names who holds the task)",
+        "422" => "Unknown status or category, a category without `abandoned`, or a bad `holder`",
+    }
+    /// Renewing a claim, by the task's id or in its list.
+    HeartbeatRefusals {
+        "409" => "`task_claimed` (another `holder` holds it) or `task_not_claimed` (no live claim: its lease ran out, or it finished)",
+        "422" => "`invalid_field` (`holder`, `lease_s`)",
+    }
 }
 
 /// A submission that would spend past the project's daily limit (docs/jobs.md).

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, StoredJson};
-use super::responses::{NoSuchListTask, NoSuchTask};
+use super::responses::{HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::task_claims::{HeartbeatRequest, TaskHistory};
 use crate::service::task_lists::{StoredTask, TaskUpdate, TaskUpdated};
@@ -62,8 +62,7 @@ impl From<InList> for TaskRef {
         (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchTask,
-        (status = 409, description = "`illegal_transition` (`allowed` lists the legal targets), or `task_claimed` (`holder` names who holds the task)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Unknown status or category, a category without `abandoned`, or a bad `holder`", body = Problem, content_type = "application/problem+json"),
+        TaskUpdateRefusals,
     ))]
 async fn update_task(
     State(state): State<AppState>,
@@ -89,8 +88,7 @@ async fn update_task(
         (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchTask,
-        (status = 409, description = "`task_claimed` (another `holder` holds it) or `task_not_claimed` (no live claim: its lease ran out, or it finished)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid_field` (`holder`, `lease_s`)", body = Problem, content_type = "application/problem+json"),
+        HeartbeatRefusals,
     ))]
 async fn heartbeat(
     State(state): State<AppState>,
@@ -136,8 +134,7 @@ async fn history(
         (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchListTask,
-        (status = 409, description = "`illegal_transition` (`allowed` lists the legal targets), or `task_claimed` (`holder` names who holds the task)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Unknown status or category, a category without `abandoned`, or a bad `holder`", body = Problem, content_type = "application/problem+json"),
+        TaskUpdateRefusals,
     ))]
 async fn update_task_in_list(
     State(state): State<AppState>,
@@ -163,8 +160,7 @@ async fn update_task_in_list(
         (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchListTask,
-        (status = 409, description = "`task_claimed` (another `holder` holds it) or `task_not_claimed` (no live claim: its lease ran out, or it finished)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`invalid_field` (`holder`, `lease_s`)", body = Problem, content_type = "application/problem+json"),
+        HeartbeatRefusals,
     ))]
 async fn heartbeat_in_list(
     State(state): State<AppState>,

@@ -15,10 +15,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, StoredJson};
-use super::responses::{NoSuchTrack, StaleIfMatch};
+use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
-use crate::service::tracks::{Precondition, TrackHistory, TrackVersion};
+use crate::service::tracks::{Precondition, StepWrite, TrackHistory, TrackVersion};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -117,8 +117,7 @@ async fn put_track(
     responses(
         ForbiddenProject,
         (status = 200, description = "The metadata", body = Metadata, headers(("ETag" = String))),
-        (status = 400, description = "Invalid track id", body = Problem, content_type = "application/problem+json"),
-        NoSuchTrack,
+        TrackById,
     ))]
 async fn get_track(
     State(state): State<AppState>,
@@ -137,8 +136,7 @@ async fn get_track(
     responses(
         ForbiddenProject,
         (status = 200, description = "The history", body = TrackHistory),
-        (status = 400, description = "Invalid track id", body = Problem, content_type = "application/problem+json"),
-        NoSuchTrack,
+        TrackById,
     ))]
 async fn track_history(
     State(state): State<AppState>,
@@ -160,10 +158,7 @@ async fn track_history(
         JsonBodyRejections,
         ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
-        NoSuchTrack,
-        (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),
-        StaleIfMatch,
-        (status = 422, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        StepRefusals,
     ))]
 async fn start_step(
     State(state): State<AppState>,
@@ -174,11 +169,11 @@ async fn start_step(
 ) -> Result<Response, ApiError> {
     let track = state
         .service
-        .start_step(
+        .step_track(
             &caller,
             &raw_id,
             &raw_step,
-            &body.agent,
+            StepWrite::Start { agent: &body.agent },
             precondition(&headers),
         )
         .await?;
@@ -199,10 +194,7 @@ async fn start_step(
         JsonBodyRejections,
         ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
-        NoSuchTrack,
-        (status = 409, description = "Unknown step, illegal transition or closed track; `legal` lists what may be done", body = Problem, content_type = "application/problem+json"),
-        StaleIfMatch,
-        (status = 422, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        StepRefusals,
     ))]
 async fn complete_step(
     State(state): State<AppState>,
@@ -213,7 +205,13 @@ async fn complete_step(
 ) -> Result<Response, ApiError> {
     let track = state
         .service
-        .complete_step(&caller, &raw_id, &raw_step, &body, precondition(&headers))
+        .step_track(
+            &caller,
+            &raw_id,
+            &raw_step,
+            StepWrite::Complete(&body),
+            precondition(&headers),
+        )
         .await?;
     Ok(respond(StatusCode::OK, &track))
 }

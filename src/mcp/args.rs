@@ -19,27 +19,44 @@ use crate::service::tracks::StepAction;
 /// The gating task list (docs/spec/gating.md §1): an item schema of exactly the
 /// fields `domain::gating` reads, so an agent needs no prose to write one. It never
 /// refuses what the gate accepts (unknown fields are kept, so they stay allowed);
-/// the gate still checks what a schema cannot (ids exist, waves, files).
-fn task_array(_: &mut SchemaGenerator) -> Schema {
+/// the gate still checks what a schema cannot (ids exist, waves, files). The gate's
+/// rules are told once, on `validate_task_list`'s fields (the tool budget).
+fn tasks_schema(rules: bool) -> Schema {
+    let rule = |schema: Value, text: &str| match (schema, rules) {
+        (Value::Object(mut object), true) => {
+            object.insert("description".into(), text.into());
+            Value::Object(object)
+        }
+        (schema, _) => schema,
+    };
+    let names = serde_json::json!({"type": "array", "items": {"type": "string"}});
     json_schema!({
         "type": "array",
         "minItems": 1,
-        "description": "Or planner_output.",
+        "description": if rules { "Or planner_output." } else { "Or planner_output; as validate_task_list's." },
         "items": {
             "type": "object",
             "required": ["task_id", "assigned_persona", "parallel_group", "description"],
             "properties": {
                 "task_id": {"type": "string"},
                 "assigned_persona": {"type": "string"},
-                "parallel_group": {"type": "integer", "minimum": 1, "description": "Wave, after its depends_on's."},
-                "depends_on": strings("task_ids"),
-                "reads": strings("From an earlier wave or existing_files."),
-                "writes": strings("One writer per file and wave."),
+                "parallel_group": rule(serde_json::json!({"type": "integer", "minimum": 1}), "Wave, after its depends_on's."),
+                "depends_on": names,
+                "reads": rule(names.clone(), "From an earlier wave or existing_files."),
+                "writes": rule(names.clone(), "One writer per file and wave."),
                 "description": {"type": "string"},
-                "reviews": {"type": ["string", "null"], "description": "task_id reviewed (other persona, earlier wave)."}
+                "reviews": rule(serde_json::json!({"type": ["string", "null"]}), "A task_id: other persona, earlier wave.")
             }
         }
     })
+}
+
+fn task_array(_: &mut SchemaGenerator) -> Schema {
+    tasks_schema(true)
+}
+
+fn task_array_bare(_: &mut SchemaGenerator) -> Schema {
+    tasks_schema(false)
 }
 
 fn strings(description: &str) -> Value {
@@ -69,7 +86,8 @@ fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// An id argument as sent, any JSON: the tool parses it, so a malformed one is a
-/// tool error naming its field and which id to pass, not serde's text (issue 24).
+/// tool error naming its field and which id to pass, not serde's text
+/// (docs/mcp.md, "The tools").
 /// Still required where it is not an `Option` (a missing one is serde's `missing
 /// field`, which names it).
 #[derive(Debug, Deserialize)]
@@ -95,14 +113,14 @@ pub struct ValidateArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateArgs {
-    /// Letters, digits, `.`, `_`, `-`.
+    /// The project.
     pub project_id: String,
     /// The planning cycle.
     pub team_pk: Option<String>,
     /// Who submits it.
     pub created_by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "task_array")]
+    #[schemars(schema_with = "task_array_bare")]
     pub tasks: Option<Value>,
     /// Planner text with a ```json block.
     pub planner_output: Option<String>,
@@ -121,7 +139,7 @@ pub struct ReadyArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "ready_mode_schema")]
     pub mode: Option<ReadyMode>,
-    /// Long-poll instead of answering next "wait".
+    /// Long-poll.
     #[schemars(range(max = 30))]
     pub wait_seconds: Option<u64>,
 }
@@ -326,7 +344,7 @@ fn metadata_schema(generator: &mut SchemaGenerator) -> Schema {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrackStepArgs {
-    /// An imported track.
+    /// The track.
     pub track_id: String,
     #[schemars(schema_with = "step_schema")]
     pub step: String,
@@ -337,7 +355,7 @@ pub struct TrackStepArgs {
     pub outcome: Option<StepOutcome>,
     /// With (and only with) start.
     pub agent: Option<String>,
-    /// Refused if the revision changed.
+    /// Pin this revision.
     pub if_match: Option<i64>,
 }
 
@@ -399,12 +417,21 @@ pub struct RefineStatusArgs {
     pub wait_seconds: Option<u64>,
 }
 
+/// A refine job: `cancel_refine`, `retry_refine_job`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CancelRefineArgs {
+pub struct JobArgs {
     /// start_refine's job_id.
     #[schemars(with = "Uuid")]
     pub job_id: RawId,
+}
+
+/// `track_history`: the track.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrackHistoryArgs {
+    /// The track.
+    pub track_id: String,
 }
 
 #[cfg(test)]

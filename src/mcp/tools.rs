@@ -11,136 +11,127 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::args::{
-    CancelRefineArgs, ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, PlanAnswerFormat,
-    PlanLoopArgs, ProjectStatusArgs, RawId, ReadyArgs, RefineStatusArgs, SetStatusArgs,
-    StartRefineArgs, TrackStepArgs, ValidateArgs,
+    ClaimArgs, CreateArgs, HeartbeatArgs, ImportTrackArgs, JobArgs, PlanAnswerFormat, PlanLoopArgs,
+    ProjectStatusArgs, RawId, ReadyArgs, RefineStatusArgs, SetStatusArgs, StartRefineArgs,
+    TrackHistoryArgs, TrackStepArgs, ValidateArgs,
 };
 use crate::domain::gating::ParsedTaskList;
 use crate::domain::loop_plan::LoopPlanRequest;
+use crate::domain::track_state::Completion;
 use crate::service::task_claims::{ClaimRequest, HeartbeatRequest, NextAnswer};
 use crate::service::task_lists::{
     CreateTaskListRequest, StoredTask, StoredTaskList, TaskUpdate, ValidateRequest,
 };
 use crate::service::task_refs::{TASK_ID_HINT, TASK_LIST_ID_HINT, TaskRef, invalid_id, parse_uuid};
-use crate::service::tracks::Precondition;
+use crate::service::tracks::{Precondition, StepWrite};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
 /// Longest `refine_status` wait (the issue's long-poll bound).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
-/// Every tool plangate offers over MCP.
+/// What a tool may do, for `tools/list`'s annotations and the read-only surface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolName {
-    ValidateTaskList,
-    CreateTaskList,
-    ReadyTasks,
-    SetTaskStatus,
-    ProjectStatus,
-    PlanLoop,
-    ImportTrack,
-    TrackStep,
-    StartRefine,
-    RefineStatus,
-    CancelRefine,
-    ClaimTask,
-    HeartbeatTask,
+enum Access {
+    /// Changes nothing: offered on the read-only surface.
+    Read,
+    /// Adds or moves on.
+    Write,
+    /// Replaces what is stored (a re-import starts a track's loop over).
+    Replace,
 }
 
-crate::domain::wire_strings!(ToolName, parse {
-    ValidateTaskList => "validate_task_list",
-    CreateTaskList => "create_task_list",
-    ReadyTasks => "ready_tasks",
-    SetTaskStatus => "set_task_status",
-    ProjectStatus => "project_status",
-    PlanLoop => "plan_loop",
-    ImportTrack => "import_track",
-    TrackStep => "track_step",
-    StartRefine => "start_refine",
-    RefineStatus => "refine_status",
-    CancelRefine => "cancel_refine",
-    ClaimTask => "claim_task",
-    HeartbeatTask => "heartbeat_task",
-});
+/// One row per tool: its variant and name, what it may do, its argument type (the
+/// input schema is derived from it, so the two cannot drift), its handler and its
+/// description. Descriptions are terse on purpose: every agent reads them on each
+/// `tools/list`, under a 10 KB budget; the prose is in docs/mcp.md.
+macro_rules! tools {
+    ($($variant:ident $name:literal $access:ident $args:ty => $handler:ident, $description:literal;)+) => {
+        /// Every tool plangate offers over MCP.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ToolName {
+            $($variant),+
+        }
+
+        crate::domain::wire_strings!(ToolName, parse { $($variant => $name),+ });
+
+        impl ToolName {
+            fn access(self) -> Access {
+                match self {
+                    $(ToolName::$variant => Access::$access),+
+                }
+            }
+
+            fn description(self) -> &'static str {
+                match self {
+                    $(ToolName::$variant => $description),+
+                }
+            }
+
+            fn raw_schema(self) -> Result<Arc<JsonObject>, String> {
+                match self {
+                    $(ToolName::$variant => schema_for_input::<$args>().map_err(|e| e.to_string())),+
+                }
+            }
+        }
+
+        /// Its arguments parsed (a refusal before the tool runs), then the tool.
+        async fn dispatch(
+            tool: ToolName,
+            call: &Call<'_>,
+            arguments: JsonObject,
+        ) -> Result<Answer, ServiceError> {
+            match tool {
+                $(ToolName::$variant => $handler(call, parse::<$args>(Value::Object(arguments))?).await),+
+            }
+        }
+    };
+}
+
+tools! {
+    ValidateTaskList "validate_task_list" Read ValidateArgs => validate_task_list,
+        "Gate a task list without storing it.";
+    CreateTaskList "create_task_list" Write CreateArgs => create_task_list,
+        "Gate and store a task list; a refusal carries the planner's reprompt.";
+    ReadyTasks "ready_tasks" Read ReadyArgs => ready_tasks,
+        "Tasks to dispatch now; next: dispatch, wait (call again), done or blocked (stop).";
+    SetTaskStatus "set_task_status" Write SetStatusArgs => set_task_status,
+        "Move a task: pending -> running -> done | failed; unfinished -> abandoned \
+         (failed/abandoned cascade).";
+    ProjectStatus "project_status" Read ProjectStatusArgs => project_status,
+        "A project's or cycle's counts by status, active wave, in flight.";
+    PlanLoop "plan_loop" Read PlanLoopArgs => plan_loop,
+        "Plan a track's tasks: levels, parallel groups, file conflicts, overlap with \
+         done tracks.";
+    ImportTrack "import_track" Replace ImportTrackArgs => import_track,
+        "Create or replace a track; then track_step.";
+    TrackStep "track_step" Write TrackStepArgs => track_step,
+        "Start or complete a track's loop step.";
+    TrackHistory "track_history" Read TrackHistoryArgs => track_history,
+        "A track's history, oldest first.";
+    StartRefine "start_refine" Write StartRefineArgs => start_refine,
+        "Queue a refine job for one phase; then refine_status.";
+    RefineStatus "refine_status" Read RefineStatusArgs => refine_status,
+        "A refine job's status, progress and result; long-polls.";
+    CancelRefine "cancel_refine" Write JobArgs => cancel_refine,
+        "Cancel a refine job and its L0s.";
+    RetryRefineJob "retry_refine_job" Write JobArgs => retry_refine_job,
+        "Retry a failed or cancelled job as a new one.";
+    ClaimTask "claim_task" Write ClaimArgs => claim_task,
+        "Claim a ready task (renew: heartbeat_task; end: set_task_status with holder).";
+    HeartbeatTask "heartbeat_task" Write HeartbeatArgs => heartbeat_task,
+        "Renew your claim's lease.";
+}
 
 impl ToolName {
     /// Changes nothing: offered on the read-only surface.
     pub fn is_read_only(self) -> bool {
-        matches!(
-            self,
-            ToolName::ValidateTaskList
-                | ToolName::ReadyTasks
-                | ToolName::ProjectStatus
-                | ToolName::PlanLoop
-                | ToolName::RefineStatus
-        )
-    }
-
-    /// Terse on purpose: every agent reads these on each `tools/list`, under a
-    /// 10 KB budget; the prose is in docs/mcp.md.
-    fn description(self) -> &'static str {
-        match self {
-            ToolName::ValidateTaskList => {
-                "Gate a task list without storing it: errors, error_counts, warnings, waves."
-            }
-            ToolName::CreateTaskList => {
-                "Gate and store a task list; answers server ids. Refused: errors and reprompt \
-                 (for the planner)."
-            }
-            ToolName::ReadyTasks => {
-                "Tasks to dispatch now, and next: dispatch, wait (call again, wait_seconds), \
-                 done or blocked (stop)."
-            }
-            ToolName::SetTaskStatus => {
-                "Move a task: pending -> running -> done | failed; unfinished -> abandoned \
-                 (failed/abandoned cascade)."
-            }
-            ToolName::ProjectStatus => {
-                "Counts by status, active wave, in flight: of a project or cycle."
-            }
-            ToolName::PlanLoop => {
-                "Plan a track's tasks: levels, parallel groups, file conflicts, overlap with \
-                 done tracks."
-            }
-            ToolName::ImportTrack => "Create or replace a track; then track_step.",
-            ToolName::TrackStep => {
-                "Start or complete a track's loop step; answers legal_next, revision."
-            }
-            ToolName::StartRefine => {
-                "Queue a refine job for one phase; follow it with refine_status."
-            }
-            ToolName::RefineStatus => {
-                "A refine job's status, progress, result; long-polls with wait_seconds."
-            }
-            ToolName::CancelRefine => "Cancel a refine job and its L0s.",
-            ToolName::ClaimTask => {
-                "Claim a ready task for lease_s (renew: heartbeat_task; end: set_task_status \
-                 with holder); next as ready_tasks."
-            }
-            ToolName::HeartbeatTask => {
-                "Renew your claim's lease; task_not_claimed once it ran out."
-            }
-        }
+        self.access() == Access::Read
     }
 
     fn input_schema(self) -> Arc<JsonObject> {
-        let schema = match self {
-            ToolName::ValidateTaskList => schema_for_input::<ValidateArgs>(),
-            ToolName::CreateTaskList => schema_for_input::<CreateArgs>(),
-            ToolName::ReadyTasks => schema_for_input::<ReadyArgs>(),
-            ToolName::SetTaskStatus => schema_for_input::<SetStatusArgs>(),
-            ToolName::ProjectStatus => schema_for_input::<ProjectStatusArgs>(),
-            ToolName::PlanLoop => schema_for_input::<PlanLoopArgs>(),
-            ToolName::ImportTrack => schema_for_input::<ImportTrackArgs>(),
-            ToolName::TrackStep => schema_for_input::<TrackStepArgs>(),
-            ToolName::StartRefine => schema_for_input::<StartRefineArgs>(),
-            ToolName::RefineStatus => schema_for_input::<RefineStatusArgs>(),
-            ToolName::CancelRefine => schema_for_input::<CancelRefineArgs>(),
-            ToolName::ClaimTask => schema_for_input::<ClaimArgs>(),
-            ToolName::HeartbeatTask => schema_for_input::<HeartbeatArgs>(),
-        };
         // Every argument type is a struct, so the schema is an object: a failure
         // here is a programming error caught by the tests, not by a client.
-        let schema = schema.unwrap_or_else(|e| {
+        let schema = self.raw_schema().unwrap_or_else(|e| {
             tracing::error!(tool = self.as_str(), error = %e, "tool input schema is not an object");
             Arc::new(JsonObject::new())
         });
@@ -151,10 +142,9 @@ impl ToolName {
     pub fn describe(self) -> Tool {
         // readOnlyHint false is the default; destructiveHint true is, so say what is
         // true: a re-import replaces a track's loop state, the others add or move on.
-        let annotations = if self.is_read_only() {
-            ToolAnnotations::new().read_only(true)
-        } else {
-            ToolAnnotations::new().destructive(self == ToolName::ImportTrack)
+        let annotations = match self.access() {
+            Access::Read => ToolAnnotations::new().read_only(true),
+            access => ToolAnnotations::new().destructive(access == Access::Replace),
         };
         Tool::new(self.as_str(), self.description(), self.input_schema()).annotate(annotations)
     }
@@ -212,22 +202,12 @@ pub async fn call(
     max_wait: Duration,
 ) -> CallToolResult {
     let started = std::time::Instant::now();
-    let args = arguments;
-    let outcome = match tool {
-        ToolName::ValidateTaskList => run(args, |a| validate_task_list(service, caller, a)).await,
-        ToolName::CreateTaskList => run(args, |a| create_task_list(service, caller, a)).await,
-        ToolName::ReadyTasks => run(args, |a| ready_tasks(service, caller, a)).await,
-        ToolName::SetTaskStatus => run(args, |a| set_task_status(service, caller, a)).await,
-        ToolName::ProjectStatus => run(args, |a| project_status(service, caller, a)).await,
-        ToolName::PlanLoop => run(args, |a| plan_loop(service, caller, a)).await,
-        ToolName::ImportTrack => run(args, |a| import_track(service, caller, a)).await,
-        ToolName::TrackStep => run(args, |a| track_step(service, caller, a)).await,
-        ToolName::StartRefine => run(args, |a| start_refine(service, caller, a)).await,
-        ToolName::RefineStatus => run(args, |a| refine_status(service, caller, a, max_wait)).await,
-        ToolName::CancelRefine => run(args, |a| cancel_refine(service, caller, a)).await,
-        ToolName::ClaimTask => run(args, |a| claim_task(service, caller, a)).await,
-        ToolName::HeartbeatTask => run(args, |a| heartbeat_task(service, caller, a)).await,
+    let context = Call {
+        service,
+        caller,
+        max_wait,
     };
+    let outcome = dispatch(tool, &context, arguments).await;
     let outcome_label = if outcome.is_ok() { "ok" } else { "error" };
     metrics::counter!("mcp_tool_calls_total", "tool" => tool.as_str(), "outcome" => outcome_label)
         .increment(1);
@@ -244,6 +224,14 @@ pub async fn call(
         Ok(Answer::Text(text)) => CallToolResult::success(vec![ContentBlock::text(text)]),
         Err(error) => tool_error(&error),
     }
+}
+
+/// What every handler gets besides its arguments.
+struct Call<'a> {
+    service: &'a Service,
+    caller: &'a Caller,
+    /// Longest `refine_status` wait on this transport.
+    max_wait: Duration,
 }
 
 enum Answer {
@@ -293,14 +281,6 @@ fn task_arg(task_id: &RawId, task_list_id: Option<&RawId>) -> Result<TaskRef, Se
     }
 }
 
-/// Its arguments parsed (a refusal before the tool runs), then the tool.
-async fn run<A: DeserializeOwned, F: Future<Output = Result<Answer, ServiceError>>>(
-    arguments: JsonObject,
-    tool: impl FnOnce(A) -> F,
-) -> Result<Answer, ServiceError> {
-    tool(parse(Value::Object(arguments))?).await
-}
-
 /// `{code, detail, ...members}`: the REST problem without its HTTP members.
 fn tool_error(error: &ServiceError) -> CallToolResult {
     let mut body = serde_json::Map::new();
@@ -323,11 +303,10 @@ fn task_list(tasks: Option<Value>) -> Result<Option<ParsedTaskList>, ServiceErro
         .transpose()
 }
 
-async fn validate_task_list(
-    service: &Service,
-    caller: &Caller,
-    args: ValidateArgs,
-) -> Result<Answer, ServiceError> {
+async fn validate_task_list(call: &Call<'_>, args: ValidateArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let report = service.validate_task_list(
         caller,
         ValidateRequest {
@@ -377,11 +356,10 @@ fn rest_body(args: &CreateArgs) -> Result<Vec<u8>, ServiceError> {
     serde_json::to_vec(&Value::Object(body)).map_err(invalid_arguments)
 }
 
-async fn create_task_list(
-    service: &Service,
-    caller: &Caller,
-    args: CreateArgs,
-) -> Result<Answer, ServiceError> {
+async fn create_task_list(call: &Call<'_>, args: CreateArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     // With a key, the REST body, so a retry is compared (hashed) the same way
     // whichever transport brought it; without one nothing reads it.
     let body = match args.idempotency_key {
@@ -421,11 +399,10 @@ async fn create_task_list(
     Ok(Answer::Json(answer))
 }
 
-async fn ready_tasks(
-    service: &Service,
-    caller: &Caller,
-    args: ReadyArgs,
-) -> Result<Answer, ServiceError> {
+async fn ready_tasks(call: &Call<'_>, args: ReadyArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let ready = service
         .ready_tasks(
             caller,
@@ -463,11 +440,10 @@ fn with_next(next: &NextAnswer) -> Value {
     serde_json::to_value(next).unwrap_or_else(|_| json!({"next": next.next}))
 }
 
-async fn claim_task(
-    service: &Service,
-    caller: &Caller,
-    args: ClaimArgs,
-) -> Result<Answer, ServiceError> {
+async fn claim_task(call: &Call<'_>, args: ClaimArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let claimed = service
         .claim_task(
             caller,
@@ -486,11 +462,10 @@ async fn claim_task(
     Ok(Answer::Json(answer))
 }
 
-async fn heartbeat_task(
-    service: &Service,
-    caller: &Caller,
-    args: HeartbeatArgs,
-) -> Result<Answer, ServiceError> {
+async fn heartbeat_task(call: &Call<'_>, args: HeartbeatArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let task = service
         .heartbeat_task(
             caller,
@@ -507,11 +482,10 @@ async fn heartbeat_task(
     ))
 }
 
-async fn set_task_status(
-    service: &Service,
-    caller: &Caller,
-    args: SetStatusArgs,
-) -> Result<Answer, ServiceError> {
+async fn set_task_status(call: &Call<'_>, args: SetStatusArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let updated = service
         .update_task(
             caller,
@@ -539,22 +513,20 @@ async fn set_task_status(
     ))
 }
 
-async fn project_status(
-    service: &Service,
-    caller: &Caller,
-    args: ProjectStatusArgs,
-) -> Result<Answer, ServiceError> {
+async fn project_status(call: &Call<'_>, args: ProjectStatusArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let status = service
         .project_status(caller, args.project_id, args.team_pk)
         .await?;
     Ok(Answer::Json(json!(status)))
 }
 
-async fn plan_loop(
-    service: &Service,
-    caller: &Caller,
-    args: PlanLoopArgs,
-) -> Result<Answer, ServiceError> {
+async fn plan_loop(call: &Call<'_>, args: PlanLoopArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let request = json!({
         "track": args.track,
         "phases": args.phases,
@@ -575,11 +547,10 @@ fn pinned(if_match: Option<i64>) -> Precondition {
     if_match.map_or(Precondition::None, Precondition::Revision)
 }
 
-async fn import_track(
-    service: &Service,
-    caller: &Caller,
-    args: ImportTrackArgs,
-) -> Result<Answer, ServiceError> {
+async fn import_track(call: &Call<'_>, args: ImportTrackArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     let version = service
         .import_track(
             caller,
@@ -594,31 +565,34 @@ async fn import_track(
     Ok(Answer::Json(answer))
 }
 
-async fn track_step(
-    service: &Service,
-    caller: &Caller,
-    args: TrackStepArgs,
-) -> Result<Answer, ServiceError> {
-    let action = args.action;
-    let version = service
+async fn track_step(call: &Call<'_>, args: TrackStepArgs) -> Result<Answer, ServiceError> {
+    let completion = args.outcome.map(Completion::new);
+    let write = StepWrite::from_action(args.action, args.agent.as_deref(), completion.as_ref())?;
+    let version = call
+        .service
         .step_track(
-            caller,
+            call.caller,
             &args.track_id,
             &args.step,
-            action,
-            args.agent.as_deref(),
-            args.outcome,
+            write,
             pinned(args.if_match),
         )
         .await?;
     Ok(Answer::Json(json!(version.summary())))
 }
 
-async fn start_refine(
-    service: &Service,
-    caller: &Caller,
-    args: StartRefineArgs,
-) -> Result<Answer, ServiceError> {
+async fn track_history(call: &Call<'_>, args: TrackHistoryArgs) -> Result<Answer, ServiceError> {
+    let history = call
+        .service
+        .track_history(call.caller, &args.track_id)
+        .await?;
+    Ok(Answer::Json(json!(history.events)))
+}
+
+async fn start_refine(call: &Call<'_>, args: StartRefineArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service, caller, ..
+    } = call;
     // The REST body, so the submission is checked (and hashed for idempotency) the
     // same way whichever transport brought it.
     let mut body = serde_json::Map::new();
@@ -644,12 +618,12 @@ async fn start_refine(
     })))
 }
 
-async fn refine_status(
-    service: &Service,
-    caller: &Caller,
-    args: RefineStatusArgs,
-    max_wait: Duration,
-) -> Result<Answer, ServiceError> {
+async fn refine_status(call: &Call<'_>, args: RefineStatusArgs) -> Result<Answer, ServiceError> {
+    let &Call {
+        service,
+        caller,
+        max_wait,
+    } = call;
     let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string();
     let wait = Duration::from_secs(args.wait_seconds.unwrap_or(0)).min(max_wait);
     let mut job = service.refine_job(caller, &id, None).await?;
@@ -678,16 +652,16 @@ async fn refine_status(
     Ok(Answer::Json(answer))
 }
 
-async fn cancel_refine(
-    service: &Service,
-    caller: &Caller,
-    args: CancelRefineArgs,
-) -> Result<Answer, ServiceError> {
-    let job = service
-        .cancel_refine_job(
-            caller,
-            &uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string(),
-        )
-        .await?;
+async fn cancel_refine(call: &Call<'_>, args: JobArgs) -> Result<Answer, ServiceError> {
+    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string();
+    let job = call.service.cancel_refine_job(call.caller, &id).await?;
     Ok(Answer::Json(json!({"status": job.status})))
+}
+
+async fn retry_refine_job(call: &Call<'_>, args: JobArgs) -> Result<Answer, ServiceError> {
+    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string();
+    let job = call.service.retry_refine_job(call.caller, &id).await?;
+    Ok(Answer::Json(
+        json!({"job_id": job.id, "status": job.status}),
+    ))
 }

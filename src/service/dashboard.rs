@@ -174,14 +174,15 @@ impl Service {
     /// Current statuses of a list's tasks plus the active wave, for live pages.
     pub async fn dashboard_task_states(
         &self,
+        caller: &Caller,
         id: Uuid,
     ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
-        // Callers checked the project with `dashboard_task_list_marker` first.
         let list = self
             .db
             .task_list(id)
             .await?
             .ok_or_else(|| not_found("task list", id))?;
+        caller.check_project(&list.project_id)?;
         let view = dispatch_view(&list.tasks);
         let wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
         let states = list
@@ -199,15 +200,16 @@ impl Service {
 
 /// The states the job list filters and counts by: the statuses, and `degraded`
 /// (a success with failed L0 calls; `succeeded` then means a clean one).
-pub const JOB_STATES: [&str; 7] = [
-    "queued",
-    "running",
-    "cancelling",
-    "succeeded",
-    crate::domain::job::DEGRADED,
-    "failed",
-    "cancelled",
-];
+pub const JOB_STATES: [&str; 7] = {
+    use crate::domain::job::JobState;
+    let mut words = [""; JobState::ALL.len()];
+    let mut i = 0;
+    while i < words.len() {
+        words[i] = JobState::ALL[i].as_str();
+        i += 1;
+    }
+    words
+};
 
 /// The job list's query, as parsed from a form.
 #[derive(Debug, Default, Clone)]

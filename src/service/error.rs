@@ -10,10 +10,13 @@ use utoipa::ToSchema;
 
 use crate::db::DbError;
 use crate::domain::dispatch::IllegalTransition;
+use crate::domain::dispatch::TaskStatus;
 use crate::domain::gating::ValidationReport;
 use crate::domain::ids::IdError;
+use crate::domain::job::JobStatus;
 use crate::domain::loop_plan::PlanViolation;
 use crate::domain::retry::RetryVerdict;
+use crate::domain::track_state::{CheckpointStatus, CurrentStep};
 use crate::domain::usage::DailyLimitSpent;
 
 /// What kind of failure, independent of any transport.
@@ -200,16 +203,16 @@ pub enum ProblemDetails {
     TaskTransition(IllegalTransition),
     /// `current_step`, `step_status`, `legal`: a track step the loop refuses.
     StepTransition {
-        current_step: String,
-        step_status: String,
+        current_step: CurrentStep,
+        step_status: CheckpointStatus,
         legal: Vec<String>,
     },
     /// `job_status`: the state of the job that refuses the request.
-    JobStatus(&'static str),
+    JobStatus(JobStatus),
     /// `task_status`: the state of the task that refuses the request.
-    TaskStatus(&'static str),
+    TaskStatus(TaskStatus),
     /// `run_status`: the state of the run that refuses the request.
-    RunStatus(&'static str),
+    RunStatus(JobStatus),
     /// `limit_usd`, `spent_usd`, `retry_after_secs`: a project's spent daily limit.
     BudgetSpent(DailyLimitSpent),
     /// `retry_after_secs`: when to come back.
@@ -281,9 +284,9 @@ impl ProblemDetails {
                 put("step_status", step_status.as_str().into());
                 put("legal", json(legal));
             }
-            ProblemDetails::JobStatus(status) => put("job_status", (*status).into()),
-            ProblemDetails::TaskStatus(status) => put("task_status", (*status).into()),
-            ProblemDetails::RunStatus(status) => put("run_status", (*status).into()),
+            ProblemDetails::JobStatus(status) => put("job_status", status.as_str().into()),
+            ProblemDetails::TaskStatus(status) => put("task_status", status.as_str().into()),
+            ProblemDetails::RunStatus(status) => put("run_status", status.as_str().into()),
             ProblemDetails::BudgetSpent(spent) => {
                 put("limit_usd", spent.limit_usd.into());
                 put("spent_usd", spent.spent_usd.into());

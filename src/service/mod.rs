@@ -4,30 +4,49 @@
 //!
 //! # Contract
 //! - Every use case is a method of [`Service`] (cheap to clone; build one per
-//!   process with [`Service::new`]) that takes the [`Caller`] first, then typed
-//!   input, and returns typed output or one [`ServiceError`].
+//!   process with [`Service::new`]) that takes the [`Caller`] first, then its input,
+//!   and returns typed output or one [`ServiceError`]. Three exceptions, each for a
+//!   reason: the sessions use cases *make* a caller (from a token or a cookie);
+//!   `render_plan_markdown` reads nothing (it formats a plan it is given); and the
+//!   submissions `create_refine_job`, `create_refine_run` and `create_task_list`
+//!   also take the body as sent (bytes), so that an idempotent retry is compared by
+//!   the hash of what the transport received and every parse failure names its
+//!   field the same way on each transport.
+//! - Ids: a resource whose id a person types (refine jobs and runs, tracks) takes
+//!   the id as the transport received it (`&str`) and parses it here, so a bad one
+//!   is the same `invalid_path` problem on REST, MCP and the dashboard; the others
+//!   take a [`uuid::Uuid`] (or a [`task_refs::TaskRef`]) their transport parsed.
 //! - Authorization is checked here, once, *before* anything is read or changed
 //!   beyond what is needed to learn which project a resource belongs to: a caller
 //!   limited to other projects gets `ErrorKind::Forbidden` /
 //!   `ProblemCode::ForbiddenProject`.
 //! - [`ServiceError`] carries an [`ErrorKind`] (the transport picks its status from
-//!   it), a [`ProblemCode`] (the stable `code`), a `detail` for people and `extra`
-//!   members (`field`, `errors`, …) to pass on unchanged.
+//!   it), a [`ProblemCode`] (the stable `code`), a `detail` for people and typed
+//!   [`ProblemDetails`] (`field`, `errors`, …) to pass on unchanged.
 //!
 //! # Use cases
 //! - task lists and dispatch ([`task_lists`]): `validate_task_list`,
 //!   `create_task_list` (a gate rejection is a 422 with the retry verdict),
 //!   `task_list`, `ready_tasks`, `task_graph`, `update_task` (a task named by its
 //!   server id or by its planner id within its list: [`task_refs`]).
-//! - projects ([`projects`]): `project_status`, `create_team`, `teams`.
+//! - claims ([`task_claims`]): `claim_task`, `heartbeat_task`, `task_history`.
+//! - projects ([`projects`]): `project_status`, `project_usage`, `create_team`,
+//!   `teams`.
 //! - loop plans ([`loop_plans`]): `generate_loop_plan`, `render_plan_markdown`,
 //!   `parse_loop_plan_yaml`, `parse_plan_markdown`.
-//! - tracks ([`tracks`]): `track`, `import_track`, `start_step`, `complete_step`.
+//! - tracks ([`tracks`]): `track`, `track_history`, `import_track`, `step_track`
+//!   (start or complete a step: a [`tracks::StepWrite`]).
 //! - refine jobs ([`refine_jobs`]): `create_refine_job`, `refine_job` (with
 //!   long-poll `wait`), `refine_jobs` (list), `refine_job_result`,
-//!   `refine_job_assignments`, `refine_job_events` (a stream), `cancel_refine_job`.
+//!   `refine_job_assignments`, `refine_job_events` (a stream), `retry_refine_job`,
+//!   `cancel_refine_job`.
 //! - refine runs ([`refine_runs`]): `create_refine_run`, `refine_run` (with
 //!   `wait`), `refine_run_result`, `cancel_refine_run`.
+//! - the dashboard's reads and bulk actions ([`dashboard`]): `dashboard_overview`,
+//!   `dashboard_task_list`, `dashboard_task_list_marker`, `dashboard_task_states`,
+//!   `dashboard_task`, `dashboard_jobs`, `dashboard_job`, `dashboard_runs`,
+//!   `dashboard_run`, `dashboard_tracks`, `dashboard_track`, `dashboard_live_marker`,
+//!   `dashboard_bulk_preview`, `dashboard_bulk`.
 //! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
 //! - operations: [`Service::check_ready`], [`Service::begin_shutdown`].
 

@@ -2,8 +2,6 @@
 //! long-poll), list, result, per-L0 records, the event stream, cancel. The work
 //! itself happens in `jobs/`, on whichever replica claims it.
 
-use std::time::Duration;
-
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
@@ -12,8 +10,8 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal,
-    idempotency_key, input_error, key_reused, l0_rows, opt_str, parse_id, unknown_field, wake_for,
+    Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, Watched, body_hash, budget_fields, fatal,
+    idempotency_key, input_error, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::config::Settings;
@@ -148,16 +146,20 @@ impl RefineJobCreate {
 
 /// A create's answer from what storage did with it.
 fn accepted(created: Created<JobRecord>) -> Result<Accepted<StoredJob>, ServiceError> {
-    match created {
-        Created::New(job) => Ok(Accepted {
-            value: job.into(),
-            replayed: false,
-        }),
-        Created::Existing(job) => Ok(Accepted {
-            value: job.into(),
-            replayed: true,
-        }),
-        Created::KeyReused => Err(key_reused()),
+    let accepted = Accepted::from_created(created)?;
+    Ok(Accepted {
+        value: accepted.value.into(),
+        replayed: accepted.replayed,
+    })
+}
+
+impl Watched for StoredJob {
+    fn version(&self) -> i64 {
+        self.version
+    }
+
+    fn status(&self) -> JobStatus {
+        self.status
     }
 }
 
@@ -310,23 +312,14 @@ impl Service {
     ) -> Result<StoredJob, ServiceError> {
         let id = parse_id(raw_id, "job")?;
         let job = self.load_job(caller, id).await?;
-        let wait = wait.unwrap_or(0);
-        if wait == 0 || job.status.is_terminal() {
-            return Ok(job);
-        }
-        self.wait_until_changed(
-            Duration::from_secs(wait),
+        self.long_poll(
+            job,
+            wait,
             |j| j == id,
-            || async {
-                Ok(self
-                    .db
-                    .refine_job_version(id)
-                    .await?
-                    .is_none_or(|(v, s)| v != job.version || s.is_terminal()))
-            },
+            || self.db.refine_job_version(id),
+            || self.load_job(caller, id),
         )
-        .await?;
-        self.load_job(caller, id).await
+        .await
     }
 
     /// Refine jobs the caller may see, newest first, filtered, in cursor pages.
@@ -409,7 +402,7 @@ impl Service {
                     status.as_str()
                 ),
             )
-            .with_details(ProblemDetails::JobStatus(status.as_str()))),
+            .with_details(ProblemDetails::JobStatus(status))),
         }
     }
 
@@ -529,7 +522,7 @@ impl Service {
         let job = self.load_job(caller, id).await?;
         let not_retryable = |message: String| {
             ServiceError::conflict(ProblemCode::JobNotRetryable, message)
-                .with_details(ProblemDetails::JobStatus(job.status.as_str()))
+                .with_details(ProblemDetails::JobStatus(job.status))
         };
         if let Some(why) = crate::domain::job::retry_refusal(job.status) {
             return Err(not_retryable(why));

@@ -1,8 +1,6 @@
 //! Refine runs: split a whole plan into one refine job per phase, run them in
 //! parallel on the worker pool (any replica), merge once when the last one ends.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -10,11 +8,11 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key,
-    key_reused, l0_rows, opt_str, parse_id, unknown_field,
+    Accepted, ScopedKey, SubmissionOptions, Watched, body_hash, budget_fields, fatal,
+    idempotency_key, l0_rows, opt_str, parse_id, unknown_field,
 };
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
-use crate::db::refine_jobs::{Created, NewRefineJob};
+use crate::db::refine_jobs::NewRefineJob;
 use crate::db::refine_runs::{self as rows, NewRefineRun};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
@@ -47,6 +45,16 @@ pub struct StoredRun {
     pub usage: UsageTotals,
     /// The run's spending limits over all its phase jobs; null when none.
     pub budget: Option<Budget>,
+}
+
+impl Watched for StoredRun {
+    fn version(&self) -> i64 {
+        self.version
+    }
+
+    fn status(&self) -> JobStatus {
+        self.status
+    }
 }
 
 impl From<rows::RunRecord> for StoredRun {
@@ -268,21 +276,15 @@ impl Service {
             jobs,
             budget,
         };
-        match self.db.create_refine_run(&new).await? {
-            Created::New(id) => {
-                metrics::counter!("refine_runs_created_total").increment(1);
-                self.wake_workers();
-                Ok(Accepted {
-                    value: self.load_run(caller, id).await?,
-                    replayed: false,
-                })
-            }
-            Created::Existing(id) => Ok(Accepted {
-                value: self.load_run(caller, id).await?,
-                replayed: true,
-            }),
-            Created::KeyReused => Err(key_reused()),
+        let created = Accepted::from_created(self.db.create_refine_run(&new).await?)?;
+        if !created.replayed {
+            metrics::counter!("refine_runs_created_total").increment(1);
+            self.wake_workers();
         }
+        Ok(Accepted {
+            value: self.load_run(caller, created.value).await?,
+            replayed: created.replayed,
+        })
     }
 
     /// A refine run: its phase jobs and, once merged, its result. With `wait`
@@ -295,24 +297,15 @@ impl Service {
     ) -> Result<StoredRun, ServiceError> {
         let id = parse_id(raw_id, "run")?;
         let run = self.load_run(caller, id).await?;
-        let wait = wait.unwrap_or(0);
-        if wait == 0 || run.status.is_terminal() {
-            return Ok(run);
-        }
         // Any job may be one of the run's: wake on every change, re-check the version.
-        self.wait_until_changed(
-            Duration::from_secs(wait),
+        self.long_poll(
+            run,
+            wait,
             |_| true,
-            || async {
-                Ok(self
-                    .db
-                    .refine_run_version(id)
-                    .await?
-                    .is_none_or(|(v, s)| v != run.version || s.is_terminal()))
-            },
+            || self.db.refine_run_version(id),
+            || self.load_run(caller, id),
         )
-        .await?;
-        self.load_run(caller, id).await
+        .await
     }
 
     /// The merged result; `run_not_finished` (with `run_status`) before.
@@ -331,7 +324,7 @@ impl Service {
                     run.status.as_str()
                 ),
             )
-            .with_details(ProblemDetails::RunStatus(run.status.as_str()))),
+            .with_details(ProblemDetails::RunStatus(run.status))),
         }
     }
 

@@ -14,7 +14,10 @@ use uuid::Uuid;
 use super::caller::TokenFingerprint;
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::agents::Executor;
+use crate::db::DbError;
+use crate::db::refine_jobs::Created;
 use crate::domain::ids::Ident;
+use crate::domain::job::JobStatus;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
 use crate::domain::usage::{Budget, BudgetAction, daily_limit_spent, utc_day_start};
 use crate::jobs::request::confine;
@@ -34,6 +37,29 @@ pub struct Accepted<T> {
     /// True when the key named an earlier create with the same body: `value` is
     /// that create's resource (HTTP: `Idempotent-Replayed: true`).
     pub replayed: bool,
+}
+
+impl<T> Accepted<T> {
+    /// What a create with an idempotency key found: new, a replay, or a refusal.
+    pub(super) fn from_created(created: Created<T>) -> Result<Self, ServiceError> {
+        match created {
+            Created::New(value) => Ok(Accepted {
+                value,
+                replayed: false,
+            }),
+            Created::Existing(value) => Ok(Accepted {
+                value,
+                replayed: true,
+            }),
+            Created::KeyReused => Err(key_reused()),
+        }
+    }
+}
+
+/// A resource a long-poll watches: refine jobs and runs.
+pub(super) trait Watched {
+    fn version(&self) -> i64;
+    fn status(&self) -> JobStatus;
 }
 
 // Flattened into both create schemas, this states the shape for the OpenAPI
@@ -363,6 +389,35 @@ impl Service {
         let resolved = confine(root, path, true)
             .map_err(|reason| not_allowed(format!("context.task_file_path: {reason}")))?;
         Ok(resolved.display().to_string())
+    }
+
+    /// `first`, or with `wait` seconds the resource once its `(version, status)`
+    /// moves (or the wait is over): read again with `reload`.
+    pub(super) async fn long_poll<T, V, L>(
+        &self,
+        first: T,
+        wait: Option<u64>,
+        concerns: impl Fn(Uuid) -> bool,
+        version: impl Fn() -> V,
+        reload: impl FnOnce() -> L,
+    ) -> Result<T, ServiceError>
+    where
+        T: Watched,
+        V: Future<Output = Result<Option<(i64, JobStatus)>, DbError>>,
+        L: Future<Output = Result<T, ServiceError>>,
+    {
+        let wait = wait.unwrap_or(0);
+        if wait == 0 || first.status().is_terminal() {
+            return Ok(first);
+        }
+        let seen = first.version();
+        self.wait_until_changed(Duration::from_secs(wait), concerns, || async {
+            Ok(version()
+                .await?
+                .is_none_or(|(v, s)| v != seen || s.is_terminal()))
+        })
+        .await?;
+        reload().await
     }
 
     /// Long-poll: returns once `changed()` says so, or after `wait` (capped at 30 s

@@ -330,7 +330,7 @@ impl Service {
                      lease ran out): claim a task with POST /v1/task-lists/{{id}}/claim"
                 ),
             )
-            .with_details(ProblemDetails::TaskStatus(status.as_str()))),
+            .with_details(ProblemDetails::TaskStatus(status))),
         }
     }
 

@@ -1,5 +1,5 @@
 //! How callers name a task: the server's id, or the planner's `task_id` within a
-//! list (issue 24: agents know `"t-1"`, not the UUID the server gave it). Both
+//! list (docs/api.md, "Task lists": agents know `"t-1"`, not the server's UUID). Both
 //! transports build a [`TaskRef`]; every task use case resolves it here, once.
 
 use uuid::Uuid;

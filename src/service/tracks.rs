@@ -124,13 +124,44 @@ pub struct TrackHistory {
 }
 
 /// A step write: the transition it applies and the history entry it leaves.
-#[derive(Clone, Copy)]
-enum StepWrite<'a> {
+#[derive(Debug, Clone, Copy)]
+pub enum StepWrite<'a> {
     Start { agent: &'a str },
     Complete(&'a Completion),
 }
 
 impl<'a> StepWrite<'a> {
+    /// Start (with `agent`) or complete (with `completion`), for the transports that
+    /// take both actions in one call; the member of the other action is refused,
+    /// naming it, before anything is read.
+    pub fn from_action(
+        action: StepAction,
+        agent: Option<&'a str>,
+        completion: Option<&'a Completion>,
+    ) -> Result<Self, ServiceError> {
+        let refuse =
+            |field: &str, detail: &str| ServiceError::invalid_field(field, detail.to_owned());
+        match (action, agent, completion) {
+            (StepAction::Start, _, Some(_)) => Err(refuse(
+                "outcome",
+                "outcome goes with action complete, not start",
+            )),
+            (StepAction::Start, None, None) => {
+                Err(refuse("agent", "agent is required with action start"))
+            }
+            (StepAction::Start, Some(agent), None) => Ok(StepWrite::Start { agent }),
+            (StepAction::Complete, Some(_), _) => Err(refuse(
+                "agent",
+                "agent goes with action start, not complete",
+            )),
+            (StepAction::Complete, None, None) => Err(refuse(
+                "outcome",
+                "outcome is required with action complete",
+            )),
+            (StepAction::Complete, None, Some(completion)) => Ok(StepWrite::Complete(completion)),
+        }
+    }
+
     fn apply(self, meta: &Metadata, step: Step) -> Result<Metadata, TransitionError> {
         match self {
             StepWrite::Start { agent } => track_state::start_step(meta, step, agent, now()),
@@ -374,94 +405,26 @@ impl Service {
         })
     }
 
-    /// Start the current step (sets it `IN_PROGRESS` with the agent).
-    pub async fn start_step(
-        &self,
-        caller: &Caller,
-        raw_id: &str,
-        raw_step: &str,
-        agent: &str,
-        precondition: Precondition,
-    ) -> Result<TrackVersion, ServiceError> {
-        if agent.contains('\0') {
-            return Err(ServiceError::invalid_field(
-                "agent",
-                "agent holds U+0000 (NUL), which cannot be stored",
-            ));
-        }
-        self.apply_step(
-            caller,
-            raw_id,
-            raw_step,
-            precondition,
-            StepWrite::Start { agent },
-        )
-        .await
-    }
-
-    /// Complete the current step with PASSED, FAILED or BLOCKED; the loop advances.
-    pub async fn complete_step(
-        &self,
-        caller: &Caller,
-        raw_id: &str,
-        raw_step: &str,
-        completion: &Completion,
-        precondition: Precondition,
-    ) -> Result<TrackVersion, ServiceError> {
-        self.apply_step(
-            caller,
-            raw_id,
-            raw_step,
-            precondition,
-            StepWrite::Complete(completion),
-        )
-        .await
-    }
-
-    /// [`start_step`](Self::start_step) (with `agent`) or
-    /// [`complete_step`](Self::complete_step) (with `outcome`); the member of the
-    /// other action is refused, naming it, before anything is read.
-    #[allow(clippy::too_many_arguments)]
+    /// Start the current step (`IN_PROGRESS` with the agent) or complete it with
+    /// PASSED, FAILED or BLOCKED (the loop advances).
     pub async fn step_track(
         &self,
         caller: &Caller,
         raw_id: &str,
         raw_step: &str,
-        action: StepAction,
-        agent: Option<&str>,
-        outcome: Option<StepOutcome>,
+        write: StepWrite<'_>,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
-        let refuse =
-            |field: &str, detail: &str| Err(ServiceError::invalid_field(field, detail.to_owned()));
-        match action {
-            StepAction::Start => {
-                if outcome.is_some() {
-                    return refuse("outcome", "outcome goes with action complete, not start");
-                }
-                let Some(agent) = agent else {
-                    return refuse("agent", "agent is required with action start");
-                };
-                self.start_step(caller, raw_id, raw_step, agent, precondition)
-                    .await
-            }
-            StepAction::Complete => {
-                if agent.is_some() {
-                    return refuse("agent", "agent goes with action start, not complete");
-                }
-                let Some(outcome) = outcome else {
-                    return refuse("outcome", "outcome is required with action complete");
-                };
-                self.complete_step(
-                    caller,
-                    raw_id,
-                    raw_step,
-                    &Completion::new(outcome),
-                    precondition,
-                )
-                .await
-            }
+        if let StepWrite::Start { agent } = write
+            && agent.contains('\0')
+        {
+            return Err(ServiceError::invalid_field(
+                "agent",
+                "agent holds U+0000 (NUL), which cannot be stored",
+            ));
         }
+        self.apply_step(caller, raw_id, raw_step, precondition, write)
+            .await
     }
 
     /// Read, apply a pure transition, compare-and-set; re-read and re-apply when

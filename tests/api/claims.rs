@@ -1,11 +1,11 @@
-//! Agents at work (issue #24): every ready answer says what to do `next`, ready
+//! Agents at work (docs/api.md, "Agents at work"): every ready answer says what to do `next`, ready
 //! long-polls, and claims with leases let several agents share one list — on both
 //! databases, over real HTTP with concurrent clients, and over MCP.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::common::{TestApp, expect_problem, settings_for};
+use crate::common::{TestApp, expect_problem};
 use serde_json::{Value, json};
 
 fn task(id: &str, persona: &str, wave: i64, deps: &[&str]) -> Value {
@@ -77,39 +77,6 @@ async fn history(app: &TestApp, id: &str) -> Vec<Value> {
 }
 
 /// A second replica: another server on the test's database.
-struct Replica {
-    base: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<()>,
-}
-
-async fn second_replica(app: &TestApp) -> Replica {
-    let settings = settings_for(&app.database.url);
-    let db = plangate::service::open_database(&settings).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        plangate::app::serve(listener, settings, db, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    Replica {
-        base: format!("http://{addr}"),
-        stop,
-        server,
-    }
-}
-
-impl Replica {
-    async fn shutdown(self) {
-        let _ = self.stop.send(());
-        let _ = self.server.await;
-    }
-}
-
 fn local_ids(answer: &Value) -> Vec<String> {
     answer["tasks"]
         .as_array()
@@ -231,7 +198,7 @@ async fn ready_long_polls_until_something_is_ready(app: TestApp) {
     assert_eq!(unchanged["next"], "wait", "{unchanged}");
 
     // The long-poll waits on another replica than the one the change is made on.
-    let replica = second_replica(&app).await;
+    let replica = app.spawn_replica(|_| {}).await;
     let poll = {
         let (client, url) = (
             app.client.clone(),
@@ -344,7 +311,7 @@ async fn sixteen_claimers_share_a_200_task_list(app: TestApp) {
     let list = create(&app, Value::Array(tasks)).await;
     // SQLite is single-node (docs/deployment): a second replica only on Postgres.
     let replica = match app.backend {
-        crate::common::Backend::Postgres => Some(second_replica(&app).await),
+        crate::common::Backend::Postgres => Some(app.spawn_replica(|_| {}).await),
         crate::common::Backend::Sqlite => None,
     };
     let started = std::time::Instant::now();
@@ -592,88 +559,71 @@ async fn bad_claims_name_the_field(app: TestApp) {
 /// The same over MCP: ready_tasks says next, claim_task, heartbeat_task, and
 /// set_task_status checking the holder.
 async fn mcp_agents_claim_and_complete(app: TestApp) {
-    let (error, created) = mcp(
-        &app,
-        "create_task_list",
-        json!({"project_id": "proj", "created_by": "pm",
+    let (error, created) = app
+        .call_tool(
+            "create_task_list",
+            json!({"project_id": "proj", "created_by": "pm",
         "tasks": [task("a", "dev", 1, &[]), task("b", "dev", 2, &["a"])]}),
-    )
-    .await;
+        )
+        .await;
     assert!(!error, "{created}");
     let list = created["task_list_id"].clone();
-    let (error, answer) = mcp(&app, "ready_tasks", json!({"task_list_id": list})).await;
+    let (error, answer) = app
+        .call_tool("ready_tasks", json!({"task_list_id": list}))
+        .await;
     assert!(!error, "{answer}");
     assert_eq!(answer["next"], "dispatch", "{answer}");
 
-    let (error, got) = mcp(
-        &app,
-        "claim_task",
-        json!({"task_list_id": list, "holder": "agent-1", "lease_s": 60}),
-    )
-    .await;
+    let (error, got) = app
+        .call_tool(
+            "claim_task",
+            json!({"task_list_id": list, "holder": "agent-1", "lease_s": 60}),
+        )
+        .await;
     assert!(!error, "{got}");
     assert_eq!(got["task"]["task_id"], "a", "{got}");
     let id = got["task"]["id"].clone();
-    let (error, other) = mcp(
-        &app,
-        "claim_task",
-        json!({"task_list_id": list, "holder": "agent-2"}),
-    )
-    .await;
+    let (error, other) = app
+        .call_tool(
+            "claim_task",
+            json!({"task_list_id": list, "holder": "agent-2"}),
+        )
+        .await;
     assert!(!error, "{other}");
     assert_eq!(other["next"], "wait", "{other}");
     assert!(other["task"].is_null(), "{other}");
-    let (error, beat) = mcp(
-        &app,
-        "heartbeat_task",
-        json!({"task_id": id, "holder": "agent-1"}),
-    )
-    .await;
+    let (error, beat) = app
+        .call_tool(
+            "heartbeat_task",
+            json!({"task_id": id, "holder": "agent-1"}),
+        )
+        .await;
     assert!(!error, "{beat}");
-    let (error, refused) = mcp(
-        &app,
-        "set_task_status",
-        json!({"task_id": id, "status": "done", "holder": "agent-2"}),
-    )
-    .await;
+    let (error, refused) = app
+        .call_tool(
+            "set_task_status",
+            json!({"task_id": id, "status": "done", "holder": "agent-2"}),
+        )
+        .await;
     assert!(error, "{refused}");
     assert_eq!(refused["code"], "task_claimed", "{refused}");
     assert_eq!(refused["holder"], "agent-1", "{refused}");
-    let (error, done) = mcp(
-        &app,
-        "set_task_status",
-        json!({"task_id": id, "status": "done", "holder": "agent-1"}),
-    )
-    .await;
+    let (error, done) = app
+        .call_tool(
+            "set_task_status",
+            json!({"task_id": id, "status": "done", "holder": "agent-1"}),
+        )
+        .await;
     assert!(!error, "{done}");
-    let (error, answer) = mcp(
-        &app,
-        "ready_tasks",
-        json!({"task_list_id": list, "wait_seconds": 1}),
-    )
-    .await;
+    let (error, answer) = app
+        .call_tool(
+            "ready_tasks",
+            json!({"task_list_id": list, "wait_seconds": 1}),
+        )
+        .await;
     assert!(!error, "{answer}");
     assert_eq!(answer["next"], "dispatch", "{answer}");
     assert_eq!(answer["remaining"]["done"], 1, "{answer}");
-}
-
-async fn mcp(app: &TestApp, name: &str, arguments: Value) -> (bool, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": name, "arguments": arguments}});
-    let response = app
-        .client
-        .post(app.url("/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let message: Value = response.json().await.unwrap();
-    let result = &message["result"];
-    assert!(result.is_object(), "{name}: {message}");
-    let text = result["content"][0]["text"].as_str().unwrap();
-    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
-    (result["isError"] == true, value)
 }
 
 both_backends!(

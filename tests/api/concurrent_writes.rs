@@ -1,4 +1,4 @@
-//! Many writers at once on one database (issue #23; docs/architecture.md, "Writers
+//! Many writers at once on one database (docs/architecture.md, "Writers
 //! on SQLite"): task PATCHes whose cascades span a 2,000-task list, task-list
 //! creates, track steps and refine-job creates, with the dashboard's live stream
 //! and page open on the big list. Every write must be acknowledged (no 5xx: on

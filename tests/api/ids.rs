@@ -1,4 +1,4 @@
-//! One meaning per id (issue #24, item 4) and refusals that say what is unknown
+//! One meaning per id (docs/api.md, "Conventions") and refusals that say what is unknown
 //! (item 7) over REST, on both databases: a task by the planner's id within its
 //! list (`/v1/task-lists/{id}/tasks/{task_id}`) next to `/v1/tasks/{uuid}`, 404s
 //! and 400s that name the id at fault, and project snapshots that 404 an unknown

@@ -7,17 +7,10 @@ use crate::common::{self, Backend, TestApp, expect_problem};
 use plangate::config::ApiToken;
 use serde_json::{Value, json};
 
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-const LIMITED: &str = "limited-token-bbbbbbbbbb";
+use crate::common::{ADMIN, LIMITED};
 
 async fn spawn(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(LIMITED, &["proj-a"]),
-        ];
-    })
-    .await
+    common::spawn_app_with_tokens(backend).await
 }
 
 /// POST one raw body to an MCP endpoint, as a Streamable HTTP client does.
@@ -39,20 +32,12 @@ async fn post_raw(
     request.send().await.expect("POST /mcp")
 }
 
-/// A JSON-RPC request on a fresh connection, with no `initialize` before it
-/// (stateless). Answers the JSON-RPC response object.
+/// A JSON-RPC request as `token`: the response object.
 async fn rpc(app: &TestApp, path: &str, token: &str, method: &str, params: Value) -> Value {
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-    let response = post_raw(app, path, Some(token), body.to_string()).await;
-    let status = response.status().as_u16();
-    assert!(status < 500, "{method}: status {status}");
-    let message: Value = response.json().await.expect("JSON-RPC answer");
-    assert_eq!(message["jsonrpc"], "2.0", "{message}");
-    assert_eq!(message["id"], 7, "{message}");
-    message
+    app.mcp_rpc(path, Some(token), method, params).await
 }
 
-/// Call a tool; answers (is_error, the JSON its text carries).
+/// Call a tool as `token`; answers (is_error, the JSON its text carries).
 async fn call_tool(
     app: &TestApp,
     path: &str,
@@ -60,19 +45,7 @@ async fn call_tool(
     name: &str,
     arguments: Value,
 ) -> (bool, Value) {
-    let message = rpc(
-        app,
-        path,
-        token,
-        "tools/call",
-        json!({"name": name, "arguments": arguments}),
-    )
-    .await;
-    let result = &message["result"];
-    assert!(result.is_object(), "tools/call {name}: {message}");
-    let text = result["content"][0]["text"].as_str().expect("text content");
-    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
-    (result["isError"] == true, value)
+    app.call_tool_as(path, Some(token), name, arguments).await
 }
 
 fn tool_names(list: &Value) -> Vec<String> {
@@ -150,7 +123,7 @@ async fn tokens_are_checked_as_on_v1(app: TestApp) {
     // The same tokens as /v1 pass.
     for token in [ADMIN, LIMITED] {
         let answer = rpc(&app, "/mcp", token, "tools/list", json!({})).await;
-        assert_eq!(tool_names(&answer).len(), 13, "{answer}");
+        assert_eq!(tool_names(&answer).len(), 15, "{answer}");
     }
     app.shutdown().await;
 }
@@ -225,6 +198,7 @@ async fn the_read_only_surface_changes_nothing(app: TestApp) {
             "project_status",
             "ready_tasks",
             "refine_status",
+            "track_history",
             "validate_task_list"
         ]
     );
@@ -382,6 +356,8 @@ async fn every_schema_says_what_is_required(app: TestApp) {
         ("start_refine", vec!["context", "refined_plan"]),
         ("refine_status", vec!["job_id"]),
         ("cancel_refine", vec!["job_id"]),
+        ("retry_refine_job", vec!["job_id"]),
+        ("track_history", vec!["track_id"]),
         ("claim_task", vec!["holder", "task_list_id"]),
         ("heartbeat_task", vec!["holder", "task_id"]),
     ];
@@ -416,7 +392,12 @@ async fn every_schema_says_what_is_required(app: TestApp) {
         let read_only = tool["annotations"]["readOnlyHint"] == true;
         let expected = matches!(
             name,
-            "validate_task_list" | "ready_tasks" | "project_status" | "plan_loop" | "refine_status"
+            "validate_task_list"
+                | "ready_tasks"
+                | "project_status"
+                | "plan_loop"
+                | "refine_status"
+                | "track_history"
         );
         assert_eq!(read_only, expected, "{name}");
     }
@@ -447,7 +428,7 @@ async fn oversized_requests_are_413(app: TestApp) {
     }
     // A request under the limit still works.
     let answer = rpc(&app, "/mcp", ADMIN, "tools/list", json!({})).await;
-    assert_eq!(tool_names(&answer).len(), 13);
+    assert_eq!(tool_names(&answer).len(), 15);
     app.shutdown().await;
 }
 
@@ -459,7 +440,7 @@ async fn small_limit(backend: Backend) -> TestApp {
     .await
 }
 
-/// Issue #24, item 4: `set_task_status` and `heartbeat_task` take the planner's
+/// Naming a task (docs/mcp.md, "The tools"): `set_task_status` and `heartbeat_task` take the planner's
 /// `task_id` with `task_list_id`, or the server id alone; every malformed id is a
 /// tool error naming its field and which id to pass.
 async fn tasks_are_named_by_planner_or_server_id(app: TestApp) {
@@ -609,6 +590,13 @@ async fn tasks_are_named_by_planner_or_server_id(app: TestApp) {
             "job_id",
             "start_refine",
         ),
+        (
+            "retry_refine_job",
+            json!({"job_id": 7}),
+            "invalid_field",
+            "job_id",
+            "start_refine",
+        ),
     ];
     for (tool, arguments, code, field, phrase) in refusals {
         let (error, refused) = call(tool, arguments.clone()).await;
@@ -627,7 +615,69 @@ async fn tasks_are_named_by_planner_or_server_id(app: TestApp) {
     app.shutdown().await;
 }
 
-/// Issue #24, item 7: project_status names an unknown project or cycle.
+/// No workers: a submitted job stays queued until the test moves it.
+async fn spawn_without_workers(backend: Backend) -> TestApp {
+    common::spawn_app_with(backend, |s| {
+        s.api_tokens = vec![ApiToken::unrestricted(ADMIN)];
+        s.workers = 0;
+    })
+    .await
+}
+
+/// `retry_refine_job` is `POST /v1/refine-jobs/{id}/retry` as a tool: an ended job
+/// that did not succeed is retried once, as a new job naming it in `retry_of`.
+async fn retry_refine_job_retries_an_ended_job_once(app: TestApp) {
+    let call = |tool: &'static str, arguments: Value| {
+        let app = &app;
+        async move { call_tool(app, "/mcp", ADMIN, tool, arguments).await }
+    };
+    let body = crate::refine_jobs::body(&["P1-A1"]);
+    let (error, started) = call(
+        "start_refine",
+        json!({"context": body["context"], "refined_plan": body["refined_plan"]}),
+    )
+    .await;
+    assert!(!error, "{started}");
+    let job_id = started["job_id"].as_str().expect("job_id").to_owned();
+    // Not ended yet: refused, naming its status.
+    let (error, refused) = call("retry_refine_job", json!({"job_id": job_id})).await;
+    assert!(error, "{refused}");
+    assert_eq!(
+        (&refused["code"], &refused["job_status"]),
+        (&json!("job_not_retryable"), &json!("queued")),
+        "{refused}"
+    );
+    let (error, cancelled) = call("cancel_refine", json!({"job_id": job_id})).await;
+    assert!(!error && cancelled["status"] == "cancelled", "{cancelled}");
+
+    let (error, retried) = call("retry_refine_job", json!({"job_id": job_id})).await;
+    assert!(!error, "{retried}");
+    assert_eq!(retried["status"], "queued", "{retried}");
+    let new_id = retried["job_id"].as_str().expect("the new job's id");
+    assert_ne!(new_id, job_id);
+    let job: Value = app
+        .client
+        .get(app.url(&format!("/v1/refine-jobs/{new_id}")))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("GET job")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(job["retry_of"], job_id.as_str(), "{job}");
+    // Once only.
+    let (error, again) = call("retry_refine_job", json!({"job_id": job_id})).await;
+    assert!(error, "{again}");
+    assert_eq!(again["code"], "job_not_retryable", "{again}");
+    assert!(
+        again["detail"].as_str().is_some_and(|d| d.contains(new_id)),
+        "{again}"
+    );
+    app.shutdown().await;
+}
+
+/// docs/mcp.md, `project_status`: project_status names an unknown project or cycle.
 async fn project_status_names_what_is_unknown(app: TestApp) {
     for path in ["/mcp", "/mcp/readonly"] {
         let (error, refused) = call_tool(
@@ -821,4 +871,5 @@ on_both! {
     oversized_requests_are_413 => small_limit,
     tasks_are_named_by_planner_or_server_id => spawn,
     project_status_names_what_is_unknown => spawn,
+    retry_refine_job_retries_an_ended_job_once => spawn_without_workers,
 }

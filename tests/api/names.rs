@@ -1,4 +1,4 @@
-//! One name per concept (issue #25): no `struct`, `enum`, `type` or `trait` name is
+//! One name per concept: no `struct`, `enum`, `type` or `trait` name is
 //! defined in two different files under `src/`, so a name found in a stack trace, a
 //! review or a search means one thing.
 //!

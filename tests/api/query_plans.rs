@@ -1,4 +1,5 @@
-//! Every hot query uses an index (issue 17): on a Postgres database seeded with a
+//! Every hot query uses an index (no hot path works in proportion to a table): on a
+//! Postgres database seeded with a
 //! history (bench/seed_postgres.sql, scaled down for CI but ANALYZEd, so the planner
 //! weighs real statistics), the server runs its endpoints and the workers' queries
 //! while Postgres' `auto_explain` sends the plan of every statement it executes —

@@ -942,7 +942,7 @@ fn assert_run_complete(run: &Value, run_no: usize, phases: usize, per_phase: usi
     }
 }
 
-/// Issue #5: runs whose merge races between two server processes on one Postgres
+/// docs/jobs.md, "Claiming, leases and crashes": runs whose merge races between two server processes on one Postgres
 /// are merged exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_merge_racing_between_two_servers_happens_once() {
@@ -1054,7 +1054,7 @@ async fn run_survives_a_server_killed_mid_run_and_merges_once() {
 }
 
 // ---------------------------------------------------------------------------
-// Issue #23: no L0 process outlives a killed server (both back-ends).
+// docs/jobs.md, "Shutdown": no L0 process outlives a killed server (both back-ends).
 
 /// Gone: no `/proc` entry, or a zombie whose parent is init (nobody of ours can
 /// still be holding it; a zombie of a living guardian is not gone yet).

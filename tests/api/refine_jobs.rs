@@ -125,18 +125,6 @@ pub(crate) fn body(ids: &[&str]) -> Value {
     })
 }
 
-async fn submit(app: &TestApp, body: &Value) -> Value {
-    let response = app.post_json("/v1/refine-jobs", body).await;
-    assert_eq!(response.status(), 202, "{:?}", response.text().await);
-    let location = response.headers()["location"].to_str().unwrap().to_owned();
-    let job: Value = response.json().await.unwrap();
-    assert_eq!(
-        location,
-        format!("/v1/refine-jobs/{}", job["id"].as_str().unwrap())
-    );
-    job
-}
-
 fn log_of(job: &Value) -> Vec<String> {
     job["log"]
         .as_array()
@@ -204,7 +192,7 @@ async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dir
     ];
     let mut request = body(&ids);
     request["executor"] = json!("mixed");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     // A worker may claim it before the create answers.
     assert!(
         ["queued", "running"].contains(&job["status"].as_str().unwrap()),
@@ -324,7 +312,7 @@ async fn eight_assignments_make_two_batches_of_at_most_six(app: TestApp, dirs: D
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     let mut request = body(&refs);
     request["executor"] = json!("sleep");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     let job = app.wait_job(job["id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let log = log_of(&job);
@@ -355,7 +343,7 @@ async fn eight_assignments_make_two_batches_of_at_most_six(app: TestApp, dirs: D
 async fn cancel_kills_running_l0s_and_is_idempotent(app: TestApp, dirs: Dirs) {
     let mut request = body(&["P1-A1", "P1-A2"]);
     request["executor"] = json!("hang");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     let id = job["id"].as_str().unwrap().to_owned();
     // Wait until both L0s run (their grandchild pids are recorded).
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -471,7 +459,7 @@ async fn idempotency_key_returns_the_original_job(app: TestApp, _dirs: Dirs) {
 async fn wait_returns_when_the_job_changes(app: TestApp, _dirs: Dirs) {
     let mut request = body(&["P1-A1"]);
     request["executor"] = json!("sleep");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     let id = job["id"].as_str().unwrap();
     let started = Instant::now();
     let seen: Value = app
@@ -551,7 +539,7 @@ async fn read_events(app: &TestApp, id: &str, last: Option<i64>) -> Vec<(i64, St
 async fn events_stream_resumes_after_last_event_id(app: TestApp, _dirs: Dirs) {
     let mut request = body(&["P1-A1", "P1-A2", "P1-A3-garbage"]);
     request["executor"] = json!("mixed");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     let id = job["id"].as_str().unwrap();
     let events = read_events(&app, id, None).await;
     let ids: Vec<i64> = events.iter().map(|e| e.0).collect();
@@ -607,7 +595,7 @@ async fn events_stream_resumes_after_last_event_id(app: TestApp, _dirs: Dirs) {
 async fn result_file_is_written_under_the_output_root(app: TestApp, dirs: Dirs) {
     let mut request = body(&["P1-A1", "P1-A2"]);
     request["output_dir"] = json!("runs/r1");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     let job = app.wait_job(job["id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let path = PathBuf::from(job["phase_refined_path"].as_str().unwrap());
@@ -630,7 +618,7 @@ async fn task_file_is_read_only_inside_the_workspace_root(app: TestApp, dirs: Di
     request["context"]["task_file_path"] = json!("task.md");
     request["executor"] = json!("mixed");
     request["context"]["assignments"][0]["id"] = json!("P1-A1-valid");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     let job = app.wait_job(job["id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "succeeded");
     let prompt = std::fs::read_to_string(dirs.record.join("P1-A1-valid.prompt")).unwrap();
@@ -648,7 +636,7 @@ async fn task_file_is_read_only_inside_the_workspace_root(app: TestApp, dirs: Di
     let mut inline = body(&["P1-A2-valid"]);
     inline["executor"] = json!("mixed");
     inline["task_text"] = json!("INLINE TASK TEXT");
-    let job = submit(&app, &inline).await;
+    let job = app.submit_refine_job(&inline).await;
     app.wait_job(job["id"].as_str().unwrap()).await;
     let prompt = std::fs::read_to_string(dirs.record.join("P1-A2-valid.prompt")).unwrap();
     assert!(!prompt.contains("INLINE TASK TEXT"));
@@ -675,7 +663,7 @@ async fn list_filters_and_pages_newest_first(app: TestApp, _dirs: Dirs) {
         request["project_id"] = json!(if i % 2 == 0 { "alpha" } else { "beta" });
         request["team_pk"] = json!(format!("cycle-{i}"));
         created.push(
-            submit(&app, &request).await["id"]
+            app.submit_refine_job(&request).await["id"]
                 .as_str()
                 .unwrap()
                 .to_owned(),
@@ -1022,7 +1010,7 @@ async fn racing_creates_with_one_key_and_two_bodies_make_one_job(backend: Backen
 async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
     use plangate::db::refine_jobs::{NewRefineJob, store_group};
     let app = spawn_app_with(backend, |s| s.workers = 0).await;
-    let taken = submit(&app, &body(&["P1-A1"])).await["id"]
+    let taken = app.submit_refine_job(&body(&["P1-A1"])).await["id"]
         .as_str()
         .unwrap()
         .parse()
@@ -1094,7 +1082,7 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
     let mut ids = Vec::new();
     for _ in 0..3 {
         ids.push(
-            submit(&app, &body(&["P1-A1"])).await["id"]
+            app.submit_refine_job(&body(&["P1-A1"])).await["id"]
                 .as_str()
                 .unwrap()
                 .to_owned(),
@@ -1167,13 +1155,13 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
     app.shutdown().await;
 }
 
-/// `POST /v1/refine-jobs/{id}/retry` (issue 27, item 3): only an ended job that
+/// `POST /v1/refine-jobs/{id}/retry` (docs/api.md, "Retry"): only an ended job that
 /// did not succeed, once; the new job and the old one name each other.
 async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Dirs) {
     let mut request = body(&["P1-A1"]);
     request["executor"] = json!("hang");
     request["project_id"] = json!("proj-r");
-    let job = submit(&app, &request).await;
+    let job = app.submit_refine_job(&request).await;
     let id = job["id"].as_str().unwrap().to_owned();
 
     // Not ended yet: refused, saying what to do.
@@ -1247,7 +1235,7 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
     // A success is not retried.
     let mut request = body(&["P1-A1"]);
     request["executor"] = json!("sleep");
-    let done = submit(&app, &request).await;
+    let done = app.submit_refine_job(&request).await;
     let done_id = done["id"].as_str().unwrap().to_owned();
     assert_eq!(app.wait_job(&done_id).await["status"], "succeeded");
     let p = expect_problem(

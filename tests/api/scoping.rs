@@ -1,4 +1,4 @@
-//! Scoping at the edges (issue #23, #24), on both databases: idempotency keys are
+//! Scoping at the edges (docs/api.md, "Idempotency" and "Tokens"), on both databases: idempotency keys are
 //! per project and per token, so one project's creates neither replay nor block
 //! another's; task-list creates with a key are safe to retry (one list, one
 //! counted rejection), also when the retries race.

@@ -12,57 +12,21 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use crate::common::{self, Backend, FreshDatabase, TestApp};
-use plangate::config::ApiToken;
 
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-const LIMITED: &str = "limited-token-bbbbbbbbbb";
+use crate::common::{ADMIN, LIMITED};
 
 async fn spawn(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(LIMITED, &["proj-a"]),
-        ];
-    })
-    .await
+    common::spawn_app_with_tokens(backend).await
 }
 
-/// One JSON-RPC request to an MCP endpoint; answers the response object.
+/// One JSON-RPC request to an MCP endpoint as `token`: the response object.
 async fn rpc(app: &TestApp, path: &str, token: &str, method: &str, params: Value) -> Value {
-    let body = json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": params});
-    let response = app
-        .client
-        .post(app.url(path))
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .expect("POST /mcp");
-    assert!(
-        response.status().as_u16() < 500,
-        "{method}: {}",
-        response.status()
-    );
-    response.json().await.expect("JSON-RPC answer")
+    app.mcp_rpc(path, Some(token), method, params).await
 }
 
-/// Call a tool on `/mcp`; answers (is_error, the JSON its text carries).
+/// Call a tool on `/mcp` as `token`; answers (is_error, the JSON its text carries).
 async fn call(app: &TestApp, token: &str, name: &str, arguments: Value) -> (bool, Value) {
-    let message = rpc(
-        app,
-        "/mcp",
-        token,
-        "tools/call",
-        json!({"name": name, "arguments": arguments}),
-    )
-    .await;
-    let result = &message["result"];
-    let text = result["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{name}: {message}"));
-    let value = serde_json::from_str(text).expect("tool answers JSON");
-    (result["isError"] == true, value)
+    app.call_tool_as("/mcp", Some(token), name, arguments).await
 }
 
 async fn rest_revision(app: &TestApp, id: &str) -> (u16, Option<String>) {
@@ -213,6 +177,39 @@ async fn import_track_then_track_step(backend: Backend) {
         ),
         (&json!(false), &json!(3), &json!("NOT_STARTED"))
     );
+
+    // `track_history`: every write, oldest first, as REST's `events`; refused as
+    // the track is.
+    let (error, history) = call(&app, LIMITED, "track_history", json!({"track_id": "imp-1"})).await;
+    assert!(!error, "{history}");
+    let actions: Vec<&str> = history
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["action"].as_str().expect("action"))
+        .collect();
+    assert_eq!(actions, ["imported", "started", "imported"], "{history}");
+    assert_eq!(history[1]["agent"], "a1", "{history}");
+    let rest: Value = app
+        .client
+        .get(app.url("/v1/tracks/imp-1/history"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("GET history")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(rest["events"], history);
+    for (token, track_id, code) in [
+        (ADMIN, "imp-2", "not_found"),
+        (ADMIN, "imp 1", "invalid_track_id"),
+    ] {
+        let (error, refused) =
+            call(&app, token, "track_history", json!({"track_id": track_id})).await;
+        assert!(error, "{refused}");
+        assert_eq!(refused["code"], code, "{refused}");
+    }
 
     // Not on the read-only surface; on the full one, marked as replacing things.
     let listed = rpc(&app, "/mcp/readonly", ADMIN, "tools/list", json!({})).await;
@@ -531,7 +528,7 @@ async fn mcp_without_a_database_url_uses_the_data_directory() {
         assert_eq!(answers[0]["result"]["serverInfo"]["name"], "plangate");
         assert_eq!(
             answers[1]["result"]["tools"].as_array().map(Vec::len),
-            Some(13)
+            Some(15)
         );
         assert_eq!(answers[2]["result"]["isError"], false, "{}", answers[2]);
 

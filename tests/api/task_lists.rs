@@ -712,7 +712,7 @@ async fn status_is_scoped_per_cycle(app: TestApp) {
     assert_eq!(cycle_b["counts"]["pending"], 1);
     assert_eq!(cycle_b["in_flight"], 0);
 
-    // An unknown cycle is not widened to the project (issue #24): 404 naming it.
+    // An unknown cycle is not widened to the project (docs/mcp.md, `project_status`): 404 naming it.
     let unknown = expect_problem(
         app.get("/v1/projects/shared/status?team_pk=nope").await,
         404,
@@ -896,7 +896,7 @@ fn five_hundred_orphans() -> Value {
     Value::Array(tasks)
 }
 
-/// A rejected list answers the first 100 errors (issue #23: a 12 MB list once got a
+/// A rejected list answers the first 100 errors (docs/api.md, "Bounded gating answers": a 12 MB list once got a
 /// 52.6 MB answer), with the count of all of them by code, and a re-prompt that
 /// lists those 100 and says how many more of which kind to fix; `validate` answers
 /// the same, and the limit is a setting.

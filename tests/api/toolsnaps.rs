@@ -182,7 +182,7 @@ async fn every_tool_has_a_snapshot_and_none_is_stale(app: TestApp) {
         .iter()
         .map(|t| t["name"].as_str().expect("tool name").to_owned())
         .collect();
-    assert_eq!(live.len(), 13, "{live:?}");
+    assert_eq!(live.len(), 15, "{live:?}");
     let stored = snapshot_files();
     let missing: Vec<_> = live.difference(&stored).collect();
     let stale: Vec<_> = stored.difference(&live).collect();
@@ -306,25 +306,6 @@ fn planner_output_example() -> Value {
     serde_json::from_str(block).expect("the example's task list")
 }
 
-async fn call_tool(app: &TestApp, name: &str, arguments: Value) -> (bool, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": name, "arguments": arguments}});
-    let response = app
-        .client
-        .post(app.url("/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .expect("POST /mcp");
-    let message: Value = response.json().await.expect("tools/call JSON");
-    let result = &message["result"];
-    assert!(result.is_object(), "{name}: {message}");
-    let text = result["content"][0]["text"].as_str().expect("text");
-    let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
-    (result["isError"] == true, value)
-}
-
 /// The gating tools' `tasks` schema takes what the gate passes (the examples, the
 /// benchmark generator's lists) and refuses items the gate refuses; the gate is
 /// asked too, so schema and parser are compared, not just the schema.
@@ -385,7 +366,9 @@ async fn task_lists_follow_the_task_schema(app: TestApp) {
     let schema = &tool(&message, "validate_task_list")["inputSchema"];
     let tasks = validator(&schema["properties"]["tasks"]);
     let base = || json!({"task_id": "t-1", "assigned_persona": "dev", "parallel_group": 1, "description": "x"});
-    let (valid, answer) = call_tool(&app, "validate_task_list", json!({"tasks": [base()]})).await;
+    let (valid, answer) = app
+        .call_tool("validate_task_list", json!({"tasks": [base()]}))
+        .await;
     assert!(!valid && answer["valid"] == true, "{answer}");
     assert!(tasks.is_valid(&json!([base()])));
     let bad: [(&str, Value); 7] = [
@@ -406,7 +389,9 @@ async fn task_lists_follow_the_task_schema(app: TestApp) {
         }
         let list = json!([item]);
         assert!(!tasks.is_valid(&list), "the schema takes {field}: {value}");
-        let (error, answer) = call_tool(&app, "validate_task_list", json!({"tasks": list})).await;
+        let (error, answer) = app
+            .call_tool("validate_task_list", json!({"tasks": list}))
+            .await;
         assert!(
             !error && answer["valid"] == false,
             "the gate takes {field}: {value}: {answer}"
@@ -444,7 +429,7 @@ async fn loop_plans_follow_the_plan_loop_schema(app: TestApp) {
         let mut request = example.clone();
         request["tasks"][0]["type"] = json!(kind.as_str());
         assert!(arguments.is_valid(&request), "{kind}");
-        let (error, answer) = call_tool(&app, "plan_loop", request).await;
+        let (error, answer) = app.call_tool("plan_loop", request).await;
         assert!(!error, "{kind}: {answer}");
     }
 
@@ -465,7 +450,7 @@ async fn loop_plans_follow_the_plan_loop_schema(app: TestApp) {
             !arguments.is_valid(&request),
             "the schema takes {field}: {value}"
         );
-        let (error, answer) = call_tool(&app, "plan_loop", request).await;
+        let (error, answer) = app.call_tool("plan_loop", request).await;
         let refused = error || answer["errors"].as_array().is_some_and(|e| !e.is_empty());
         assert!(refused, "the planner takes {field}: {value}: {answer}");
     }

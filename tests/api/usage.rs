@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{
-    Backend, FreshDatabase, TestApp, expect_problem, l0_script, settings_for, spawn_app_with,
-};
+use crate::common::{Backend, TestApp, expect_problem, l0_script, spawn_app_with};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -365,6 +363,18 @@ impl Dirs {
     }
 }
 
+/// The usage tests' server: [`configure`]'s executors recording to the returned
+/// [`Dirs`], then `tweak`.
+async fn usage_app(backend: Backend, tweak: impl FnOnce(&mut Settings, &Dirs)) -> (TestApp, Dirs) {
+    let dirs = Dirs::new();
+    let app = spawn_app_with(backend, |s| {
+        configure(s, &dirs, None);
+        tweak(s, &dirs);
+    })
+    .await;
+    (app, dirs)
+}
+
 /// Executors: `cj` (claude-json, $0.01 per call), `cj-unpriced` (claude-json with
 /// no cost, model not in the table), `cj-priced` (no cost, priced), `plain` (text),
 /// `anthropic` (the fake API server at `fake_base`).
@@ -388,7 +398,7 @@ fn configure(s: &mut Settings, dirs: &Dirs, fake_base: Option<&str>) {
     );
     s.executors
         .insert("plain".into(), command(rec, &["valid"], false));
-    // The calls of issue #23's measurements: $0.40 each.
+    // Calls of $0.40 each, as in the budget measurements of docs/jobs.md.
     s.executors.insert(
         "cj-40".into(),
         command(rec, &["claude-json", "0.40", "1000", "200"], true),
@@ -429,20 +439,8 @@ fn job_body(ids: &[&str], executor: &str, extra: Value) -> Value {
 }
 
 async fn submit(app: &TestApp, body: &Value) -> String {
-    let response = app.post_json("/v1/refine-jobs", body).await;
-    assert_eq!(response.status(), 202, "{:?}", response.text().await);
-    let job: Value = response.json().await.unwrap();
+    let job = app.submit_refine_job(body).await;
     job["id"].as_str().unwrap().to_owned()
-}
-
-async fn assignments(app: &TestApp, id: &str) -> Vec<Value> {
-    let v: Value = app
-        .get(&format!("/v1/refine-jobs/{id}/assignments"))
-        .await
-        .json()
-        .await
-        .unwrap();
-    v.as_array().unwrap().clone()
 }
 
 fn cost(v: &Value) -> f64 {
@@ -495,7 +493,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     }
 
     // Per L0: the envelope's numbers.
-    let rows = assignments(&app, &reported).await;
+    let rows = app.refine_job_assignments(&reported).await;
     assert_eq!(rows.len(), 3);
     for row in &rows {
         assert_eq!(row["status"], "valid", "{row}");
@@ -521,7 +519,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert_eq!(job["budget"], Value::Null);
 
     // Unknown costs are null, never guessed; totals say how many.
-    let rows = assignments(&app, &unpriced).await;
+    let rows = app.refine_job_assignments(&unpriced).await;
     assert_eq!(rows[0]["usage"]["cost_usd"], Value::Null);
     assert_eq!(rows[0]["usage"]["source"], "reported");
     let job = app.wait_job(&unpriced).await;
@@ -530,13 +528,13 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert_eq!(job["usage"]["output_tokens"], 400);
 
     // Priced from the table: 1M input tokens at $3/MTok (+ the cache tokens).
-    let rows = assignments(&app, &priced).await;
+    let rows = app.refine_job_assignments(&priced).await;
     assert_eq!(rows[0]["usage"]["source"], "priced");
     let expected_priced = 3.0 + (5.0 * 0.3 + 7.0 * 3.75) / 1e6;
     assert!(close(cost(&rows[0]["usage"]["cost_usd"]), expected_priced));
 
     // The Anthropic API through a local fake server.
-    let rows = assignments(&app, &api).await;
+    let rows = app.refine_job_assignments(&api).await;
     assert_eq!(rows[0]["usage"]["input_tokens"], 1000);
     assert_eq!(rows[0]["usage"]["source"], "priced");
     let api_call = (1000.0 * 3.0 + 100.0 * 15.0 + 20.0 * 0.3 + 10.0 * 3.75) / 1e6;
@@ -664,9 +662,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
 }
 
 async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
-    let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| {
-        configure(s, &dirs, None);
+    let (app, dirs) = usage_app(backend, |s, _| {
         s.l0_concurrency = 2;
     })
     .await;
@@ -692,14 +688,14 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
         ["P1-A1"],
         "the L0s not yet started never start"
     );
-    let rows = assignments(&app, &id).await;
+    let rows = app.refine_job_assignments(&id).await;
     let statuses: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
     assert_eq!(
         statuses,
         ["valid", "pending", "pending", "pending", "pending"]
     );
     // The L0s the budget stop kept from starting are said to be not started,
-    // never "failed" (issue 27, item 2).
+    // never "failed" (docs/jobs.md, "Lifecycle").
     let message = job["error"]["message"].as_str().unwrap();
     let log: Vec<&str> = job["log"]
         .as_array()
@@ -761,11 +757,9 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
 }
 
 async fn budget_kill_stops_running_l0s(backend: Backend) {
-    let dirs = Dirs::new();
     // A declared ceiling of $0.001 a call lets both start together under the
     // $0.005 budget; the first then reports $0.01.
-    let app = spawn_app_with(backend, |s| {
-        configure(s, &dirs, None);
+    let (app, dirs) = usage_app(backend, |s, _| {
         s.budgets.max_call_cost_usd.insert("cj".into(), 0.001);
     })
     .await;
@@ -783,13 +777,13 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
         "the slow L0 was not killed"
     );
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
-    // One "the" (issue 27: it read "the job's the budget of $0.005 is spent").
+    // One "the" (it once read "the job's the budget of $0.005 is spent").
     assert_eq!(
         job["error"]["message"], "the job's budget of $0.005 is spent ($0.010000 so far)",
         "{job}"
     );
     assert_eq!(job["budget"]["budget_action"], "kill");
-    let rows = assignments(&app, &id).await;
+    let rows = app.refine_job_assignments(&id).await;
     assert_eq!(rows[0]["status"], "valid");
     assert_eq!(rows[1]["status"], "failed", "{rows:?}");
     // The killed call was started: it counts, with nothing known of it
@@ -827,11 +821,9 @@ async fn budget_kill_stops_running_l0s(backend: Backend) {
 }
 
 async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) {
-    let dirs = Dirs::new();
     // One worker, one L0 at a time: P1-A1 spends $0.01; a second call, expected to
     // cost as much, would not fit the run's $0.015, in P1 or in P2.
-    let app = spawn_app_with(backend, |s| {
-        configure(s, &dirs, None);
+    let (app, dirs) = usage_app(backend, |s, _| {
         s.workers = 1;
         s.l0_concurrency = 1;
     })
@@ -895,9 +887,7 @@ async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) 
 }
 
 async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
-    let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| {
-        configure(s, &dirs, None);
+    let (app, _dirs) = usage_app(backend, |s, _| {
         s.budgets.project_daily_cost_usd = Some(0.01);
         s.budgets.projects.insert("generous".into(), 100.0);
     })
@@ -972,39 +962,12 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
     app.shutdown().await;
 }
 
-/// A second server on the same database (the first one "crashed").
-async fn serve_on(
-    database: &FreshDatabase,
-    tweak: impl FnOnce(&mut Settings),
-) -> (
-    String,
-    tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<()>,
-) {
-    let mut settings = settings_for(&database.url);
-    tweak(&mut settings);
-    let db = plangate::service::open_database(&settings).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        plangate::app::serve(listener, settings, db, async {
-            let _ = stopped.await;
-        })
-        .await
-        .unwrap();
-    });
-    (format!("http://{addr}"), stop, server)
-}
-
 async fn resumed_job_counts_each_l0_once(backend: Backend) {
     use plangate::db::refine_jobs::{ClaimFor, L0Ended, PendingProgress};
     use plangate::domain::usage::L0Usage;
 
-    let dirs = Dirs::new();
     // No workers: the test plays the worker that crashes.
-    let app = spawn_app_with(backend, |s| {
-        configure(s, &dirs, None);
+    let (app, dirs) = usage_app(backend, |s, _| {
         s.workers = 0;
     })
     .await;
@@ -1042,7 +1005,7 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
     let outcome = json!({"answer": "assignment_id = P1-A1\nchanges = []\ndependency_corrections = []\nwp_proposal_adjustments = []\n"});
     let done = L0Ended {
         assignment_id: "P1-A1".into(),
-        status: "valid",
+        status: plangate::domain::refine::L0Status::Valid,
         tries: 1,
         exit_code: Some(0),
         error: None,
@@ -1068,44 +1031,20 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
     assert_eq!(reaped.requeued, 1);
 
     // Another server resumes it: only P1-A2 runs again.
-    let (base, stop, server) = serve_on(&app.database, |s| configure(s, &dirs, None)).await;
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let job = loop {
-        let job: Value = client
-            .get(format!("{base}/v1/refine-jobs/{id}?wait=5"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if job["status"] == "succeeded" || job["status"] == "failed" {
-            break job;
-        }
-        assert!(Instant::now() < deadline, "{job}");
-    };
+    let replica = app.spawn_replica(|s| configure(s, &dirs, None)).await;
+    let job = replica.wait_job(&id).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     assert_eq!(dirs.started(), ["P1-A2"], "the stored L0 did not run again");
     assert_eq!(job["usage"]["calls"], 2);
     assert!(close(cost(&job["usage"]["cost_usd"]), 0.51), "{job}");
-    let usage: Value = client
-        .get(format!("{base}/v1/projects/alpha/usage"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let usage = replica.project_usage("alpha").await;
     assert!(close(cost(&usage["usage"]["cost_usd"]), 0.51), "{usage}");
-    let _ = stop.send(());
-    let _ = server.await;
+    replica.shutdown().await;
     app.shutdown().await;
 }
 
 async fn prompt_size_does_not_grow_with_the_task_text(backend: Backend) {
-    let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
+    let (app, dirs) = usage_app(backend, |_, _| {}).await;
     let small = "Ship it.".to_owned();
     let large = "The task, in great detail. ".repeat(40_000); // ~1 MiB
     let mut sizes = Vec::new();
@@ -1114,7 +1053,7 @@ async fn prompt_size_does_not_grow_with_the_task_text(backend: Backend) {
         body["task_text"] = json!(text);
         let id = submit(&app, &body).await;
         app.wait_job(&id).await;
-        let rows = assignments(&app, &id).await;
+        let rows = app.refine_job_assignments(&id).await;
         sizes.push(rows[0]["prompt_bytes"].as_i64().unwrap());
         let prompt = std::fs::read_to_string(dirs.record.join("P1-A1.prompt")).unwrap();
         assert!(
@@ -1190,7 +1129,7 @@ fn cli_refine_prints_the_totals() {
     );
 }
 
-// ------------------------------------------- budgets are a cap (issue #23, item 1)
+// ------------------------------------------- budgets are a cap (docs/jobs.md, "Budgets")
 
 /// One call of the `cj-40` executor.
 const CALL_USD: f64 = 0.40;
@@ -1201,41 +1140,20 @@ fn known_cost(usage: &Value) -> f64 {
 
 /// `refine_status` over MCP (no tokens configured: the endpoint is open), as an
 /// orchestrator reads the job: `(isError, the answer's JSON)`.
-async fn mcp_refine_status(base: &str, job_id: &str) -> (bool, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": "refine_status", "arguments": {"job_id": job_id}}});
-    let response = reqwest::Client::new()
-        .post(format!("{base}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let message: Value = response.json().await.unwrap();
-    let result = &message["result"];
-    let text = result["content"][0]["text"].as_str().expect("text content");
-    (
-        result["isError"] == true,
-        serde_json::from_str(text).unwrap(),
-    )
-}
-
 /// The job as REST, MCP and the dashboard show it: stopped by its budget, never
 /// plain success.
-async fn assert_budget_exceeded_everywhere(base: &str, job_id: &str) {
-    let client = reqwest::Client::new();
-    let job: Value = client
-        .get(format!("{base}/v1/refine-jobs/{job_id}"))
-        .send()
+async fn assert_budget_exceeded_everywhere(app: &TestApp, job_id: &str) {
+    let job: Value = app
+        .get(&format!("/v1/refine-jobs/{job_id}"))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     assert_eq!(job["status"], "failed", "REST: {job}");
     assert_eq!(job["error"]["code"], "budget_exceeded", "REST: {job}");
-    let (is_error, answer) = mcp_refine_status(base, job_id).await;
+    let (is_error, answer) = app
+        .call_tool("refine_status", json!({"job_id": job_id}))
+        .await;
     assert!(!is_error, "{answer}");
     assert_eq!(answer["status"], "failed", "MCP: {answer}");
     assert_eq!(answer["error"]["code"], "budget_exceeded", "MCP: {answer}");
@@ -1243,11 +1161,9 @@ async fn assert_budget_exceeded_everywhere(base: &str, job_id: &str) {
         answer["error"]["message"], job["error"]["message"],
         "the same text on REST and MCP"
     );
-    let page = client
-        .get(format!("{base}/ui/jobs/{job_id}"))
-        .send()
+    let page = app
+        .get(&format!("/ui/jobs/{job_id}"))
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -1257,31 +1173,11 @@ async fn assert_budget_exceeded_everywhere(base: &str, job_id: &str) {
     );
 }
 
-async fn wait_job_on(base: &str, id: &str) -> Value {
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let job: Value = client
-            .get(format!("{base}/v1/refine-jobs/{id}?wait=5"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let status = job["status"].as_str().unwrap_or_default().to_owned();
-        if ["succeeded", "failed", "cancelled"].contains(&status.as_str()) {
-            return job;
-        }
-        assert!(Instant::now() < deadline, "job {id} still {status}");
-    }
-}
-
-/// Issue #23: `max_cost_usd: 0.10` and six $0.40 calls spent $2.40 and ended
+/// Budgets are a cap (docs/jobs.md, "Budgets"): `max_cost_usd: 0.10` and six
+/// $0.40 calls once spent $2.40 and ended
 /// `succeeded` with `error: null`. The cap: at most one call over the budget.
 async fn job_budget_caps_spend_within_one_call(backend: Backend) {
-    let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
+    let (app, dirs) = usage_app(backend, |_, _| {}).await;
     let ids = ["P1-A1", "P1-A2", "P1-A3", "P1-A4", "P1-A5", "P1-A6"];
     let id = submit(
         &app,
@@ -1299,7 +1195,7 @@ async fn job_budget_caps_spend_within_one_call(backend: Backend) {
         "spent ${spent} of a $0.10 budget, more than one $0.40 call over: {job}"
     );
     assert_eq!(dirs.started().len(), 1, "only the first call fits: {job}");
-    assert_budget_exceeded_everywhere(&app.base, &id).await;
+    assert_budget_exceeded_everywhere(&app, &id).await;
     app.shutdown().await;
 }
 
@@ -1327,13 +1223,12 @@ fn three_phase_run(executor: &str, extra: Value) -> Value {
     body
 }
 
-/// Issue #23: a three-phase run at $0.50 spent $7.20. Its phase jobs run in
+/// docs/jobs.md, "Budgets": a three-phase run at $0.50 once spent $7.20. Its phase jobs run in
 /// parallel on two servers sharing the database; the run's budget holds across
 /// them.
 async fn run_budget_caps_spend_across_two_replicas(backend: Backend) {
-    let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| configure(s, &dirs, None)).await;
-    let (other, stop, server) = serve_on(&app.database, |s| configure(s, &dirs, None)).await;
+    let (app, dirs) = usage_app(backend, |_, _| {}).await;
+    let other = app.spawn_replica(|s| configure(s, &dirs, None)).await;
     let response = app
         .post_json(
             "/v1/refine-runs",
@@ -1377,17 +1272,16 @@ async fn run_budget_caps_spend_across_two_replicas(backend: Backend) {
     let phases = run["phases"].as_object().unwrap();
     assert_eq!(phases.len(), 3, "{run}");
     for phase in phases.values() {
-        let job = wait_job_on(&other, phase["job_id"].as_str().unwrap()).await;
+        let job = other.wait_job(phase["job_id"].as_str().unwrap()).await;
         if job["status"] != "succeeded" {
             assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
         }
     }
-    let _ = stop.send(());
-    let _ = server.await;
+    other.shutdown().await;
     app.shutdown().await;
 }
 
-/// Issue #23: a project with a $1.00 daily limit spent $9.60 after 20 concurrent
+/// docs/jobs.md, "Per-project daily limit": a project with a $1.00 daily limit once spent $9.60 after 20 concurrent
 /// job creates. The limit is held in the database: 20 creates split over two
 /// servers on one database spend at most one call over it.
 async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) {
@@ -1397,7 +1291,7 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
         s.budgets.project_daily_cost_usd = Some(1.0);
     };
     let app = spawn_app_with(backend, limit).await;
-    let (other, stop, server) = serve_on(&app.database, limit).await;
+    let other = app.spawn_replica(limit).await;
     let body = job_body(
         &["P1-A1", "P1-A2", "P1-A3"],
         "cj-40",
@@ -1407,7 +1301,7 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
         let base = if i % 2 == 0 {
             app.base.clone()
         } else {
-            other.clone()
+            other.base.clone()
         };
         let body = body.clone();
         async move {
@@ -1430,7 +1324,7 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
         .collect();
     let mut stopped = Vec::new();
     for id in &ids {
-        let job = wait_job_on(&other, id).await;
+        let job = other.wait_job(id).await;
         if job["status"] != "succeeded" {
             assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
             stopped.push(id.clone());
@@ -1453,9 +1347,8 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
         "the project spent ${spent} of a $1.00 daily limit, more than one $0.40 call over"
     );
     assert!(!stopped.is_empty(), "some job must have been stopped");
-    assert_budget_exceeded_everywhere(&app.base, &stopped[0]).await;
-    let _ = stop.send(());
-    let _ = server.await;
+    assert_budget_exceeded_everywhere(&app, &stopped[0]).await;
+    other.shutdown().await;
     app.shutdown().await;
 }
 
@@ -1463,9 +1356,7 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
 /// budget; they spend $0.80. All assignments ran, but the job must not read
 /// plain success.
 async fn job_overrun_by_its_calls_ends_budget_exceeded(backend: Backend) {
-    let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| {
-        configure(s, &dirs, None);
+    let (app, dirs) = usage_app(backend, |s, _| {
         s.budgets.max_call_cost_usd.insert("cj-40".into(), 0.01);
     })
     .await;
@@ -1486,7 +1377,7 @@ async fn job_overrun_by_its_calls_ends_budget_exceeded(backend: Backend) {
         Some(2),
         "the result of every call is kept: {job}"
     );
-    assert_budget_exceeded_everywhere(&app.base, &id).await;
+    assert_budget_exceeded_everywhere(&app, &id).await;
     app.shutdown().await;
 }
 
@@ -1563,24 +1454,21 @@ async fn a_lost_lease_releases_its_reservations(backend: Backend) {
         .unwrap();
     assert_eq!(reaped.requeued, 1);
 
-    let (base, stop, server) = serve_on(&app.database, limited).await;
-    let job = wait_job_on(&base, &id).await;
+    let replica = app.spawn_replica(limited).await;
+    let job = replica.wait_job(&id).await;
     // P1-A1 runs ($0.40); P1-A2's $0.90 would not fit what is left.
     assert_eq!(dirs.started(), ["P1-A1"], "{job}");
     assert_eq!(job["usage"]["calls"], 1, "{job}");
     assert_eq!(job["error"]["code"], "budget_exceeded", "{job}");
-    let _ = stop.send(());
-    let _ = server.await;
+    replica.shutdown().await;
     app.shutdown().await;
 }
 
-/// Issue #23: `/metrics` labels only the models the configuration names (the
+/// docs/observability.md: `/metrics` labels only the models the configuration names (the
 /// profiles' `model`, the `[prices]` keys). An agent that reports a new model
 /// name on every call adds no series but `model="other"`.
 async fn metrics_label_unconfigured_models_as_other(backend: Backend) {
-    let dirs = Dirs::new();
-    let app = spawn_app_with(backend, |s| {
-        configure(s, &dirs, None);
+    let (app, _dirs) = usage_app(backend, |s, dirs| {
         s.executors.insert(
             "cj-random".into(),
             command(
@@ -1596,7 +1484,7 @@ async fn metrics_label_unconfigured_models_as_other(backend: Backend) {
     let job = submit(&app, &job_body(&ids, "cj-random", json!({}))).await;
     assert_eq!(app.wait_job(&job).await["status"], "succeeded");
     // The records keep what the agent said.
-    let records = assignments(&app, &job).await;
+    let records = app.refine_job_assignments(&job).await;
     assert!(
         records
             .iter()

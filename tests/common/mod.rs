@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use plangate::config::{FileConfig, ServeArgs, Settings};
 use plangate::db::Database;
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -60,6 +61,18 @@ impl FreshDatabase {
                     _dir: None,
                 }
             }
+        }
+    }
+}
+
+impl FreshDatabase {
+    /// The same database for another server: dropping it leaves the database to
+    /// its owner.
+    fn shared(&self) -> FreshDatabase {
+        FreshDatabase {
+            url: self.url.clone(),
+            pg_name: None,
+            _dir: None,
         }
     }
 }
@@ -145,11 +158,11 @@ impl TestApp {
             .expect("POST")
     }
 
-    /// Long-polls a refine job until it is terminal (or 60 s pass).
+    /// Long-polls a refine job until it is terminal (or 120 s pass).
     pub async fn wait_job(&self, id: &str) -> serde_json::Value {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         loop {
-            let job: serde_json::Value = self
+            let job: Value = self
                 .get(&format!("/v1/refine-jobs/{id}?wait=5"))
                 .await
                 .json()
@@ -166,6 +179,83 @@ impl TestApp {
         }
     }
 
+    /// `POST /v1/refine-jobs`, expecting 202 and a `Location` naming the job: the job.
+    pub async fn submit_refine_job(&self, body: &Value) -> Value {
+        let response = self.post_json("/v1/refine-jobs", body).await;
+        assert_eq!(response.status(), 202, "{:?}", response.text().await);
+        let location = response.headers()["location"].to_str().unwrap().to_owned();
+        let job: Value = response.json().await.expect("the job");
+        assert_eq!(
+            location,
+            format!("/v1/refine-jobs/{}", job["id"].as_str().unwrap())
+        );
+        job
+    }
+
+    /// `GET /v1/refine-jobs/{id}/assignments`: one record per L0.
+    pub async fn refine_job_assignments(&self, id: &str) -> Vec<Value> {
+        let path = format!("/v1/refine-jobs/{id}/assignments");
+        let records: Value = self.get(&path).await.json().await.expect("records");
+        records.as_array().expect("an array").clone()
+    }
+
+    /// `GET /v1/projects/{project}/usage`.
+    pub async fn project_usage(&self, project: &str) -> Value {
+        let path = format!("/v1/projects/{project}/usage");
+        self.get(&path).await.json().await.expect("usage")
+    }
+
+    /// One JSON-RPC request to an MCP endpoint on a fresh connection, with no
+    /// `initialize` before it (stateless), as `token` if any: the response object.
+    pub async fn mcp_rpc(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Value {
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let mut request = self
+            .client
+            .post(self.url(path))
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("POST /mcp");
+        let status = response.status().as_u16();
+        assert!(status < 500, "{method}: status {status}");
+        let message: Value = response.json().await.expect("JSON-RPC answer");
+        assert_eq!(message["jsonrpc"], "2.0", "{message}");
+        assert_eq!(message["id"], 7, "{message}");
+        message
+    }
+
+    /// An MCP `tools/call` on `path` as `token`: whether it is a tool error, and
+    /// its answer (JSON, or the text when it is none).
+    pub async fn call_tool_as(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        name: &str,
+        arguments: Value,
+    ) -> (bool, Value) {
+        let params = serde_json::json!({"name": name, "arguments": arguments});
+        let message = self.mcp_rpc(path, token, "tools/call", params).await;
+        let result = &message["result"];
+        assert!(result.is_object(), "tools/call {name}: {message}");
+        let text = result["content"][0]["text"].as_str().expect("text content");
+        let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+        (result["isError"] == true, value)
+    }
+
+    /// [`call_tool_as`](Self::call_tool_as) on `/mcp` without a token.
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> (bool, Value) {
+        self.call_tool_as("/mcp", None, name, arguments).await
+    }
+
     pub async fn patch_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
         self.client
             .patch(self.url(path))
@@ -173,6 +263,12 @@ impl TestApp {
             .send()
             .await
             .expect("PATCH")
+    }
+
+    /// Another server (replica) on this one's database, with its own settings
+    /// tweaked; shut it down before this one.
+    pub async fn spawn_replica(&self, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+        spawn_app_on(self.database.shared(), self.backend, tweak).await
     }
 
     /// Stop the server as SIGTERM would and wait for it to finish draining.
@@ -196,6 +292,21 @@ impl TestApp {
         self.db.close().await;
         self.database
     }
+}
+
+/// The tokens of [`spawn_app_with_tokens`]: unrestricted, and limited to `proj-a`.
+pub const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
+pub const LIMITED: &str = "limited-token-bbbbbbbbbb";
+
+/// A server that asks for a bearer token: [`ADMIN`] or [`LIMITED`].
+pub async fn spawn_app_with_tokens(backend: Backend) -> TestApp {
+    spawn_app_with(backend, |s| {
+        s.api_tokens = vec![
+            plangate::config::ApiToken::unrestricted(ADMIN),
+            plangate::config::ApiToken::limited(LIMITED, &["proj-a"]),
+        ];
+    })
+    .await
 }
 
 pub async fn spawn_app(backend: Backend) -> TestApp {

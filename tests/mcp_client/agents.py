@@ -1,4 +1,4 @@
-"""Agents at work (issue #24) through the official MCP Python SDK, called from flow.py
+"""Agents at work (docs/mcp.md, "An agent's loop") through the official MCP Python SDK, called from flow.py
 once per transport: `next` through whole lists (dispatch, wait, done, blocked) with
 `remaining`, a `wait_seconds` long-poll woken by another client, idempotent creates,
 the holder check, and 16 concurrent claimers, each its own MCP client, sharing a

@@ -40,9 +40,10 @@ LIMITED = "mcp-flow-limited-0123456789"
 ALL_TOOLS = {
     "validate_task_list", "create_task_list", "ready_tasks", "set_task_status",
     "project_status", "plan_loop", "import_track", "track_step", "start_refine", "refine_status",
-    "cancel_refine", "claim_task", "heartbeat_task",
+    "cancel_refine", "claim_task", "heartbeat_task", "track_history", "retry_refine_job",
 }
-READ_ONLY_TOOLS = {"validate_task_list", "ready_tasks", "project_status", "plan_loop", "refine_status"}
+READ_ONLY_TOOLS = {"validate_task_list", "ready_tasks", "project_status", "plan_loop", "refine_status",
+                   "track_history"}
 
 TASKS = [
     {"task_id": "t-1", "assigned_persona": "dev", "parallel_group": 1,

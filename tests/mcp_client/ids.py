@@ -1,4 +1,4 @@
-"""Issue #24, items 4 and 7, through the official MCP Python SDK (called from flow.py).
+"""Naming tasks and projects (docs/mcp.md, "The tools"), through the official MCP Python SDK (called from flow.py).
 
 One meaning per id: set_task_status takes the planner's task_id with task_list_id,
 and a planner id without its list is a tool error naming task_list_id. Refusals that

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plangate's traces as a real Arize Phoenix receives them (issue #28, docs/observability.md).
+"""plangate's traces as a real Arize Phoenix receives them (docs/observability.md).
 
 An orchestrator (this script, traced with the OpenTelemetry Python SDK and exporting
 its own span to the same Phoenix) opens a span, then under its W3C `traceparent`

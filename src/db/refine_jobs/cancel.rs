@@ -3,7 +3,7 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::{parse_status, state_event};
+use super::state_event;
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult};
 use crate::domain::job::JobStatus;
@@ -18,7 +18,7 @@ impl Database {
         let lock = self.row_lock();
         let status = on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let row: Option<(String, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            let row: Option<(JobStatus, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT status, attempt FROM refine_jobs WHERE id = $1{lock}"
             )))
             .bind(id)
@@ -27,7 +27,6 @@ impl Database {
             let Some((status, attempt)) = row else {
                 return Ok(None);
             };
-            let status = parse_status(id, &status)?;
             let Some(next) = status.after_cancel() else {
                 return Ok(Some(status));
             };

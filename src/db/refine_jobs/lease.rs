@@ -7,12 +7,13 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{PendingProgress, ProgressRecord, add_count, budget_of, parse_status, state_event};
+use super::{PendingProgress, ProgressRecord, add_count, budget_of, state_event};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::{
     JobStatus, LEASE_EXPIRED, LeaseExpiry, after_hand_back, after_lease_expired,
 };
+use crate::domain::refine::L0Status;
 use crate::domain::usage::Budget;
 
 /// An L0 outcome the worker stored: enough to resume without running it again.
@@ -215,7 +216,7 @@ impl Database {
     async fn claimed_job(&self, row: ClaimRow, token: Uuid) -> DbResult<ClaimedJob> {
         // Version 2 is the insert's 1 bumped by this claim: no worker ever wrote,
         // so every L0 is pending and there is nothing to read.
-        let rows: Vec<(String, String, Option<Json<Value>>)> = if row.version <= 2 {
+        let rows: Vec<(String, L0Status, Option<Json<Value>>)> = if row.version <= 2 {
             Vec::new()
         } else {
             on_pool!(self, pool => {
@@ -235,7 +236,7 @@ impl Database {
         if !rows.is_empty() {
             progress = ProgressRecord::default();
             for (_, status, _) in &rows {
-                add_count(&mut progress, status, 1);
+                add_count(&mut progress, *status, 1);
             }
         }
         let finished = rows
@@ -407,11 +408,11 @@ impl Database {
                 return Ok(Err(LeaseLost));
             };
             // The fenced bump holds the row: its status cannot change under us.
-            let held: String = sqlx::query_scalar("SELECT status FROM refine_jobs WHERE id = $1")
+            let held: JobStatus = sqlx::query_scalar("SELECT status FROM refine_jobs WHERE id = $1")
                 .bind(lease.job_id)
                 .fetch_one(&mut *tx)
                 .await?;
-            let back = after_hand_back(parse_status(lease.job_id, &held)?);
+            let back = after_hand_back(held);
             let status = back.status;
             let attempt: i32 = sqlx::query_scalar(
                 "UPDATE refine_jobs SET status = $2, attempt = attempt - $3, finished_at = $4, \
@@ -452,7 +453,7 @@ impl Database {
         };
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let expired: Vec<(Uuid, String, i32, i32)> =
+            let expired: Vec<(Uuid, JobStatus, i32, i32)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
                     "SELECT id, status, attempt, max_attempts FROM refine_jobs \
                  WHERE status IN {in_flight} AND lease_expires_at < $1 \
@@ -463,7 +464,6 @@ impl Database {
                 .await?;
             let mut reaped = Reaped::default();
             for (id, status, attempt, max_attempts) in expired {
-                let status = parse_status(id, &status)?;
                 let expiry = after_lease_expired(status, attempt, max_attempts, &backoff);
                 let next = expiry.status();
                 let (run_after, error) = match &expiry {

@@ -32,8 +32,9 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{DbError, DbResult};
+use super::DbResult;
 use crate::domain::job::JobStatus;
+use crate::domain::refine::L0Status;
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
 pub use budget::{BudgetScopes, Gated};
@@ -157,7 +158,7 @@ pub(crate) fn budget_of(
 struct RawJobRow {
     id: Uuid,
     kind: String,
-    status: String,
+    status: JobStatus,
     phase_id: String,
     run_id: Option<Uuid>,
     project_id: Option<String>,
@@ -191,10 +192,6 @@ const JOB_COLUMNS: &str = "id, kind, status, phase_id, run_id, project_id, team_
      error_message, version, max_cost_usd, max_output_tokens, budget_action, retry_of, \
      (SELECT r.id FROM refine_jobs r WHERE r.retry_of = refine_jobs.id) AS retried_by";
 
-fn parse_status(id: Uuid, text: &str) -> DbResult<JobStatus> {
-    JobStatus::parse(text).ok_or_else(|| DbError::Corrupt(format!("job {id} has status {text:?}")))
-}
-
 impl RawJobRow {
     fn into_job(self, mut progress: ProgressRecord, usage: UsageTotals) -> DbResult<JobRecord> {
         progress.l0_total = i64::from(self.l0_total);
@@ -203,7 +200,7 @@ impl RawJobRow {
             message: self.error_message.unwrap_or_default(),
         });
         Ok(JobRecord {
-            status: parse_status(self.id, &self.status)?,
+            status: self.status,
             id: self.id,
             kind: self.kind,
             phase_id: self.phase_id,
@@ -243,8 +240,7 @@ pub struct L0Record {
     pub assignment_id: String,
     /// 1-based batch number.
     pub batch: i32,
-    /// `pending`, `running`, `valid`, `invalid`, `mismatch` or `failed`.
-    pub status: String,
+    pub status: L0Status,
     /// The job attempt that ran it last.
     pub attempt: i32,
     /// How many times an L0 process/call was started for it (1 unless a crash
@@ -272,7 +268,7 @@ pub struct L0Record {
 struct L0Row {
     assignment_id: String,
     batch: i32,
-    status: String,
+    status: L0Status,
     attempt: i32,
     starts: i32,
     tries: i32,
@@ -349,19 +345,22 @@ pub struct JobFilter {
     pub allowed_projects: Option<Vec<String>>,
 }
 
-pub(crate) fn add_count(p: &mut ProgressRecord, status: &str, n: i64) {
+pub(crate) fn add_count(p: &mut ProgressRecord, status: L0Status, n: i64) {
     p.l0_total += n;
     p.count(status, n);
 }
 
 impl ProgressRecord {
-    fn count(&mut self, status: &str, n: i64) {
+    fn count(&mut self, status: L0Status, n: i64) {
         match status {
-            "running" => self.l0_running += n,
-            "valid" => self.l0_succeeded += n,
-            "invalid" | "mismatch" => self.l0_invalid += n,
-            "failed" => self.l0_failed += n,
-            _ => {}
+            L0Status::Pending => {}
+            L0Status::Running => self.l0_running += n,
+            L0Status::Valid => self.l0_succeeded += n,
+            L0Status::Invalid | L0Status::Mismatch => self.l0_invalid += n,
+            // No answer, whether the call failed or the provider refused it.
+            L0Status::Failed | L0Status::RateLimited | L0Status::QuotaExhausted => {
+                self.l0_failed += n
+            }
         }
     }
 
@@ -372,7 +371,7 @@ impl ProgressRecord {
     }
 
     /// After running L0 rows ended with these statuses.
-    fn ended<'a>(mut self, statuses: impl IntoIterator<Item = &'a str>) -> Self {
+    fn ended(mut self, statuses: impl IntoIterator<Item = L0Status>) -> Self {
         for status in statuses {
             self.l0_running -= 1;
             self.count(status, 1);

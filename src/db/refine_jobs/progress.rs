@@ -17,13 +17,14 @@ use serde_json::{Value, json};
 use super::{Fenced, JobLease, LeaseLost, ProgressRecord};
 use crate::db::Database;
 use crate::db::task_lists::now;
+use crate::domain::refine::L0Status;
 use crate::domain::usage::L0Usage;
 
 /// An L0 that ended, as the worker stores it.
 #[derive(Debug, Clone)]
 pub struct L0Ended {
     pub assignment_id: String,
-    pub status: &'static str,
+    pub status: L0Status,
     pub tries: i32,
     pub exit_code: Option<i32>,
     pub error: Option<String>,

@@ -8,10 +8,11 @@ use uuid::Uuid;
 
 use super::{
     JOB_COLUMNS, JobEvent, JobFilter, JobRecord, L0_COLUMNS, L0Record, L0Row, ProgressRecord,
-    RawJobRow, add_count, parse_status,
+    RawJobRow, add_count,
 };
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::JobStatus;
+use crate::domain::refine::L0Status;
 use crate::domain::usage::UsageTotals;
 
 impl Database {
@@ -86,7 +87,7 @@ impl Database {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let counts: Vec<(Uuid, String, i64)> = on_pool!(self, pool => {
+        let counts: Vec<(Uuid, L0Status, i64)> = on_pool!(self, pool => {
             let mut q = QueryBuilder::new(
                 "SELECT job_id, status, COUNT(*) FROM refine_l0_runs WHERE job_id IN (",
             );
@@ -99,7 +100,7 @@ impl Database {
         });
         let mut progress: HashMap<Uuid, ProgressRecord> = HashMap::new();
         for (id, status, n) in counts {
-            add_count(progress.entry(id).or_default(), &status, n);
+            add_count(progress.entry(id).or_default(), status, n);
         }
         let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
         let mut usage: HashMap<Uuid, UsageTotals> =
@@ -115,13 +116,12 @@ impl Database {
 
     /// The job's `(version, status)`: what `?wait=` and the event stream poll.
     pub async fn refine_job_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
-        let row: Option<(i64, String)> = on_pool!(self, pool => {
+        Ok(on_pool!(self, pool => {
             sqlx::query_as("SELECT version, status FROM refine_jobs WHERE id = $1")
                 .bind(id)
                 .fetch_optional(pool)
                 .await?
-        });
-        row.map(|(v, s)| Ok((v, parse_status(id, &s)?))).transpose()
+        }))
     }
 
     pub async fn refine_job_events(

@@ -1,4 +1,4 @@
-//! Claims with leases (issue #24, docs/api.md "Claims"): one ready task handed to
+//! Claims with leases (docs/api.md, "Claims"): one ready task handed to
 //! exactly one holder until its lease expires. Pure: the storage layer reads the
 //! list under its lock, asks these functions, and writes the answer.
 
@@ -22,7 +22,7 @@ pub enum TaskEventKind {
     StatusChanged,
 }
 
-crate::domain::wire_strings!(TaskEventKind, "task event kind", {
+crate::domain::wire_strings!(TaskEventKind, "task event kind", column {
     Claimed => "claimed",
     Renewed => "renewed",
     LeaseExpired => "lease_expired",

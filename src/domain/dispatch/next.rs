@@ -1,4 +1,4 @@
-//! What an agent should do after a ready answer (issue #24, docs/api.md "Agents at
+//! What an agent should do after a ready answer (docs/api.md, "Agents at
 //! work"): an empty `tasks` alone cannot tell "wait for work in flight" from
 //! "finished" or "stuck", so every ready and claim answer carries a [`NextStep`].
 

@@ -17,7 +17,7 @@ pub enum TaskStatus {
     Abandoned,
 }
 
-crate::domain::wire_strings!(TaskStatus, "task status", {
+crate::domain::wire_strings!(TaskStatus, "task status", column {
     Pending => "pending",
     Running => "running",
     Done => "done",

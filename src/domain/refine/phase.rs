@@ -36,22 +36,39 @@ pub enum L0Outcome {
     Failed(String),
 }
 
-/// The per-L0 record status.
+/// The per-L0 record status: waiting, under way, or how its answer was judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum L0Status {
+    Pending,
+    Running,
     Valid,
     Invalid,
     Mismatch,
     Failed,
+    /// The provider refused the call for its rate limit (docs/jobs.md).
+    RateLimited,
+    /// The provider's quota is spent (docs/jobs.md).
+    QuotaExhausted,
 }
 
-crate::domain::wire_strings!(L0Status {
+crate::domain::wire_strings!(L0Status, "L0 status", column {
+    Pending => "pending",
+    Running => "running",
     Valid => "valid",
     Invalid => "invalid",
     Mismatch => "mismatch",
     Failed => "failed",
+    RateLimited => "rate_limited",
+    QuotaExhausted => "quota_exhausted",
 });
+
+impl L0Status {
+    /// Ended: judged, failed, or refused by the provider.
+    pub fn is_ended(self) -> bool {
+        !matches!(self, L0Status::Pending | L0Status::Running)
+    }
+}
 
 /// An outcome judged against the assignment it was for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +128,7 @@ impl Classified {
             Classified::Failed(_) => Some(format!(
                 "CRITICAL: L0 for {assignment_id} failed — proceeding with N-1 suggestions"
             )),
-            // Not a failure: it never ran (issue 27, item 2).
+            // Not a failure: it never ran (docs/jobs.md, "Lifecycle").
             Classified::NotStarted(reason) => Some(format!(
                 "NOT STARTED: L0 for {assignment_id} was not started: {reason} — proceeding \
                  without its suggestions"

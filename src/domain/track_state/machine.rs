@@ -84,9 +84,9 @@ pub struct TransitionError {
     /// One line, ending with the legal next steps.
     pub message: String,
     /// `loop_state.current_step` (`PLAN` … or `COMPLETE`).
-    pub current_step: String,
+    pub current_step: CurrentStep,
     /// `loop_state.step_status`.
-    pub step_status: String,
+    pub step_status: CheckpointStatus,
     /// e.g. `["start PLAN"]`, `["complete EVALUATE_PLAN"]`; empty for a closed track.
     pub legal: Vec<String>,
 }
@@ -122,8 +122,8 @@ fn refuse(meta: &Metadata, code: TransitionCode, problem: String) -> TransitionE
     TransitionError {
         code,
         message: format!("{problem}; legal next: {next}"),
-        current_step: meta.loop_state.current_step.as_str().to_owned(),
-        step_status: meta.loop_state.step_status.as_str().to_owned(),
+        current_step: meta.loop_state.current_step,
+        step_status: meta.loop_state.step_status,
         legal,
     }
 }

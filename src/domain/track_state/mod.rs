@@ -134,7 +134,7 @@ pub enum StepOutcome {
     Blocked,
 }
 
-crate::domain::wire_strings!(StepOutcome, parse {
+crate::domain::wire_strings!(StepOutcome, "step outcome", column {
     Passed => "PASSED",
     Failed => "FAILED",
     Blocked => "BLOCKED",
@@ -154,7 +154,7 @@ pub enum TrackEventAction {
     Completed,
 }
 
-crate::domain::wire_strings!(TrackEventAction, parse {
+crate::domain::wire_strings!(TrackEventAction, "track event action", column {
     Imported => "imported",
     Started => "started",
     Completed => "completed",
@@ -506,3 +506,8 @@ impl TrackError {
         }
     }
 }
+
+// Their own (lenient) `parse` reads the stored words too.
+crate::domain::wire_strings!(@column Step, "step");
+crate::domain::wire_strings!(@column CurrentStep, "current step");
+crate::domain::wire_strings!(@column TrackStatus, "track status");

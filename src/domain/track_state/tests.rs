@@ -387,7 +387,7 @@ fn evaluate_execution_outcomes_and_fix_bound() {
     assert!(legal_next_steps(&done).is_empty());
     let error = start_step(&done, Step::BusinessSync, "a", at(11)).unwrap_err();
     assert_eq!(error.code, TransitionCode::TrackClosed);
-    assert_eq!(error.current_step, "COMPLETE");
+    assert_eq!(error.current_step.as_str(), "COMPLETE");
     assert!(
         error
             .message

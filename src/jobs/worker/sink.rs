@@ -162,8 +162,8 @@ impl JobSink for DbSink {
         let ended: Vec<L0Ended> = finished
             .iter()
             .map(|f| {
-                let status = f.classified.status().as_str();
-                metrics::counter!("l0_runs_total", "executor" => self.executor, "outcome" => status)
+                let status = f.classified.status();
+                metrics::counter!("l0_runs_total", "executor" => self.executor, "outcome" => status.as_str())
                     .increment(1);
                 metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
                     .record(f.elapsed.as_secs_f64());

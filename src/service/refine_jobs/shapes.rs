@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::db::refine_jobs as rows;
 use crate::domain::job::JobStatus;
+use crate::domain::refine::L0Status;
 use crate::domain::usage::{Budget, L0Usage, UsageTotals};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
@@ -83,8 +84,7 @@ pub struct StoredL0 {
     pub assignment_id: String,
     /// 1-based batch number.
     pub batch: i32,
-    /// `pending`, `running`, `valid`, `invalid`, `mismatch` or `failed`.
-    pub status: String,
+    pub status: L0Status,
     /// The job attempt that ran it last.
     pub attempt: i32,
     /// How many times an L0 process/call was started for it (1 unless a crash

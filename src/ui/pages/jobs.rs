@@ -6,7 +6,7 @@ use maud::{Markup, html};
 
 use super::usage::{self, l0_cells, totals_facts};
 use super::{Chrome, Section, id_code, layout, live_badge, opt_time, status as status_badge, time};
-use crate::domain::job::{JobStatus, degraded_note, l0_word, retry_refusal};
+use crate::domain::job::{JobStatus, L0State, degraded_note, retry_refusal};
 use crate::service::dashboard::{
     BulkAction, BulkItem, JOB_STATES, JobList, JobQuery, JobView, Page, RunRow, RunView, StoredJob,
     StoredL0,
@@ -126,16 +126,10 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
                     } }
                     tbody {
                         @for job in &page.rows {
-                            @let status = JobStatus::parse(&job.status);
                             tr data-job=(job.id) {
                                 td { input type="checkbox" name="id" value=(job.id) aria-label={ "Select job " (job.id) }; }
                                 td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
-                                td.state {
-                                    @match status {
-                                        Some(s) => (job_state(s, job.l0_not_valid, i64::from(job.l0_total))),
-                                        None => (status_badge(&job.status)),
-                                    }
-                                }
+                                td.state { (job_state(job.status, job.l0_not_valid, i64::from(job.l0_total))) }
                                 td { code { (job.phase_id) } }
                                 td { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
                                 td { bdi { (job.team_pk.as_deref().unwrap_or("—")) } }
@@ -258,7 +252,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                         } }
                         tbody {
                             @for l0 in &view.l0s {
-                                @let word = l0_word(job.status, &l0.status, l0.error.as_deref());
+                                @let word = L0State::of(job.status, l0.status, l0.error.as_deref()).as_str();
                                 tr data-assignment=(l0.assignment_id) {
                                     th scope="row" { code { (l0.assignment_id) } }
                                     td.num { (l0.batch) }
@@ -454,7 +448,7 @@ pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome
                 @for run in &page.rows {
                     tr {
                         td { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
-                        td { (status_badge(&run.status)) }
+                        td { (status_badge(run.status.as_str())) }
                         td { (run.project_id.as_deref().unwrap_or("—")) }
                         td { (run.team_pk.as_deref().unwrap_or("—")) }
                         td { bdi { (run.executor) } }
