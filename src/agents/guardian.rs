@@ -87,7 +87,7 @@ impl Guardian {
     /// # Safety
     /// Only in a `pre_exec` hook: async-signal-safe calls only.
     pub(super) unsafe fn split(self) -> io::Result<()> {
-        // SAFETY (whole block): plain system calls on values of this process.
+        // SAFETY: (the whole block) plain system calls on values of this process.
         unsafe {
             // This copy of the write end would keep the pipe open after the
             // server's death.
@@ -128,7 +128,7 @@ impl Guardian {
 
 /// The guardian's life: wait for the L0's exit or the server's death.
 unsafe fn guard(l0: libc::pid_t, life_read: RawFd) -> ! {
-    // SAFETY (whole block): async-signal-safe system calls on this process's own
+    // SAFETY: (the whole block) async-signal-safe system calls on this process's own
     // fds, pids and stack buffers.
     unsafe {
         // The server's signal handlers (copied by the fork) must not run here.

@@ -10,8 +10,8 @@
 #[macro_use]
 mod tx;
 
+pub mod dashboard;
 pub mod notify;
-pub mod overview;
 pub mod refine_jobs;
 pub mod refine_runs;
 // Before `task_lists`, whose transition uses its macros.

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::domain::{gating, retry};
-use crate::service::{ErrorKind, ProblemCode, ProblemDetails, ServiceError};
+use crate::service::{ProblemCode, ProblemDetails, ServiceError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -110,19 +110,8 @@ impl IntoResponse for ApiError {
 /// A use case's refusal, mapped once: its kind chooses the status.
 impl From<ServiceError> for ApiError {
     fn from(err: ServiceError) -> Self {
-        let status = match err.kind {
-            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
-            ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::Conflict => StatusCode::CONFLICT,
-            ErrorKind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-            ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
-            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        };
         ApiError {
-            status,
+            status: err.kind.status(),
             code: err.code,
             detail: err.detail,
             details: err.details,

@@ -5,16 +5,16 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
-use crate::db::overview::{JobListFilter, LiveTable};
+use crate::db::dashboard::{JobListFilter, JobRow, ListCounts, LiveTable, RunRow};
 use crate::db::refine_jobs::JobFilter;
 use crate::db::task_lists::dispatch_view;
 use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
+use crate::domain::job::JobStatus;
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
 use crate::service::tracks::StoredTrackEvent;
 use crate::service::{Caller, Service, ServiceError};
 
-pub use crate::db::overview::{JobRow, ListCounts, RunRow};
 pub use crate::service::refine_jobs::{StoredJob, StoredL0};
 pub use crate::service::refine_runs::StoredRun;
 pub use crate::service::task_claims::StoredTaskEvent;
@@ -41,7 +41,27 @@ pub struct ProjectSummary {
 
 pub struct CycleSummary {
     pub team_pk: Option<String>,
-    pub lists: Vec<ListCounts>,
+    pub lists: Vec<TaskListSummary>,
+}
+
+/// One task list of a cycle and how many of its tasks are in each status.
+pub struct TaskListSummary {
+    pub id: Uuid,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    /// `(status, count)`.
+    pub counts: Vec<(String, i64)>,
+}
+
+impl From<ListCounts> for TaskListSummary {
+    fn from(list: ListCounts) -> Self {
+        TaskListSummary {
+            id: list.id,
+            created_by: list.created_by,
+            created_at: list.created_at,
+            counts: list.counts,
+        }
+    }
 }
 
 impl Service {
@@ -65,14 +85,12 @@ impl Service {
                     projects.last_mut().expect("just pushed")
                 }
             };
-            match project
-                .cycles
-                .iter_mut()
-                .find(|c| c.team_pk == list.team_pk)
-            {
+            let team_pk = list.team_pk.clone();
+            let list = TaskListSummary::from(list);
+            match project.cycles.iter_mut().find(|c| c.team_pk == team_pk) {
                 Some(cycle) => cycle.lists.push(list),
                 None => project.cycles.push(CycleSummary {
-                    team_pk: list.team_pk.clone(),
+                    team_pk,
                     lists: vec![list],
                 }),
             }
@@ -268,7 +286,10 @@ impl Service {
             .db
             .job_rows(&filter, JOB_PAGE + 1, query.before)
             .await?;
-        let page = Page::cut(rows, |r| r.id);
+        let page = Page::cut(
+            rows.into_iter().map(JobListEntry::from).collect::<Vec<_>>(),
+            |r| r.id,
+        );
         let ids: Vec<Uuid> = page.rows.iter().map(|r| r.id).collect();
         let usage = self.db.job_usage(&ids).await?.into_iter().collect();
         let counts = self.db.job_state_counts(&filter).await?;
@@ -280,10 +301,76 @@ impl Service {
     }
 }
 
+/// A refine job as a list row shows it (no log, request or result).
+pub struct JobListEntry {
+    pub id: Uuid,
+    pub status: JobStatus,
+    pub phase_id: String,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// `(code, message)`.
+    pub error: Option<(String, Option<String>)>,
+    pub l0_total: i64,
+    /// Its L0s without a valid answer (a succeeded job with some is degraded).
+    pub l0_not_valid: i64,
+}
+
+impl From<JobRow> for JobListEntry {
+    fn from(row: JobRow) -> Self {
+        JobListEntry {
+            id: row.id,
+            status: row.status,
+            phase_id: row.phase_id,
+            project_id: row.project_id,
+            team_pk: row.team_pk,
+            executor: row.executor,
+            attempt: row.attempt,
+            max_attempts: row.max_attempts,
+            created_at: row.created_at,
+            started_at: row.started_at,
+            finished_at: row.finished_at,
+            error: row.error_code.map(|code| (code, row.error_message)),
+            l0_total: i64::from(row.l0_total),
+            l0_not_valid: row.l0_not_valid,
+        }
+    }
+}
+
+/// A refine run as a list row shows it.
+pub struct RunListEntry {
+    pub id: Uuid,
+    pub status: JobStatus,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl From<RunRow> for RunListEntry {
+    fn from(row: RunRow) -> Self {
+        RunListEntry {
+            id: row.id,
+            status: row.status,
+            project_id: row.project_id,
+            team_pk: row.team_pk,
+            executor: row.executor,
+            created_at: row.created_at,
+            finished_at: row.finished_at,
+        }
+    }
+}
+
 /// A page of the job list, with what each row cost and the state counts of
 /// every job the query matches (whatever its status filter).
 pub struct JobList {
-    pub page: Page<JobRow>,
+    pub page: Page<JobListEntry>,
     pub usage: std::collections::HashMap<Uuid, crate::domain::usage::UsageTotals>,
     pub counts: Vec<(String, i64)>,
 }
@@ -337,12 +424,15 @@ impl Service {
         &self,
         caller: &Caller,
         before: Option<Uuid>,
-    ) -> Result<Page<RunRow>, ServiceError> {
+    ) -> Result<Page<RunListEntry>, ServiceError> {
         let rows = self
             .db
             .run_rows(caller.allowed_projects(), JOB_PAGE + 1, before)
             .await?;
-        Ok(Page::cut(rows, |r| r.id))
+        Ok(Page::cut(
+            rows.into_iter().map(RunListEntry::from).collect::<Vec<_>>(),
+            |r| r.id,
+        ))
     }
 }
 
@@ -556,7 +646,7 @@ impl Service {
     }
 }
 
-/// A bulk action on the job list.
+/// A bulk action on the job or run list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BulkAction {
     Cancel,
@@ -580,11 +670,65 @@ impl BulkAction {
     }
 }
 
-/// What a bulk action does (or would do) to one job.
+/// What a bulk action acts on: refine jobs (cancel, retry) or refine runs (cancel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkKind {
+    Jobs,
+    Runs,
+}
+
+impl BulkKind {
+    /// The actions it offers.
+    pub fn actions(self) -> &'static [BulkAction] {
+        match self {
+            BulkKind::Jobs => &[BulkAction::Cancel, BulkAction::Retry],
+            BulkKind::Runs => &[BulkAction::Cancel],
+        }
+    }
+
+    /// One of them, as a person reads it ("job", "run").
+    pub fn noun(self) -> &'static str {
+        match self {
+            BulkKind::Jobs => "job",
+            BulkKind::Runs => "run",
+        }
+    }
+}
+
+/// The job or run a bulk item names, as the page shows it.
+#[derive(Clone)]
+pub struct BulkSubject {
+    pub id: Uuid,
+    pub status: JobStatus,
+    /// A job's phase; a run's project.
+    pub what: Option<String>,
+}
+
+impl From<&StoredJob> for BulkSubject {
+    fn from(job: &StoredJob) -> Self {
+        BulkSubject {
+            id: job.id,
+            status: job.status,
+            what: Some(job.phase_id.clone()),
+        }
+    }
+}
+
+impl From<&StoredRun> for BulkSubject {
+    fn from(run: &StoredRun) -> Self {
+        BulkSubject {
+            id: run.id,
+            status: run.status,
+            what: run.project_id.clone(),
+        }
+    }
+}
+
+/// What a bulk action does (or would do) to one job or run.
 pub struct BulkItem {
     pub id: String,
-    /// The job, when the caller may see it.
-    pub job: Option<StoredJob>,
+    /// The job or run, when the caller may see it.
+    pub subject: Option<BulkSubject>,
     /// Done (or, before the action, going to be done).
     pub ok: bool,
     /// What happens or happened, or why it is refused.
@@ -594,101 +738,119 @@ pub struct BulkItem {
 }
 
 impl Service {
-    /// What `action` would do to each job, refusing what it would refuse (the
-    /// confirmation page): nothing changes.
+    /// What `action` would do to each job or run, refusing what it would refuse
+    /// (the confirmation page): nothing changes.
     pub async fn dashboard_bulk_preview(
         &self,
         caller: &Caller,
+        kind: BulkKind,
         action: BulkAction,
         ids: &[String],
     ) -> Vec<BulkItem> {
         let mut items = Vec::with_capacity(ids.len());
         for raw in ids {
-            let job = self.refine_job(caller, raw, None).await;
-            items.push(match job {
+            items.push(match self.bulk_subject(caller, kind, action, raw).await {
                 Err(e) => BulkItem::refused(raw, None, refusal_text(e)),
-                Ok(job) => {
-                    let refusal = match action {
-                        BulkAction::Cancel => job.status.is_terminal().then(|| {
-                            format!("it has ended ({}); nothing to cancel", job.status.as_str())
-                        }),
+                Ok((subject, Some(why))) => BulkItem::refused(raw, Some(subject), why),
+                Ok((subject, None)) => BulkItem::done(
+                    raw,
+                    subject,
+                    match action {
+                        BulkAction::Cancel => "will be cancelled".to_owned(),
                         BulkAction::Retry => {
-                            crate::domain::job::retry_refusal(job.status).or_else(|| {
-                                job.retried_by
-                                    .map(|r| format!("it was retried already by job {r}"))
-                            })
+                            "will be retried as a new job from the same request".to_owned()
                         }
-                    };
-                    match refusal {
-                        Some(why) => BulkItem::refused(raw, Some(job), why),
-                        None => BulkItem {
-                            id: raw.clone(),
-                            note: match action {
-                                BulkAction::Cancel => "will be cancelled".to_owned(),
-                                BulkAction::Retry => {
-                                    "will be retried as a new job from the same request".to_owned()
-                                }
-                            },
-                            job: Some(job),
-                            ok: true,
-                            new_job: None,
-                        },
-                    }
-                }
+                    },
+                    None,
+                ),
             });
         }
         items
     }
 
-    /// Does `action` to each job through the same use cases as REST
-    /// (`cancel_refine_job`, `retry_refine_job`), each checked on its own.
+    /// Does `action` to each job or run through the same use cases as REST
+    /// (`cancel_refine_job`, `retry_refine_job`, `cancel_refine_run`), each
+    /// checked on its own.
     pub async fn dashboard_bulk(
         &self,
         caller: &Caller,
+        kind: BulkKind,
         action: BulkAction,
         ids: &[String],
     ) -> Vec<BulkItem> {
         let mut items = Vec::with_capacity(ids.len());
         for raw in ids {
-            let before = match self.refine_job(caller, raw, None).await {
-                Ok(job) => job,
+            let before = match self.bulk_subject(caller, kind, action, raw).await {
+                Ok((before, None)) => before,
+                Ok((before, Some(why))) => {
+                    items.push(BulkItem::refused(raw, Some(before), why));
+                    continue;
+                }
                 Err(e) => {
                     items.push(BulkItem::refused(raw, None, refusal_text(e)));
                     continue;
                 }
             };
-            items.push(match action {
-                BulkAction::Cancel if before.status.is_terminal() => BulkItem::refused(
-                    raw,
-                    Some(before.clone()),
-                    format!(
-                        "it had ended ({}); nothing to cancel",
-                        before.status.as_str()
-                    ),
-                ),
-                BulkAction::Cancel => match self.cancel_refine_job(caller, raw).await {
-                    Ok(job) => BulkItem {
-                        id: raw.clone(),
-                        note: format!("cancel requested: now {}", job.status.as_str()),
-                        job: Some(job),
-                        ok: true,
-                        new_job: None,
-                    },
-                    Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
-                },
-                BulkAction::Retry => match self.retry_refine_job(caller, raw).await {
-                    Ok(new) => BulkItem {
-                        id: raw.clone(),
-                        note: format!("retried as job {}", new.id),
-                        job: Some(before),
-                        ok: true,
-                        new_job: Some(new.id),
-                    },
-                    Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
-                },
+            let done = match (kind, action) {
+                (BulkKind::Jobs, BulkAction::Cancel) => self
+                    .cancel_refine_job(caller, raw)
+                    .await
+                    .map(|job| (BulkSubject::from(&job), None)),
+                (BulkKind::Runs, _) => self
+                    .cancel_refine_run(caller, raw)
+                    .await
+                    .map(|run| (BulkSubject::from(&run), None)),
+                (BulkKind::Jobs, BulkAction::Retry) => self
+                    .retry_refine_job(caller, raw)
+                    .await
+                    .map(|new| (before.clone(), Some(new.id))),
+            };
+            items.push(match done {
+                Ok((subject, Some(new))) => {
+                    BulkItem::done(raw, subject, format!("retried as job {new}"), Some(new))
+                }
+                Ok((subject, None)) => {
+                    let note = format!("cancel requested: now {}", subject.status.as_str());
+                    BulkItem::done(raw, subject, note, None)
+                }
+                Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
             });
         }
         items
+    }
+
+    /// The job or run `raw` names, and why `action` would be refused, if it would.
+    async fn bulk_subject(
+        &self,
+        caller: &Caller,
+        kind: BulkKind,
+        action: BulkAction,
+        raw: &str,
+    ) -> Result<(BulkSubject, Option<String>), ServiceError> {
+        let (subject, retried_by) = match kind {
+            BulkKind::Jobs => {
+                let job = self.refine_job(caller, raw, None).await?;
+                (BulkSubject::from(&job), job.retried_by)
+            }
+            BulkKind::Runs => {
+                let run = self.refine_run(caller, raw, None).await?;
+                (BulkSubject::from(&run), None)
+            }
+        };
+        let refusal = match action {
+            BulkAction::Cancel => subject.status.is_terminal().then(|| {
+                format!(
+                    "it has ended ({}); nothing to cancel",
+                    subject.status.as_str()
+                )
+            }),
+            BulkAction::Retry if kind == BulkKind::Runs => {
+                Some("a run is not retried as a whole; retry its phase jobs".to_owned())
+            }
+            BulkAction::Retry => crate::domain::job::retry_refusal(subject.status)
+                .or_else(|| retried_by.map(|r| format!("it was retried already by job {r}"))),
+        };
+        Ok((subject, refusal))
     }
 }
 
@@ -697,20 +859,30 @@ impl Service {
 fn refusal_text(e: ServiceError) -> String {
     match e.kind {
         crate::service::ErrorKind::Forbidden => {
-            "not yours: your token may not act on this job's project".to_owned()
+            "not yours: your token may not act on this project".to_owned()
         }
         _ => e.detail,
     }
 }
 
 impl BulkItem {
-    fn refused(id: &str, job: Option<StoredJob>, why: String) -> Self {
+    fn refused(id: &str, subject: Option<BulkSubject>, why: String) -> Self {
         BulkItem {
             id: id.to_owned(),
-            job,
+            subject,
             ok: false,
             note: why,
             new_job: None,
+        }
+    }
+
+    fn done(id: &str, subject: BulkSubject, note: String, new_job: Option<Uuid>) -> Self {
+        BulkItem {
+            id: id.to_owned(),
+            subject: Some(subject),
+            ok: true,
+            note,
+            new_job,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! turns [`ErrorKind`] into a status and the rest into an RFC 9457 problem document
 //! (`http/problem.rs`); MCP into a tool error. Storage errors convert with `?`.
 
+use axum::http::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -40,6 +41,24 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug; details are in the server log only (500).
     Internal,
+}
+
+impl ErrorKind {
+    /// The HTTP status of this kind: the one map REST's problem documents and the
+    /// dashboard's error pages both answer with (docs/api.md, "Conventions").
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
 }
 
 /// Every `code` a problem document can carry: clients switch on these.

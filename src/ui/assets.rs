@@ -29,11 +29,6 @@ pub const ASSETS: [(&str, &str, &[u8]); 4] = [
     ),
 ];
 
-/// Total bytes of the embedded assets.
-pub fn total_size() -> usize {
-    ASSETS.iter().map(|(_, _, bytes)| bytes.len()).sum()
-}
-
 fn etag(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(bytes);

@@ -244,10 +244,8 @@ async fn task_files_of_dead_servers_are_swept_and_live_ones_kept(backend: Backen
     let live = server_dir("33333333-3333-4333-8333-333333333333");
     let live_lock = std::fs::File::create(live.with_extension("lock")).unwrap();
     // SAFETY: flock on a file this test owns.
-    assert_eq!(
-        unsafe { libc::flock(live_lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
-        0
-    );
+    let locked = unsafe { libc::flock(live_lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(locked, 0);
 
     let first = spawn_app_with(backend, |s| s.task_dir = tasks.clone()).await;
     // The listener is bound before the server starts: an answer means it started.

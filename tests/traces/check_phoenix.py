@@ -32,19 +32,11 @@ Environment: PLANGATE_TEST_PG_URL (Postgres admin URL), CHROMIUM (for --screensh
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import secrets
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -54,9 +46,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import format_span_id, format_trace_id, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-ROOT = Path(__file__).resolve().parents[2]
-L0 = ROOT / "tests/fixtures/l0/l0.sh"
-PG_ADMIN = os.environ.get("PLANGATE_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from plangate_server import L0, ROOT, Plangate, StartFailed, start  # noqa: E402
+from plangate_server import call as http  # noqa: E402
 
 # The fake agent's answer per call (l0.sh claude-json): tokens as reported, no cost,
 # so plangate prices it from the table below (docs/jobs.md, "Where the numbers come from").
@@ -74,31 +66,6 @@ class CheckFailed(Exception):
 def check(condition, message: str) -> None:
     if not condition:
         raise CheckFailed(message)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(method: str, url: str, body=None, headers=None):
-    """(status, parsed JSON or text) of one request."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-    for key, value in (headers or {}).items():
-        request.add_header(key, value)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as e:
-        status, raw = e.code, e.read()
-    try:
-        return status, json.loads(raw)
-    except ValueError:
-        return status, raw.decode(errors="replace")
 
 
 def ok(method: str, url: str, body=None, headers=None):
@@ -146,71 +113,25 @@ def phase_body():
     }
 
 
-class Plangate:
-    """The real server binary on a free port, on a fresh SQLite file or Postgres database,
-    exporting its spans to Phoenix."""
-
-    def __init__(self, binary: Path, backend: str, phoenix: str, project: str):
-        self.work = Path(tempfile.mkdtemp(prefix="plangate-traces-"))
-        self.drop = None
-        if backend == "sqlite":
-            url = f"sqlite://{self.work}/traces.db"
-        else:
-            self.drop = f"plangate_test_traces_{secrets.token_hex(6)}"
-            subprocess.run(["psql", PG_ADMIN, "-qc", f"CREATE DATABASE {self.drop}"], check=True)
-            url = PG_ADMIN.rsplit("/", 1)[0] + "/" + self.drop
-        config = self.work / "plangate.toml"
-        config.write_text(
-            "[executors.priced]\nkind = \"command\"\noutput = \"claude-json\"\n"
-            f"model = \"{MODEL}\"\n"
-            f"argv = [\"{L0}\", \"claude-json\", \"none\", \"{INPUT_TOKENS}\", \"{OUTPUT_TOKENS}\", \"{MODEL}\"]\n"
-            "timeout_secs = 60\n"
-            f"[prices.\"{MODEL}\"]\ninput_per_mtok = {PRICE_IN}\noutput_per_mtok = {PRICE_OUT}\n"
-        )
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        env.update(
-            DATABASE_URL=url,
-            PLANGATE_BIND=f"127.0.0.1:{port}",
-            PLANGATE_CONFIG=str(config),
-            PLANGATE_LOG_FORMAT="json",
-            PLANGATE_API_TOKENS="",
-            OTEL_EXPORTER_OTLP_ENDPOINT=phoenix,
-            OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
-        )
-        self.log = self.work / "server.log"
-        self.process = subprocess.Popen([str(binary), "serve"], env=env, stdout=self.log.open("w"),
-                                        stderr=subprocess.STDOUT)
-        for _ in range(300):
-            if self.process.poll() is not None:
-                raise CheckFailed(f"plangate exited at start:\n{self.log.read_text()}")
-            try:
-                with urllib.request.urlopen(self.base + "/readyz", timeout=2):
-                    return
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.1)
-        raise CheckFailed(f"plangate did not become ready:\n{self.log.read_text()}")
-
-    def stop(self) -> None:
-        """SIGTERM: the server flushes the spans it still holds before it exits."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def cleanup(self) -> None:
-        self.stop()
-        if self.drop:
-            subprocess.run(["psql", PG_ADMIN, "-qc", f"DROP DATABASE IF EXISTS {self.drop} WITH (FORCE)"],
-                           check=False)
-
-    def errors(self) -> list[str]:
-        return [line for line in self.log.read_text().splitlines()
-                if '"level":"ERROR"' in line or "panicked" in line]
+def start_plangate(binary: Path, backend: str, phoenix: str, project: str) -> Plangate:
+    """The real server binary, exporting its spans to Phoenix (and only there: the
+    caller's own OTEL_* variables are not passed on)."""
+    config = (
+        "[executors.priced]\nkind = \"command\"\noutput = \"claude-json\"\n"
+        f"model = \"{MODEL}\"\n"
+        f"argv = [\"{L0}\", \"claude-json\", \"none\", \"{INPUT_TOKENS}\", \"{OUTPUT_TOKENS}\", \"{MODEL}\"]\n"
+        "timeout_secs = 60\n"
+        f"[prices.\"{MODEL}\"]\ninput_per_mtok = {PRICE_IN}\noutput_per_mtok = {PRICE_OUT}\n"
+    )
+    env = dict(
+        PLANGATE_API_TOKENS="",
+        OTEL_EXPORTER_OTLP_ENDPOINT=phoenix,
+        OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
+    )
+    try:
+        return start(binary, backend, config, env, prefix="plangate-traces-", drop_env=("OTEL_",))
+    except StartFailed as failure:
+        raise CheckFailed(str(failure)) from None
 
 
 def phoenix_spans(phoenix: str, project: str, trace_id: str) -> list[dict]:
@@ -280,7 +201,7 @@ def run_once(binary: Path, backend: str, phoenix: str, screenshot: Path | None) 
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{phoenix}/v1/traces")))
     tracer = provider.get_tracer("check_phoenix")
 
-    server = Plangate(binary, backend, phoenix, project)
+    server = start_plangate(binary, backend, phoenix, project)
     try:
         _, report = ok("POST", server.base + "/v1/task-lists/validate", {"tasks": TASKS})
         check(report["valid"], f"the example task list does not pass the gate: {report}")
@@ -304,10 +225,10 @@ def run_once(binary: Path, backend: str, phoenix: str, screenshot: Path | None) 
         check(state["status"] == "succeeded", f"the refine job ended {state['status']}: {state}")
         _, assignments = ok("GET", f"{server.base}/v1/refine-jobs/{job['id']}/assignments")
         caller.end()
-        server.stop()
+        server.stop(timeout=60)
         check(not server.errors(), "the server logged errors:\n" + "\n".join(server.errors()[:20]))
     finally:
-        server.cleanup()
+        server.cleanup(timeout=60)
         provider.shutdown()
 
     usage = state["usage"]

@@ -11,30 +11,20 @@ Environment:
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
-import signal
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import sync_playwright
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from plangate_server import L0, ROOT, Plangate, call, start  # noqa: E402
+
 BIN = Path(os.environ.get("PLANGATE_BIN", ROOT / "target/debug/plangate"))
-PG_ADMIN = os.environ.get(
-    "PLANGATE_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-)
 OUTPUT = Path(os.environ.get("UI_TEST_OUTPUT", ROOT / "target/ui-tests"))
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-L0 = ROOT / "tests/fixtures/l0/l0.sh"
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -47,38 +37,14 @@ CHROMIUM_ARGS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
-class Server:
-    base: str
+class Server(Plangate):
     token: str | None = None
-    process: subprocess.Popen | None = None
-    log: Path | None = None
-    cleanup: list = field(default_factory=list)
 
     def api(self, method: str, path: str, body=None, token: str | None = None):
         """Calls the JSON API; returns (status, parsed body or text)."""
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        if body is not None:
-            request.add_header("Content-Type", "application/json")
         bearer = token or self.token
-        if bearer:
-            request.add_header("Authorization", f"Bearer {bearer}")
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
-        try:
-            return status, json.loads(raw)
-        except ValueError:
-            return status, raw.decode(errors="replace")
+        return call(method, self.base + path, body, {"Authorization": f"Bearer {bearer}"} if bearer else None)
 
     def ok(self, method: str, path: str, body=None):
         status, answer = self.api(method, path, body)
@@ -86,85 +52,39 @@ class Server:
         return answer
 
 
+CONFIG = (
+    "l0_concurrency = 1\n"
+    "[executors.slow]\nkind = \"command\"\n"
+    f"argv = [\"{L0}\", \"sleep\", \"1.2\"]\ntimeout_secs = 60\n"
+    "[executors.hang]\nkind = \"command\"\n"
+    f"argv = [\"{L0}\", \"hang\"]\ntimeout_secs = 600\n"
+    # Every call fails (no answer): the job still succeeds, degraded.
+    "[executors.fail]\nkind = \"command\"\n"
+    f"argv = [\"{L0}\", \"fail\"]\ntimeout_secs = 60\n"
+    # CLI agents printing a `claude -p --output-format json` envelope: a
+    # reported cost ($0.0123 per call), no cost for a model with a price
+    # (priced from the table), no cost for a model without one (unknown).
+    "[executors.cj]\nkind = \"command\"\noutput = \"claude-json\"\n"
+    f"argv = [\"{L0}\", \"claude-json\", \"0.0123\", \"1000\", \"200\"]\ntimeout_secs = 60\n"
+    "[executors.cj-priced]\nkind = \"command\"\noutput = \"claude-json\"\n"
+    f"argv = [\"{L0}\", \"claude-json\", \"none\", \"1000000\", \"100000\"]\ntimeout_secs = 60\n"
+    "[executors.cj-unpriced]\nkind = \"command\"\noutput = \"claude-json\"\n"
+    f"argv = [\"{L0}\", \"claude-json\", \"none\", \"1000\", \"200\", \"claude-unpriced\"]\n"
+    "timeout_secs = 60\n"
+    "[prices.\"claude-fake\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n"
+)
+
+
 def start_server(backend: str, tokens: str | None = None, admin_token: str | None = None) -> Server:
-    work = Path(tempfile.mkdtemp(prefix="plangate-ui-"))
-    if backend == "sqlite":
-        url = f"sqlite://{work}/ui.db"
-        drop = None
-    else:
-        name = f"plangate_test_ui_{secrets.token_hex(6)}"
-        subprocess.run(["psql", PG_ADMIN, "-qc", f"CREATE DATABASE {name}"], check=True)
-        url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
-        drop = name
-    config = work / "plangate.toml"
-    config.write_text(
-        "l0_concurrency = 1\n"
-        "[executors.slow]\nkind = \"command\"\n"
-        f"argv = [\"{L0}\", \"sleep\", \"1.2\"]\ntimeout_secs = 60\n"
-        "[executors.hang]\nkind = \"command\"\n"
-        f"argv = [\"{L0}\", \"hang\"]\ntimeout_secs = 600\n"
-        # Every call fails (no answer): the job still succeeds, degraded.
-        "[executors.fail]\nkind = \"command\"\n"
-        f"argv = [\"{L0}\", \"fail\"]\ntimeout_secs = 60\n"
-        # CLI agents printing a `claude -p --output-format json` envelope: a
-        # reported cost ($0.0123 per call), no cost for a model with a price
-        # (priced from the table), no cost for a model without one (unknown).
-        "[executors.cj]\nkind = \"command\"\noutput = \"claude-json\"\n"
-        f"argv = [\"{L0}\", \"claude-json\", \"0.0123\", \"1000\", \"200\"]\ntimeout_secs = 60\n"
-        "[executors.cj-priced]\nkind = \"command\"\noutput = \"claude-json\"\n"
-        f"argv = [\"{L0}\", \"claude-json\", \"none\", \"1000000\", \"100000\"]\ntimeout_secs = 60\n"
-        "[executors.cj-unpriced]\nkind = \"command\"\noutput = \"claude-json\"\n"
-        f"argv = [\"{L0}\", \"claude-json\", \"none\", \"1000\", \"200\", \"claude-unpriced\"]\n"
-        "timeout_secs = 60\n"
-        "[prices.\"claude-fake\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n"
-    )
-    port = free_port()
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=url,
-        PLANGATE_BIND=f"127.0.0.1:{port}",
-        PLANGATE_CONFIG=str(config),
-        PLANGATE_LOG_FORMAT="json",
-        RUST_LOG="warn",
-        PLANGATE_API_TOKENS=tokens or "",
-    )
-    log = work / "server.log"
-    process = subprocess.Popen([str(BIN), "serve"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    server = Server(base=f"http://127.0.0.1:{port}", token=admin_token, process=process, log=log)
-    if drop:
-        server.cleanup.append(
-            lambda: subprocess.run(
-                ["psql", PG_ADMIN, "-qc", f"DROP DATABASE IF EXISTS {drop} WITH (FORCE)"],
-                check=False,
-            )
-        )
-    for _ in range(300):
-        if process.poll() is not None:
-            raise RuntimeError(f"plangate exited: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(server.base + "/readyz", timeout=2):
-                return server
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.1)
-    raise RuntimeError(f"plangate did not become ready: {log.read_text()}")
+    env = dict(RUST_LOG="warn", PLANGATE_API_TOKENS=tokens or "")
+    started = start(BIN, backend, CONFIG, env, prefix="plangate-ui-")
+    return Server(**vars(started), token=admin_token)
 
 
 def stop_server(server: Server) -> None:
-    if server.process and server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-    for step in server.cleanup:
-        step()
-    if server.log:
-        errors = [
-            line
-            for line in server.log.read_text().splitlines()
-            if '"level":"ERROR"' in line or "panicked" in line
-        ]
-        assert not errors, "the server logged errors:\n" + "\n".join(errors[:20])
+    server.cleanup()
+    errors = server.errors()
+    assert not errors, "the server logged errors:\n" + "\n".join(errors[:20])
 
 
 @pytest.fixture(scope="session")

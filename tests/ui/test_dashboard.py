@@ -512,7 +512,7 @@ def test_tokens_limit_what_the_dashboard_shows(browser, output):
             server.base + f"/ui/jobs/{their_job['id']}/cancel", headers={"Origin": server.base})
         assert refused.status == 403
         assert server.ok("GET", f"/v1/refine-jobs/{their_job['id']}")["status"] == "running"
-        # Retry and bulk actions go through the same checks (issue 27, item 3).
+        # Retry and bulk actions go through the same checks.
         refused = page.request.post(
             server.base + f"/ui/jobs/{their_job['id']}/retry", headers={"Origin": server.base})
         assert refused.status == 403

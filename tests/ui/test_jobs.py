@@ -1,4 +1,4 @@
-"""The refine-job pages for the person on call (issue 27, items 2-4), in a real
+"""The refine-job pages for the person on call (docs/jobs.md), in a real
 browser on both databases: honest job states, retry / cancel / bulk actions,
 and job lists with counts, search and live refresh.
 """
@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from conftest import Watched, start_server, stop_server
-from test_dashboard import phase_body, shot, wait_for
+from test_dashboard import phase_body, run_plan, shot, wait_for
 
 TIME = re.compile(r"^\d\d:\d\d:\d\d\.\d{3}$")
 
@@ -176,6 +176,38 @@ def test_retry_and_bulk_actions(server, browser, output, backend):
     for job_id in new_ids:
         server.ok("POST", f"/v1/refine-jobs/{job_id}/cancel", {})
 
+    watched.assert_clean()
+    context.close()
+
+
+def test_bulk_cancel_of_runs(server, browser, output, backend):
+    """Runs are cancelled together as jobs are: a confirmation first, saying what
+    will be refused, then the cancel of the others."""
+    context = browser.new_context()
+    page = context.new_page()
+    watched = Watched(page)
+    hanging = server.ok("POST", "/v1/refine-runs", {"plan": run_plan(), "project_id": "proj-a", "executor": "hang"})
+    merged = server.ok("POST", "/v1/refine-runs", {"plan": run_plan(), "project_id": "proj-a"})
+    wait_for(lambda: server.ok("GET", f"/v1/refine-runs/{merged['id']}")["status"] in ("succeeded", "failed"),
+             what="the builtin run to merge")
+    page.goto(server.base + "/ui/runs")
+    for run in (hanging, merged):
+        page.locator(f'tr[data-run="{run["id"]}"] input[type="checkbox"]').check()
+    expect(page.get_by_role("button", name="Retry selected…")).to_have_count(0)
+    page.get_by_role("button", name="Cancel selected…").click()
+    expect(page.locator("#bulk-summary")).to_contain_text("1 of 2 runs will be affected; 1 will be refused")
+    expect(page.locator(f'tr[data-run="{merged["id"]}"] td.outcome')).to_contain_text("nothing to cancel")
+    assert server.ok("GET", f"/v1/refine-runs/{hanging['id']}")["status"] == "running", "nothing changes before yes"
+    shot(page, output, "bulk-cancel-runs-confirm")
+    page.get_by_role("button", name="Yes, cancel 1 run").click()
+    expect(page.locator("#bulk-summary")).to_contain_text("1 of 2 runs: cancel done; 1 refused.")
+    expect(page.locator(f'tr[data-run="{hanging["id"]}"] td.outcome')).to_contain_text("cancel requested")
+    shot(page, output, "bulk-cancel-runs-result")
+    wait_for(lambda: server.ok("GET", f"/v1/refine-runs/{hanging['id']}")["status"] == "cancelled",
+             timeout=60, what="the run to end cancelled")
+    watched.expected.add(400)
+    page.goto(server.base + "/ui/runs/bulk?action=retry&id=" + hanging["id"])
+    expect(page.locator(".problem")).to_contain_text("action: must be cancel")
     watched.assert_clean()
     context.close()
 

@@ -1,5 +1,5 @@
-"""Issue 27, items 5 and 7: every page in both themes and on a phone, and the
-DAG at real sizes (12, 80 and 2,000 tasks).
+"""Every page in both themes and on a phone, the job and run lists at 1440 px,
+and the DAG at real sizes (12, 80 and 2,000 tasks).
 
 One server per database serves the whole module: the pages are only read here,
 except for the statuses each test sets on its own task list.
@@ -106,7 +106,15 @@ def build_world(server) -> dict[str, str]:
     large = create(server, tasks_2000(), "large")
     job = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1", "P1-A2"], project="proj-look"))
     costed = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="cj", project="proj-look"))
+    # For the job list's columns: a failed job with a long error, and plain-text
+    # agents' calls, whose cost reads "unknown".
+    stopped = server.ok("POST", "/v1/refine-jobs", {
+        **phase_body(["P1-A1", "P1-A2", "P1-A3"], executor="cj", project="proj-look"), "max_cost_usd": 0.01})
+    plain = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="slow", project="proj-look"))
     run = server.ok("POST", "/v1/refine-runs", {"plan": run_plan(), "project_id": "proj-look"})
+    for j in (stopped, plain):
+        wait_for(lambda: server.ok("GET", f"/v1/refine-jobs/{j['id']}")["status"] in ("succeeded", "failed"),
+                 what="a job to end", timeout=90)
     for j in (job, costed):
         wait_for(lambda: server.ok("GET", f"/v1/refine-jobs/{j['id']}")["status"] == "succeeded",
                  what="a job to finish")
@@ -145,7 +153,7 @@ def settle(page):
 
 
 # Contrast of every text in the DAG drawings against the shape it sits on,
-# computed here because axe-core skips much SVG text (issue 27, item 5).
+# computed here because axe-core skips much SVG text.
 SVG_CONTRAST = """() => {
     const rgb = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 3).map(Number);
     const lum = ([r, g, b]) => [r, g, b].map((v) => {
@@ -254,11 +262,12 @@ def test_theme_toggle_persists(world, browser, output):
     background = "getComputedStyle(document.documentElement).backgroundColor"
     toggle = page.locator("#theme-toggle")
     expect(toggle).to_be_visible()
-    expect(toggle).to_have_attribute("aria-pressed", "false")
+    # The button says what it will do: switch to the other theme.
+    expect(toggle).to_have_text("Dark theme")
     assert page.evaluate(background) == "rgb(255, 255, 255)"
     toggle.focus()
     page.keyboard.press("Enter")
-    expect(toggle).to_have_attribute("aria-pressed", "true")
+    expect(toggle).to_have_text("Light theme")
     assert page.evaluate(background) == dark_bg
     expect(page.locator("html")).to_have_attribute("data-theme", "dark")
     # Node text stays readable on its fill after the switch.
@@ -267,7 +276,7 @@ def test_theme_toggle_persists(world, browser, output):
     # The other open tab follows; a reload and a new tab start dark.
     expect(other.locator("html")).to_have_attribute("data-theme", "dark")
     page.reload()
-    expect(page.locator("#theme-toggle")).to_have_attribute("aria-pressed", "true")
+    expect(page.locator("#theme-toggle")).to_have_text("Light theme")
     assert page.evaluate(background) == dark_bg
     third = context.new_page()
     third.goto(server.base + "/ui/runs")
@@ -277,15 +286,73 @@ def test_theme_toggle_persists(world, browser, output):
     dark_system = browser.new_context(viewport=DESKTOP, color_scheme="dark", storage_state=context.storage_state())
     fourth = dark_system.new_page()
     fourth.goto(server.base + "/ui/")
-    expect(fourth.locator("#theme-toggle")).to_have_attribute("aria-pressed", "false")
+    expect(fourth.locator("#theme-toggle")).to_have_text("Dark theme")
     assert fourth.evaluate(background) == "rgb(255, 255, 255)"
     watched.assert_clean()
     dark_system.close()
     context.close()
 
 
+WIDE = {"width": 1440, "height": 900}
+
+# The words of the cells `selector` finds that stand on more than one line: each
+# word of each text node (a hyphen ends a word, as the browser's line breaking
+# has it), measured as a range (one client rect per line it is on).
+BROKEN_WORDS = """(selector) => {
+    const broken = [];
+    for (const cell of document.querySelectorAll(selector)) {
+        const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            for (const m of node.data.matchAll(/[^\\s-]+/g)) {
+                const range = document.createRange();
+                range.setStart(node, m.index);
+                range.setEnd(node, m.index + m[0].length);
+                const lines = new Set(Array.from(range.getClientRects(), (r) => Math.round(r.top)));
+                if (lines.size > 1) broken.push(`${cell.className || cell.tagName}: ${m[0]}`);
+            }
+        }
+    }
+    return broken;
+}"""
+
+OVERFLOWING = """(selector) => Array.from(document.querySelectorAll(selector))
+    .filter((cell) => cell.scrollWidth > cell.clientWidth).map((cell) => cell.textContent)"""
+
+
+@pytest.mark.parametrize("name, table", [("jobs", "table.jobs"), ("runs", "table.runs")])
+def test_list_columns_break_between_words_only(world, browser, output, name, table):
+    """At 1440 px a heading or a short value (a state, a phase, "unknown") never
+    breaks inside a word: columns size to their content, and only the error text
+    wraps anywhere."""
+    server, pages = world
+    context = browser.new_context(viewport=WIDE)
+    page = context.new_page()
+    watched = Watched(page)
+    page.goto(server.base + pages[name])
+    settle(page)
+    assert page.locator(f"{table} thead th").count() >= 8
+    assert page.locator(f"{table} tbody tr").count() >= (3 if name == "jobs" else 1)
+    if name == "jobs":
+        expect(page.locator(f"{table} td.error code").first).to_have_text("budget_exceeded")
+        expect(page.locator(f"{table} td.cost .unknown").first).to_have_text("unknown")
+    assert page.evaluate(BROKEN_WORDS, f"{table} thead th") == []
+    assert page.evaluate(OVERFLOWING, f"{table} thead th") == []
+    assert page.evaluate(BROKEN_WORDS, f"{table} tbody td:not(.error)") == []
+    # The check sees a break: with every cell allowed to wrap anywhere again (as
+    # before), the squeezed columns break their words.
+    if name == "jobs":
+        page.evaluate("""document.querySelectorAll("th, td, .status, .unknown")
+            .forEach((e) => { e.style.overflowWrap = "anywhere"; })""")
+        assert page.evaluate(BROKEN_WORDS, f"{table} thead th, {table} tbody td:not(.error)") != []
+        page.reload()
+        settle(page)
+    shot(page, output, f"{name}-1440")
+    watched.assert_clean()
+    context.close()
+
+
 # ---------------------------------------------------------------------------
-# The DAG at real sizes (item 7).
+# The DAG at real sizes.
 
 SEGMENTS = """() => {
     const rects = Array.from(document.querySelectorAll("svg.dag g[data-i]")).map((g) => {

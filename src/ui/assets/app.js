@@ -17,7 +17,7 @@
     return category ? status + ": " + category : status;
   }
 
-  // --- The DAG at real sizes (issue 27, item 7). ---
+  // --- The DAG at real sizes. ---
   var scroller = document.getElementById("dag-scroll");
   var svg = scroller ? scroller.querySelector("svg.dag") : null;
   var activeWave = null;

@@ -22,8 +22,9 @@
   function apply(theme) {
     if (theme) root.dataset.theme = theme;
     else delete root.dataset.theme;
+    // The button says what it will do: the other theme.
     var button = document.getElementById("theme-toggle");
-    if (button) button.setAttribute("aria-pressed", effective() === "dark" ? "true" : "false");
+    if (button) button.textContent = effective() === "dark" ? "Light theme" : "Dark theme";
   }
 
   apply(stored());

@@ -8,8 +8,8 @@ use super::usage::{self, l0_cells, totals_facts};
 use super::{Chrome, Section, id_code, layout, live_badge, opt_time, status as status_badge, time};
 use crate::domain::job::{JobStatus, L0State, degraded_note, retry_refusal};
 use crate::service::dashboard::{
-    BulkAction, BulkItem, JOB_STATES, JobList, JobQuery, JobView, Page, RunRow, RunView, StoredJob,
-    StoredL0,
+    BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunListEntry,
+    RunView, StoredJob, StoredL0,
 };
 
 /// The list's query as a URL query, with `status` replaced by `status` (the
@@ -110,11 +110,7 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
             }
             p.hint { "Newest first. Select jobs to cancel or retry them together; a confirmation page comes first." }
             form #bulk method="get" action="/ui/jobs/bulk" {
-                div.bulk-actions {
-                    button type="submit" name="action" value="cancel" { "Cancel selected…" }
-                    " "
-                    button type="submit" name="action" value="retry" { "Retry selected…" }
-                }
+                (bulk_buttons(BulkKind::Jobs))
                 div.table-scroll tabindex="0" role="region" aria-label="Refine jobs" {
                 table.jobs {
                     thead { tr {
@@ -129,15 +125,15 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
                             tr data-job=(job.id) {
                                 td { input type="checkbox" name="id" value=(job.id) aria-label={ "Select job " (job.id) }; }
                                 td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
-                                td.state { (job_state(job.status, job.l0_not_valid, i64::from(job.l0_total))) }
+                                td.state { (job_state(job.status, job.l0_not_valid, job.l0_total)) }
                                 td { code { (job.phase_id) } }
                                 td { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
                                 td { bdi { (job.team_pk.as_deref().unwrap_or("—")) } }
                                 td.num { (job.attempt) " of " (job.max_attempts) }
                                 td { bdi { (job.executor) } }
                                 td.error {
-                                    @if let Some(code) = &job.error_code {
-                                        code { (code) } @if let Some(m) = &job.error_message { ": " bdi { (m) } }
+                                    @if let Some((code, message)) = &job.error {
+                                        code { (code) } @if let Some(m) = message { ": " bdi { (m) } }
                                     } @else { span.none { "—" } }
                                 }
                                 td.num.duration {
@@ -304,20 +300,70 @@ fn log_time(at: &DateTime<Utc>) -> Markup {
     }
 }
 
+/// What a cancel's confirmation shows of the job or run it cancels.
+struct CancelTarget<'a> {
+    /// "job" or "run".
+    noun: &'static str,
+    /// Its page.
+    href: String,
+    id: uuid::Uuid,
+    status: &'a str,
+    ended: bool,
+    section: Section,
+    /// The facts after its link and state.
+    facts: Markup,
+    /// What the cancel will do.
+    what: Markup,
+}
+
 /// Cancel's confirmation (no script needed): what the cancel does, and the form
-/// that does it.
-pub fn cancel_job_page(job: &StoredJob, chrome: Chrome) -> Markup {
+/// that does it; for a job or run that has ended, that there is nothing to do.
+fn cancel_page(target: CancelTarget, chrome: Chrome) -> Markup {
+    let CancelTarget {
+        noun,
+        href,
+        id,
+        status,
+        ..
+    } = &target;
     let body = html! {
         dl.facts {
-            dt { "Job" } dd { (job_link(job.id)) }
-            dt { "State" } dd { (status_badge(job.status.as_str())) }
+            dt { (if *noun == "job" { "Job" } else { "Run" }) } dd { a href=(href) { (id_code(id)) } }
+            dt { "State" } dd { (status_badge(status)) }
+            (target.facts)
+        }
+        @if target.ended {
+            p #confirm-what { "This " (noun) " has ended (" (status) "): there is nothing to cancel." }
+            p { a href=(href) { "Back to the " (noun) } }
+        } @else {
+            (target.what)
+            form.cancel method="post" action={ (href) "/cancel" } {
+                button type="submit" { "Yes, cancel this " (noun) }
+                " " a href=(href) { "No, keep it running" }
+            }
+        }
+    };
+    layout(
+        &format!("Cancel refine {noun} {id}?"),
+        target.section,
+        chrome,
+        body,
+    )
+}
+
+pub fn cancel_job_page(job: &StoredJob, chrome: Chrome) -> Markup {
+    let target = CancelTarget {
+        noun: "job",
+        href: format!("/ui/jobs/{}", job.id),
+        id: job.id,
+        status: job.status.as_str(),
+        ended: job.status.is_terminal(),
+        section: Section::Jobs,
+        facts: html! {
             dt { "Phase" } dd { code { (job.phase_id) } }
             dt { "Project" } dd { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
-        }
-        @if job.status.is_terminal() {
-            p #confirm-what { "This job has ended (" (job.status.as_str()) "): there is nothing to cancel." }
-            p { a href={ "/ui/jobs/" (job.id) } { "Back to the job" } }
-        } @else {
+        },
+        what: html! {
             p #confirm-what {
                 @if job.status == JobStatus::Queued {
                     "The job has not started: it will be cancelled at once and never run."
@@ -325,18 +371,9 @@ pub fn cancel_job_page(job: &StoredJob, chrome: Chrome) -> Markup {
                     "Its running L0 calls will be stopped (their processes killed); what they spent so far stays spent. The job then ends cancelled, without a result."
                 }
             }
-            form.cancel method="post" action={ "/ui/jobs/" (job.id) "/cancel" } {
-                button type="submit" { "Yes, cancel this job" }
-                " " a href={ "/ui/jobs/" (job.id) } { "No, keep it running" }
-            }
-        }
+        },
     };
-    layout(
-        &format!("Cancel refine job {}?", job.id),
-        Section::Jobs,
-        chrome,
-        body,
-    )
+    cancel_page(target, chrome)
 }
 
 pub fn cancel_run_page(view: &RunView, chrome: Chrome) -> Markup {
@@ -346,37 +383,40 @@ pub fn cancel_run_page(view: &RunView, chrome: Chrome) -> Markup {
         .iter()
         .filter(|j| !j.status.is_terminal())
         .collect();
-    let body = html! {
-        dl.facts {
-            dt { "Run" } dd { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
-            dt { "State" } dd { (status_badge(run.status.as_str())) }
+    let target = CancelTarget {
+        noun: "run",
+        href: format!("/ui/runs/{}", run.id),
+        id: run.id,
+        status: run.status.as_str(),
+        ended: run.status.is_terminal(),
+        section: Section::Runs,
+        facts: html! {
             dt { "Project" } dd { bdi { (run.project_id.as_deref().unwrap_or("—")) } }
-        }
-        @if run.status.is_terminal() {
-            p #confirm-what { "This run has ended (" (run.status.as_str()) "): there is nothing to cancel." }
-            p { a href={ "/ui/runs/" (run.id) } { "Back to the run" } }
-        } @else {
+        },
+        what: html! {
             p #confirm-what {
                 "Its " (open.len()) " phase jobs not yet ended will be cancelled; what the others produced is merged and the run ends cancelled."
             }
             ul { @for job in &open { li { (job_link(job.id)) " " code { (job.phase_id) } " " (status_badge(job.status.as_str())) } } }
-            form.cancel method="post" action={ "/ui/runs/" (run.id) "/cancel" } {
-                button type="submit" { "Yes, cancel this run" }
-                " " a href={ "/ui/runs/" (run.id) } { "No, keep it running" }
-            }
-        }
+        },
     };
-    layout(
-        &format!("Cancel refine run {}?", run.id),
-        Section::Runs,
-        chrome,
-        body,
-    )
+    cancel_page(target, chrome)
 }
 
 /// A bulk action's confirmation (`done = false`: what will happen, and the form
-/// that does it) or result (what was done, what was refused and why).
-pub fn bulk_page(action: BulkAction, items: &[BulkItem], done: bool, chrome: Chrome) -> Markup {
+/// that does it) or result (what was done, what was refused and why), for jobs
+/// or runs.
+pub fn bulk_page(
+    kind: BulkKind,
+    action: BulkAction,
+    items: &[BulkItem],
+    done: bool,
+    chrome: Chrome,
+) -> Markup {
+    let (noun, list, section) = match kind {
+        BulkKind::Jobs => ("job", "/ui/jobs", Section::Jobs),
+        BulkKind::Runs => ("run", "/ui/runs", Section::Runs),
+    };
     let verb = match action {
         BulkAction::Cancel => "Cancel",
         BulkAction::Retry => "Retry",
@@ -386,25 +426,33 @@ pub fn bulk_page(action: BulkAction, items: &[BulkItem], done: bool, chrome: Chr
     let title = if done {
         format!("{verb}: {ok} done, {refused} refused")
     } else {
-        format!("{verb} {} selected jobs?", items.len())
+        format!("{verb} {} selected {noun}s?", items.len())
     };
+    let link = |id: uuid::Uuid| html! { a href={ (list) "/" (id) } { code { (id) } } };
     let body = html! {
         p #bulk-summary {
             @if done {
-                (ok) " of " (items.len()) " jobs: " (action.as_str()) " done; " (refused) " refused."
+                (ok) " of " (items.len()) " " (noun) "s: " (action.as_str()) " done; " (refused) " refused."
             } @else {
-                (ok) " of " (items.len()) " jobs will be affected; " (refused) " will be refused, as said below."
+                (ok) " of " (items.len()) " " (noun) "s will be affected; " (refused) " will be refused, as said below."
             }
         }
-        div.table-scroll tabindex="0" role="region" aria-label="Selected jobs" {
+        div.table-scroll tabindex="0" role="region" aria-label={ "Selected " (noun) "s" } {
         table.bulk {
-            thead { tr { th scope="col" { "Job" } th scope="col" { "State" } th scope="col" { "Phase" } th scope="col" { "Outcome" } } }
+            thead { tr {
+                th scope="col" { @if kind == BulkKind::Jobs { "Job" } @else { "Run" } }
+                th scope="col" { "State" }
+                th scope="col" { @if kind == BulkKind::Jobs { "Phase" } @else { "Project" } }
+                th scope="col" { "Outcome" }
+            } }
             tbody {
                 @for item in items {
-                    tr.ok[item.ok].refused[!item.ok] data-job=(item.id) {
-                        td { @match &item.job { Some(j) => (job_link(j.id)), None => code { bdi { (item.id) } } } }
-                        td { @if let Some(j) = &item.job { (status_badge(j.status.as_str())) } }
-                        td { @if let Some(j) = &item.job { code { (j.phase_id) } } }
+                    tr.ok[item.ok].refused[!item.ok]
+                        data-job=[(kind == BulkKind::Jobs).then_some(&item.id)]
+                        data-run=[(kind == BulkKind::Runs).then_some(&item.id)] {
+                        td { @match &item.subject { Some(s) => (link(s.id)), None => code { bdi { (item.id) } } } }
+                        td { @if let Some(s) = &item.subject { (status_badge(s.status.as_str())) } }
+                        td { @if let Some(what) = item.subject.as_ref().and_then(|s| s.what.as_ref()) { code { (what) } } }
                         td.outcome {
                             @if item.ok { (status_badge(if done { "done" } else { "pending" })) } @else { (status_badge("refused")) }
                             " " (item.note)
@@ -416,37 +464,55 @@ pub fn bulk_page(action: BulkAction, items: &[BulkItem], done: bool, chrome: Chr
         }
         }
         @if done {
-            p { a href="/ui/jobs" { "Back to the job list" } }
+            p { a href=(list) { "Back to the " (noun) " list" } }
         } @else if ok > 0 {
-            form.bulk-confirm method="post" action="/ui/jobs/bulk" {
+            form.bulk-confirm method="post" action={ (list) "/bulk" } {
                 input type="hidden" name="action" value=(action.as_str());
-                // Every selected job goes again: the result page then says what
+                // Every selected one goes again: the result page then says what
                 // was refused, and why, beside what was done.
                 @for item in items { input type="hidden" name="id" value=(item.id); }
-                button type="submit" { "Yes, " (action.as_str()) " " (ok) @if ok == 1 { " job" } @else { " jobs" } }
-                " " a href="/ui/jobs" { "No, back to the list" }
+                button type="submit" { "Yes, " (action.as_str()) " " (ok) " " (noun) @if ok != 1 { "s" } }
+                " " a href=(list) { "No, back to the list" }
             }
         } @else {
-            p { "Nothing to do. " a href="/ui/jobs" { "Back to the list" } }
+            p { "Nothing to do. " a href=(list) { "Back to the list" } }
         }
     };
-    layout(&title, Section::Jobs, chrome, body)
+    layout(&title, section, chrome, body)
 }
 
-pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
+/// The list's bulk buttons: each opens the confirmation page of its action.
+fn bulk_buttons(kind: BulkKind) -> Markup {
+    html! {
+        div.bulk-actions {
+            @for action in kind.actions() {
+                button type="submit" name="action" value=(action.as_str()) {
+                    @match action { BulkAction::Cancel => "Cancel selected…", BulkAction::Retry => "Retry selected…" }
+                }
+                " "
+            }
+        }
+    }
+}
+
+pub fn runs_page(page: &Page<RunListEntry>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
     let body = html! {
         (live_badge())
         div #live-region data-live="runs" {
-        p.hint { "Newest first." }
+        p.hint { "Newest first. Select runs to cancel them together; a confirmation page comes first." }
+        form #bulk method="get" action="/ui/runs/bulk" {
+        (bulk_buttons(BulkKind::Runs))
         div.table-scroll tabindex="0" role="region" aria-label="Refine runs" {
         table.runs {
             thead { tr {
+                th scope="col" { span.visually-hidden { "Select" } }
                 th scope="col" { "Run" } th scope="col" { "Status" } th scope="col" { "Project" }
                 th scope="col" { "Cycle" } th scope="col" { "Executor" } th scope="col" { "Created" } th scope="col" { "Finished" }
             } }
             tbody {
                 @for run in &page.rows {
-                    tr {
+                    tr data-run=(run.id) {
+                        td { input type="checkbox" name="id" value=(run.id) aria-label={ "Select run " (run.id) }; }
                         td { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
                         td { (status_badge(run.status.as_str())) }
                         td { (run.project_id.as_deref().unwrap_or("—")) }
@@ -456,8 +522,9 @@ pub fn runs_page(page: &Page<RunRow>, before: Option<uuid::Uuid>, chrome: Chrome
                         td { (opt_time(run.finished_at.as_ref())) }
                     }
                 }
-                @if page.rows.is_empty() { tr { td colspan="7" { "No refine runs yet." } } }
+                @if page.rows.is_empty() { tr { td colspan="8" { "No refine runs yet." } } }
             }
+        }
         }
         }
         nav.pages aria-label="Pages" {

@@ -12,7 +12,7 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
-use crate::service::dashboard::{ListCounts, Overview};
+use crate::service::dashboard::{Overview, TaskListSummary};
 
 /// Which top-level section a page belongs to (marked `aria-current="page"`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -63,8 +63,8 @@ pub fn layout(title: &str, section: Section, chrome: Chrome, body: Markup) -> Ma
                         }
                     }
                     div.theme {
-                        // Shown by theme.js; pressed = dark (issue 27, item 5).
-                        button #theme-toggle type="button" aria-pressed="false" hidden { "Dark theme" }
+                        // Shown by theme.js, which names the theme it switches to.
+                        button #theme-toggle type="button" hidden { "Dark theme" }
                     }
                     @if chrome.signed_in {
                         form.signout method="post" action="/ui/logout" {
@@ -114,7 +114,7 @@ pub fn class_word(word: &str) -> &str {
 }
 
 /// A table in a keyboard-focusable region that scrolls sideways inside itself,
-/// so no table makes the page wider than a phone (issue 27, item 5).
+/// so no table makes the page wider than a phone.
 pub fn scroll_table(label: &str, table: Markup) -> Markup {
     html! { div.table-scroll tabindex="0" role="region" aria-label=(label) { (table) } }
 }
@@ -163,7 +163,7 @@ pub const JOB_ORDER: [&str; 7] = [
 ];
 
 /// Whether the page is live: the script turns it to "live" once its event
-/// stream is up, "disconnected" when it drops (issue 27, item 4). Without the
+/// stream is up, "disconnected" when it drops. Without the
 /// script the page says it does not update.
 pub fn live_badge() -> Markup {
     html! {
@@ -174,7 +174,7 @@ pub fn live_badge() -> Markup {
     }
 }
 
-fn list_row(list: &ListCounts) -> Markup {
+fn list_row(list: &TaskListSummary) -> Markup {
     let total: i64 = list.counts.iter().map(|(_, n)| n).sum();
     html! {
         tr {

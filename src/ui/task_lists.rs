@@ -1,0 +1,118 @@
+//! One task list (its waves, filtered by wave and status), one task, and the
+//! list's live task states.
+
+use axum::extract::{Path, Query};
+use axum::response::IntoResponse;
+use axum::response::sse::Event;
+use serde::Deserialize;
+
+use super::error::PageResult;
+use super::extract::{Viewer, invalid, parse_id, parse_present};
+use super::live::{LIVE_POLL, sse};
+use super::pages::{self, tasks};
+use crate::service::dashboard::TaskState;
+
+#[derive(Deserialize)]
+pub struct WaveQuery {
+    wave: Option<String>,
+    status: Option<String>,
+}
+
+pub async fn task_list(
+    viewer: Viewer,
+    Path(raw): Path<String>,
+    Query(query): Query<WaveQuery>,
+) -> PageResult {
+    let id = parse_id(&raw, "task list id")?;
+    let wave = parse_present(&query.wave, |w| {
+        w.parse::<i64>()
+            .map_err(|_| invalid("wave", "must be a wave number"))
+    })?;
+    let status = parse_present(&query.status, |s| {
+        pages::TASK_ORDER
+            .into_iter()
+            .find(|word| *word == s)
+            .ok_or_else(|| {
+                invalid(
+                    "status",
+                    "must be one of pending, running, done, failed, abandoned",
+                )
+            })
+    })?;
+    let view = viewer
+        .service()
+        .dashboard_task_list(&viewer.caller, id)
+        .await?;
+    Ok(tasks::task_list_page(&view, wave, status, viewer.chrome()))
+}
+
+pub async fn task(viewer: Viewer, Path((raw, task_id)): Path<(String, String)>) -> PageResult {
+    let id = parse_id(&raw, "task list id")?;
+    let view = viewer
+        .service()
+        .dashboard_task(&viewer.caller, id, &task_id)
+        .await?;
+    Ok(tasks::task_page(&view, viewer.chrome()))
+}
+
+/// `tasks` events: `{"wave": n|null, "tasks": [[task_id, status, category|null], ...]}`,
+/// the first with every task, later ones with the tasks that changed.
+pub async fn events(
+    Viewer { state, caller }: Viewer,
+    Path(raw): Path<String>,
+) -> PageResult<impl IntoResponse> {
+    let id = parse_id(&raw, "task list id")?;
+    state
+        .service
+        .dashboard_task_list_marker(&caller, id)
+        .await?;
+    struct Seen {
+        marker: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
+        states: Vec<TaskState>,
+        wave: Option<Option<i64>>,
+    }
+    let seen = Seen {
+        marker: None,
+        states: Vec::new(),
+        wave: None,
+    };
+    let stream = futures::stream::unfold(
+        (state, caller, seen),
+        move |(state, caller, mut seen)| async move {
+            loop {
+                if state.is_shutting_down() {
+                    return None;
+                }
+                let marker = match state.service.dashboard_task_list_marker(&caller, id).await {
+                    Ok(m) => m,
+                    Err(_) => return None,
+                };
+                if seen.marker != Some(marker) {
+                    let (states, wave) =
+                        match state.service.dashboard_task_states(&caller, id).await {
+                            Ok(s) => s,
+                            Err(_) => return None,
+                        };
+                    let changed: Vec<&TaskState> =
+                        states.iter().filter(|s| !seen.states.contains(s)).collect();
+                    if !changed.is_empty() || seen.wave != Some(wave) {
+                        let data = serde_json::json!({
+                            "wave": wave,
+                            "tasks": changed.iter().map(|s| serde_json::json!(
+                                [s.task_id, s.status.as_str(), s.abandon_category]
+                            )).collect::<Vec<_>>(),
+                        });
+                        seen.marker = Some(marker);
+                        seen.wave = Some(wave);
+                        seen.states = states;
+                        let event = Event::default().event("tasks").data(data.to_string());
+                        return Some((Ok(event), (state, caller, seen)));
+                    }
+                    seen.marker = Some(marker);
+                }
+                tokio::time::sleep(LIVE_POLL).await;
+            }
+        },
+    );
+    Ok(sse(stream))
+}
