@@ -10,7 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, Watched, body_hash, budget_fields, fatal,
+    Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal,
     idempotency_key, input_error, l0_rows, opt_str, parse_id, unknown_field, wake_for,
 };
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
@@ -151,16 +151,6 @@ fn accepted(created: Created<JobRecord>) -> Result<Accepted<StoredJob>, ServiceE
         value: accepted.value.into(),
         replayed: accepted.replayed,
     })
-}
-
-impl Watched for StoredJob {
-    fn version(&self) -> i64 {
-        self.version
-    }
-
-    fn status(&self) -> JobStatus {
-        self.status
-    }
 }
 
 impl Service {
@@ -313,6 +303,7 @@ impl Service {
         let id = parse_id(raw_id, "job")?;
         let job = self.load_job(caller, id).await?;
         self.long_poll(
+            (job.version, job.status),
             job,
             wait,
             |j| j == id,

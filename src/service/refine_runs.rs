@@ -8,8 +8,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{
-    Accepted, ScopedKey, SubmissionOptions, Watched, body_hash, budget_fields, fatal,
-    idempotency_key, l0_rows, opt_str, parse_id, unknown_field,
+    Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key,
+    l0_rows, opt_str, parse_id, unknown_field,
 };
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::refine_jobs::NewRefineJob;
@@ -45,16 +45,6 @@ pub struct StoredRun {
     pub usage: UsageTotals,
     /// The run's spending limits over all its phase jobs; null when none.
     pub budget: Option<Budget>,
-}
-
-impl Watched for StoredRun {
-    fn version(&self) -> i64 {
-        self.version
-    }
-
-    fn status(&self) -> JobStatus {
-        self.status
-    }
 }
 
 impl From<rows::RunRecord> for StoredRun {
@@ -299,6 +289,7 @@ impl Service {
         let run = self.load_run(caller, id).await?;
         // Any job may be one of the run's: wake on every change, re-check the version.
         self.long_poll(
+            (run.version, run.status),
             run,
             wait,
             |_| true,

@@ -56,12 +56,6 @@ impl<T> Accepted<T> {
     }
 }
 
-/// A resource a long-poll watches: refine jobs and runs.
-pub(super) trait Watched {
-    fn version(&self) -> i64;
-    fn status(&self) -> JobStatus;
-}
-
 // Flattened into both create schemas, this states the shape for the OpenAPI
 // document; the use cases read the raw body themselves (so that every failure is a
 // FATAL naming the field) and accept exactly their own members plus `FIELDS`.
@@ -391,10 +385,12 @@ impl Service {
         Ok(resolved.display().to_string())
     }
 
-    /// `first`, or with `wait` seconds the resource once its `(version, status)`
-    /// moves (or the wait is over): read again with `reload`.
+    /// `first` (a job or run, read at `seen`: its version and status), or with
+    /// `wait` seconds the resource once its `(version, status)` moves (or the wait
+    /// is over): read again with `reload`.
     pub(super) async fn long_poll<T, V, L>(
         &self,
+        seen: (i64, JobStatus),
         first: T,
         wait: Option<u64>,
         concerns: impl Fn(Uuid) -> bool,
@@ -402,15 +398,14 @@ impl Service {
         reload: impl FnOnce() -> L,
     ) -> Result<T, ServiceError>
     where
-        T: Watched,
         V: Future<Output = Result<Option<(i64, JobStatus)>, DbError>>,
         L: Future<Output = Result<T, ServiceError>>,
     {
         let wait = wait.unwrap_or(0);
-        if wait == 0 || first.status().is_terminal() {
+        let (seen, status) = seen;
+        if wait == 0 || status.is_terminal() {
             return Ok(first);
         }
-        let seen = first.version();
         self.wait_until_changed(Duration::from_secs(wait), concerns, || async {
             Ok(version()
                 .await?

@@ -10,17 +10,14 @@
 //! counted per L0. Servers are SIGKILLed / SIGTERMed on purpose and killed on drop.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::common::process::ServerProcess;
 use crate::common::{Backend, FreshDatabase};
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio::process::{Child, Command};
 
-const LEASE_SECS: &str = "3";
 /// Long enough for a debug binary on a loaded 2-core machine.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const FINISH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -139,95 +136,21 @@ fn process_alive(pid: i32) -> bool {
 // ---------------------------------------------------------------------------
 // A server process.
 
+/// A server process and its job workers' id.
 struct Server {
-    name: String,
-    child: Option<Child>,
-    base: String,
-    log: PathBuf,
+    process: ServerProcess,
     worker_id: String,
 }
 
 impl Server {
     async fn start(name: &str, db_url: &str, fixture: &Fixture, extra: &[(&str, &str)]) -> Server {
         let log = fixture.dir.path().join(format!("server-{name}.log"));
-        let out = File::create(&log).expect("server log");
-        let err = out.try_clone().expect("server log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_plangate"));
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("DATABASE_URL", db_url)
-            .env("PLANGATE_BIND", "127.0.0.1:0")
-            .env("PLANGATE_CONFIG", &fixture.config)
-            .env("PLANGATE_LEASE_SECS", LEASE_SECS)
-            .env("PLANGATE_HEARTBEAT_SECS", "1")
-            .env("PLANGATE_REAPER_INTERVAL_SECS", "1")
-            .env("PLANGATE_LOG_FORMAT", "json")
-            .env("RUST_LOG", "info");
-        for (k, v) in extra {
-            command.env(k, v);
-        }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn plangate");
-        let mut server = Server {
-            name: name.to_owned(),
-            child: Some(child),
-            base: String::new(),
-            log,
-            worker_id: String::new(),
-        };
-        server.wait_listening().await;
+        let mut process = ServerProcess::start(name, db_url, &fixture.config, log, extra).await;
+        let workers = process.wait_for_log("job workers starting").await;
+        let worker_id = workers["worker_id"].as_str().expect("worker_id").to_owned();
+        let server = Server { process, worker_id };
         server.wait_ready().await;
         server
-    }
-
-    /// Reads the log until the `plangate listening` line names the address.
-    async fn wait_listening(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            for line in std::fs::read_to_string(&self.log)
-                .unwrap_or_default()
-                .lines()
-            {
-                let Ok(v) = serde_json::from_str::<Value>(line) else {
-                    continue;
-                };
-                match v["message"].as_str() {
-                    Some("job workers starting") => {
-                        self.worker_id = v["worker_id"].as_str().unwrap_or_default().to_owned();
-                    }
-                    Some("plangate listening") => {
-                        let addr = v["address"].as_str().expect("address field");
-                        self.base = format!("http://{addr}");
-                    }
-                    _ => {}
-                }
-            }
-            if !self.base.is_empty() && !self.worker_id.is_empty() {
-                return;
-            }
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!(
-                    "server {} exited at start ({status}):\n{}",
-                    self.name,
-                    self.log_text()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server {} did not start:\n{}",
-                self.name,
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
     }
 
     async fn wait_ready(&self) {
@@ -247,56 +170,19 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
 
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
+impl std::ops::Deref for Server {
+    type Target = ServerProcess;
 
-    fn pid(&self) -> i32 {
-        let child = self.child.as_ref().expect("server running");
-        i32::try_from(child.id().expect("pid")).expect("pid fits")
-    }
-
-    /// SIGKILL, then reap: when this returns the process and its threads are gone
-    /// (so its L0s' guardians have seen it die).
-    async fn sigkill(&mut self) {
-        let mut child = self.child.take().expect("server running");
-        child.start_kill().expect("SIGKILL");
-        child.wait().await.expect("reap");
-    }
-
-    /// SIGTERM, then wait for the exit; returns how long it took.
-    async fn sigterm(&mut self, limit: Duration) -> Duration {
-        let pid = self.pid();
-        let started = Instant::now();
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "SIGTERM");
-        let mut child = self.child.take().expect("server running");
-        let status = tokio::time::timeout(limit, child.wait())
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "server {} still runs {limit:?} after SIGTERM:\n{}",
-                    self.name,
-                    self.log_text()
-                )
-            })
-            .expect("wait");
-        assert!(
-            status.success(),
-            "server {} exit status {status}:\n{}",
-            self.name,
-            self.log_text()
-        );
-        started.elapsed()
+    fn deref(&self) -> &ServerProcess {
+        &self.process
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            let _ = child.start_kill();
-        }
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut ServerProcess {
+        &mut self.process
     }
 }
 

@@ -7,9 +7,7 @@
 //! was given to `DIR/<assignment_id>.traceparent`.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,11 +20,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
+use crate::common::process::ServerProcess;
 use crate::common::{Backend, FreshDatabase};
 
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 const FINISH_TIMEOUT: Duration = Duration::from_secs(120);
 
 // ---------------------------------------------------------------------------
@@ -225,92 +223,28 @@ impl Fixture {
     }
 }
 
-struct Server {
-    child: Option<Child>,
-    base: String,
-    log: PathBuf,
+/// A server process, asked over HTTP.
+struct Server(ServerProcess);
+
+impl std::ops::Deref for Server {
+    type Target = ServerProcess;
+
+    fn deref(&self) -> &ServerProcess {
+        &self.0
+    }
 }
 
 impl Server {
     async fn start(name: &str, db_url: &str, config: &Path, env: &[(&str, &str)]) -> Server {
         let log = config.with_file_name(format!("server-{name}.log"));
-        let out = File::create(&log).expect("server log");
-        let err = out.try_clone().expect("server log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_plangate"));
-        command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("DATABASE_URL", db_url)
-            .env("PLANGATE_BIND", "127.0.0.1:0")
-            .env("PLANGATE_CONFIG", config)
-            .env("PLANGATE_LEASE_SECS", "3")
-            .env("PLANGATE_HEARTBEAT_SECS", "1")
-            .env("PLANGATE_REAPER_INTERVAL_SECS", "1")
-            .env("PLANGATE_SHUTDOWN_GRACE_SECS", "1")
-            .env("PLANGATE_LOG_FORMAT", "json")
-            .env("RUST_LOG", "info");
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn plangate");
-        let mut server = Server {
-            child: Some(child),
-            base: String::new(),
-            log,
-        };
-        let deadline = Instant::now() + START_TIMEOUT;
-        while server.base.is_empty() {
-            for line in server.log_lines() {
-                if line["message"] == "plangate listening" {
-                    server.base = format!("http://{}", line["address"].as_str().unwrap());
-                }
-            }
-            if let Some(child) = server.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!(
-                    "server {name} exited at start ({status}):\n{}",
-                    server.log_text()
-                );
-            }
-            assert!(Instant::now() < deadline, "server {name} did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        server
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn log_lines(&self) -> Vec<Value> {
-        self.log_text()
-            .lines()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect()
+        let mut env = env.to_vec();
+        env.insert(0, ("PLANGATE_SHUTDOWN_GRACE_SECS", "1"));
+        Server(ServerProcess::start(name, db_url, config, log, &env).await)
     }
 
     /// SIGTERM, and wait for the exit (the last spans are flushed before it).
     async fn stop(&mut self) {
-        let mut child = self.child.take().expect("server running");
-        let pid = i32::try_from(child.id().expect("pid")).expect("pid");
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "SIGTERM");
-        let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
-            .await
-            .expect("server stops after SIGTERM")
-            .expect("wait");
-        assert!(
-            status.success(),
-            "exit status {status}:\n{}",
-            self.log_text()
-        );
+        self.0.sigterm(Duration::from_secs(60)).await;
     }
 
     async fn post(

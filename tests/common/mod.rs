@@ -2,6 +2,8 @@
 //! a new SQLite file or a new Postgres database on the machine's server — and the
 //! one way to run a test on both back-ends, [`both_backends!`].
 
+pub mod process;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
