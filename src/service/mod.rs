@@ -29,6 +29,9 @@
 //! - refine runs ([`refine_runs`]): `create_refine_run`, `refine_run` (with
 //!   `wait`), `refine_run_result`, `cancel_refine_run`.
 //! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
+//! - webhooks ([`webhooks`]): `create_webhook`, `webhooks`, `webhook`,
+//!   `delete_webhook`, `rotate_webhook_secret`, `webhook_deliveries`,
+//!   `replay_delivery`, `webhooks_overview`.
 //! - operations: [`Service::check_ready`], [`Service::begin_shutdown`].
 
 mod caller;
@@ -44,6 +47,7 @@ pub mod task_claims;
 pub mod task_lists;
 pub mod task_refs;
 pub mod tracks;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

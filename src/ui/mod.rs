@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/ui/tracks", get(tracks))
         .route("/ui/tracks/{id}", get(track))
+        .route("/ui/webhooks", get(pages::webhooks::page))
         .route("/ui/assets/{name}", get(assets::serve))
         .layer(middleware::from_fn_with_state(
             state,

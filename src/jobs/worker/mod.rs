@@ -93,6 +93,11 @@ pub fn start(
     let background = CancellationToken::new();
     let mut background_tasks = JoinSet::new();
     background_tasks.spawn(reaper(pool.clone(), background.clone()));
+    background_tasks.spawn(crate::jobs::webhooks::run(
+        pool.db.clone(),
+        settings.webhooks.clone(),
+        background.clone(),
+    ));
     if let Database::Postgres(_) = &pool.db {
         let (db, hub, stop) = (pool.db.clone(), pool.hub.clone(), background.clone());
         background_tasks.spawn(async move {

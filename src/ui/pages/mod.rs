@@ -6,6 +6,7 @@ pub mod jobs;
 pub mod tasks;
 pub mod tracks;
 pub mod usage;
+pub mod webhooks;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
