@@ -28,6 +28,8 @@ use crate::domain::webhooks::{
 const POLL: Duration = Duration::from_millis(500);
 /// Attempts in flight per process.
 const CONCURRENCY: usize = 32;
+/// How long a claim outlives an attempt's timeout (docs/configuration.md, "Webhooks").
+const CLAIM_MARGIN: Duration = Duration::from_secs(10);
 /// At most this much of a receiver's answer is read.
 pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// How much of an answer's text the delivery keeps as its `last_error`.
@@ -84,8 +86,9 @@ pub async fn run(db: Database, settings: WebhookSettings, stop: CancellationToke
     let settings = Arc::new(settings);
     let http = client(&settings);
     let slots = Arc::new(Semaphore::new(CONCURRENCY));
-    // Past one attempt's longest time: a live worker always records first.
-    let lease = settings.timeout + Duration::from_secs(20);
+    // Past one attempt's longest time (the client's timeout covers connect, send
+    // and answer): a live worker records before its claim lapses.
+    let lease = settings.timeout + CLAIM_MARGIN;
     loop {
         let free = slots.available_permits();
         if free > 0 {
@@ -121,6 +124,19 @@ async fn deliver(
 ) {
     let result = attempt(http, settings, &delivery).await;
     metrics::counter!("webhook_deliveries_total", "outcome" => result.outcome()).increment(1);
+    match &result {
+        AttemptResult::Delivered { status } => tracing::info!(
+            delivery = %delivery.id, event_id = %delivery.event_id, status, "webhook delivered"
+        ),
+        AttemptResult::Failed { status, error, retry_in } => tracing::info!(
+            delivery = %delivery.id, event_id = %delivery.event_id, status, error = %error,
+            retry_in_ms = retry_in.map(|d| d.as_millis() as u64), "webhook attempt failed"
+        ),
+        AttemptResult::Gone { .. } => tracing::warn!(
+            delivery = %delivery.id, webhook = %delivery.webhook_id,
+            "webhook receiver answered 410 Gone: the webhook is disabled"
+        ),
+    }
     match db
         .record_attempt(delivery.id, delivery.webhook_id, token, &result)
         .await

@@ -121,7 +121,7 @@ class Receiver:
 class Server:
     """The real binary on a free port."""
 
-    def __init__(self, binary: Path, url: str, work: Path, name: str, timeout_secs: int = 8):
+    def __init__(self, binary: Path, url: str, work: Path, name: str, timeout_secs: int = 5):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         config = work / "plangate.toml"
@@ -321,8 +321,8 @@ def run(binary: Path, backend: str, python: str) -> None:
                    in ("succeeded", "failed", "cancelled"), 60)
 
         step("every event type reaches the '*' webhook, verified, with its data")
-        want = 8  # 3 jobs + budget + run + task.failed + 2 list ends
-        got = wait_until("8 events at 'all'", lambda: (lambda e: e if len(e) >= want else None)(receiver.entries("all")), 30)
+        want = 9  # 3 jobs + the run's phase job + budget + run + task.failed + 2 list ends
+        got = wait_until("9 events at 'all'", lambda: (lambda e: e if len(e) >= want else None)(receiver.entries("all")), 30)
         bodies = [json.loads(e["body"]) for e in got]
         types = sorted(b["type"] for b in bodies)
         check(sorted(set(types)) == sorted(EVENT_TYPES), f"types at 'all': {types}")
@@ -333,7 +333,7 @@ def run(binary: Path, backend: str, python: str) -> None:
             check(len(e["body"]) < 20 * 1024 and "SECRET TASK TEXT" not in e["body"], "no task text, under 20 KB")
             check(b["data"]["project_id"] == "proj-a", f"project of {b}")
             check(e["timestamp"].isdigit(), "whole-second timestamp")
-        one = {b["type"]: b for b in bodies}
+        one = {b["type"]: b for b in bodies if b["type"] != "refine_job.succeeded" or b["data"]["id"] == ok_job}
         d = one["refine_job.succeeded"]["data"]
         check(d["id"] == ok_job and d["status"] == "succeeded" and d["path"] == f"/v1/refine-jobs/{ok_job}"
               and d["progress"]["l0_total"] == 1 and d["progress"]["l0_succeeded"] == 1, f"succeeded data {d}")
@@ -352,15 +352,20 @@ def run(binary: Path, backend: str, python: str) -> None:
               "the cascade-abandoned task sent no task.failed")
         ends = {b["data"]["id"]: b["data"]["next"] for b in bodies if b["type"] == "task_list.finished"}
         check(ends == {lst["id"]: "blocked", done["id"]: "done"}, f"list ends {ends}")
+        globals_ = wait_until("the run at 'global'", lambda: receiver.entries("global"), 20)
+        time.sleep(0.5)
         globals_ = receiver.entries("global")
         check(len(globals_) == 1 and json.loads(globals_[0]["body"])["data"]["id"] == run_id,
               "the project-less webhook gets the run")
 
         step("project B's webhook got only B's event")
-        b_got = wait_until("B's event", lambda: receiver.entries("projb"), 20)
+        wait_until("B's events", lambda: len(receiver.entries("projb")) >= 2, 20)
         time.sleep(1)
         b_got = receiver.entries("projb")
-        check(len(b_got) == 1 and json.loads(b_got[0]["body"])["data"]["id"] == x_id, f"projb got {b_got}")
+        b_bodies = sorted((json.loads(e["body"]) for e in b_got), key=lambda b: b["type"])
+        check([b["type"] for b in b_bodies] == ["task.failed", "task_list.finished"]
+              and b_bodies[0]["data"]["id"] == x_id and all(b["data"]["project_id"] == "proj-b" for b in b_bodies),
+              f"projb got {b_got}")
 
         step("a receiver failing half its attempts: all delivered, same id, fresh signatures")
         def flaky_done():
@@ -383,11 +388,15 @@ def run(binary: Path, backend: str, python: str) -> None:
         check(first_tries[-1] - first_tries[0] < 30, "first attempts of all events came without waiting")
 
         step("Retry-After is a minimum")
+        wait_until("the Retry-After deliveries", lambda: (lambda ds: len(ds) == 2 and all(
+            x["state"] == "delivered" for x in ds))(deliveries(server, ra)), 30)
         ra_tries = by_id(receiver.entries("ra"))
+        check(len(ra_tries) == 2, f"two list ends at 'ra': {ra_tries}")
         for eid, tries in ra_tries.items():
             check([t["answered"] for t in tries] == [503, 200], f"ra {tries}")
             gap = tries[1]["received_at"] - tries[0]["received_at"]
-            check(gap >= 2.9, f"the retry came {gap:.2f} s after a Retry-After: 3")
+            # The schedule alone would retry within 2.8 s (2 s + 40 %).
+            check(gap >= 4.5, f"the retry came {gap:.2f} s after a Retry-After: 5: {tries}")
 
         step("410 disables the webhook; a redirect is not followed; a hanging receiver times out")
         def disabled():
@@ -444,7 +453,7 @@ def run(binary: Path, backend: str, python: str) -> None:
             servers.append(other)
         ready = time.monotonic()
         done_entries = wait_until("the delivery after the kill",
-                                  lambda: [e for e in receiver.entries("kill") if e["answered"] == 200], 60)
+                                  lambda: [e for e in receiver.entries("kill") if e["answered"] < 300 and not e["held"]], 60)
         check(time.monotonic() - ready < 60, "delivered within 60 s of being ready")
         check(done_entries[0]["id"] == cut_id, f"same webhook-id {done_entries[0]['id']} vs {cut_id}")
         check(json.loads(done_entries[0]["body"])["data"]["id"] == kjob, "the killed job's event")
@@ -460,6 +469,12 @@ def run(binary: Path, backend: str, python: str) -> None:
             errors = s.errors()
             check(not errors, f"server log errors: {errors[:5]}")
         print(f"OK {backend}: {len(receiver.entries())} deliveries verified in {time.monotonic() - started:.1f} s")
+    except CheckFailed:
+        for s in servers:
+            lines = [x for x in s.log.read_text().splitlines()
+                     if "webhook" in x or '"level":"WARN"' in x or '"level":"ERROR"' in x]
+            print(f"--- webhook, warning and error lines of {s.log}:", *lines[-15:], sep="\n", file=sys.stderr)
+        raise
     finally:
         for s in servers:
             s.stop()

@@ -7,7 +7,7 @@ mode says how the receiver answers:
   ok           204
   flaky        every odd attempt of an event (1st, 3rd, ...) 500, the others 200:
                half the attempts fail
-  retry-after  the first attempt of an event 503 with `Retry-After: 3`, then 200
+  retry-after  the first attempt of an event 503 with `Retry-After: 5`, then 200
   gone         410 Gone
   redirect     302 to /ok/<name>-redirected (a receiver that follows it would POST there)
   hang         holds the request open for 40 s, then 200
@@ -61,6 +61,7 @@ class Handler(BaseHTTPRequestHandler):
             self._answer(404)
 
     def do_POST(self):
+        arrived = time.time()
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
         parts = self.path.strip("/").split("/")
@@ -90,14 +91,14 @@ class Handler(BaseHTTPRequestHandler):
             key = (name, msg_id)
             ATTEMPTS[key] = ATTEMPTS.get(key, 0) + 1
             attempt = ATTEMPTS[key]
-        status, extra = 204, {}
+        status, extra, held = 204, {}, False
         if not verified:
             status = 400
         elif mode == "flaky":
             status = 500 if attempt % 2 == 1 else 200
         elif mode == "retry-after":
             if attempt == 1:
-                status, extra = 503, {"Retry-After": "3"}
+                status, extra = 503, {"Retry-After": "5"}
             else:
                 status = 200
         elif mode == "gone":
@@ -107,6 +108,7 @@ class Handler(BaseHTTPRequestHandler):
         elif mode == "hang" or (mode == "slow-first" and attempt == 1):
             time.sleep(40)
             status = 200
+            held = True
         entry = {
             "mode": mode,
             "name": name,
@@ -119,12 +121,16 @@ class Handler(BaseHTTPRequestHandler):
             "errors": errors,
             "attempt": attempt,
             "answered": status,
-            "received_at": time.time(),
+            # Answered only after the sender had given up (its timeout, or a kill).
+            "held": held,
+            "received_at": arrived,
         }
         with LOCK:
             LOG.append(entry)
         try:
-            self._answer(status, b'{"ok": true}' if status < 300 else b"nope", extra)
+            # A 204 has no body (bytes after it would be read as the next answer).
+            body = b"" if status == 204 else b'{"ok": true}' if status < 300 else b"nope"
+            self._answer(status, body, extra)
         except (BrokenPipeError, ConnectionResetError):
             pass
 
