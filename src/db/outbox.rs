@@ -149,12 +149,11 @@ macro_rules! outbox_task_changed {
         };
         if failed || next.is_some() {
             let list_id: uuid::Uuid = $list_id;
-            let row: Option<(String, Option<String>)> = sqlx::query_as(
-                "SELECT project_id, team_pk FROM task_lists WHERE id = $1",
-            )
-            .bind(list_id)
-            .fetch_optional(&mut *$tx)
-            .await?;
+            let row: Option<(String, Option<String>)> =
+                sqlx::query_as("SELECT project_id, team_pk FROM task_lists WHERE id = $1")
+                    .bind(list_id)
+                    .fetch_optional(&mut *$tx)
+                    .await?;
             if let Some((project_id, team_pk)) = row {
                 if failed {
                     let event = $crate::domain::webhooks::task_failed_event(

@@ -102,7 +102,9 @@ impl AttemptResult {
     pub fn outcome(&self) -> &'static str {
         match self {
             AttemptResult::Delivered { .. } => "delivered",
-            AttemptResult::Failed { retry_in: Some(_), .. } => "retrying",
+            AttemptResult::Failed {
+                retry_in: Some(_), ..
+            } => "retrying",
             AttemptResult::Failed { retry_in: None, .. } => "failed",
             AttemptResult::Gone { .. } => "gone",
         }
@@ -350,10 +352,18 @@ impl Database {
                     error,
                     retry_in,
                 } => match retry_in {
-                    Some(wait) => ("pending", *status, Some(error.as_str()), Some(at + chrono(*wait)), 1),
+                    Some(wait) => (
+                        "pending",
+                        *status,
+                        Some(error.as_str()),
+                        Some(at + chrono(*wait)),
+                        1,
+                    ),
                     None => ("failed", *status, Some(error.as_str()), None, 1),
                 },
-                AttemptResult::Gone { reason } => ("failed", Some(410), Some(reason.as_str()), None, 1),
+                AttemptResult::Gone { reason } => {
+                    ("failed", Some(410), Some(reason.as_str()), None, 1)
+                }
             };
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);

@@ -389,7 +389,11 @@ pub fn next_delay(
     retry_after: Option<Duration>,
 ) -> Option<Duration> {
     let base = *schedule.get(usize::try_from(failed.checked_sub(1)?).ok()?)?;
-    let unit = if unit.is_finite() { unit.clamp(0.0, 1.0) } else { 0.5 };
+    let unit = if unit.is_finite() {
+        unit.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
     let factor = 1.0 - JITTER + 2.0 * JITTER * unit;
     let jittered = base.mul_f64(factor);
     Some(match retry_after {
@@ -617,7 +621,13 @@ mod tests {
         ] {
             assert!(!ip_allowed(ip.parse().unwrap()), "{ip} must be refused");
         }
-        for ip in ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700::1111", "93.184.216.34"] {
+        for ip in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "93.184.216.34",
+        ] {
             assert!(ip_allowed(ip.parse().unwrap()), "{ip} must be allowed");
         }
         assert!(check_target("localhost", &[], false).is_err());
@@ -635,8 +645,14 @@ mod tests {
             url_host("https://Example.com/hook").unwrap(),
             ("example.com".into(), 443)
         );
-        assert_eq!(url_host("http://[::1]:8080/x").unwrap(), ("::1".into(), 8080));
-        assert_eq!(url_host("http://10.0.0.1").unwrap(), ("10.0.0.1".into(), 80));
+        assert_eq!(
+            url_host("http://[::1]:8080/x").unwrap(),
+            ("::1".into(), 8080)
+        );
+        assert_eq!(
+            url_host("http://10.0.0.1").unwrap(),
+            ("10.0.0.1".into(), 80)
+        );
         for bad in [
             "ftp://x.example/",
             "x.example/hook",
@@ -665,13 +681,16 @@ mod tests {
 
     #[test]
     fn list_finishes_once_every_task_is_terminal() {
-        let t = |terminal, cascaded| ListTask {
-            terminal,
-            cascaded,
-        };
+        let t = |terminal, cascaded| ListTask { terminal, cascaded };
         assert_eq!(list_finished([t(true, false), t(false, false)]), None);
-        assert_eq!(list_finished([t(true, false), t(true, false)]), Some("done"));
-        assert_eq!(list_finished([t(true, false), t(true, true)]), Some("blocked"));
+        assert_eq!(
+            list_finished([t(true, false), t(true, false)]),
+            Some("done")
+        );
+        assert_eq!(
+            list_finished([t(true, false), t(true, true)]),
+            Some("blocked")
+        );
     }
 
     #[test]
@@ -686,9 +705,15 @@ mod tests {
         };
         let events = job_ended_events(&job, Utc::now());
         let types: Vec<_> = events.iter().map(|e| e.event_type).collect();
-        assert_eq!(types, [EventType::RefineJobFailed, EventType::BudgetExceeded]);
+        assert_eq!(
+            types,
+            [EventType::RefineJobFailed, EventType::BudgetExceeded]
+        );
         let body: Value = serde_json::from_str(&events[0].body).unwrap();
-        assert_eq!(body["data"]["path"], format!("/v1/refine-jobs/{}", Uuid::nil()));
+        assert_eq!(
+            body["data"]["path"],
+            format!("/v1/refine-jobs/{}", Uuid::nil())
+        );
         assert_eq!(body["data"]["progress"]["l0_total"], 2);
         assert_eq!(body["type"], "refine_job.failed");
         let running = JobEnded {

@@ -117,7 +117,10 @@ async fn rotate_secret(
     Path(raw_id): Path<String>,
 ) -> Result<Json<RotatedSecret>, ApiError> {
     Ok(Json(
-        state.service.rotate_webhook_secret(&caller, &raw_id).await?,
+        state
+            .service
+            .rotate_webhook_secret(&caller, &raw_id)
+            .await?,
     ))
 }
 

@@ -19,8 +19,8 @@ use crate::config::WebhookSettings;
 use crate::db::Database;
 use crate::db::webhooks::{AttemptResult, ClaimedDelivery};
 use crate::domain::webhooks::{
-    Outcome, ROTATION_OVERLAP, check_target, ip_literal, next_delay, outcome_of,
-    parse_retry_after, signature_header, url_host,
+    Outcome, ROTATION_OVERLAP, check_target, ip_literal, next_delay, outcome_of, parse_retry_after,
+    signature_header, url_host,
 };
 
 /// How often the worker looks for due deliveries (a replay or a new event is
@@ -47,9 +47,8 @@ impl reqwest::dns::Resolve for TargetResolver {
         let allow_private = self.allow_private;
         let host = name.as_str().to_owned();
         Box::pin(async move {
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
             check_target(&host, &ips, allow_private).map_err(|refusal| {
                 let why = match refusal {
@@ -128,7 +127,11 @@ async fn deliver(
         AttemptResult::Delivered { status } => tracing::info!(
             delivery = %delivery.id, event_id = %delivery.event_id, status, "webhook delivered"
         ),
-        AttemptResult::Failed { status, error, retry_in } => tracing::info!(
+        AttemptResult::Failed {
+            status,
+            error,
+            retry_in,
+        } => tracing::info!(
             delivery = %delivery.id, event_id = %delivery.event_id, status, error = %error,
             retry_in_ms = retry_in.map(|d| d.as_millis() as u64), "webhook attempt failed"
         ),
@@ -142,8 +145,12 @@ async fn deliver(
         .await
     {
         Ok(true) => {}
-        Ok(false) => tracing::info!(delivery = %delivery.id, "webhook delivery claimed by another worker"),
-        Err(e) => tracing::warn!(delivery = %delivery.id, error = %e, "could not record a webhook attempt"),
+        Ok(false) => {
+            tracing::info!(delivery = %delivery.id, "webhook delivery claimed by another worker")
+        }
+        Err(e) => {
+            tracing::warn!(delivery = %delivery.id, error = %e, "could not record a webhook attempt")
+        }
     }
 }
 
@@ -189,7 +196,11 @@ pub async fn attempt(
     secrets.push(&d.secret);
     let msg_id = d.event_id.to_string();
     let Some(signature) = signature_header(&secrets, &msg_id, timestamp, &d.body) else {
-        return failed(None, "the webhook's secret is not valid base64".into(), None);
+        return failed(
+            None,
+            "the webhook's secret is not valid base64".into(),
+            None,
+        );
     };
     let sent = http
         .post(&d.url)

@@ -103,7 +103,9 @@ impl From<DeliveryRecord> for Delivery {
             webhook_id: d.webhook_id,
             event_id: d.event_id,
             event_type: d.event_type,
-            next_attempt_at: (d.state == "pending").then_some(d.next_attempt_at).flatten(),
+            next_attempt_at: (d.state == "pending")
+                .then_some(d.next_attempt_at)
+                .flatten(),
             state: d.state,
             attempts: d.attempts,
             last_status_code: d.last_status_code,
@@ -198,11 +200,17 @@ fn parse_create(body: &Value) -> Result<CreateBody, ServiceError> {
             ));
         }
     };
-    let events = Subscription::parse(&events).map_err(|why| ServiceError::invalid_field("events", why))?;
+    let events =
+        Subscription::parse(&events).map_err(|why| ServiceError::invalid_field("events", why))?;
     let project_id = match obj.get("project_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(p)) => Some(Ident::parse("project_id", p)?.as_str().to_owned()),
-        Some(_) => return Err(ServiceError::invalid_field("project_id", "must be a string")),
+        Some(_) => {
+            return Err(ServiceError::invalid_field(
+                "project_id",
+                "must be a string",
+            ));
+        }
     };
     let description = match obj.get("description") {
         None | Some(Value::Null) => None,
@@ -221,7 +229,12 @@ fn parse_create(body: &Value) -> Result<CreateBody, ServiceError> {
                 format!("must be at most {MAX_DESCRIPTION_CHARS} characters"),
             ));
         }
-        Some(_) => return Err(ServiceError::invalid_field("description", "must be a string")),
+        Some(_) => {
+            return Err(ServiceError::invalid_field(
+                "description",
+                "must be a string",
+            ));
+        }
     };
     Ok(CreateBody {
         url,
@@ -260,7 +273,11 @@ impl Service {
         })
     }
 
-    async fn load_webhook(&self, caller: &Caller, raw_id: &str) -> Result<WebhookRecord, ServiceError> {
+    async fn load_webhook(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+    ) -> Result<WebhookRecord, ServiceError> {
         let id = parse_id(raw_id, "webhook")?;
         let hook = self
             .db
@@ -363,7 +380,10 @@ impl Service {
     }
 
     /// The dashboard's page: the caller's webhooks and the deliveries failing.
-    pub async fn webhooks_overview(&self, caller: &Caller) -> Result<WebhooksOverview, ServiceError> {
+    pub async fn webhooks_overview(
+        &self,
+        caller: &Caller,
+    ) -> Result<WebhooksOverview, ServiceError> {
         let webhooks = self.webhooks(caller).await?;
         let failing = self
             .db

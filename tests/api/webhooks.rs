@@ -85,7 +85,11 @@ impl Receiver {
             if seen.len() >= n {
                 return seen;
             }
-            assert!(Instant::now() < deadline, "only {} of {n} deliveries: {seen:?}", seen.len());
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {n} deliveries: {seen:?}",
+                seen.len()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -127,7 +131,14 @@ async fn send(
 }
 
 async fn create(app: &TestApp, token: Option<&str>, body: Value) -> Value {
-    let response = send(app, reqwest::Method::POST, "/v1/webhooks", token, Some(&body)).await;
+    let response = send(
+        app,
+        reqwest::Method::POST,
+        "/v1/webhooks",
+        token,
+        Some(&body),
+    )
+    .await;
     let status = response.status().as_u16();
     let location = response
         .headers()
@@ -163,7 +174,10 @@ async fn webhooks_rest_contract(app: TestApp) {
     for field in ["id", "url", "events", "project_id", "created_at", "secret"] {
         assert!(!created[field].is_null(), "{field} missing: {created}");
     }
-    assert_eq!(created["events"], json!(["task.failed", "refine_job.failed"]));
+    assert_eq!(
+        created["events"],
+        json!(["task.failed", "refine_job.failed"])
+    );
     assert_eq!(created["disabled"], false);
     assert_secret(&created["secret"]);
     let id = created["id"].as_str().unwrap().to_owned();
@@ -178,17 +192,34 @@ async fn webhooks_rest_contract(app: TestApp) {
     assert!(!list.to_string().contains("whsec_"), "{list}");
 
     // The wildcard stands for every type.
-    let all = create(&app, None, json!({"url": "https://1.1.1.1/", "events": ["*", "task.failed"]})).await;
+    let all = create(
+        &app,
+        None,
+        json!({"url": "https://1.1.1.1/", "events": ["*", "task.failed"]}),
+    )
+    .await;
     assert_eq!(all["events"], json!(["*"]));
     assert!(all["project_id"].is_null());
 
-    let rotated = send(&app, reqwest::Method::POST, &format!("{path}/rotate-secret"), None, None).await;
+    let rotated = send(
+        &app,
+        reqwest::Method::POST,
+        &format!("{path}/rotate-secret"),
+        None,
+        None,
+    )
+    .await;
     assert_eq!(rotated.status(), 200);
     let rotated: Value = rotated.json().await.unwrap();
     assert_secret(&rotated["secret"]);
     assert_ne!(rotated["secret"], created["secret"]);
 
-    let deliveries: Value = app.get(&format!("{path}/deliveries")).await.json().await.unwrap();
+    let deliveries: Value = app
+        .get(&format!("{path}/deliveries"))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(deliveries, json!([]));
     let unknown = uuid::Uuid::now_v7();
     let replay = send(
@@ -208,12 +239,28 @@ async fn webhooks_rest_contract(app: TestApp) {
         (json!({"url": 5, "events": ["*"]}), "url"),
         (json!({"url": "https://8.8.8.8/"}), "events"),
         (json!({"url": "https://8.8.8.8/", "events": []}), "events"),
-        (json!({"url": "https://8.8.8.8/", "events": ["task.done"]}), "events"),
+        (
+            json!({"url": "https://8.8.8.8/", "events": ["task.done"]}),
+            "events",
+        ),
         (json!({"url": "https://8.8.8.8/", "events": "*"}), "events"),
-        (json!({"url": "https://8.8.8.8/", "events": ["*"], "project_id": ""}), "project_id"),
-        (json!({"url": "https://8.8.8.8/", "events": ["*"], "colour": "red"}), "colour"),
+        (
+            json!({"url": "https://8.8.8.8/", "events": ["*"], "project_id": ""}),
+            "project_id",
+        ),
+        (
+            json!({"url": "https://8.8.8.8/", "events": ["*"], "colour": "red"}),
+            "colour",
+        ),
     ] {
-        let response = send(&app, reqwest::Method::POST, "/v1/webhooks", None, Some(&body)).await;
+        let response = send(
+            &app,
+            reqwest::Method::POST,
+            "/v1/webhooks",
+            None,
+            Some(&body),
+        )
+        .await;
         let problem = expect_problem(response, 422, "invalid_field").await;
         assert_eq!(problem["field"], field, "{body}: {problem}");
     }
@@ -260,8 +307,18 @@ async fn webhook_targets_must_be_public(app: TestApp) {
     }
     let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
     assert_eq!(list, json!([]), "refused targets are not stored");
-    create(&app, None, json!({"url": "https://8.8.4.4/hook", "events": ["*"]})).await;
-    create(&app, None, json!({"url": "http://172.32.0.1:8080/", "events": ["*"]})).await;
+    create(
+        &app,
+        None,
+        json!({"url": "https://8.8.4.4/hook", "events": ["*"]}),
+    )
+    .await;
+    create(
+        &app,
+        None,
+        json!({"url": "http://172.32.0.1:8080/", "events": ["*"]}),
+    )
+    .await;
 }
 
 async fn limited_tokens_see_only_their_projects_webhooks(backend: Backend) {
@@ -279,7 +336,14 @@ async fn limited_tokens_see_only_their_projects_webhooks(backend: Backend) {
 
     // A limited token cannot create for another project or for every project.
     for body in [hook(Some("proj-b")), hook(None)] {
-        let response = send(&app, reqwest::Method::POST, "/v1/webhooks", Some(TOKEN_A), Some(&body)).await;
+        let response = send(
+            &app,
+            reqwest::Method::POST,
+            "/v1/webhooks",
+            Some(TOKEN_A),
+            Some(&body),
+        )
+        .await;
         expect_problem(response, 403, "forbidden_project").await;
     }
     // Nor read, rotate, list deliveries of, replay or delete them: 403, not 404.
@@ -290,7 +354,10 @@ async fn limited_tokens_see_only_their_projects_webhooks(backend: Backend) {
             (reqwest::Method::GET, path.clone()),
             (reqwest::Method::POST, format!("{path}/rotate-secret")),
             (reqwest::Method::GET, format!("{path}/deliveries")),
-            (reqwest::Method::POST, format!("{path}/deliveries/{any}/replay")),
+            (
+                reqwest::Method::POST,
+                format!("{path}/deliveries/{any}/replay"),
+            ),
             (reqwest::Method::DELETE, path.clone()),
         ] {
             let response = send(&app, method.clone(), &p, Some(TOKEN_A), None).await;
@@ -299,18 +366,30 @@ async fn limited_tokens_see_only_their_projects_webhooks(backend: Backend) {
         let still = send(&app, reqwest::Method::GET, &path, Some(ADMIN), None).await;
         assert_eq!(still.status(), 200, "a refused delete deleted nothing");
     }
-    let list: Value = send(&app, reqwest::Method::GET, "/v1/webhooks", Some(TOKEN_A), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let list: Value = send(
+        &app,
+        reqwest::Method::GET,
+        "/v1/webhooks",
+        Some(TOKEN_A),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     let ids: Vec<&Value> = list.as_array().unwrap().iter().map(|w| &w["id"]).collect();
     assert_eq!(ids, vec![&mine["id"]]);
-    let all: Value = send(&app, reqwest::Method::GET, "/v1/webhooks", Some(ADMIN), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let all: Value = send(
+        &app,
+        reqwest::Method::GET,
+        "/v1/webhooks",
+        Some(ADMIN),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     assert_eq!(all.as_array().unwrap().len(), 3);
     let own = format!("/v1/webhooks/{}", mine["id"].as_str().unwrap());
     let deleted = send(&app, reqwest::Method::DELETE, &own, Some(TOKEN_A), None).await;
@@ -341,7 +420,12 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
         s.workers = 0;
     };
     let app = common::spawn_app_with(backend, tweak).await;
-    let other = create(&app, None, json!({"url": url, "events": ["*"], "project_id": "proj-other"})).await;
+    let other = create(
+        &app,
+        None,
+        json!({"url": url, "events": ["*"], "project_id": "proj-other"}),
+    )
+    .await;
     let hook = create(
         &app,
         None,
@@ -349,7 +433,9 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     )
     .await;
     let secret = hook["secret"].as_str().unwrap().to_owned();
-    let list = app.post_json("/v1/task-lists", &one_task_list("proj-w")).await;
+    let list = app
+        .post_json("/v1/task-lists", &one_task_list("proj-w"))
+        .await;
     assert_eq!(list.status(), 201);
     let list: Value = list.json().await.unwrap();
     let task_a = list["tasks"][0]["id"].as_str().unwrap().to_owned();
@@ -373,7 +459,12 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     let deadline = Instant::now() + Duration::from_secs(15);
     let failing = loop {
         let now: Value = app.get(&deliveries_path).await.json().await.unwrap();
-        if now.as_array().unwrap().iter().all(|d| d["attempts"].as_i64() >= Some(1)) {
+        if now
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["attempts"].as_i64() >= Some(1))
+        {
             break now;
         }
         assert!(Instant::now() < deadline, "no attempt recorded: {now}");
@@ -401,7 +492,11 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
         .collect();
     let mut bodies = Vec::new();
     for r in &seen {
-        assert!(event_ids.contains(&r.id), "{} is not one of {event_ids:?}", r.id);
+        assert!(
+            event_ids.contains(&r.id),
+            "{} is not one of {event_ids:?}",
+            r.id
+        );
         let ts: i64 = r.timestamp.parse().expect("whole seconds");
         assert!((chrono::Utc::now().timestamp() - ts).abs() < 60);
         assert_eq!(r.signature, sign(&secret, &r.id, ts, &r.body).unwrap());
@@ -416,9 +511,15 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     assert_eq!(failed["data"]["project_id"], "proj-w");
     assert_eq!(failed["data"]["path"], format!("/v1/tasks/{task_a}"));
     assert!(!failed.to_string().contains("do a"), "no task text");
-    let finished = bodies.iter().find(|b| b["type"] == "task_list.finished").unwrap();
+    let finished = bodies
+        .iter()
+        .find(|b| b["type"] == "task_list.finished")
+        .unwrap();
     assert_eq!(finished["data"]["id"], list["id"]);
-    assert_eq!(finished["data"]["next"], "blocked", "b was abandoned by the cascade");
+    assert_eq!(
+        finished["data"]["next"], "blocked",
+        "b was abandoned by the cascade"
+    );
     assert_eq!(
         finished["data"]["path"],
         format!("/v1/task-lists/{}", list["id"].as_str().unwrap())
@@ -428,14 +529,25 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let now: Value = app.get(&deliveries_path).await.json().await.unwrap();
-        if now.as_array().unwrap().iter().all(|d| d["state"] == "delivered") {
+        if now
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["state"] == "delivered")
+        {
             for d in now.as_array().unwrap() {
-                assert!(d["delivered_at"].is_string() && d["next_attempt_at"].is_null(), "{d}");
+                assert!(
+                    d["delivered_at"].is_string() && d["next_attempt_at"].is_null(),
+                    "{d}"
+                );
                 assert_eq!(d["last_status_code"], 204);
             }
             break;
         }
-        assert!(Instant::now() < deadline, "not recorded as delivered: {now}");
+        assert!(
+            Instant::now() < deadline,
+            "not recorded as delivered: {now}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Exactly the two events: no task.failed for the abandoned task, one end.
@@ -458,7 +570,12 @@ async fn private_targets_stored_earlier_are_not_called(backend: Backend) {
         s.workers = 0;
     })
     .await;
-    let hook = create(&allowed, None, json!({"url": receiver.url, "events": ["task.failed"]})).await;
+    let hook = create(
+        &allowed,
+        None,
+        json!({"url": receiver.url, "events": ["task.failed"]}),
+    )
+    .await;
     let database = allowed.stop_keeping_database().await;
     let app = common::spawn_app_on(database, backend, |s| {
         s.webhooks.retry_schedule = vec![Duration::from_secs(1); 3];
@@ -490,7 +607,10 @@ async fn private_targets_stored_earlier_are_not_called(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(
-        delivery["last_error"].as_str().unwrap().contains("webhook_url_not_allowed"),
+        delivery["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("webhook_url_not_allowed"),
         "{delivery}"
     );
     assert!(delivery["delivered_at"].is_null());
