@@ -404,7 +404,7 @@ pub fn next_delay(
 
 /// What an answer means for the delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum AnswerVerdict {
     Delivered,
     /// 410 Gone: the receiver is gone; disable the webhook.
     Gone,
@@ -413,11 +413,11 @@ pub enum Outcome {
     Failed,
 }
 
-pub fn outcome_of(status: Option<u16>) -> Outcome {
+pub fn outcome_of(status: Option<u16>) -> AnswerVerdict {
     match status {
-        Some(s) if (200..300).contains(&s) => Outcome::Delivered,
-        Some(410) => Outcome::Gone,
-        _ => Outcome::Failed,
+        Some(s) if (200..300).contains(&s) => AnswerVerdict::Delivered,
+        Some(410) => AnswerVerdict::Gone,
+        _ => AnswerVerdict::Failed,
     }
 }
 

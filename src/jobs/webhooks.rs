@@ -19,8 +19,8 @@ use crate::config::WebhookSettings;
 use crate::db::Database;
 use crate::db::webhooks::{AttemptResult, ClaimedDelivery};
 use crate::domain::webhooks::{
-    Outcome, ROTATION_OVERLAP, check_target, ip_literal, next_delay, outcome_of, parse_retry_after,
-    signature_header, url_host,
+    AnswerVerdict, ROTATION_OVERLAP, check_target, ip_literal, next_delay, outcome_of,
+    parse_retry_after, signature_header, url_host,
 };
 
 /// How often the worker looks for due deliveries (a replay or a new event is
@@ -233,7 +233,7 @@ pub async fn attempt(
                 }
             }
             Ok(None) => break,
-            Err(e) if outcome_of(Some(status)) == Outcome::Delivered => {
+            Err(e) if outcome_of(Some(status)) == AnswerVerdict::Delivered => {
                 // The status was already a success: a body that fails to arrive
                 // does not undo it.
                 tracing::debug!(error = %e, "webhook answer cut short");
@@ -243,11 +243,11 @@ pub async fn attempt(
         }
     }
     match outcome_of(Some(status)) {
-        Outcome::Delivered => AttemptResult::Delivered { status },
-        Outcome::Gone => AttemptResult::Gone {
+        AnswerVerdict::Delivered => AttemptResult::Delivered { status },
+        AnswerVerdict::Gone => AttemptResult::Gone {
             reason: "the receiver answered 410 Gone".into(),
         },
-        Outcome::Failed => {
+        AnswerVerdict::Failed => {
             let text = String::from_utf8_lossy(&answer);
             let excerpt: String = text.chars().take(ERROR_EXCERPT).collect();
             let error = if excerpt.trim().is_empty() {
