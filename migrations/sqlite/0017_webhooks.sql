@@ -47,3 +47,8 @@ CREATE TABLE webhook_deliveries (
 );
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, created_at);
+-- Retention (docs/configuration.md, PLANGATE_RETENTION_DAYS): ended deliveries, then
+-- the events none refers to any more.
+CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_id);
+CREATE INDEX webhook_deliveries_ended ON webhook_deliveries (created_at) WHERE state <> 'pending';
+CREATE INDEX webhook_events_by_time ON webhook_events (created_at);

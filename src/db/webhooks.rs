@@ -411,12 +411,28 @@ impl Database {
         })
     }
 
-    /// Deliveries by state (the `/metrics` gauge and the dashboard).
-    pub async fn delivery_counts(&self) -> DbResult<Vec<(String, i64)>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as("SELECT state, COUNT(*) FROM webhook_deliveries GROUP BY state")
-                .fetch_all(pool)
-                .await?
-        }))
+    /// Retention: deletes ended deliveries (delivered or failed) created before
+    /// `cutoff`, then the events no delivery refers to. A pending delivery is kept
+    /// whatever its age: it may still be sent. Returns the deliveries deleted.
+    pub async fn delete_webhook_deliveries_before(&self, cutoff: DateTime<Utc>) -> DbResult<u64> {
+        on_pool!(self, pool => {
+            let (_turn, mut tx) = begin_write!(self, pool);
+            let n = sqlx::query(
+                "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < $1",
+            )
+            .bind(cutoff)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            sqlx::query(
+                "DELETE FROM webhook_events WHERE created_at < $1 AND NOT EXISTS \
+                 (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = webhook_events.id)",
+            )
+            .bind(cutoff)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(n)
+        })
     }
 }

@@ -553,6 +553,17 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     // Exactly the two events: no task.failed for the abandoned task, one end.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(receiver.seen().len(), 2, "{:?}", receiver.seen());
+    // Retention deletes ended deliveries and their events, never pending ones.
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    assert_eq!(
+        app.db
+            .delete_webhook_deliveries_before(later)
+            .await
+            .unwrap(),
+        2
+    );
+    let left: Value = app.get(&deliveries_path).await.json().await.unwrap();
+    assert_eq!(left, json!([]));
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(
         metrics.contains("webhook_deliveries_total{outcome=\"delivered\"}"),
