@@ -269,6 +269,22 @@ async fn webhooks_rest_contract(app: TestApp) {
     let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
     assert_eq!(list.as_array().unwrap().len(), 2);
 
+    // The dashboard lists them (never a secret).
+    let page = app
+        .client
+        .get(app.url("/ui/webhooks"))
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains("https://8.8.8.8/hook") && html.contains("ops pager"),
+        "{html}"
+    );
+    assert!(!html.contains("whsec_"));
+
     let deleted = send(&app, reqwest::Method::DELETE, &path, None, None).await;
     assert_eq!(deleted.status(), 204);
     expect_problem(app.get(&path).await, 404, "not_found").await;
