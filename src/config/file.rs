@@ -44,6 +44,10 @@ pub struct FileConfig {
     pub idle_timeout_secs: Option<u64>,
     pub max_connections: Option<usize>,
     pub session_ttl_secs: Option<u64>,
+    /// Webhook deliveries (docs/configuration.md, "Webhooks").
+    pub webhook_timeout_secs: Option<u64>,
+    pub webhook_retry_schedule: Option<String>,
+    pub webhook_allow_private: Option<bool>,
     pub default_executor: Option<String>,
     #[serde(default)]
     pub executors: BTreeMap<String, ExecutorProfile>,

@@ -67,6 +67,32 @@ pub struct Settings {
     pub budgets: BudgetsConfig,
     /// Allowed origins and hosts, connection limits, dashboard sessions.
     pub edge: EdgeSettings,
+    /// Webhook deliveries (docs/configuration.md, "Webhooks").
+    pub webhooks: WebhookSettings,
+}
+
+/// How webhook deliveries are made (docs/configuration.md, "Webhooks").
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// One attempt's limit: connect, send and read the answer.
+    pub timeout: Duration,
+    /// The waits after the 1st, 2nd … failed attempt (1 + N attempts).
+    pub retry_schedule: Vec<Duration>,
+    /// Whether targets may be loopback, private or link-local.
+    pub allow_private: bool,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            timeout: Duration::from_secs(10),
+            retry_schedule: crate::domain::webhooks::DEFAULT_SCHEDULE
+                .iter()
+                .map(|s| Duration::from_secs(*s))
+                .collect(),
+            allow_private: false,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -444,6 +470,29 @@ impl Settings {
             }
         }
 
+        let webhook_timeout = positive(
+            "PLANGATE_WEBHOOK_TIMEOUT_SECS",
+            args.webhook_timeout_secs.or(file.webhook_timeout_secs),
+            10,
+        )?;
+        let webhook_schedule = match args
+            .webhook_retry_schedule
+            .clone()
+            .or(file.webhook_retry_schedule)
+        {
+            Some(text) => crate::domain::webhooks::parse_schedule(&text)
+                .map_err(|e| invalid("PLANGATE_WEBHOOK_RETRY_SCHEDULE", e))?,
+            None => WebhookSettings::default().retry_schedule,
+        };
+        let webhooks = WebhookSettings {
+            timeout: Duration::from_secs(webhook_timeout),
+            retry_schedule: webhook_schedule,
+            allow_private: args
+                .webhook_allow_private
+                .or(file.webhook_allow_private)
+                .unwrap_or(false),
+        };
+
         Ok(Settings {
             bind,
             database_url,
@@ -476,6 +525,7 @@ impl Settings {
             prices: file.prices,
             budgets: file.budgets,
             edge,
+            webhooks,
         })
     }
 

@@ -115,4 +115,13 @@ pub struct ServeArgs {
     /// Dashboard session lifetime in seconds [default: 43200]
     #[arg(long, env = "PLANGATE_SESSION_TTL_SECS")]
     pub session_ttl_secs: Option<u64>,
+    /// Seconds a webhook delivery attempt may take before it counts as failed [default: 10]
+    #[arg(long, env = "PLANGATE_WEBHOOK_TIMEOUT_SECS")]
+    pub webhook_timeout_secs: Option<u64>,
+    /// Comma-separated seconds to wait after the 1st, 2nd … failed webhook attempt [default: 5,300,1800,7200,18000,36000,36000]
+    #[arg(long, env = "PLANGATE_WEBHOOK_RETRY_SCHEDULE", value_name = "SECS")]
+    pub webhook_retry_schedule: Option<String>,
+    /// Let webhooks target loopback, private and link-local addresses (local development and tests) [default: false]
+    #[arg(long, env = "PLANGATE_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: Option<bool>,
 }

@@ -12,6 +12,9 @@ mod tx;
 
 pub mod dashboard;
 pub mod notify;
+// Before the modules whose transactions store webhook events (its macros).
+#[macro_use]
+pub mod outbox;
 pub mod refine_jobs;
 pub mod refine_runs;
 // Before `task_lists`, whose transition uses its macros.
@@ -21,6 +24,7 @@ pub mod task_lists;
 pub mod tracks;
 pub mod ui_sessions;
 pub mod usage;
+pub mod webhooks;
 
 use std::str::FromStr;
 use std::sync::Arc;

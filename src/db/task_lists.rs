@@ -757,6 +757,7 @@ impl Database {
                     update.build().execute(&mut *tx).await?;
                 }
             }
+            outbox_task_changed!(tx, list_id, &tasks, origin, change.status, &cascaded, at);
             tx.commit().await?;
             let depends_on = tasks[origin].depends_on.clone();
             Ok::<_, DbError>(TransitionOutcome::Changed {

@@ -14,6 +14,7 @@ pub mod storable;
 pub mod text;
 pub mod track_state;
 pub mod usage;
+pub mod webhooks;
 pub mod wire_strings;
 pub(crate) use wire_strings::wire_strings;
 pub mod xorshift;

@@ -19,6 +19,7 @@ mod responses;
 pub mod task_lists;
 pub mod tasks;
 pub mod tracks;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -52,6 +53,7 @@ pub use crate::web::AppState;
         (name = "tracks", description = "Track loop state: metadata.json v2 and its steps"),
         (name = "refine-runs", description = "Whole-plan refine runs: split by phase, run in parallel, merge once"),
         (name = "refine-jobs", description = "Durable per-phase refine jobs: L0 fan-out, validation, WP ownership"),
+        (name = "webhooks", description = "Signed Standard Webhooks deliveries of what ended, from a transactional outbox"),
     )
 )]
 struct ApiDoc;
@@ -82,6 +84,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(tracks::router())
         .merge(refine_jobs::router())
         .merge(refine_runs::router())
+        .merge(webhooks::router())
 }
 
 /// The OpenAPI document the server serves (and `openapi/openapi.json` holds).

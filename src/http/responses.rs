@@ -66,6 +66,12 @@ problem_sets! {
     NoSuchList { "404" => "No such list" }
     /// A route on a task addressed inside its list.
     NoSuchListTask { "404" => "No such list, or no such task in it (`field` names which)" }
+    /// A route on one webhook, by its path id.
+    WebhookById {
+        "400" => "Not a webhook id",
+        "404" => "No such webhook",
+        "503" => "Database unavailable",
+    }
     /// A route that honours `If-Match`.
     StaleIfMatch { "412" => "Stale If-Match" }
     /// A route on one track by its id.

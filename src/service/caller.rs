@@ -79,6 +79,11 @@ impl Caller {
         self.token.as_ref()
     }
 
+    /// The projects the caller is limited to; `None`: every project.
+    pub fn projects(&self) -> Option<&[String]> {
+        self.projects.as_deref()
+    }
+
     /// Whether the caller may act on `project_id`.
     pub fn may_access(&self, project_id: &str) -> bool {
         match &self.projects {

@@ -117,6 +117,7 @@ pub enum ProblemCode {
     UnknownStep,
     UnsupportedMediaType,
     UnsupportedVersion,
+    WebhookUrlNotAllowed,
     WriteContention,
 }
 
@@ -177,6 +178,7 @@ impl ProblemCode {
             UnknownStep => "unknown_step",
             UnsupportedMediaType => "unsupported_media_type",
             UnsupportedVersion => "unsupported_version",
+            WebhookUrlNotAllowed => "webhook_url_not_allowed",
             WriteContention => "write_contention",
         }
     }

@@ -48,6 +48,9 @@
 //!   `dashboard_run`, `dashboard_tracks`, `dashboard_track`, `dashboard_live_marker`,
 //!   `dashboard_bulk_preview`, `dashboard_bulk`.
 //! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
+//! - webhooks ([`webhooks`]): `create_webhook`, `webhooks`, `webhook`,
+//!   `delete_webhook`, `rotate_webhook_secret`, `webhook_deliveries`,
+//!   `replay_delivery`, `webhooks_overview`.
 //! - operations: [`Service::check_ready`], [`Service::begin_shutdown`].
 
 mod caller;
@@ -63,6 +66,7 @@ pub mod task_claims;
 pub mod task_lists;
 pub mod task_refs;
 pub mod tracks;
+pub mod webhooks;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -16,6 +16,7 @@ pub mod session;
 mod sign_in;
 mod task_lists;
 mod tracks;
+mod webhooks;
 
 use axum::http::{HeaderMap, header};
 use axum::response::Redirect;
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/ui/tracks", get(tracks::list))
         .route("/ui/tracks/{id}", get(tracks::track))
+        .route("/ui/webhooks", get(webhooks::page))
         .route("/ui/assets/{name}", get(assets::serve))
         .layer(middleware::from_fn_with_state(
             state,

@@ -26,6 +26,7 @@ const PROJECTLESS: &[&str] = &[
     "POST /v1/loop-plans/parse",
     // Filtered to the caller's projects rather than refused (checked below).
     "GET /v1/refine-jobs",
+    "GET /v1/webhooks",
 ];
 
 async fn spawn(backend: Backend) -> TestApp {
@@ -100,6 +101,7 @@ fn route_of(method: &Method, path: &str) -> String {
     let path = path.split('?').next().unwrap_or(path);
     let tracks = path.starts_with("/v1/tracks/");
     let in_list = path.starts_with("/v1/task-lists/") && path.split('/').nth(4) == Some("tasks");
+    let webhooks = path.starts_with("/v1/webhooks/");
     let templated: Vec<&str> = path
         .split('/')
         .enumerate()
@@ -107,6 +109,7 @@ fn route_of(method: &Method, path: &str) -> String {
             (3, _) if tracks => "{track_id}",
             (5, _) if tracks => "{step}",
             (5, _) if in_list => "{task_id}",
+            (5, _) if webhooks => "{delivery_id}",
             (3, "proj-b") => "{project_id}",
             (3, s) if uuid::Uuid::parse_str(s).is_ok() => "{id}",
             _ => segment,
@@ -194,6 +197,18 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
     )
     .await;
     let loose_job = loose_job["id"].as_str().unwrap().to_owned();
+    // Webhooks: one of proj-b, one of every project (subscribed to an event this
+    // test never causes: nothing is sent anywhere).
+    let mut hooks = Vec::new();
+    for project in [Some("proj-b"), None] {
+        let mut body = json!({"url": "https://8.8.8.8/hook", "events": ["budget.exceeded"]});
+        if let Some(p) = project {
+            body["project_id"] = json!(p);
+        }
+        let hook =
+            created(send(&app, ADMIN, Method::POST, "/v1/webhooks", Some(&body)).await).await;
+        hooks.push(hook["id"].as_str().unwrap().to_owned());
+    }
     // Tracks: one of proj-b, one of no project.
     let track = |id: &str| {
         json!({"track_id": id, "type": "feature", "status": "new",
@@ -338,6 +353,36 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
             ),
         ]
     }))
+    .chain(hooks.iter().flat_map(|id| {
+        let delivery = uuid::Uuid::now_v7();
+        [
+            (Method::GET, format!("/v1/webhooks/{id}"), None),
+            (Method::DELETE, format!("/v1/webhooks/{id}"), None),
+            (
+                Method::POST,
+                format!("/v1/webhooks/{id}/rotate-secret"),
+                None,
+            ),
+            (Method::GET, format!("/v1/webhooks/{id}/deliveries"), None),
+            (
+                Method::POST,
+                format!("/v1/webhooks/{id}/deliveries/{delivery}/replay"),
+                None,
+            ),
+        ]
+    }))
+    .chain([
+        (
+            Method::POST,
+            "/v1/webhooks".to_owned(),
+            Some(json!({"url": "https://8.8.8.8/", "events": ["*"], "project_id": "proj-b"})),
+        ),
+        (
+            Method::POST,
+            "/v1/webhooks".to_owned(),
+            Some(json!({"url": "https://8.8.8.8/", "events": ["*"]})),
+        ),
+    ])
     .chain([&other_run, &loose_run].into_iter().flat_map(|id| {
         [
             (Method::GET, format!("/v1/refine-runs/{id}"), None),
@@ -387,6 +432,17 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         .unwrap();
         assert_eq!(page["jobs"], json!([]), "{query}: {page}");
     }
+
+    let hooks_seen: Value = send(&app, LIMITED, Method::GET, "/v1/webhooks", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        hooks_seen,
+        json!([]),
+        "a limited token lists no other webhook"
+    );
 
     // The same requests do act for the unrestricted token (the table is not vacuous).
     let cancel = send(

@@ -38,3 +38,4 @@ mod toolsnaps;
 mod traces;
 mod tracks;
 mod usage;
+mod webhooks;

@@ -43,6 +43,9 @@ impl Database {
             .execute(&mut *tx)
             .await?;
             push_events!(tx, id, seq, at, &[state_event(next, attempt, json!({}))]);
+            if next.is_terminal() {
+                outbox_job_ended!(tx, id, at);
+            }
             tx.commit().await?;
             next
         });

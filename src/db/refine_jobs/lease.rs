@@ -383,6 +383,7 @@ impl Database {
                 .execute(&mut *tx)
                 .await?;
             }
+            outbox_job_ended!(tx, lease.job_id, at);
             let claimed = match next {
                 Some(claim) => claim_in!(self, tx, claim, at),
                 None => None,
@@ -433,6 +434,9 @@ impl Database {
                 json!({"reason": "handed back at shutdown"}),
             );
             push_events!(tx, lease.job_id, seq, at, &[event]);
+            if status.is_terminal() {
+                outbox_job_ended!(tx, lease.job_id, at);
+            }
             tx.commit().await?;
             Ok(Ok(status))
         })
@@ -502,6 +506,9 @@ impl Database {
                     None => json!({"reason": "lease expired"}),
                 };
                 push_events!(tx, id, seq, at, &[state_event(next, attempt, extra)]);
+                if next.is_terminal() {
+                    outbox_job_ended!(tx, id, at);
+                }
             }
             tx.commit().await?;
             Ok(reaped)

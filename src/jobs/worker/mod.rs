@@ -93,6 +93,13 @@ pub fn start(
     let background = CancellationToken::new();
     let mut background_tasks = JoinSet::new();
     background_tasks.spawn(reaper(pool.clone(), background.clone()));
+    // Its own life, not the job workers': it runs with none (`PLANGATE_WORKERS=0`
+    // still delivers the events of API changes) and stops when the drain starts.
+    let deliveries = tokio::spawn(crate::jobs::webhooks::run(
+        pool.db.clone(),
+        settings.webhooks.clone(),
+        shutdown.clone(),
+    ));
     if let Database::Postgres(_) = &pool.db {
         let (db, hub, stop) = (pool.db.clone(), pool.hub.clone(), background.clone());
         background_tasks.spawn(async move {
@@ -125,6 +132,7 @@ pub fn start(
         }
         background.cancel();
         while background_tasks.join_next().await.is_some() {}
+        let _ = deliveries.await;
         tracing::info!(worker_id = %pool.worker_id, "job workers stopped");
     }))
 }

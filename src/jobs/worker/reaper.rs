@@ -62,6 +62,11 @@ pub(super) async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
                 Ok(n) => tracing::info!(deleted = n, "retention sweep"),
                 Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
             }
+            match pool.db.delete_webhook_deliveries_before(cutoff).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(deleted = n, "webhook deliveries retention sweep"),
+                Err(e) => tracing::warn!(error = %e, "webhook deliveries retention sweep failed"),
+            }
             last_sweep = Some(Instant::now());
         }
         match pool.db.refine_runs_due_for_merge().await {

@@ -6,6 +6,7 @@ pub mod jobs;
 pub mod tasks;
 pub mod tracks;
 pub mod usage;
+pub mod webhooks;
 
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
@@ -21,6 +22,7 @@ pub enum Section {
     Jobs,
     Runs,
     Tracks,
+    Webhooks,
     None,
 }
 
@@ -37,6 +39,7 @@ pub fn layout(title: &str, section: Section, chrome: Chrome, body: Markup) -> Ma
         (Section::Jobs, "/ui/jobs", "Refine jobs"),
         (Section::Runs, "/ui/runs", "Refine runs"),
         (Section::Tracks, "/ui/tracks", "Tracks"),
+        (Section::Webhooks, "/ui/webhooks", "Webhooks"),
     ];
     html! {
         (DOCTYPE)

@@ -1,0 +1,169 @@
+//! `/v1/webhooks`: signed Standard Webhooks deliveries of what ended (docs/api.md,
+//! "Webhooks"). The use cases are in `service/webhooks.rs`.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use utoipa_axum::{router::OpenApiRouter, routes};
+
+use super::AppState;
+use super::auth::Caller;
+use super::extract::{Json, Path};
+use super::responses::{DatabaseUnavailable, WebhookById};
+use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::service::webhooks::{
+    CreateWebhookRequest, CreatedWebhook, Delivery, RotatedSecret, Webhook,
+};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_webhook, list_webhooks))
+        .routes(routes!(get_webhook, delete_webhook))
+        .routes(routes!(rotate_secret))
+        .routes(routes!(list_deliveries))
+        .routes(routes!(replay_delivery))
+}
+
+/// Subscribe a URL to events. The answer carries the signing `secret`
+/// (`whsec_…`), shown only here and on rotation.
+#[utoipa::path(post, path = "/v1/webhooks", tag = "webhooks",
+    request_body(content = CreateWebhookRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created, with its secret", body = CreatedWebhook,
+            headers(("Location" = String, description = "The webhook's URL"))),
+        ForbiddenProject,
+        (status = 422, description = "`invalid_field` (a missing or non-http(s) `url`, missing `events`, an unknown \
+            event type; `field` names it) or `webhook_url_not_allowed` (the `url` is or resolves to a loopback, \
+            private, link-local or metadata address)", body = Problem, content_type = "application/problem+json"),
+        JsonBodyRejections,
+        DatabaseUnavailable,
+    ))]
+async fn create_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(body): Json<Value>,
+) -> Result<Response, ApiError> {
+    let created = state.service.create_webhook(&caller, &body).await?;
+    let location = format!("/v1/webhooks/{}", created.webhook.id);
+    Ok((
+        StatusCode::CREATED,
+        [(axum::http::header::LOCATION, location)],
+        Json(created),
+    )
+        .into_response())
+}
+
+/// The webhooks the token may see: all for an unrestricted token, its projects'
+/// for a limited one. No secrets.
+#[utoipa::path(get, path = "/v1/webhooks", tag = "webhooks",
+    responses(
+        (status = 200, description = "The webhooks, oldest first", body = Vec<Webhook>),
+        DatabaseUnavailable,
+    ))]
+async fn list_webhooks(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<Webhook>>, ApiError> {
+    Ok(Json(state.service.webhooks(&caller).await?))
+}
+
+/// One webhook (no secret); `disabled` with its reason once a receiver answered
+/// 410 Gone.
+#[utoipa::path(get, path = "/v1/webhooks/{id}", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "Webhook id")),
+    responses(
+        (status = 200, description = "The webhook", body = Webhook),
+        ForbiddenProject,
+        WebhookById,
+    ))]
+async fn get_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Webhook>, ApiError> {
+    Ok(Json(state.service.webhook(&caller, &raw_id).await?))
+}
+
+/// Delete a webhook and its deliveries.
+#[utoipa::path(delete, path = "/v1/webhooks/{id}", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "Webhook id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        ForbiddenProject,
+        WebhookById,
+    ))]
+async fn delete_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.service.delete_webhook(&caller, &raw_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A new secret. For 24 hours every delivery carries two signatures, by the old
+/// secret and by the new one.
+#[utoipa::path(post, path = "/v1/webhooks/{id}/rotate-secret", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "Webhook id")),
+    responses(
+        (status = 200, description = "The new secret", body = RotatedSecret),
+        ForbiddenProject,
+        WebhookById,
+    ))]
+async fn rotate_secret(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw_id): Path<String>,
+) -> Result<Json<RotatedSecret>, ApiError> {
+    Ok(Json(
+        state
+            .service
+            .rotate_webhook_secret(&caller, &raw_id)
+            .await?,
+    ))
+}
+
+/// The webhook's deliveries, newest first (at most 200): each event's attempts,
+/// last status or error, next attempt, delivered at.
+#[utoipa::path(get, path = "/v1/webhooks/{id}/deliveries", tag = "webhooks",
+    params(("id" = Uuid, Path, description = "Webhook id")),
+    responses(
+        (status = 200, description = "The deliveries", body = Vec<Delivery>),
+        ForbiddenProject,
+        WebhookById,
+    ))]
+async fn list_deliveries(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(raw_id): Path<String>,
+) -> Result<Json<Vec<Delivery>>, ApiError> {
+    Ok(Json(
+        state.service.webhook_deliveries(&caller, &raw_id).await?,
+    ))
+}
+
+/// Send a delivery again, with the same `webhook-id`, and the whole retry
+/// schedule ahead of it.
+#[utoipa::path(post, path = "/v1/webhooks/{id}/deliveries/{delivery_id}/replay", tag = "webhooks",
+    params(
+        ("id" = Uuid, Path, description = "Webhook id"),
+        ("delivery_id" = Uuid, Path, description = "Delivery id"),
+    ),
+    responses(
+        (status = 202, description = "Queued: sent within a second or two"),
+        ForbiddenProject,
+        (status = 409, description = "`conflict`: the webhook is disabled", body = Problem, content_type = "application/problem+json"),
+        WebhookById,
+    ))]
+async fn replay_delivery(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((raw_id, raw_delivery)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    state
+        .service
+        .replay_delivery(&caller, &raw_id, &raw_delivery)
+        .await?;
+    Ok(StatusCode::ACCEPTED)
+}
