@@ -19,7 +19,7 @@ case "${1:-}" in
 tools)
     # Separate venvs: these run side by side.
     pids=()
-    for script in schemathesis client mcp traces ui; do
+    for script in schemathesis client mcp traces ui webhooks; do
         timed bash ".ci/$script.sh" --install-only &
         pids+=($!)
     done

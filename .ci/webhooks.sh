@@ -30,6 +30,7 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "${PINS[*]}" ]]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${PINS[@]}"
     echo "${PINS[*]}" > "$STAMP"
 fi
+[[ "${1:-}" == --install-only ]] && exit 0
 
 if [[ ! -x "$BIN" ]]; then
     step "building $BIN (not found)"
