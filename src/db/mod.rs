@@ -12,6 +12,9 @@ mod tx;
 
 pub mod notify;
 pub mod overview;
+// Before `refine_jobs`, whose L0 gate uses its macros.
+#[macro_use]
+pub mod rate_limits;
 pub mod refine_jobs;
 pub mod refine_runs;
 // Before `task_lists`, whose transition uses its macros.

@@ -13,6 +13,7 @@ pub mod middleware;
 pub mod ops;
 pub mod problem;
 pub mod projects;
+pub mod rate_limits;
 pub mod refine_jobs;
 pub mod refine_runs;
 mod responses;
@@ -52,6 +53,7 @@ pub use crate::web::AppState;
         (name = "tracks", description = "Track loop state: metadata.json v2 and its steps"),
         (name = "refine-runs", description = "Whole-plan refine runs: split by phase, run in parallel, merge once"),
         (name = "refine-jobs", description = "Durable per-phase refine jobs: L0 fan-out, validation, WP ownership"),
+        (name = "rate-limits", description = "Provider rate limits shared by every replica: state and runtime changes"),
     )
 )]
 struct ApiDoc;
@@ -82,6 +84,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(tracks::router())
         .merge(refine_jobs::router())
         .merge(refine_runs::router())
+        .merge(rate_limits::router())
 }
 
 /// The OpenAPI document the server serves (and `openapi/openapi.json` holds).

@@ -28,6 +28,7 @@
 //!   `refine_job_assignments`, `refine_job_events` (a stream), `cancel_refine_job`.
 //! - refine runs ([`refine_runs`]): `create_refine_run`, `refine_run` (with
 //!   `wait`), `refine_run_result`, `cancel_refine_run`.
+//! - rate limits ([`rate_limits`]): `rate_limits`, `set_rate_limit`.
 //! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
 //! - operations: [`Service::check_ready`], [`Service::begin_shutdown`].
 
@@ -36,6 +37,7 @@ pub mod dashboard;
 mod error;
 pub mod loop_plans;
 pub mod projects;
+pub mod rate_limits;
 pub mod refine_jobs;
 pub mod refine_runs;
 pub mod sessions;

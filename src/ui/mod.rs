@@ -53,6 +53,7 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/ui/runs/{id}/cancel",
             get(cancel_run_confirm).post(cancel_run),
         )
+        .route("/ui/rate-limits", get(pages::rate_limits::page))
         .route("/ui/tracks", get(tracks))
         .route("/ui/tracks/{id}", get(track))
         .route("/ui/assets/{name}", get(assets::serve))

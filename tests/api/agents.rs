@@ -86,6 +86,7 @@ fn request(assignment_id: &str, prompt: &str) -> L0Request {
             instructions: String::new(),
         }),
         phase_assignments: Arc::from(vec![Assignment::new(assignment_id)]),
+        rate_feedback: None,
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod dag;
 pub mod jobs;
+pub mod rate_limits;
 pub mod tasks;
 pub mod tracks;
 pub mod usage;
