@@ -27,6 +27,8 @@ from datetime import datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKEN = "ratelimits-ci-token-0123456789"
+# L0s per job: 20 batches of 6.
+JOB_L0S = 120
 
 
 def free_port():
@@ -163,15 +165,30 @@ max_wait_secs = 600
         lock = threading.Lock()
         stop = threading.Event()
 
+        # Long jobs (many batches of 6 L0s), a share of the workers per project at
+        # first, then one more queued per project: the workers stay split between
+        # the projects, so each keeps calls waiting (backlogged) and the split of
+        # starts is the limiter's. (Short jobs claimed first-come would make the
+        # split the claim order's, whatever the shares.)
+        # Workers in proportion to the shares (3 : 1): each project then has more
+        # L0 slots than its share of the limit needs, so both stay backlogged
+        # through their jobs' batch tails.
+        weights = {"team-a": 3, "team-b": 1} if len(projects) == 2 else {"team-a": 1}
+        total = a.replicas * a.workers
+
         def submitter(project, k):
-            # Keeps about `slots` L0s' worth of this project's jobs queued beyond
-            # what the workers hold, so the project stays backlogged.
             port = ports[k % len(ports)]
+            per_project = max(1, round(total * weights[project] / sum(weights.values())))
+            for _ in range(per_project):
+                status, job = call(port, "POST", "/v1/refine-jobs", job_body(project, JOB_L0S))
+                assert status in (200, 201, 202), (status, job)
+                with lock:
+                    jobs.append((job["id"], project))
             while not stop.is_set():
                 status, listing = call(port, "GET", f"/v1/refine-jobs?project_id={project}&status=queued&page_size=100")
                 queued = len(listing["jobs"]) if status == 200 else 0
-                if queued < a.replicas * a.workers:
-                    status, job = call(port, "POST", "/v1/refine-jobs", job_body(project))
+                if queued < 1:
+                    status, job = call(port, "POST", "/v1/refine-jobs", job_body(project, JOB_L0S))
                     if status in (200, 201, 202):
                         with lock:
                             jobs.append((job["id"], project))

@@ -9,9 +9,9 @@
 //! unless it is, then start queue heads while the buckets and the pause allow: the
 //! caller's own call starts at once; another replica's head is *granted* and starts
 //! when its job asks next (within [`GRANT_TTL_MS`], else the grant lapses). Since a
-//! granted call starts up to that late, the request bucket refills at
-//! `rpm · 60 / (60 + GRANT_TTL)` per minute, which keeps any 60 s window of actual
-//! starts at `rpm + 1` at most.
+//! granted call starts up to that late, the buckets count it with that lateness
+//! (`Rates::effective`), which keeps any 60 s window of actual starts at
+//! `rpm + 1` at most.
 
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ pub const WAIT_POLL: Duration = Duration::from_millis(250);
 /// A waiting call's row lives this long past its last ask: a dead replica's
 /// waiting calls leave the queue within it.
 pub const WAITING_TTL_MS: i64 = 5_000;
+/// A settled call's row waits this long for the next admission to collect it.
+pub const DONE_TTL_MS: i64 = 3_600_000;
 /// The most queue heads one admission starts or grants.
 const MAX_GRANTS: usize = 8;
 
@@ -112,11 +114,11 @@ impl RateState {
 
     /// The rates the buckets refill at (see the module doc for the request rate).
     pub fn rates(&self, configured: &Limits) -> Rates {
-        let mut rates = Rates::effective(&self.limits(configured), &self.learned);
-        rates.requests = rates
-            .requests
-            .map(|r| r * 60_000.0 / (60_000.0 + GRANT_TTL_MS as f64));
-        rates
+        Rates::effective(
+            &self.limits(configured),
+            &self.learned,
+            Duration::from_millis(GRANT_TTL_MS as u64),
+        )
     }
 }
 
@@ -196,6 +198,29 @@ macro_rules! rate_admit {
         let limits = state.limits(&ask.configured);
         let rates = state.rates(&ask.configured);
         let me = ask.call_id();
+        // Calls that ended since: give back what they reserved and did not use.
+        let (unused_in, unused_out, done): (i64, i64, i64) = sqlx::query_as(
+            "SELECT CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), COUNT(*) \
+             FROM rate_limit_calls WHERE executor = $1 AND state = 'done'",
+        )
+        .bind(&ask.executor)
+        .fetch_one(&mut *$tx)
+        .await?;
+        if done > 0 {
+            state.buckets.give_back(
+                &rates,
+                $crate::domain::rate_limit::Cost {
+                    input_tokens: unused_in,
+                    output_tokens: unused_out,
+                },
+            );
+            state.learned.answered = true;
+            sqlx::query("DELETE FROM rate_limit_calls WHERE executor = $1 AND state = 'done'")
+                .bind(&ask.executor)
+                .execute(&mut *$tx)
+                .await?;
+        }
         sqlx::query("DELETE FROM rate_limit_calls WHERE executor = $1 AND expires_at < $2")
             .bind(&ask.executor)
             .bind(now)
@@ -382,6 +407,14 @@ pub(crate) fn max_grants() -> usize {
     MAX_GRANTS
 }
 
+/// The state row, the calls by `(project, state, count)` and the projects by
+/// `(project, minute, started this minute, started the minute before)`.
+type RecordRows = (
+    Option<StateRow>,
+    Vec<(String, String, i64)>,
+    Vec<(String, i64, i64, i64)>,
+);
+
 /// One executor's limits and state, as `GET /v1/rate-limits` shows them.
 #[derive(Debug, Clone)]
 pub struct RateLimitRecord {
@@ -427,7 +460,7 @@ impl Database {
         let rows: Vec<(String, String, String, String, i64, String)> = on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT executor, id, project_id, job_id, waiting_since, state \
-                 FROM rate_limit_calls WHERE state <> 'running' AND expires_at >= $1 \
+                 FROM rate_limit_calls WHERE state IN ('waiting', 'granted') AND expires_at >= $1 \
                  ORDER BY waiting_since LIMIT $2",
             )
             .bind(now)
@@ -451,8 +484,9 @@ impl Database {
             .collect())
     }
 
-    /// Settles a call that ended: gives back the tokens it reserved and did not
-    /// use, and drops its row.
+    /// Settles a call that ended: its row becomes `done` with the tokens it
+    /// reserved and did not use, which the executor's next admission gives back
+    /// (under the row lock it holds anyway: a call's end takes no lock of its own).
     pub async fn rate_settle(
         &self,
         executor: &str,
@@ -461,18 +495,19 @@ impl Database {
         unused: Cost,
     ) -> DbResult<()> {
         let now = now_ms();
+        let _turn = self.writer_turn().await;
         on_pool!(self, pool => {
-            let (_turn, mut tx) = begin_write!(self, pool);
-            let mut state = rate_lock!(self, tx, executor, configured, now);
-            let rates = state.rates(configured);
-            state.buckets.give_back(&rates, unused);
-            state.learned.answered = true;
-            rate_save!(tx, executor, &state);
-            sqlx::query("DELETE FROM rate_limit_calls WHERE id = $1")
-                .bind(call_id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+            let _ = (executor, configured);
+            sqlx::query(
+                "UPDATE rate_limit_calls SET state = 'done', input_tokens = $2, \
+                 output_tokens = $3, expires_at = $4 WHERE id = $1",
+            )
+            .bind(call_id)
+            .bind(unused.input_tokens)
+            .bind(unused.output_tokens)
+            .bind(now + DONE_TTL_MS)
+            .execute(pool)
+            .await?;
         });
         Ok(())
     }
@@ -481,7 +516,7 @@ impl Database {
     pub async fn rate_forget_waiting(&self, job_id: Uuid) -> DbResult<()> {
         let _turn = self.writer_turn().await;
         on_pool!(self, pool => {
-            sqlx::query("DELETE FROM rate_limit_calls WHERE job_id = $1 AND state <> 'running'")
+            sqlx::query("DELETE FROM rate_limit_calls WHERE job_id = $1 AND state IN ('waiting', 'granted')")
                 .bind(job_id.to_string())
                 .execute(pool)
                 .await?;
@@ -519,14 +554,17 @@ impl Database {
             {
                 state.paused_until = Some(until);
                 state.buckets.drain();
-                // No more at once than the provider last said remain, else the
-                // capacity it said it has per second, else one.
-                let cap = before
-                    .requests_remaining
-                    .filter(|r| *r > 0)
-                    .or(state.learned.requests_limit.map(|l| l.div_ceil(60)))
-                    .unwrap_or(1);
-                state.release_cap = Some(i64::try_from(cap).unwrap_or(i64::MAX));
+                if signal.too_many {
+                    // After a refusal: no more at once than the provider last
+                    // said remain, else the capacity it said it has per second,
+                    // else one, until an answer succeeds.
+                    let cap = before
+                        .requests_remaining
+                        .filter(|r| *r > 0)
+                        .or(state.learned.requests_limit.map(|l| l.div_ceil(60)))
+                        .unwrap_or(1);
+                    state.release_cap = Some(i64::try_from(cap).unwrap_or(i64::MAX));
+                }
             } else if signal.success && state.paused_until.is_none_or(|p| p <= now) {
                 state.release_cap = None;
             }
@@ -564,11 +602,7 @@ impl Database {
         let minute = now / 60_000;
         let mut out = Vec::with_capacity(executors.len());
         for (executor, configured) in executors {
-            let (row, calls, projects): (
-                Option<StateRow>,
-                Vec<(String, String, i64)>,
-                Vec<(String, i64, i64, i64)>,
-            ) = on_pool!(self, pool => {
+            let (row, calls, projects): RecordRows = on_pool!(self, pool => {
                 let row = sqlx::query_as(STATE_SELECT)
                     .bind(executor)
                     .fetch_optional(pool)

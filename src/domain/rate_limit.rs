@@ -186,19 +186,31 @@ pub struct ProviderSignal {
     pub success: bool,
 }
 
-/// The effective per-minute limits: configured ones, else what the provider said.
+/// The refill rates per minute of the buckets: the configured limits, else what
+/// the provider said; the request bucket's holds `request_burst` requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Rates {
     pub requests: Option<f64>,
+    pub request_burst: f64,
     pub input_tokens: Option<f64>,
     pub output_tokens: Option<f64>,
 }
 
 impl Rates {
-    pub fn effective(limits: &Limits, learned: &Learned) -> Rates {
+    /// The rates for a limit of `rpm` requests a minute whose starts may come up
+    /// to `lateness` after their admission: the request bucket holds one second's
+    /// worth `B` (at least one) and refills at `(rpm + 1 - B) / (60 s + lateness)`,
+    /// so the starts in any 60 s window are at most `B + (rpm + 1 - B) = rpm + 1`.
+    pub fn effective(limits: &Limits, learned: &Learned, lateness: Duration) -> Rates {
         let f = |v: Option<u64>| v.map(|v| v as f64);
+        let rpm = f(limits.requests_per_minute.or(learned.requests_limit));
+        let burst = rpm.map_or(1.0, |r| (r / 60.0).floor().max(1.0));
+        let requests = rpm.map(|r| {
+            ((r + 1.0 - burst).max(r / 60.0) * 60.0 / (60.0 + lateness.as_secs_f64())).max(0.001)
+        });
         Rates {
-            requests: f(limits.requests_per_minute.or(learned.requests_limit)),
+            requests,
+            request_burst: burst,
             input_tokens: f(limits
                 .input_tokens_per_minute
                 .or(learned.input_tokens_limit)
@@ -220,13 +232,9 @@ pub struct Buckets {
     pub at_ms: i64,
 }
 
-/// A bucket's capacity: one request, or one second's worth of tokens.
-fn capacity(per_minute: f64, requests: bool) -> f64 {
-    if requests {
-        1.0_f64.min(per_minute.max(1.0))
-    } else {
-        (per_minute / 60.0).max(1.0)
-    }
+/// A token bucket's capacity: one second's worth (at least one).
+fn capacity(per_minute: f64) -> f64 {
+    (per_minute / 60.0).max(1.0)
 }
 
 /// What one call asks of the buckets.
@@ -240,15 +248,15 @@ impl Buckets {
     /// The levels refilled to `now_ms` (continuous refill, capped at capacity).
     pub fn refilled(self, rates: &Rates, now_ms: i64) -> Buckets {
         let secs = ((now_ms - self.at_ms).max(0)) as f64 / 1000.0;
-        let fill = |level: Option<f64>, rate: Option<f64>, requests: bool| -> Option<f64> {
+        let fill = |level: Option<f64>, rate: Option<f64>, cap: Option<f64>| -> Option<f64> {
             let rate = rate?;
-            let cap = capacity(rate, requests);
+            let cap = cap.unwrap_or_else(|| capacity(rate));
             Some(level.map_or(cap, |l| (l + secs * rate / 60.0).min(cap)))
         };
         Buckets {
-            requests: fill(self.requests, rates.requests, true),
-            input_tokens: fill(self.input_tokens, rates.input_tokens, false),
-            output_tokens: fill(self.output_tokens, rates.output_tokens, false),
+            requests: fill(self.requests, rates.requests, Some(rates.request_burst)),
+            input_tokens: fill(self.input_tokens, rates.input_tokens, None),
+            output_tokens: fill(self.output_tokens, rates.output_tokens, None),
             at_ms: now_ms.max(self.at_ms),
         }
     }
@@ -257,26 +265,31 @@ impl Buckets {
     /// call once it holds the call's tokens or is full (then it goes into debt).
     pub fn wait_for(&self, rates: &Rates, cost: Cost) -> Duration {
         let mut wait = 0.0_f64;
-        let mut need = |level: Option<f64>, rate: Option<f64>, want: f64, requests: bool| {
+        let mut need = |level: Option<f64>, rate: Option<f64>, want: f64, cap: Option<f64>| {
             if let (Some(level), Some(rate)) = (level, rate) {
-                let want = want.min(capacity(rate, requests));
+                let want = want.min(cap.unwrap_or_else(|| capacity(rate)));
                 if level < want {
                     wait = wait.max((want - level) * 60.0 / rate);
                 }
             }
         };
-        need(self.requests, rates.requests, 1.0, true);
+        need(
+            self.requests,
+            rates.requests,
+            1.0,
+            Some(rates.request_burst),
+        );
         need(
             self.input_tokens,
             rates.input_tokens,
             cost.input_tokens as f64,
-            false,
+            None,
         );
         need(
             self.output_tokens,
             rates.output_tokens,
             cost.output_tokens as f64,
-            false,
+            None,
         );
         Duration::from_secs_f64(wait)
     }
@@ -300,7 +313,7 @@ impl Buckets {
             if let (Some(l), Some(rate)) = (level.as_mut(), rate)
                 && n > 0
             {
-                *l = (*l + n as f64).min(capacity(rate, false));
+                *l = (*l + n as f64).min(capacity(rate));
             }
         };
         back(
@@ -444,11 +457,12 @@ pub fn learn_from_headers(get: impl Fn(&str) -> Option<String>, now: DateTime<Ut
 mod tests {
     use super::*;
 
-    fn rates(rpm: f64) -> Rates {
-        Rates {
-            requests: Some(rpm),
-            ..Rates::default()
-        }
+    fn rates(rpm: u64) -> Rates {
+        let limits = Limits {
+            requests_per_minute: Some(rpm),
+            ..Limits::default()
+        };
+        Rates::effective(&limits, &Learned::default(), Duration::ZERO)
     }
 
     /// Admits calls as fast as the bucket lets them over `secs` seconds and
@@ -472,7 +486,7 @@ mod tests {
 
     #[test]
     fn any_minute_holds_at_most_the_limit_plus_one() {
-        for rpm in [1.0, 50.0, 60.0, 600.0, 3000.0] {
+        for rpm in [1_u64, 50, 60, 600, 3000] {
             let starts = admit_greedily(&rates(rpm), Cost::default(), 180);
             let worst = starts
                 .iter()
@@ -484,9 +498,9 @@ mod tests {
                 })
                 .max()
                 .unwrap();
-            assert!(worst as f64 <= rpm + 1.0, "rpm {rpm}: {worst} in a minute");
+            assert!(worst as u64 <= rpm + 1, "rpm {rpm}: {worst} in a minute");
             // And the limit is used: a busy minute holds at least the limit.
-            assert!(worst as f64 >= rpm, "rpm {rpm}: only {worst}");
+            assert!(worst as u64 >= rpm, "rpm {rpm}: only {worst}");
         }
     }
 
@@ -494,6 +508,7 @@ mod tests {
     fn output_tokens_reserved_at_admission_bound_the_rate() {
         let r = Rates {
             output_tokens: Some(8000.0),
+            request_burst: 1.0,
             ..Rates::default()
         };
         let cost = Cost {
@@ -509,6 +524,7 @@ mod tests {
     fn unused_tokens_come_back_and_pauses_empty_the_buckets() {
         let r = Rates {
             requests: Some(60.0),
+            request_burst: 1.0,
             output_tokens: Some(6000.0),
             ..Rates::default()
         };

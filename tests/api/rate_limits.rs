@@ -104,15 +104,15 @@ async fn two_replicas_share_one_limit_by_weight(backend: Backend) {
     let a = started.get("team-a").map_or(0, Vec::len);
     let b = started.get("team-b").map_or(0, Vec::len);
     let all: Vec<f64> = started.values().flatten().copied().collect();
-    // At most one request plus 10 a second (600 a minute) in any window.
+    // At most one second's worth (10) at once plus 10 a second in any window.
     let worst_second = all
         .iter()
         .map(|s| all.iter().filter(|t| **t >= *s && **t < s + 1.0).count())
         .max()
         .unwrap_or(0);
-    assert!(worst_second <= 11, "{worst_second} starts in one second");
+    assert!(worst_second <= 20, "{worst_second} starts in one second");
     assert!(
-        (a + b) as f64 <= 1.0 + 10.0 * secs,
+        (a + b) as f64 <= 10.0 + 10.0 * secs,
         "{} starts in {secs} s",
         a + b
     );

@@ -74,19 +74,47 @@ pub(super) struct RateConf {
     feedback: Option<Arc<dyn RateFeedback>>,
 }
 
-/// Shares what a provider's answers say with every replica, through the database.
+/// Shares what a provider's answers say with every replica, through the database:
+/// a refusal, a used-up resource or changed limits at once, the rest (remaining
+/// counts, the success that ends a pause's gradual release) at most every
+/// [`ROUTINE_SIGNAL`], so a busy executor's answers do not queue on its row.
 #[derive(Debug)]
 struct DbRateFeedback {
     db: Database,
     executor: String,
     configured: Limits,
+    /// The limits last stored and when a routine answer was last stored.
+    last: std::sync::Mutex<LastSignal>,
 }
+
+/// The limits a provider's answers said last, and when a routine one was stored.
+type LastSignal = (Option<[Option<u64>; 4]>, Option<Instant>);
+
+/// How often a routine answer's headers are stored at most, per job.
+const ROUTINE_SIGNAL: Duration = Duration::from_secs(1);
 
 impl RateFeedback for DbRateFeedback {
     fn signal(&self, signal: ProviderSignal) {
         if signal.too_many {
             metrics::counter!("l0_provider_429_total", "executor" => self.executor.clone())
                 .increment(1);
+        }
+        let l = &signal.learned;
+        let limits = [
+            l.requests_limit,
+            l.input_tokens_limit,
+            l.output_tokens_limit,
+            l.tokens_limit,
+        ];
+        let urgent = signal.too_many || l.exhausted_until().is_some();
+        {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = last.0 != Some(limits);
+            let due = last.1.is_none_or(|t| t.elapsed() >= ROUTINE_SIGNAL);
+            if !(urgent || changed || due) {
+                return;
+            }
+            *last = (Some(limits), Some(Instant::now()));
         }
         let (db, executor, configured) = (
             self.db.clone(),
@@ -125,6 +153,7 @@ impl DbSink {
                             db: pool.db.clone(),
                             executor: job.executor.clone(),
                             configured: configured.clone(),
+                            last: std::sync::Mutex::new((None, None)),
                         }) as Arc<dyn RateFeedback>
                     }),
                     configured,
