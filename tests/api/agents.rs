@@ -894,6 +894,22 @@ async fn api_429_is_retried_then_answers() {
 }
 
 #[tokio::test]
+async fn a_spend_limit_429_is_tried_once_and_ends_quota_exhausted() {
+    init();
+    for api in [Api::Openai, Api::Anthropic] {
+        let body = "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\
+                    \"You have reached your specified API usage limits. You will regain access on \
+                    2027-01-01 at 00:00 UTC.\"}}";
+        let (base, fake) = fake_api(api, PROMPT, Arc::new(move |_| status(429, body))).await;
+        let run = run_api(api, &base).await;
+        let reason = failure(&run);
+        assert!(reason.starts_with("quota_exhausted: HTTP 429"), "{reason}");
+        assert_eq!(run.tries, 1);
+        assert_eq!(fake.hits.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
 async fn api_5xx_is_retried_a_bounded_number_of_times() {
     init();
     for api in [Api::Openai, Api::Anthropic] {
