@@ -6,7 +6,8 @@
 //! up to [`MAX_TRIES`] tries in all, after an exponential backoff with jitter
 //! (250 ms base, doubled per retry, capped at 10 s) or the server's `Retry-After`
 //! seconds (capped at 10 s). Anything else fails at once: another 4xx (status and a
-//! short body excerpt), malformed JSON, an answer without content, a body over
+//! short body excerpt), a 429 without `Retry-After` that speaks of a usage, spend
+//! or credit limit (`quota_exhausted`: no wait brings it through), malformed JSON, an answer without content, a body over
 //! `max_output_bytes`. `timeout_secs` bounds the whole call, retries and waits
 //! included. The API key is read once when the executor is built, sent in a header
 //! marked sensitive, and never logged nor put in an error text.
@@ -22,7 +23,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::usage::{anthropic_usage, openai_usage};
-use super::{Cancelled, L0Request, L0Run};
+use super::{Cancelled, L0Request, L0Run, RateFeedback};
+use crate::domain::rate_limit::{
+    ProviderSignal, QUOTA_EXHAUSTED, is_quota_exhausted, learn_from_headers,
+};
 use crate::domain::refine::L0Outcome;
 use crate::domain::usage::L0Usage;
 
@@ -202,13 +206,33 @@ impl HttpConfig {
     /// One try: send, read the capped body, extract the answer. The usage is what
     /// the body reports, whether the try succeeded or not (a failed try still
     /// costs what the provider charged for it).
-    async fn attempt(&self, prompt: &str) -> (Result<String, TryError>, Option<L0Usage>) {
+    async fn attempt(
+        &self,
+        prompt: &str,
+        feedback: Option<&dyn RateFeedback>,
+    ) -> (Result<String, TryError>, Option<L0Usage>) {
         let mut response = match self.request(prompt).send().await {
             Ok(r) => r,
             Err(e) => return (Err(send_error(e)), None),
         };
         let status = response.status();
         let wait = retry_after(response.headers());
+        if let Some(feedback) = feedback {
+            let headers = response.headers();
+            let learned = learn_from_headers(
+                |name| Some(headers.get(name)?.to_str().ok()?.to_owned()),
+                chrono::Utc::now(),
+            );
+            let too_many = status == StatusCode::TOO_MANY_REQUESTS;
+            if too_many || !learned.is_empty() {
+                feedback.signal(ProviderSignal {
+                    learned,
+                    retry_after: if too_many { wait } else { None },
+                    too_many,
+                    success: status.is_success(),
+                });
+            }
+        }
         let cap = if status.is_success() {
             self.max_output_bytes
         } else {
@@ -258,6 +282,17 @@ impl HttpConfig {
         over: bool,
         parsed: Option<Value>,
     ) -> Result<String, TryError> {
+        if status == StatusCode::TOO_MANY_REQUESTS
+            && wait.is_none()
+            && is_quota_exhausted(&String::from_utf8_lossy(body))
+        {
+            // A spend or credit limit: no retry brings the call through
+            // (docs/jobs.md, "Rate limits").
+            return Err(TryError::Fatal(format!(
+                "{QUOTA_EXHAUSTED}: HTTP {status}: {}",
+                excerpt(body)
+            )));
+        }
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
             return Err(TryError::Transient {
                 message: format!("HTTP {status}: {}", excerpt(body)),
@@ -311,7 +346,7 @@ impl HttpConfig {
             let (result, try_usage) = tokio::select! {
                 _ = cancel.cancelled() => return Err(Cancelled),
                 _ = tokio::time::sleep_until(deadline) => break L0Outcome::Failed(timed_out()),
-                r = self.attempt(&req.prompt) => r,
+                r = self.attempt(&req.prompt, req.rate_feedback.as_deref()) => r,
             };
             if let Some(u) = try_usage {
                 match &mut usage {

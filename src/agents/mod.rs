@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::{ConfigError, ExecutorKind, ExecutorProfile, Settings};
+use crate::domain::rate_limit::ProviderSignal;
 use crate::domain::refine::{Assignment, L0Outcome, L0Packet, builtin_review};
 use crate::domain::usage::{L0Usage, Prices, UsageSource};
 use command::CommandConfig;
@@ -51,6 +52,16 @@ pub struct L0Request {
     /// The packet and the phase's assignments, for the `builtin` reviewer.
     pub packet: Arc<L0Packet>,
     pub phase_assignments: Arc<[Assignment]>,
+    /// Told what each provider answer said about its rate limits (the server
+    /// shares it with every replica, docs/jobs.md "Rate limits"); `None`: nobody
+    /// listens.
+    pub rate_feedback: Option<Arc<dyn RateFeedback>>,
+}
+
+/// Hears what a provider's answers say about its limits: the rate-limit headers,
+/// a 429's `retry-after`. Called on the executor's task: must not block.
+pub trait RateFeedback: Send + Sync + std::fmt::Debug {
+    fn signal(&self, signal: ProviderSignal);
 }
 
 /// What one L0 run produced.
@@ -225,6 +236,20 @@ impl Executor {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The output tokens a call may use at most, which a rate limit reserves at
+    /// admission (`max_tokens` of the Messages API; 0 when the API sets none).
+    pub fn max_output_tokens(&self) -> u64 {
+        match &self.kind {
+            Kind::Http(h) if h.api == Api::Anthropic => u64::from(ANTHROPIC_MAX_TOKENS),
+            _ => 0,
+        }
+    }
+
+    /// Whether its answers carry a provider's rate-limit headers.
+    pub fn speaks_rate_headers(&self) -> bool {
+        matches!(self.kind, Kind::Http(_))
     }
 
     /// `command`, `openai`, `anthropic` or `builtin` (metric label, job record).

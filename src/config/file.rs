@@ -57,6 +57,35 @@ pub struct FileConfig {
     /// `[budgets]`: the per-project daily spending limits.
     #[serde(default)]
     pub budgets: BudgetsConfig,
+    /// `[rate_limits.EXECUTOR]`: a provider's limits shared by every replica
+    /// (docs/configuration.md, "Rate limits").
+    #[serde(default)]
+    pub rate_limits: BTreeMap<String, RateLimitConfig>,
+}
+
+/// `[rate_limits.EXECUTOR]` of the config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    pub requests_per_minute: Option<u64>,
+    pub input_tokens_per_minute: Option<u64>,
+    pub output_tokens_per_minute: Option<u64>,
+    pub max_wait_secs: Option<u64>,
+    /// Weights by project_id.
+    #[serde(default)]
+    pub shares: BTreeMap<String, u64>,
+}
+
+impl RateLimitConfig {
+    pub fn limits(&self) -> crate::domain::rate_limit::Limits {
+        crate::domain::rate_limit::Limits {
+            requests_per_minute: self.requests_per_minute,
+            input_tokens_per_minute: self.input_tokens_per_minute,
+            output_tokens_per_minute: self.output_tokens_per_minute,
+            max_wait_secs: self.max_wait_secs,
+            shares: self.shares.clone(),
+        }
+    }
 }
 
 /// `[budgets]` of the config file (docs/jobs.md, "Usage, cost and budgets").

@@ -65,6 +65,8 @@ pub struct Settings {
     pub executors: BTreeMap<String, ExecutorProfile>,
     pub prices: Prices,
     pub budgets: BudgetsConfig,
+    /// `[rate_limits.EXECUTOR]`, checked: each names a non-builtin profile.
+    pub rate_limits: BTreeMap<String, crate::domain::rate_limit::Limits>,
     /// Allowed origins and hosts, connection limits, dashboard sessions.
     pub edge: EdgeSettings,
     /// Webhook deliveries (docs/configuration.md, "Webhooks").
@@ -492,6 +494,23 @@ impl Settings {
                 .or(file.webhook_allow_private)
                 .unwrap_or(false),
         };
+        let mut rate_limits = BTreeMap::new();
+        for (name, config) in &file.rate_limits {
+            if !file.executors.contains_key(name) {
+                return Err(invalid(
+                    "rate_limits",
+                    format!("[rate_limits.{name}] names no [executors.*] profile"),
+                ));
+            }
+            let limits = config.limits();
+            if let Err((field, why)) = limits.check() {
+                return Err(invalid(
+                    "rate_limits",
+                    format!("[rate_limits.{name}] {field} {why}"),
+                ));
+            }
+            rate_limits.insert(name.clone(), limits);
+        }
 
         Ok(Settings {
             bind,
@@ -524,6 +543,7 @@ impl Settings {
             executors: file.executors,
             prices: file.prices,
             budgets: file.budgets,
+            rate_limits,
             edge,
             webhooks,
         })
@@ -599,6 +619,46 @@ mod tests {
         assert_eq!(s.database_url, "sqlite://plangate.db");
         assert_eq!(s.lease, Duration::from_secs(60));
         assert_eq!(s.body_limit, DEFAULT_BODY_LIMIT);
+    }
+
+    #[test]
+    fn rate_limits_name_a_profile_and_positive_figures() {
+        let profile = "[executors.claude]\nkind = \"anthropic\"\nmodel = \"m\"\n";
+        let ok = Settings::merge(
+            &ServeArgs::default(),
+            file(&format!(
+                "{profile}[rate_limits.claude]\nrequests_per_minute = 50\n\
+                 [rate_limits.claude.shares]\n\"team-a\" = 3\n"
+            )),
+        )
+        .unwrap();
+        let limits = &ok.rate_limits["claude"];
+        assert_eq!(limits.requests_per_minute, Some(50));
+        assert_eq!(limits.share("team-a"), 3);
+        assert_eq!(limits.max_wait(), Duration::from_secs(600));
+        for (text, needle) in [
+            (
+                "[rate_limits.other]\nrequests_per_minute = 5",
+                "[rate_limits.other] names no",
+            ),
+            (
+                "[rate_limits.claude]\nrequests_per_minute = 0",
+                "[rate_limits.claude] requests_per_minute must be at least 1",
+            ),
+            (
+                "[rate_limits.claude.shares]\nx = 0",
+                "[rate_limits.claude] shares.x must be at least 1",
+            ),
+        ] {
+            let err = Settings::merge(&ServeArgs::default(), file(&format!("{profile}{text}")))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+        let err = toml::from_str::<FileConfig>("[rate_limits.claude]\nrequests_per_minute = -1")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("requests_per_minute"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub mod notify;
 // Before the modules whose transactions store webhook events (its macros).
 #[macro_use]
 pub mod outbox;
+// Before `refine_jobs`, whose L0 gate uses its macros.
+#[macro_use]
+pub mod rate_limits;
 pub mod refine_jobs;
 pub mod refine_runs;
 // Before `task_lists`, whose transition uses its macros.

@@ -8,6 +8,7 @@ pub mod job;
 pub mod json_int;
 pub mod loop_plan;
 pub mod natural;
+pub mod rate_limit;
 pub mod refine;
 pub mod retry;
 pub mod storable;

@@ -13,6 +13,7 @@ pub mod middleware;
 pub mod ops;
 pub mod problem;
 pub mod projects;
+pub mod rate_limits;
 pub mod refine_jobs;
 pub mod refine_runs;
 mod responses;
@@ -54,6 +55,7 @@ pub use crate::web::AppState;
         (name = "refine-runs", description = "Whole-plan refine runs: split by phase, run in parallel, merge once"),
         (name = "refine-jobs", description = "Durable per-phase refine jobs: L0 fan-out, validation, WP ownership"),
         (name = "webhooks", description = "Signed Standard Webhooks deliveries of what ended, from a transactional outbox"),
+        (name = "rate-limits", description = "Provider rate limits shared by every replica: state and runtime changes"),
     )
 )]
 struct ApiDoc;
@@ -85,6 +87,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .merge(refine_jobs::router())
         .merge(refine_runs::router())
         .merge(webhooks::router())
+        .merge(rate_limits::router())
 }
 
 /// The OpenAPI document the server serves (and `openapi/openapi.json` holds).

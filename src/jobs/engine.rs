@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::l0_span::{l0_span, record_l0};
 
-use crate::agents::{Executor, L0Request, L0Run};
+use crate::agents::{Executor, L0Request, L0Run, RateFeedback};
 use crate::domain::refine::{
     Assignment, Classified, L0Outcome, NEXT_BATCH, PhaseContext, PlanDocument, RefineOutput,
     batches, build_packets, classify, refine_phase, refine_phase_stopped, render_prompt,
@@ -82,8 +82,13 @@ pub trait JobSink {
     fn gate_start(
         &mut self,
         _assignment_id: &str,
+        _prompt_bytes: usize,
     ) -> impl Future<Output = Result<Gate, String>> + Send {
         async { Ok(Gate::Start) }
+    }
+    /// Who hears what the provider's answers say about its rate limits.
+    fn rate_feedback(&self) -> Option<Arc<dyn RateFeedback>> {
+        None
     }
     /// Asked once every L0 of the job ended: `Some(why)` when the spend went over
     /// the request's budget, so the job cannot read plain success.
@@ -108,10 +113,13 @@ pub enum Gate {
     /// Its start is stored: start it.
     Start,
     /// Not now: ask again once a running call (of this job or another one sharing
-    /// a budget) ends.
-    Wait,
+    /// a budget) ends, or after the time given (a rate limit's queue).
+    Wait(Option<Duration>),
     /// A budget cannot cover one more call: start no further L0.
     Stop(String),
+    /// This L0 ends failed without starting (it waited longer than its rate
+    /// limit's `max_wait_secs`): why.
+    Fail(String),
 }
 
 /// How often a job waiting at the gate asks again when none of its own L0s runs
@@ -216,17 +224,60 @@ pub async fn run_refine(
         let mut waiting: std::collections::VecDeque<String> = todo.into();
         let mut budget_stopped: Option<String> = None;
         let mut running: RunningL0s = JoinSet::new();
+        // The front L0's prompt, rendered once however often it asks the gate.
+        let mut front_prompt: Option<(String, String)> = None;
+        let mut wait_hint: Option<Duration>;
         loop {
+            wait_hint = None;
             while budget_stopped.is_none()
                 && !switches.drain.is_cancelled()
                 && !switches.kill.is_cancelled()
                 && let Some(id) = waiting.front()
             {
+                let Some(packet) = packets.get(id) else {
+                    waiting.pop_front();
+                    continue;
+                };
+                if front_prompt.as_ref().is_none_or(|(f, _)| f != id) {
+                    front_prompt = Some((id.clone(), render_prompt(config.template, packet)));
+                }
+                let prompt_bytes = front_prompt.as_ref().map_or(0, |(_, p)| p.len());
                 if gated {
-                    match sink.gate_start(id).await {
+                    match sink.gate_start(id, prompt_bytes).await {
                         Ok(Gate::Start) => {}
-                        Ok(Gate::Wait) => break,
+                        Ok(Gate::Wait(hint)) => {
+                            wait_hint = hint;
+                            break;
+                        }
                         Ok(Gate::Stop(reason)) => budget_stopped = Some(reason),
+                        Ok(Gate::Fail(reason)) => {
+                            let id = id.clone();
+                            waiting.pop_front();
+                            packets.remove(&id);
+                            let run = L0Run {
+                                outcome: L0Outcome::Failed(reason),
+                                exit_code: None,
+                                stderr: None,
+                                tries: 0,
+                                usage: crate::domain::usage::L0Usage::default(),
+                            };
+                            let mut new_lines = Vec::new();
+                            let f = judge(
+                                id.clone(),
+                                run,
+                                Duration::ZERO,
+                                prompt_bytes,
+                                &mut nul_warnings,
+                                &mut new_lines,
+                            );
+                            log.extend(new_lines.iter().cloned());
+                            let outcome = f.run.outcome.clone();
+                            if let Err(e) = sink.l0s_finished(&[f], &log, &new_lines).await {
+                                return Err(stop_running(running, switches, Stop::Sink(e)).await);
+                            }
+                            outcomes.push((id, outcome));
+                            continue;
+                        }
                         Err(e) => return Err(stop_running(running, switches, Stop::Sink(e)).await),
                     }
                     if budget_stopped.is_some() {
@@ -237,14 +288,19 @@ pub async fn run_refine(
                 let Some(packet) = packets.remove(&id) else {
                     continue;
                 };
+                let prompt = match front_prompt.take() {
+                    Some((f, p)) if f == id => p,
+                    _ => render_prompt(config.template, &packet),
+                };
                 let request = L0Request {
                     job_id: job.job_id,
                     phase_id: job.context.phase_id.clone(),
                     assignment_id: id.clone(),
                     task_file: job.task_file.clone(),
-                    prompt: render_prompt(config.template, &packet),
+                    prompt,
                     packet,
                     phase_assignments: phase_assignments.clone(),
+                    rate_feedback: sink.rate_feedback(),
                 };
                 let executor = executor.clone();
                 let kill = switches.kill.clone();
@@ -283,7 +339,7 @@ pub async fn run_refine(
                 }
                 // Waiting for calls of other jobs that share a budget: ask again.
                 tokio::select! {
-                    () = tokio::time::sleep(GATE_POLL) => {}
+                    () = tokio::time::sleep(wait_hint.unwrap_or(GATE_POLL)) => {}
                     () = switches.kill.cancelled() => {}
                 }
                 continue;
@@ -293,7 +349,7 @@ pub async fn run_refine(
             // other L0s run for minutes), and asking the gate again now and then
             // while L0s wait for it (what they wait for may end in another job).
             let poll = (gated && budget_stopped.is_none() && !waiting.is_empty())
-                .then(|| tokio::time::Instant::now() + GATE_POLL);
+                .then(|| tokio::time::Instant::now() + wait_hint.unwrap_or(GATE_POLL));
             let next = tokio::select! {
                 joined = running.join_next() => joined,
                 () = at(sink.flush_due()) => {

@@ -47,6 +47,7 @@
 //!   `dashboard_task`, `dashboard_jobs`, `dashboard_job`, `dashboard_runs`,
 //!   `dashboard_run`, `dashboard_tracks`, `dashboard_track`, `dashboard_live_marker`,
 //!   `dashboard_bulk_preview`, `dashboard_bulk`.
+//! - rate limits ([`rate_limits`]): `rate_limits`, `set_rate_limit`.
 //! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
 //! - webhooks ([`webhooks`]): `create_webhook`, `webhooks`, `webhook`,
 //!   `delete_webhook`, `rotate_webhook_secret`, `webhook_deliveries`,
@@ -58,6 +59,7 @@ pub mod dashboard;
 mod error;
 pub mod loop_plans;
 pub mod projects;
+pub mod rate_limits;
 pub mod refine_jobs;
 pub mod refine_runs;
 pub mod sessions;

@@ -11,6 +11,7 @@ mod jobs;
 mod live;
 mod overview;
 pub mod pages;
+mod rate_limits;
 mod runs;
 pub mod session;
 mod sign_in;
@@ -55,6 +56,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/tracks", get(tracks::list))
         .route("/ui/tracks/{id}", get(tracks::track))
         .route("/ui/webhooks", get(webhooks::page))
+        .route("/ui/rate-limits", get(rate_limits::page))
         .route("/ui/assets/{name}", get(assets::serve))
         .layer(middleware::from_fn_with_state(
             state,

@@ -86,6 +86,7 @@ fn request(assignment_id: &str, prompt: &str) -> L0Request {
             instructions: String::new(),
         }),
         phase_assignments: Arc::from(vec![Assignment::new(assignment_id)]),
+        rate_feedback: None,
     }
 }
 
@@ -889,6 +890,22 @@ async fn api_429_is_retried_then_answers() {
         assert_eq!(fake.hits.load(Ordering::SeqCst), 3);
         let last = run.stderr.unwrap();
         assert!(last.contains("429") && last.contains("slow down"), "{last}");
+    }
+}
+
+#[tokio::test]
+async fn a_spend_limit_429_is_tried_once_and_ends_quota_exhausted() {
+    init();
+    for api in [Api::Openai, Api::Anthropic] {
+        let body = "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\
+                    \"You have reached your specified API usage limits. You will regain access on \
+                    2027-01-01 at 00:00 UTC.\"}}";
+        let (base, fake) = fake_api(api, PROMPT, Arc::new(move |_| status(429, body))).await;
+        let run = run_api(api, &base).await;
+        let reason = failure(&run);
+        assert!(reason.starts_with("quota_exhausted: HTTP 429"), "{reason}");
+        assert_eq!(run.tries, 1);
+        assert_eq!(fake.hits.load(Ordering::SeqCst), 1);
     }
 }
 

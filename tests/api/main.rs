@@ -24,6 +24,7 @@ mod mcp;
 mod names;
 mod ops;
 mod query_plans;
+mod rate_limits;
 mod refine_cli;
 mod refine_crash;
 mod refine_jobs;

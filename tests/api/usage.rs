@@ -84,6 +84,7 @@ fn request(assignment_id: &str) -> L0Request {
             instructions: String::new(),
         }),
         phase_assignments: Arc::from(vec![Assignment::new(assignment_id)]),
+        rate_feedback: None,
     }
 }
 
@@ -1433,7 +1434,7 @@ async fn a_lost_lease_releases_its_reservations(backend: Backend) {
             claimed.attempt,
         );
         async move {
-            db.gate_l0_start(lease, attempt, assignment, progress, &scopes)
+            db.gate_l0_start(lease, attempt, assignment, progress, &scopes, None)
                 .await
                 .unwrap()
                 .unwrap()
@@ -1443,7 +1444,7 @@ async fn a_lost_lease_releases_its_reservations(backend: Backend) {
         panic!("the first call fits the $1.00 limit");
     };
     // $0.90 is reserved: a second $0.90 call waits for the first to end.
-    assert_eq!(gate("P1-A2", progress).await, Gated::Wait);
+    assert_eq!(gate("P1-A2", progress).await, Gated::Wait(None));
 
     // The worker dies: its lease expires and the reaper re-queues the job.
     tokio::time::sleep(Duration::from_millis(400)).await;

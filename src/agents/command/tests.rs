@@ -20,6 +20,7 @@ fn request() -> L0Request {
             instructions: String::new(),
         }),
         phase_assignments: Arc::from(Vec::new()),
+        rate_feedback: None,
     }
 }
 

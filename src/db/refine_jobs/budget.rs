@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 use super::{Fenced, JobLease, LeaseLost, PendingProgress, ProgressRecord};
 use crate::db::Database;
+use crate::db::rate_limits::{RateAsk, RateVerdict};
 use crate::db::task_lists::now;
+use crate::domain::rate_limit::RATE_LIMITED;
 use crate::domain::usage::{
     ScopeLimit, ScopeSpend, StartVerdict, expected_call_cost, may_start, overrun,
 };
@@ -39,15 +41,26 @@ pub struct BudgetScopes {
     pub call_ceiling_usd: Option<f64>,
 }
 
+impl BudgetScopes {
+    /// Whether any budget applies.
+    pub fn any(&self) -> bool {
+        self.request.is_some() || self.project_day.is_some()
+    }
+}
+
 /// What the gate did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Gated {
     /// The L0's start is stored (with its reservation): start it.
     Started(ProgressRecord),
-    /// Ask again once a running call ends.
-    Wait,
+    /// Ask again once a running call ends (a budget), or after this long (a rate
+    /// limit, whose queue keeps the call's place).
+    Wait(Option<std::time::Duration>),
     /// Start no further L0: why.
     Stop(String),
+    /// This L0 waited longer than its executor's `max_wait_secs`: it ends
+    /// `rate_limited` without starting (why).
+    RateLimited(String),
 }
 
 /// `(spent, output tokens, running, reserved, unreserved running, max cost seen)`.
@@ -79,9 +92,12 @@ fn lock_key(kind: &str, id: &str) -> String {
 }
 
 impl Database {
-    /// Stores the start of `assignment_id` with its reservation if every budget in
-    /// `scopes` can cover one more call (see the module doc), in one fenced,
-    /// locked transaction; else stores nothing.
+    /// The one admission step in front of every gated L0 start (docs/jobs.md,
+    /// "Budgets" and "Rate limits"), in one fenced, locked transaction: every
+    /// budget in `scopes` must cover one more call, then the executor's rate limit
+    /// (`rate`, when one applies) must have room and the call's turn; only then is
+    /// its start stored with its budget reservation. A budget that says no changes
+    /// nothing; a rate limit that says wait keeps the call's place in the queue.
     pub async fn gate_l0_start(
         &self,
         lease: JobLease,
@@ -89,6 +105,7 @@ impl Database {
         assignment_id: &str,
         progress: ProgressRecord,
         scopes: &BudgetScopes,
+        rate: Option<&RateAsk>,
     ) -> Fenced<Gated> {
         let mut pending = PendingProgress::default();
         let started = pending.start(&[assignment_id.to_owned()], attempt, progress);
@@ -111,63 +128,87 @@ impl Database {
                         .await?;
                 }
             }
-            let Some(seq) = bump_fenced!(tx, lease, at, pending.events.len()) else {
-                return Ok(Err(LeaseLost));
-            };
-            let own: ScopeRow = match scopes.run_id {
-                Some(run_id) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "{SCOPE_SUMS} l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
-                )))
-                .bind(run_id)
-                .fetch_one(&mut *tx)
-                .await?,
-                None => sqlx::query_as(sqlx::AssertSqlSafe(format!("{SCOPE_SUMS} l.job_id = $1")))
-                    .bind(lease.job_id)
+            let mut reserve_usd = None;
+            if scopes.any() {
+                let own: ScopeRow = match scopes.run_id {
+                    Some(run_id) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                        "{SCOPE_SUMS} l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
+                    )))
+                    .bind(run_id)
                     .fetch_one(&mut *tx)
                     .await?,
-            };
-            let mut checks: Vec<(ScopeLimit, ScopeSpend)> = Vec::new();
-            if let Some(limit) = &scopes.request {
-                checks.push((limit.clone(), spend(own)));
-            }
-            if let Some((project, limit, day_start)) = &scopes.project_day {
-                // Today's ended calls and every running one (a reservation made
-                // yesterday still holds until its call ends).
-                let row: ScopeRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "{SCOPE_SUMS} l.project_id = $1 AND (l.status = 'running' \
-                     OR (l.usage_source IS NOT NULL AND l.finished_at >= $2))"
-                )))
-                .bind(project.as_str())
-                .bind(*day_start)
-                .fetch_one(&mut *tx)
-                .await?;
-                checks.push((limit.clone(), spend(row)));
-            }
-            let expected = expected_call_cost(own.5, scopes.call_ceiling_usd);
-            match may_start(&checks, expected) {
-                StartVerdict::Start { reserve_usd } => {
-                    store_pending!(tx, lease.job_id, seq, &pending, then = (&[], at));
-                    sqlx::query(
-                        "UPDATE refine_l0_runs SET reserved_cost_usd = $3 \
-                         WHERE job_id = $1 AND assignment_id = $2",
-                    )
-                    .bind(lease.job_id)
-                    .bind(assignment_id)
-                    .bind(reserve_usd)
-                    .execute(&mut *tx)
+                    None => sqlx::query_as(sqlx::AssertSqlSafe(format!("{SCOPE_SUMS} l.job_id = $1")))
+                        .bind(lease.job_id)
+                        .fetch_one(&mut *tx)
+                        .await?,
+                };
+                let mut checks: Vec<(ScopeLimit, ScopeSpend)> = Vec::new();
+                if let Some(limit) = &scopes.request {
+                    checks.push((limit.clone(), spend(own)));
+                }
+                if let Some((project, limit, day_start)) = &scopes.project_day {
+                    // Today's ended calls and every running one (a reservation made
+                    // yesterday still holds until its call ends).
+                    let row: ScopeRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                        "{SCOPE_SUMS} l.project_id = $1 AND (l.status = 'running' \
+                         OR (l.usage_source IS NOT NULL AND l.finished_at >= $2))"
+                    )))
+                    .bind(project.as_str())
+                    .bind(*day_start)
+                    .fetch_one(&mut *tx)
                     .await?;
-                    tx.commit().await?;
-                    Ok(Ok(Gated::Started(started)))
+                    checks.push((limit.clone(), spend(row)));
                 }
-                StartVerdict::Wait => {
-                    tx.rollback().await?;
-                    Ok(Ok(Gated::Wait))
-                }
-                StartVerdict::Stop(why) => {
-                    tx.rollback().await?;
-                    Ok(Ok(Gated::Stop(why)))
+                let expected = expected_call_cost(own.5, scopes.call_ceiling_usd);
+                match may_start(&checks, expected) {
+                    StartVerdict::Start { reserve_usd: r } => reserve_usd = r,
+                    StartVerdict::Wait => {
+                        tx.rollback().await?;
+                        return Ok(Ok(Gated::Wait(None)));
+                    }
+                    StartVerdict::Stop(why) => {
+                        tx.rollback().await?;
+                        return Ok(Ok(Gated::Stop(why)));
+                    }
                 }
             }
+            if let Some(ask) = rate {
+                let (verdict, _) = rate_admit!(self, tx, ask);
+                match verdict {
+                    RateVerdict::Start => {}
+                    RateVerdict::Wait(d) => {
+                        tx.commit().await?;
+                        return Ok(Ok(Gated::Wait(Some(d))));
+                    }
+                    RateVerdict::TimedOut { waited, executor } => {
+                        tx.commit().await?;
+                        return Ok(Ok(Gated::RateLimited(format!(
+                            "{RATE_LIMITED}: waited {} s for room on executor {executor} \
+                             (max_wait_secs)",
+                            waited.as_secs()
+                        ))));
+                    }
+                }
+            }
+            // Fenced last: a lost lease rolls the whole decision back.
+            let Some(seq) = bump_fenced!(tx, lease, at, pending.events.len()) else {
+                tx.rollback().await?;
+                return Ok(Err(LeaseLost));
+            };
+            store_pending!(tx, lease.job_id, seq, &pending, then = (&[], at));
+            if reserve_usd.is_some() {
+                sqlx::query(
+                    "UPDATE refine_l0_runs SET reserved_cost_usd = $3 \
+                     WHERE job_id = $1 AND assignment_id = $2",
+                )
+                .bind(lease.job_id)
+                .bind(assignment_id)
+                .bind(reserve_usd)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(Ok(Gated::Started(started)))
         })
     }
 

@@ -349,7 +349,7 @@ async fn run_engine(
         .iter()
         .filter_map(|f| Some((f.assignment_id.clone(), outcome_from_value(&f.outcome)?)))
         .collect();
-    let mut sink = DbSink::new(pool, job, executor.kind());
+    let mut sink = DbSink::new(pool, job, &executor);
     let switches = Switches {
         kill: kill.clone(),
         drain: pool.drain.clone(),
@@ -370,6 +370,7 @@ async fn run_engine(
         &switches,
     )
     .await;
+    sink.leave_queue().await;
     heartbeat.abort();
     pool.hub.unregister(lease.job_id);
     let lease_lost = lost.load(Ordering::SeqCst);

@@ -3,17 +3,21 @@
 //! `builtin` executor, held back for at most [`WRITE_BEHIND`] and stored together
 //! (docs/jobs.md, "Write-behind") — with their metrics.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use uuid::Uuid;
 
 use super::{Pool, retry_db};
-use crate::db::DbError;
+use crate::agents::{Executor, RateFeedback};
+use crate::db::rate_limits::RateAsk;
 use crate::db::refine_jobs::{
     BudgetScopes, ClaimedJob, Gated, JobLease, L0Ended, LeaseLost, PendingProgress, ProgressRecord,
 };
+use crate::db::{Database, DbError};
+use crate::domain::rate_limit::{Cost, Limits, ProviderSignal, estimated_cost};
 use crate::domain::refine::{Classified, L0Outcome};
 use crate::domain::usage::{Budget, MetricModels, ScopeLimit, utc_day_start};
 use crate::jobs::engine::{FinishedL0Run, Gate, JobSink, excerpt, outcome_value};
@@ -51,17 +55,120 @@ pub(super) struct DbSink {
     /// Writes held back, and when they must be stored.
     pub(super) pending: PendingProgress,
     due: Option<tokio::time::Instant>,
+    /// The executor's rate limit, when one applies (docs/jobs.md, "Rate limits").
+    pub(super) rate: Option<RateConf>,
+    /// What each running L0 reserved of the rate limit, settled when it ends.
+    reserved: HashMap<String, Cost>,
+    /// The L0 that waits for the rate limit, since when, and its wait span.
+    waiting: Option<(String, Instant, tracing::Span)>,
+}
+
+/// What a job's L0s ask of their executor's rate limit.
+pub(super) struct RateConf {
+    executor: String,
+    configured: Limits,
+    /// The job's project (`""` for none): its fair share.
+    project: String,
+    max_output_tokens: u64,
+    running_ttl_ms: i64,
+    feedback: Option<Arc<dyn RateFeedback>>,
+}
+
+/// Shares what a provider's answers say with every replica, through the database:
+/// a refusal, a used-up resource or changed limits at once, the rest (remaining
+/// counts, the success that ends a pause's gradual release) at most every
+/// [`ROUTINE_SIGNAL`], so a busy executor's answers do not queue on its row.
+#[derive(Debug)]
+struct DbRateFeedback {
+    db: Database,
+    executor: String,
+    configured: Limits,
+    /// The limits last stored and when a routine answer was last stored.
+    last: std::sync::Mutex<LastSignal>,
+}
+
+/// The limits a provider's answers said last, and when a routine one was stored.
+type LastSignal = (Option<[Option<u64>; 4]>, Option<Instant>);
+
+/// How often a routine answer's headers are stored at most, per job.
+const ROUTINE_SIGNAL: Duration = Duration::from_secs(1);
+
+impl RateFeedback for DbRateFeedback {
+    fn signal(&self, signal: ProviderSignal) {
+        if signal.too_many {
+            metrics::counter!("l0_provider_429_total", "executor" => self.executor.clone())
+                .increment(1);
+        }
+        let l = &signal.learned;
+        let limits = [
+            l.requests_limit,
+            l.input_tokens_limit,
+            l.output_tokens_limit,
+            l.tokens_limit,
+        ];
+        let urgent = signal.too_many || l.exhausted_until().is_some();
+        {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = last.0 != Some(limits);
+            let due = last.1.is_none_or(|t| t.elapsed() >= ROUTINE_SIGNAL);
+            if !(urgent || changed || due) {
+                return;
+            }
+            *last = (Some(limits), Some(Instant::now()));
+        }
+        let (db, executor, configured) = (
+            self.db.clone(),
+            self.executor.clone(),
+            self.configured.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = db.rate_observe(&executor, &configured, &signal).await {
+                tracing::warn!(%executor, error = %e, "storing a provider's rate-limit answer failed");
+            }
+        });
+    }
+}
+
+impl Drop for DbSink {
+    fn drop(&mut self) {
+        self.end_wait();
+    }
 }
 
 impl DbSink {
-    pub(super) fn new(pool: &Arc<Pool>, job: &ClaimedJob, executor: &'static str) -> Self {
+    pub(super) fn new(pool: &Arc<Pool>, job: &ClaimedJob, exec: &Executor) -> Self {
+        let executor = exec.kind();
+        let configured = pool.settings.rate_limits.get(&job.executor).cloned();
+        let rate = (executor != "builtin" && (configured.is_some() || exec.speaks_rate_headers()))
+            .then(|| {
+                let configured = configured.unwrap_or_default();
+                let ttl = exec.timeout().unwrap_or_default() + pool.settings.lease;
+                RateConf {
+                    executor: job.executor.clone(),
+                    project: job.project_id.clone().unwrap_or_default(),
+                    max_output_tokens: exec.max_output_tokens(),
+                    running_ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                    feedback: exec.speaks_rate_headers().then(|| {
+                        Arc::new(DbRateFeedback {
+                            db: pool.db.clone(),
+                            executor: job.executor.clone(),
+                            configured: configured.clone(),
+                            last: std::sync::Mutex::new((None, None)),
+                        }) as Arc<dyn RateFeedback>
+                    }),
+                    configured,
+                }
+            });
         let daily_limit = job
             .project_id
             .as_deref()
             .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?)));
         let limited = job.budget.is_some_and(|b| b.is_limited()) || daily_limit.is_some();
         DbSink {
-            gated: limited && executor != "builtin",
+            gated: (limited || rate.is_some()) && executor != "builtin",
+            rate,
+            reserved: HashMap::new(),
+            waiting: None,
             call_ceiling_usd: pool
                 .settings
                 .budgets
@@ -107,6 +214,74 @@ impl DbSink {
                 (project.clone(), limit, utc_day_start(Utc::now()))
             }),
             call_ceiling_usd: self.call_ceiling_usd,
+        }
+    }
+
+    /// The front L0 waits for the rate limit (from now, unless it already did).
+    fn begin_wait(&mut self, assignment_id: &str) {
+        if self.waiting.as_ref().is_some_and(|w| w.0 == assignment_id) {
+            return;
+        }
+        self.end_wait();
+        let executor = self.rate.as_ref().map_or("", |r| r.executor.as_str());
+        metrics::gauge!("l0_rate_waiting", "executor" => executor.to_owned()).increment(1.0);
+        let span = if crate::telemetry::traces_on() {
+            tracing::info_span!(
+                "l0.wait",
+                assignment_id,
+                executor,
+                otel.name = "l0 rate-limit wait"
+            )
+        } else {
+            tracing::Span::none()
+        };
+        self.waiting = Some((assignment_id.to_owned(), Instant::now(), span));
+    }
+
+    /// The waiting L0 started, ended or was given up.
+    fn end_wait(&mut self) {
+        if let Some((_, since, span)) = self.waiting.take() {
+            let executor = self.rate.as_ref().map_or("", |r| r.executor.as_str());
+            metrics::gauge!("l0_rate_waiting", "executor" => executor.to_owned()).decrement(1.0);
+            metrics::histogram!("l0_rate_wait_seconds", "executor" => executor.to_owned())
+                .record(since.elapsed().as_secs_f64());
+            drop(span);
+        }
+    }
+
+    /// Gives back what ended calls reserved of the rate limit and did not use.
+    async fn settle(&mut self, finished: &[FinishedL0Run]) {
+        let Some(rate) = &self.rate else { return };
+        for f in finished {
+            let Some(reserved) = self.reserved.remove(&f.assignment_id) else {
+                continue;
+            };
+            let used_in = f.run.usage.input_tokens.unwrap_or(reserved.input_tokens);
+            let used_out = f.run.usage.output_tokens.unwrap_or(reserved.output_tokens);
+            let unused = Cost {
+                input_tokens: (reserved.input_tokens - used_in).max(0),
+                output_tokens: (reserved.output_tokens - used_out).max(0),
+            };
+            let call_id = format!("{}:{}", self.lease.job_id, f.assignment_id);
+            let pool = &self.pool;
+            let r = retry_db(pool, || {
+                pool.db
+                    .rate_settle(&rate.executor, &rate.configured, &call_id, unused)
+            })
+            .await;
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "settling an L0's rate-limit reservation failed");
+            }
+        }
+    }
+
+    /// Drops the job's calls still waiting in the rate limit's queue.
+    pub(super) async fn leave_queue(&mut self) {
+        self.end_wait();
+        if self.rate.is_some()
+            && let Err(e) = self.pool.db.rate_forget_waiting(self.lease.job_id).await
+        {
+            tracing::warn!(error = %e, "leaving the rate-limit queue failed");
         }
     }
 
@@ -190,7 +365,9 @@ impl JobSink for DbSink {
             })
             .collect();
         self.progress = self.pending.end(ended, log, new_lines, self.progress);
-        self.held().await
+        self.held().await?;
+        self.settle(finished).await;
+        Ok(())
     }
 
     async fn log(&mut self, log: &[String], new_lines: &[String]) -> Result<(), String> {
@@ -205,29 +382,63 @@ impl JobSink for DbSink {
     /// The budget gate, in the database: what it decides is read from stored
     /// truth — every scope's spent costs and running reservations, across
     /// replicas (docs/jobs.md, "Budgets").
-    async fn gate_start(&mut self, assignment_id: &str) -> Result<Gate, String> {
+    async fn gate_start(
+        &mut self,
+        assignment_id: &str,
+        prompt_bytes: usize,
+    ) -> Result<Gate, String> {
         self.store().await?;
         let scopes = self.scopes();
-        let pool = &self.pool;
-        let gated = retry_db(pool, || {
+        let ask = self.rate.as_ref().map(|r| RateAsk {
+            executor: r.executor.clone(),
+            configured: r.configured.clone(),
+            project_id: r.project.clone(),
+            job_id: self.lease.job_id,
+            assignment_id: assignment_id.to_owned(),
+            cost: estimated_cost(prompt_bytes, r.max_output_tokens),
+            running_ttl_ms: r.running_ttl_ms,
+        });
+        let pool = self.pool.clone();
+        let gated = retry_db(&pool, || {
             pool.db.gate_l0_start(
                 self.lease,
                 self.attempt,
                 assignment_id,
                 self.progress,
                 &scopes,
+                ask.as_ref(),
             )
         })
         .await;
         match fenced(gated)? {
             Gated::Started(progress) => {
                 self.progress = progress;
+                self.end_wait();
+                if let Some(ask) = ask {
+                    self.reserved.insert(assignment_id.to_owned(), ask.cost);
+                }
                 pool.hub.job_changed(self.lease.job_id);
                 Ok(Gate::Start)
             }
-            Gated::Wait => Ok(Gate::Wait),
-            Gated::Stop(why) => Ok(Gate::Stop(why)),
+            Gated::Wait(hint) => {
+                if hint.is_some() {
+                    self.begin_wait(assignment_id);
+                }
+                Ok(Gate::Wait(hint))
+            }
+            Gated::Stop(why) => {
+                self.end_wait();
+                Ok(Gate::Stop(why))
+            }
+            Gated::RateLimited(why) => {
+                self.end_wait();
+                Ok(Gate::Fail(why))
+            }
         }
+    }
+
+    fn rate_feedback(&self) -> Option<Arc<dyn RateFeedback>> {
+        self.rate.as_ref().and_then(|r| r.feedback.clone())
     }
 
     async fn budget_overrun(&mut self) -> Result<Option<String>, String> {

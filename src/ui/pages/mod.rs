@@ -3,6 +3,7 @@
 
 pub mod dag;
 pub mod jobs;
+pub mod rate_limits;
 pub mod tasks;
 pub mod tracks;
 pub mod usage;
@@ -23,6 +24,7 @@ pub enum Section {
     Runs,
     Tracks,
     Webhooks,
+    RateLimits,
     None,
 }
 
@@ -40,6 +42,7 @@ pub fn layout(title: &str, section: Section, chrome: Chrome, body: Markup) -> Ma
         (Section::Runs, "/ui/runs", "Refine runs"),
         (Section::Tracks, "/ui/tracks", "Tracks"),
         (Section::Webhooks, "/ui/webhooks", "Webhooks"),
+        (Section::RateLimits, "/ui/rate-limits", "Rate limits"),
     ];
     html! {
         (DOCTYPE)
