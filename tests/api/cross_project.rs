@@ -27,6 +27,7 @@ const PROJECTLESS: &[&str] = &[
     // Filtered to the caller's projects rather than refused (checked below).
     "GET /v1/refine-jobs",
     "GET /v1/webhooks",
+    "GET /v1/rate-limits",
 ];
 
 async fn spawn(backend: Backend) -> TestApp {
@@ -102,11 +103,13 @@ fn route_of(method: &Method, path: &str) -> String {
     let tracks = path.starts_with("/v1/tracks/");
     let in_list = path.starts_with("/v1/task-lists/") && path.split('/').nth(4) == Some("tasks");
     let webhooks = path.starts_with("/v1/webhooks/");
+    let rate_limits = path.starts_with("/v1/rate-limits/");
     let templated: Vec<&str> = path
         .split('/')
         .enumerate()
         .map(|(i, segment)| match (i, segment) {
             (3, _) if tracks => "{track_id}",
+            (3, _) if rate_limits => "{executor}",
             (5, _) if tracks => "{step}",
             (5, _) if in_list => "{task_id}",
             (5, _) if webhooks => "{delivery_id}",
@@ -383,6 +386,12 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
             Some(json!({"url": "https://8.8.8.8/", "events": ["*"]})),
         ),
     ])
+    // Rate limits belong to every project: only an unrestricted token changes one.
+    .chain([(
+        Method::PUT,
+        "/v1/rate-limits/anthropic".to_owned(),
+        Some(json!({"requests_per_minute": 1})),
+    )])
     .chain([&other_run, &loose_run].into_iter().flat_map(|id| {
         [
             (Method::GET, format!("/v1/refine-runs/{id}"), None),
