@@ -72,6 +72,21 @@ SELECT md5('task:' || i || ':' || p)::uuid,
 FROM seed_size s, generate_series(0, s.lists - 1) i,
      generate_series(10, s.per_list - 1) p, generate_series(0, 2) k;
 
+-- What is ready, as the writes keep it (migration 0015): unfinished dependencies
+-- per task and each list's tasks by status in 16 rows.
+UPDATE tasks SET unmet_deps = u.n
+FROM (SELECT d.task_id, COUNT(*) AS n FROM task_dependencies d
+      JOIN tasks p ON p.id = d.depends_on WHERE p.status <> 'done' GROUP BY d.task_id) u
+WHERE tasks.id = u.task_id;
+INSERT INTO task_list_counts (task_list_id, stripe, pending, running, done, failed, abandoned)
+SELECT task_list_id, position % 16,
+       SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN status = 'running' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN status = 'done' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN status = 'abandoned' THEN 1 ELSE 0 END)
+FROM tasks GROUP BY task_list_id, position % 16;
+
 -- Tracks: copies of one template document (the caller PUTs `seed-template` through
 -- the API first, so the shape is whatever the server writes), each with its own id.
 INSERT INTO tracks (track_id, metadata, revision, created_at, updated_at)

@@ -20,6 +20,9 @@ pub mod outbox;
 pub mod rate_limits;
 pub mod refine_jobs;
 pub mod refine_runs;
+// Before `task_claims` and `task_lists`, which use its macros.
+#[macro_use]
+pub mod readiness;
 // Before `task_lists`, whose transition uses its macros.
 #[macro_use]
 pub mod task_claims;
@@ -85,6 +88,37 @@ impl From<sqlx::Error> for DbError {
 }
 
 pub type DbResult<T> = Result<T, DbError>;
+
+impl DbError {
+    /// Postgres ended the transaction to break a lock cycle (40P01) or a
+    /// serialisation failure (40001): nothing was written, running it again is safe.
+    pub(crate) fn is_retryable(&self) -> bool {
+        match self {
+            DbError::Other(sqlx::Error::Database(db)) => {
+                matches!(db.code().as_deref(), Some("40P01" | "40001"))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Runs `attempt` again (a few times) while it fails with a retryable error
+/// ([`DbError::is_retryable`]); row locks taken in different orders by writers of
+/// one list (a completion decrementing a dependent another writer holds) can meet
+/// in a cycle, which Postgres breaks by failing one of them.
+pub(crate) async fn retrying<T, F, Fut>(mut attempt: F) -> DbResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = DbResult<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if e.is_retryable() && tries < 4 => tries += 1,
+            other => return other,
+        }
+    }
+}
 
 fn is_sqlite_busy(error: &dyn sqlx::error::DatabaseError) -> bool {
     error
@@ -243,6 +277,16 @@ impl Database {
         match self {
             Database::Sqlite(sqlite) => Some(sqlite.writers.clone().lock_owned().await),
             Database::Postgres(_) => None,
+        }
+    }
+
+    /// What a claiming read appends: on Postgres lock the rows found and pass over
+    /// rows another transaction holds (concurrent claimers take different tasks);
+    /// nothing on SQLite, whose `begin_write!` transaction holds the write lock.
+    pub(crate) fn skip_locked(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => " FOR UPDATE SKIP LOCKED",
+            Database::Sqlite(_) => "",
         }
     }
 

@@ -1,6 +1,8 @@
-//! Postgres `LISTEN/NOTIFY` between replicas: "a job was queued" and "cancel this
-//! job". A hint only: workers also poll, so a dropped notification or a
-//! reconnecting listener never stalls a job. SQLite is single-node: nothing to send.
+//! Postgres `LISTEN/NOTIFY` between replicas: "a job was queued", "cancel this
+//! job" and "these task lists changed". A hint only, sent after the write's commit:
+//! workers and long-polls also poll, so a dropped notification or a reconnecting
+//! listener never stalls a job or a waiting agent. SQLite is single-node: nothing
+//! to send.
 
 use std::time::Duration;
 
@@ -15,6 +17,12 @@ const QUEUED_CHANNEL: &str = "plangate_job_queued";
 /// A job's cancel was requested (payload: job id).
 const CANCEL_CHANNEL: &str = "plangate_job_cancel";
 
+/// Task lists changed (payload: their ids, comma-separated).
+const TASK_LIST_CHANNEL: &str = "plangate_task_list_changed";
+/// Ids per task-list notice: 100 × 37 bytes stays well under NOTIFY's 8,000-byte
+/// payload limit.
+const LISTS_PER_NOTICE: usize = 100;
+
 /// What another replica told us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notice {
@@ -23,6 +31,8 @@ pub enum Notice {
     Queued,
     /// Kill this job's L0s now.
     Cancel(Uuid),
+    /// This task list changed: wake its long-polls.
+    TaskList(Uuid),
 }
 
 impl Database {
@@ -50,6 +60,22 @@ impl Database {
         Ok(())
     }
 
+    /// Tells the other replicas these task lists changed (committed), so their
+    /// `ready?wait=` long-polls answer now instead of at their next poll.
+    pub async fn notify_task_lists(&self, ids: &[Uuid]) -> DbResult<()> {
+        if let Database::Postgres(pool) = self {
+            for chunk in ids.chunks(LISTS_PER_NOTICE) {
+                let payload: Vec<String> = chunk.iter().map(Uuid::to_string).collect();
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(TASK_LIST_CHANNEL)
+                    .bind(payload.join(","))
+                    .execute(pool)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Hands every notice to `on_notice` until `stop`, reconnecting after a lost
     /// connection. Returns at once on SQLite.
     pub async fn listen(&self, on_notice: impl Fn(Notice), stop: CancellationToken) {
@@ -60,12 +86,16 @@ impl Database {
             let session = async {
                 let mut listener = PgListener::connect_with(pool).await?;
                 listener
-                    .listen_all([QUEUED_CHANNEL, CANCEL_CHANNEL])
+                    .listen_all([QUEUED_CHANNEL, CANCEL_CHANNEL, TASK_LIST_CHANNEL])
                     .await?;
                 on_notice(Notice::Queued);
                 loop {
                     let note = listener.recv().await?;
-                    if note.channel() == CANCEL_CHANNEL {
+                    if note.channel() == TASK_LIST_CHANNEL {
+                        for id in note.payload().split(',').filter_map(|s| s.parse().ok()) {
+                            on_notice(Notice::TaskList(id));
+                        }
+                    } else if note.channel() == CANCEL_CHANNEL {
                         if let Ok(id) = note.payload().parse::<Uuid>() {
                             on_notice(Notice::Cancel(id));
                         }

@@ -117,38 +117,40 @@ macro_rules! outbox_run_finished {
     }};
 }
 
-/// A task's status changed in `$tx` (`$tasks`: the list as read, before the change;
-/// `$origin`: the changed task's index; `$cascaded`: the ids the change abandoned):
-/// `task.failed` when it failed (never for the tasks a cascade abandoned), and
-/// `task_list.finished` when it left every task terminal.
+/// Task `$task_id` of list `$list_id` moved to `$to` in `$tx` (after the change's
+/// own writes, counters included): `task.failed` when it failed (never for the
+/// tasks a cascade abandoned), and `task_list.finished` when no task is left
+/// pending or running. Exactly one transaction sees a list finish: on Postgres the
+/// terminal changes of one list take a per-list advisory lock here, at their very
+/// end, so the later of two concurrent last changes reads the other's committed
+/// counters (SQLite has one writer). It waits for nothing while it holds the lock.
 macro_rules! outbox_task_changed {
-    ($tx:expr, $list_id:expr, $tasks:expr, $origin:expr, $to:expr, $cascaded:expr, $at:expr) => {{
-        let tasks: &[$crate::db::task_lists::TaskRecord] = $tasks;
-        let cascaded: &[uuid::Uuid] = $cascaded;
+    ($db:expr, $tx:expr, $list_id:expr, $task_id:expr, $to:expr, $at:expr) => {{
+        let list_id: uuid::Uuid = $list_id;
         let to: $crate::domain::dispatch::TaskStatus = $to;
         let failed = to == $crate::domain::dispatch::TaskStatus::Failed;
-        let next = if to.is_terminal() {
-            let cascaded: std::collections::HashSet<uuid::Uuid> =
-                cascaded.iter().copied().collect();
-            $crate::domain::webhooks::list_finished(tasks.iter().enumerate().map(|(i, t)| {
-                let now_cascaded = cascaded.contains(&t.id);
-                let status = if i == $origin {
-                    to
-                } else if now_cascaded {
-                    $crate::domain::dispatch::TaskStatus::Abandoned
-                } else {
-                    t.status
-                };
-                $crate::domain::webhooks::ListTask {
-                    terminal: status.is_terminal(),
-                    cascaded: now_cascaded || (i != $origin && t.upstream_task_id.is_some()),
-                }
-            }))
-        } else {
-            None
-        };
+        let mut next = None;
+        if to.is_terminal() {
+            if matches!($db, $crate::db::Database::Postgres(_)) {
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                    .bind(list_id.to_string())
+                    .execute(&mut *$tx)
+                    .await?;
+            }
+            let counts = read_counts!(&mut *$tx, list_id);
+            if counts.pending + counts.running == 0 {
+                // Once per list: which of `done` and `blocked` it ended in.
+                let cascaded: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE task_list_id = $1 \
+                     AND status = 'abandoned' AND upstream_task_id IS NOT NULL)",
+                )
+                .bind(list_id)
+                .fetch_one(&mut *$tx)
+                .await?;
+                next = $crate::domain::webhooks::list_finished(0, 0, cascaded);
+            }
+        }
         if failed || next.is_some() {
-            let list_id: uuid::Uuid = $list_id;
             let row: Option<(String, Option<String>)> =
                 sqlx::query_as("SELECT project_id, team_pk FROM task_lists WHERE id = $1")
                     .bind(list_id)
@@ -157,7 +159,7 @@ macro_rules! outbox_task_changed {
             if let Some((project_id, team_pk)) = row {
                 if failed {
                     let event = $crate::domain::webhooks::task_failed_event(
-                        tasks[$origin].id,
+                        $task_id,
                         list_id,
                         &project_id,
                         team_pk.as_deref(),

@@ -1,49 +1,16 @@
 //! Claims with leases and the task history (docs/api.md "Claims"): claim, renew,
-//! expire — each in one locked transaction over the whole list, like a status
-//! change (docs/architecture.md, "Read, decide, write"), so a task is handed to
-//! one holder at a time and a lapsed lease is expired exactly once.
+//! expire — each one transaction of a few indexed statements that locks only the
+//! rows it changes (docs/architecture.md, "Claims at scale"), so a task is handed
+//! to one holder at a time and a lapsed lease is expired exactly once.
 
 use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 use uuid::Uuid;
 
-use super::task_lists::{TASK_COLUMNS, TaskRecord, TaskRow, dispatch_view, now};
-use super::{Database, DbError, DbResult};
-use crate::domain::dispatch::{self, HeldByOther, ReadyMode, TaskEventKind, TaskStatus};
-
-/// Every task of list `$list_id`, the list locked for the rest of transaction
-/// `$tx`: on Postgres its `task_lists` row `FOR UPDATE` — one row lock that every
-/// writer of the list's tasks takes first (status change, claim, heartbeat,
-/// expiry), where locking each task row cost a write per task per claim; SQLite's
-/// `BEGIN IMMEDIATE` already holds the database's write lock.
-macro_rules! read_list_locked {
-    ($db:expr, $tx:ident, $list_id:expr) => {{
-        let lock = $db.row_lock();
-        let _list: Option<uuid::Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM task_lists WHERE id = $1{lock}"
-        )))
-        .bind($list_id)
-        .fetch_optional(&mut *$tx)
-        .await?;
-        let rows =
-            sqlx::query_as::<_, $crate::db::task_lists::TaskRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT {} FROM tasks WHERE task_list_id = $1 ORDER BY position",
-                $crate::db::task_lists::TASK_COLUMNS
-            )))
-            .bind($list_id)
-            .fetch_all(&mut *$tx)
-            .await?;
-        let edges = sqlx::query_as::<_, $crate::db::task_lists::EdgeRow>(
-            "SELECT d.task_id, d.depends_on FROM task_dependencies d \
-             JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
-             ORDER BY d.task_id, d.position",
-        )
-        .bind($list_id)
-        .fetch_all(&mut *$tx)
-        .await?;
-        $crate::db::task_lists::assemble(rows, edges)?
-    }};
-}
+use super::readiness::{LapsedRow, Move};
+use super::task_lists::{TASK_COLUMNS, TaskRecord, TaskRow, now};
+use super::{Database, DbError, DbResult, retrying};
+use crate::domain::dispatch::{self, HeldByOther, ReadyMode, Remaining, TaskEventKind, TaskStatus};
 
 /// Appends one [`TaskEvent`] to a task's history inside transaction `$tx`.
 macro_rules! insert_event {
@@ -68,51 +35,6 @@ macro_rules! insert_event {
         .bind(event.lease_expires_at)
         .execute(&mut *$tx)
         .await?;
-    }};
-}
-
-/// Puts every running task of `$tasks` whose lease lapsed at `$at` back to
-/// `pending`, records `lease_expired`, and updates `$tasks` to match; evaluates to
-/// how many expired. The attempt stays counted (it was charged by the claim).
-macro_rules! expire_lapsed {
-    ($tx:ident, $tasks:ident, $at:expr) => {{
-        let at: chrono::DateTime<chrono::Utc> = $at;
-        let lapsed = $crate::domain::dispatch::expired_leases(
-            $tasks.iter().map(|t| (t.status, t.lease.as_ref())),
-            at,
-        );
-        for &i in &lapsed {
-            let task = &mut $tasks[i];
-            let lease = task.lease.take();
-            sqlx::query(
-                "UPDATE tasks SET status = $2, claim_holder = NULL, lease_expires_at = NULL, \
-                 updated_at = $3 WHERE id = $1",
-            )
-            .bind(task.id)
-            .bind($crate::domain::dispatch::TaskStatus::Pending.as_str())
-            .bind(at)
-            .execute(&mut *$tx)
-            .await?;
-            task.status = $crate::domain::dispatch::TaskStatus::Pending;
-            task.updated_at = at;
-            insert_event!(
-                $tx,
-                $crate::db::task_claims::TaskEvent {
-                    task_id: task.id,
-                    task_list_id: task.task_list_id,
-                    at,
-                    kind: $crate::domain::dispatch::TaskEventKind::LeaseExpired,
-                    holder: lease.as_ref().map(|l| l.holder.as_str()),
-                    from: $crate::domain::dispatch::TaskStatus::Running,
-                    to: $crate::domain::dispatch::TaskStatus::Pending,
-                    attempt: task.attempts,
-                    forced: false,
-                    overrode: None,
-                    lease_expires_at: lease.as_ref().map(|l| l.expires_at),
-                }
-            );
-        }
-        lapsed.len()
     }};
 }
 
@@ -186,10 +108,21 @@ pub struct ClaimAsk<'a> {
     pub mode: ReadyMode,
 }
 
-/// The list after the claim, and which task (index) was claimed, if any.
-pub struct ClaimOutcome {
-    pub tasks: Vec<TaskRecord>,
-    pub claimed: Option<usize>,
+/// What a claim came to.
+pub enum ClaimOutcome {
+    /// The task now held, and the list's tasks by status after the claim.
+    Claimed {
+        task: Box<TaskRecord>,
+        remaining: Remaining,
+    },
+    /// No task for this claim.
+    NoneReady {
+        /// Ready tasks exist, none for the persona asked.
+        others_ready: bool,
+        remaining: Remaining,
+        /// The soonest lease of a running task to run out.
+        earliest_lease: Option<DateTime<Utc>>,
+    },
 }
 
 pub enum HeartbeatOutcome {
@@ -200,88 +133,254 @@ pub enum HeartbeatOutcome {
     NotFound,
 }
 
+/// Candidates a pipeline claim reads at a time.
+const PIPELINE_BATCH: usize = 128;
+
+/// The barrier's active wave of list `$list_id` (the lowest wave holding a pending
+/// or running task): the first entry of `tasks_pending_by_wave` and the lowest
+/// wave among the running tasks (as many as are in flight).
+macro_rules! active_wave {
+    ($tx:ident, $list_id:expr) => {{
+        let waves: Vec<i64> = sqlx::query_scalar(
+            "SELECT w FROM (SELECT parallel_group AS w FROM tasks \
+             WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
+             UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks \
+             WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r",
+        )
+        .bind($list_id)
+        .fetch_all(&mut *$tx)
+        .await?;
+        waves.into_iter().min()
+    }};
+}
+
+/// The first pending task of wave `$wave` (for `$persona`, if given) in list
+/// order, read with `$lock` appended (a claim locks it and passes over tasks other
+/// claimers hold).
+macro_rules! barrier_pick {
+    ($tx:ident, $list_id:expr, $wave:expr, $persona:expr, $lock:expr) => {{
+        let persona: Option<&str> = $persona;
+        let lock: &str = $lock;
+        let for_persona = if persona.is_some() {
+            " AND assigned_persona = $3"
+        } else {
+            ""
+        };
+        let mut pick = sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
+             AND parallel_group = $2{for_persona} ORDER BY position LIMIT 1{lock}"
+        )))
+        .bind($list_id)
+        .bind($wave);
+        if let Some(persona) = persona {
+            pick = pick.bind(persona);
+        }
+        pick.fetch_optional(&mut *$tx).await?
+    }};
+}
+
+/// The first task pipeline mode offers (for `$persona`, if given): the pending
+/// tasks whose dependencies are all done (`tasks_unblocked`), in `(wave, list)`
+/// order, walked as `dispatch::ready` does, so that a task whose writes race a
+/// running task's or an earlier offered task's is passed over.
+macro_rules! pipeline_pick {
+    ($tx:ident, $list_id:expr, $persona:expr) => {{
+        let persona: Option<&str> = $persona;
+        let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
+            "SELECT writes FROM tasks WHERE task_list_id = $1 AND status = 'running'",
+        )
+        .bind($list_id)
+        .fetch_all(&mut *$tx)
+        .await?;
+        let mut claimed: std::collections::HashSet<String> = running
+            .iter()
+            .flat_map(|w| w.0.iter())
+            .map(|p| dispatch::normalize_path(p).to_owned())
+            .collect();
+        let mut after: (i64, i32) = (i64::MIN, -1);
+        let mut pick = None;
+        'walk: loop {
+            let batch: Vec<(Uuid, i64, i32, String, sqlx::types::Json<Vec<String>>)> =
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT id, parallel_group, position, assigned_persona, writes FROM tasks \
+                     WHERE task_list_id = $1 AND status = 'pending' AND unmet_deps = 0 \
+                     AND (parallel_group, position) > ($2, $3) \
+                     ORDER BY parallel_group, position LIMIT {PIPELINE_BATCH}"
+                )))
+                .bind($list_id)
+                .bind(after.0)
+                .bind(after.1)
+                .fetch_all(&mut *$tx)
+                .await?;
+            let full = batch.len() == PIPELINE_BATCH;
+            for (id, wave, position, assigned, writes) in batch {
+                after = (wave, position);
+                if dispatch::offer_writes(&mut claimed, &writes.0)
+                    && persona.is_none_or(|p| p == assigned)
+                {
+                    pick = Some(id);
+                    break 'walk;
+                }
+            }
+            if !full {
+                break;
+            }
+        }
+        pick
+    }};
+}
+
 impl Database {
     /// Hands the first ready task (for `persona`, if given) to `holder` with a lease,
-    /// moving it to `running` — after expiring lapsed leases, in one transaction
-    /// over the locked list. `None`: no such list.
+    /// moving it to `running`, after expiring the list's lapsed leases — in one
+    /// transaction of a few indexed statements (docs/architecture.md, "Claims at
+    /// scale"). On Postgres a barrier claim locks only the task it takes and passes
+    /// over tasks other claimers hold (`SKIP LOCKED`); a pipeline claim, which
+    /// decides write races over every running task, takes turns on the list's row.
+    /// `None`: no such list.
     pub async fn claim_task(
         &self,
         list_id: Uuid,
         ask: ClaimAsk<'_>,
     ) -> DbResult<Option<ClaimOutcome>> {
+        retrying(|| self.claim_once(list_id, &ask)).await
+    }
+
+    async fn claim_once(
+        &self,
+        list_id: Uuid,
+        ask: &ClaimAsk<'_>,
+    ) -> DbResult<Option<ClaimOutcome>> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let mut tasks = read_list_locked!(self, tx, list_id);
-            // Stamped once the list is locked, not before the wait for the lock: the
-            // history (ordered by `at`) then follows the order the writes took, and a
-            // lease runs from when it is granted.
-            let at = now();
-            if tasks.is_empty() {
-                let exists: Option<Uuid> = sqlx::query_scalar("SELECT id FROM task_lists WHERE id = $1")
-                    .bind(list_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if exists.is_none() {
+            if ask.mode == ReadyMode::Pipeline {
+                let lock = self.row_lock();
+                let list: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT id FROM task_lists WHERE id = $1{lock}"
+                )))
+                .bind(list_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if list.is_none() {
                     return Ok(None);
                 }
             }
-            expire_lapsed!(tx, tasks, at);
-            let ready = dispatch::ready(ask.mode, &dispatch_view(&tasks));
-            let personas: Vec<&str> = tasks.iter().map(|t| t.assigned_persona.as_str()).collect();
-            let Some(pick) = dispatch::pick_claim(&ready, &personas, ask.persona) else {
-                tx.commit().await?;
-                return Ok(Some(ClaimOutcome { tasks, claimed: None }));
+            // Stamped once the task is locked: the history (ordered by `at`)
+            // follows the order the writes took, and a lease runs from when it is
+            // granted.
+            let at = now();
+            expire_lapsed!(self, tx, list_id, at);
+            let wave = match ask.mode {
+                ReadyMode::Barrier => active_wave!(tx, list_id),
+                ReadyMode::Pipeline => None,
+            };
+            let pick = match (ask.mode, wave) {
+                (ReadyMode::Barrier, None) => None,
+                (ReadyMode::Barrier, Some(wave)) => {
+                    match barrier_pick!(tx, list_id, wave, ask.persona, self.skip_locked()) {
+                        // Every candidate was held by another claimer (Postgres): wait
+                        // for them to commit and look again, so that "nothing ready"
+                        // is never said of tasks still being claimed.
+                        None if !self.skip_locked().is_empty() => {
+                            barrier_pick!(tx, list_id, wave, ask.persona, self.row_lock())
+                        }
+                        pick => pick,
+                    }
+                }
+                (ReadyMode::Pipeline, _) => pipeline_pick!(tx, list_id, ask.persona),
             };
             let expires_at = at + ask.lease;
-            let stored = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                "UPDATE tasks SET status = $2, attempts = attempts + 1, started_at = $3, \
-                 claim_holder = $4, lease_expires_at = $5, updated_at = $3 \
-                 WHERE id = $1 RETURNING {TASK_COLUMNS}"
-            )))
-            .bind(tasks[pick].id)
-            .bind(TaskStatus::Running.as_str())
-            .bind(at)
-            .bind(ask.holder)
-            .bind(expires_at)
-            .fetch_one(&mut *tx)
-            .await?;
-            let depends_on = std::mem::take(&mut tasks[pick].depends_on);
-            tasks[pick] = stored.into_task(depends_on)?;
+            let stored = match pick {
+                None => None,
+                Some(pick) => sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                    "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
+                     started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
+                     WHERE id = $1 AND status = 'pending' RETURNING {TASK_COLUMNS}"
+                )))
+                .bind(pick)
+                .bind(at)
+                .bind(ask.holder)
+                .bind(expires_at)
+                .fetch_optional(&mut *tx)
+                .await?,
+            };
+            let Some(stored) = stored else {
+                let others_ready = match (ask.persona, ask.mode, wave) {
+                    (None, _, _) | (_, ReadyMode::Barrier, None) => false,
+                    (Some(_), ReadyMode::Barrier, Some(wave)) => {
+                        barrier_pick!(tx, list_id, wave, None, "").is_some()
+                    }
+                    (Some(_), ReadyMode::Pipeline, _) => pipeline_pick!(tx, list_id, None).is_some(),
+                };
+                let remaining = read_counts!(&mut *tx, list_id);
+                let earliest_lease: Option<DateTime<Utc>> = sqlx::query_scalar(
+                    "SELECT lease_expires_at FROM tasks WHERE task_list_id = $1 \
+                     AND status = 'running' AND lease_expires_at IS NOT NULL \
+                     ORDER BY lease_expires_at LIMIT 1",
+                )
+                .bind(list_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if remaining == Remaining::default() {
+                    let list: Option<Uuid> =
+                        sqlx::query_scalar("SELECT id FROM task_lists WHERE id = $1")
+                            .bind(list_id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    if list.is_none() {
+                        return Ok(None);
+                    }
+                }
+                tx.commit().await?;
+                return Ok(Some(ClaimOutcome::NoneReady {
+                    others_ready,
+                    remaining,
+                    earliest_lease,
+                }));
+            };
             insert_event!(tx, TaskEvent {
-                task_id: tasks[pick].id,
+                task_id: stored.id,
                 task_list_id: list_id,
                 at,
                 kind: TaskEventKind::Claimed,
                 holder: Some(ask.holder),
                 from: TaskStatus::Pending,
                 to: TaskStatus::Running,
-                attempt: tasks[pick].attempts,
+                attempt: stored.attempts,
                 forced: false,
                 overrode: None,
                 lease_expires_at: Some(expires_at),
             });
+            apply_moves!(tx, list_id, &[Move {
+                position: stored.position,
+                from: TaskStatus::Pending,
+                to: TaskStatus::Running,
+            }]);
+            let remaining = read_counts!(&mut *tx, list_id);
+            let depends_on = read_depends_on!(&mut *tx, stored.id);
             tx.commit().await?;
-            Ok::<_, DbError>(Some(ClaimOutcome { tasks, claimed: Some(pick) }))
+            Ok::<_, DbError>(Some(ClaimOutcome::Claimed {
+                task: Box::new(stored.into_task(depends_on)?),
+                remaining,
+            }))
         })
     }
 
     /// Expires the lapsed leases of a list (lazily, when a read saw one); returns
-    /// how many. Exactly once: under the list's lock, a second caller finds none.
+    /// how many. Exactly once: each lapsed task is locked (Postgres; SQLite's write
+    /// lock) and changed by one writer, a second finds it pending.
     pub async fn expire_leases(&self, list_id: Uuid) -> DbResult<usize> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let mut tasks = read_list_locked!(self, tx, list_id);
-            // Stamped once the list is locked, not before the wait for the lock: the
-            // history (ordered by `at`) then follows the order the writes took, and a
-            // lease runs from when it is granted.
             let at = now();
-            let expired = expire_lapsed!(tx, tasks, at);
+            let expired = expire_lapsed!(self, tx, list_id, at);
             tx.commit().await?;
             Ok::<_, DbError>(expired)
         })
     }
 
-    /// Renews `holder`'s lease on a task to `lease` from now.
+    /// Renews `holder`'s lease on a task to `lease` from now, with the task's row
+    /// locked (the only row it reads or writes).
     pub async fn heartbeat_task(
         &self,
         id: Uuid,
@@ -290,26 +389,37 @@ impl Database {
     ) -> DbResult<HeartbeatOutcome> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let list_id: Option<Uuid> =
-                sqlx::query_scalar("SELECT task_list_id FROM tasks WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            let Some(list_id) = list_id else {
+            let lock = self.row_lock();
+            let Some(row) = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1{lock}"
+            )))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            else {
                 return Ok(HeartbeatOutcome::NotFound);
             };
-            let mut tasks = read_list_locked!(self, tx, list_id);
-            // Stamped once the list is locked, not before the wait for the lock: the
-            // history (ordered by `at`) then follows the order the writes took, and a
-            // lease runs from when it is granted.
             let at = now();
-            expire_lapsed!(tx, tasks, at);
-            let Some(origin) = tasks.iter().position(|t| t.id == id) else {
-                return Ok(HeartbeatOutcome::NotFound);
-            };
-            let task = &tasks[origin];
-            let outcome = match task.lease.as_ref().map(|l| l.holder.as_str()) {
-                None => HeartbeatOutcome::NotClaimed(task.status),
+            let list_id = row.task_list_id;
+            if row.lapsed(at) {
+                // A holder whose lease ran out no longer holds the task.
+                expire_rows!(tx, list_id, vec![LapsedRow {
+                    id,
+                    task_list_id: list_id,
+                    position: row.position,
+                    claim_holder: row.claim_holder.clone(),
+                    lease_expires_at: row.lease_expires_at,
+                    attempts: row.attempts,
+                }], at);
+                tx.commit().await?;
+                return Ok(HeartbeatOutcome::NotClaimed(TaskStatus::Pending));
+            }
+            let status = TaskStatus::parse(&row.status).ok_or_else(|| {
+                DbError::Corrupt(format!("task {id} has status {:?}", row.status))
+            })?;
+            let current = row.claim_holder.as_deref().filter(|_| row.lease_expires_at.is_some());
+            let outcome = match current {
+                None => HeartbeatOutcome::NotClaimed(status),
                 Some(current) if current != holder => {
                     HeartbeatOutcome::HeldByOther(HeldByOther { holder: current.to_owned() })
                 }
@@ -332,12 +442,13 @@ impl Database {
                         holder: Some(holder),
                         from: TaskStatus::Running,
                         to: TaskStatus::Running,
-                        attempt: task.attempts,
+                        attempt: row.attempts,
                         forced: false,
                         overrode: None,
                         lease_expires_at: Some(expires_at),
                     });
-                    HeartbeatOutcome::Renewed(Box::new(stored.into_task(task.depends_on.clone())?))
+                    let depends_on = read_depends_on!(&mut *tx, id);
+                    HeartbeatOutcome::Renewed(Box::new(stored.into_task(depends_on)?))
                 }
             };
             tx.commit().await?;

@@ -287,25 +287,13 @@ pub fn task_list_finished_event(
     )
 }
 
-/// A task as the end-of-list rule sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListTask {
-    pub terminal: bool,
-    /// Abandoned by a cascade (it waited on a task that failed).
-    pub cascaded: bool,
-}
-
-/// `Some(next)` once every task is terminal: `blocked` when a cascade abandoned some
-/// (what `GET /v1/task-lists/{id}/next` then answers), else `done`.
-pub fn list_finished(tasks: impl IntoIterator<Item = ListTask>) -> Option<&'static str> {
-    let mut blocked = false;
-    for t in tasks {
-        if !t.terminal {
-            return None;
-        }
-        blocked |= t.cascaded;
+/// `Some(next)` once no task is left pending or running: `blocked` when a cascade
+/// abandoned some (what `GET /v1/task-lists/{id}/next` then answers), else `done`.
+pub fn list_finished(pending: u64, running: u64, any_cascaded: bool) -> Option<&'static str> {
+    if pending + running > 0 {
+        return None;
     }
-    Some(if blocked { "blocked" } else { "done" })
+    Some(if any_cascaded { "blocked" } else { "done" })
 }
 
 // ---------------------------------------------------------------- signatures
@@ -681,16 +669,10 @@ mod tests {
 
     #[test]
     fn list_finishes_once_every_task_is_terminal() {
-        let t = |terminal, cascaded| ListTask { terminal, cascaded };
-        assert_eq!(list_finished([t(true, false), t(false, false)]), None);
-        assert_eq!(
-            list_finished([t(true, false), t(true, false)]),
-            Some("done")
-        );
-        assert_eq!(
-            list_finished([t(true, false), t(true, true)]),
-            Some("blocked")
-        );
+        assert_eq!(list_finished(1, 0, false), None);
+        assert_eq!(list_finished(0, 1, true), None);
+        assert_eq!(list_finished(0, 0, false), Some("done"));
+        assert_eq!(list_finished(0, 0, true), Some("blocked"));
     }
 
     #[test]

@@ -98,12 +98,27 @@ async fn create_task_list(
     Ok((StatusCode::CREATED, headers, Json(created.value)).into_response())
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct TaskListQuery {
+    /// Tasks per page (1 to 1,000). Without `limit` and `cursor` a list of up to
+    /// 10,000 tasks answers whole, a larger one its first 1,000 tasks.
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
 /// The list as created, with current task statuses.
+///
+/// Large lists come in pages, in submission order: a page that is not the last
+/// says `next_cursor`; ask again with `?cursor=` (and `limit`) for the next one.
 #[utoipa::path(get, path = "/v1/task-lists/{id}", tag = "task-lists",
-    params(("id" = Uuid, Path, description = "Server id of the list")),
+    params(("id" = Uuid, Path, description = "Server id of the list"), TaskListQuery),
     responses(
-        (status = 200, description = "The list", body = StoredTaskList),
-        (status = 400, description = "Not a UUID", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "The list, or one page of its tasks", body = StoredTaskList),
+        (status = 400, description = "Not a UUID, `limit` out of range, or not a cursor of this API", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchList,
     ))]
@@ -111,8 +126,14 @@ async fn get_task_list(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
+    Query(query): Query<TaskListQuery>,
 ) -> Result<Json<StoredTaskList>, ApiError> {
-    Ok(Json(state.service.task_list(&caller, id).await?))
+    Ok(Json(
+        state
+            .service
+            .task_list_page(&caller, id, query.limit, query.cursor.as_deref())
+            .await?,
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

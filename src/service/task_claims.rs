@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::task_lists::{StoredTask, held_by_other};
 use super::task_refs::TaskRef;
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
-use crate::db::task_claims::{ClaimAsk, HeartbeatOutcome, TaskEventRecord};
+use crate::db::task_claims::{ClaimAsk, ClaimOutcome, HeartbeatOutcome, TaskEventRecord};
 use crate::db::task_lists::{TaskRecord, dispatch_view, now};
 use crate::domain::dispatch::{
     self, BlockedBy, DispatchTask, Lease, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining,
@@ -269,21 +269,14 @@ impl Service {
         };
         let lease = lease(request.lease_s)?;
         let mode = request.mode.unwrap_or_default();
-        // Authorises, and expires lapsed leases, before the claim.
-        let list = self.load_list(caller, list_id).await?;
-        let personas: Vec<&str> = list
-            .tasks
-            .iter()
-            .map(|t| t.assigned_persona.as_str())
-            .collect();
-        let view = dispatch_view(&list.tasks);
-        let ready = dispatch::ready(mode, &view);
-        if dispatch::pick_claim(&ready, &personas, persona).is_none() {
-            // Nothing to claim in a fresh read: answer without taking the list's
-            // write lock, so agents asking while they wait do not queue behind the
-            // ones claiming and completing (SQLite has one writer).
-            return Ok(claim_answer(&list.tasks, mode, None));
-        }
+        let project_id = self
+            .db
+            .task_list_project(list_id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task list", &list_id.to_string()))?;
+        caller.check_project(&project_id)?;
+        // A few indexed statements, never the whole list (docs/architecture.md,
+        // "Claims at scale"); lapsed leases are expired in the same transaction.
         let outcome = self
             .db
             .claim_task(
@@ -297,10 +290,55 @@ impl Service {
             )
             .await?
             .ok_or_else(|| ServiceError::not_found("task list", &list_id.to_string()))?;
-        if outcome.claimed.is_some() {
-            self.hub.task_list_changed(list_id);
+        match outcome {
+            ClaimOutcome::Claimed { task, remaining } => {
+                self.hub.task_list_changed(&self.db, list_id);
+                Ok(ClaimResponse {
+                    task: Some((*task).into()),
+                    next: NextAnswer {
+                        next: Next::Dispatch,
+                        in_flight: remaining.running,
+                        retry_after_s: None,
+                        remaining,
+                        blocked: Vec::new(),
+                    },
+                })
+            }
+            ClaimOutcome::NoneReady {
+                others_ready,
+                remaining,
+                earliest_lease,
+            } => {
+                let wait = |retry_after_s: u64| ClaimResponse {
+                    task: None,
+                    next: NextAnswer {
+                        next: Next::Wait,
+                        in_flight: remaining.running,
+                        retry_after_s: Some(retry_after_s),
+                        remaining,
+                        blocked: Vec::new(),
+                    },
+                };
+                if others_ready {
+                    // Ready tasks exist, none for this persona: others will move the list.
+                    return Ok(wait(WAIT_RETRY_SECS));
+                }
+                if remaining.running > 0 {
+                    let at = now();
+                    let earliest_s = earliest_lease
+                        .map(|e| u64::try_from((e - at).num_seconds().max(0)).unwrap_or(0) + 1);
+                    return Ok(wait(
+                        earliest_s
+                            .unwrap_or(WAIT_RETRY_SECS)
+                            .clamp(1, WAIT_RETRY_SECS),
+                    ));
+                }
+                // Nothing ready or running: the list is finished or blocked, and
+                // saying which (and why) takes the whole list — a read, no write.
+                let list = self.load_list(caller, list_id).await?;
+                Ok(claim_answer(&list.tasks, mode, None))
+            }
         }
-        Ok(claim_answer(&outcome.tasks, mode, outcome.claimed))
     }
 
     /// Renews `holder`'s lease on a claimed task.

@@ -41,9 +41,18 @@ pub struct StoredTaskList {
     pub team_pk: Option<String>,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
-    /// In submission order.
+    /// In submission order (one page of them when `next_cursor` is set).
     pub tasks: Vec<StoredTask>,
+    /// More tasks follow: pass this as `?cursor=` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
+
+/// Most tasks a page holds (`?limit=`).
+pub const MAX_PAGE_TASKS: u32 = 1000;
+/// Lists of up to this many tasks answer whole when no page is asked for (as
+/// before paging existed); larger ones answer their first page.
+pub const WHOLE_LIST_TASKS: u64 = 10_000;
 
 /// A task as the API shows it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -97,6 +106,7 @@ impl From<TaskListRecord> for StoredTaskList {
             created_by: r.created_by,
             created_at: r.created_at,
             tasks: r.tasks.into_iter().map(StoredTask::from).collect(),
+            next_cursor: None,
         }
     }
 }
@@ -545,6 +555,83 @@ impl Service {
         Ok(self.load_list(caller, id).await?.into())
     }
 
+    /// `GET /v1/task-lists/{id}`: the whole list, or a page of it (docs/api.md,
+    /// "Large lists"). A page reads only its tasks (and their edges), through the
+    /// `(task_list_id, position)` index; the cursor is the position after which the
+    /// next page starts.
+    pub async fn task_list_page(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<StoredTaskList, ServiceError> {
+        if let Some(limit) = limit
+            && !(1..=MAX_PAGE_TASKS).contains(&limit)
+        {
+            return Err(ServiceError::invalid_field(
+                "limit",
+                format!("limit must be between 1 and {MAX_PAGE_TASKS}, not {limit}"),
+            ));
+        }
+        let after = match cursor {
+            None => -1,
+            Some(text) => text
+                .strip_prefix('p')
+                .and_then(|n| n.parse::<i32>().ok())
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    ServiceError::invalid_field(
+                        "cursor",
+                        "cursor must be the next_cursor of a previous page",
+                    )
+                })?,
+        };
+        if limit.is_none() && cursor.is_none() {
+            let project_id = self
+                .db
+                .task_list_project(id)
+                .await?
+                .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
+            caller.check_project(&project_id)?;
+            if self.db.task_count(id).await? <= WHOLE_LIST_TASKS {
+                return self.task_list(caller, id).await;
+            }
+        }
+        let limit = limit.unwrap_or(MAX_PAGE_TASKS);
+        let mut page = self.read_page(id, after, limit).await?;
+        caller.check_project(&page.list.project_id)?;
+        let at = crate::db::task_lists::now();
+        let lapsed = dispatch::expired_leases(
+            page.list.tasks.iter().map(|t| (t.status, t.lease.as_ref())),
+            at,
+        );
+        if !lapsed.is_empty() {
+            if self.db.expire_leases(id).await? > 0 {
+                self.hub.task_list_changed(&self.db, id);
+            }
+            page = self.read_page(id, after, limit).await?;
+        }
+        let mut answer: StoredTaskList = page.list.into();
+        answer.next_cursor = page
+            .last_position
+            .filter(|_| page.more)
+            .map(|p| format!("p{p}"));
+        Ok(answer)
+    }
+
+    async fn read_page(
+        &self,
+        id: Uuid,
+        after: i32,
+        limit: u32,
+    ) -> Result<crate::db::task_lists::TaskPage, ServiceError> {
+        self.db
+            .task_list_page(id, after, limit)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))
+    }
+
     /// The stored list, if the caller may see its project.
     ///
     /// A lease seen lapsed is expired first (docs/api.md "Claims": lazily, in a
@@ -565,7 +652,7 @@ impl Service {
             return Ok(list);
         }
         if self.db.expire_leases(id).await? > 0 {
-            self.hub.task_list_changed(id);
+            self.hub.task_list_changed(&self.db, id);
         }
         self.read_list(id).await
     }
@@ -704,7 +791,7 @@ impl Service {
         };
         match self.db.transition_task(id, change).await? {
             TransitionOutcome::Changed { task, cascaded } => {
-                self.hub.task_list_changed(task.task_list_id);
+                self.hub.task_list_changed(&self.db, task.task_list_id);
                 Ok(TaskUpdated {
                     task: (*task).into(),
                     cascaded,

@@ -11,6 +11,7 @@ mod agents;
 mod arrows;
 mod auth;
 mod claims;
+mod claims_at_scale;
 mod concurrent_writes;
 mod cross_project;
 mod deploy;

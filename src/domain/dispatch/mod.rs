@@ -20,7 +20,7 @@ pub use claim::{
     pick_claim,
 };
 pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
-pub use ready::{DispatchTask, Ready, ReadyMode, ready};
+pub use ready::{DispatchTask, Ready, ReadyMode, normalize_path, offer_writes, ready};
 pub use render::{GraphFormat, GraphNode, render_graph};
 pub use snapshot::{StatusScope, StatusSnapshot, WaveCounts, snapshot};
 pub use status::{

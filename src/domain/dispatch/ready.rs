@@ -136,9 +136,22 @@ fn pipeline(tasks: &[DispatchTask]) -> Ready {
     }
 }
 
+/// One step of [`pipeline`]'s greedy walk for a caller that walks the candidates
+/// itself, in `(wave, index)` order (a claim reading them from an index): `claimed`
+/// holds the running tasks' writes and those of the candidates offered so far. A
+/// candidate is offered when none of its `writes` is claimed; its writes are then
+/// claimed too.
+pub fn offer_writes(claimed: &mut HashSet<String>, writes: &[String]) -> bool {
+    if writes.iter().any(|p| claimed.contains(normalize_path(p))) {
+        return false;
+    }
+    claimed.extend(writes.iter().map(|p| normalize_path(p).to_owned()));
+    true
+}
+
 /// Paths are compared as given after dropping a leading `./` (docs/spec/gating.md §1), so
 /// `./src/a.rs` and `src/a.rs` are recognized as the same file.
-fn normalize_path(mut p: &str) -> &str {
+pub fn normalize_path(mut p: &str) -> &str {
     while let Some(rest) = p.strip_prefix("./") {
         p = rest;
     }
@@ -303,6 +316,22 @@ mod tests {
         );
         // Barrier is wave order only, so it offers all three.
         assert_eq!(ready(ReadyMode::Barrier, &tasks).tasks, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn offering_one_candidate_at_a_time_matches_the_whole_answer() {
+        let tasks = [
+            t(1, Running, &[], &["src/a.rs"]),
+            t(1, Pending, &[], &["./src/a.rs"]),
+            t(2, Pending, &[], &["b", "c"]),
+            t(2, Pending, &[], &["c"]),
+            t(3, Pending, &[], &["d"]),
+        ];
+        let mut claimed: HashSet<String> = ["src/a.rs".to_owned()].into();
+        let offered: Vec<usize> = (1..tasks.len())
+            .filter(|&i| offer_writes(&mut claimed, &tasks[i].writes))
+            .collect();
+        assert_eq!(offered, ready(ReadyMode::Pipeline, &tasks).tasks);
     }
 
     #[test]

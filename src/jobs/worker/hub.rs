@@ -26,6 +26,10 @@ pub struct JobsHub {
     notice_pending: AtomicBool,
     /// A task is sending NOTIFYs (at most one at a time).
     notice_sending: AtomicBool,
+    /// Task lists changed here since the last NOTIFY about them was sent.
+    lists_pending: Mutex<std::collections::HashSet<Uuid>>,
+    /// A task is sending task-list NOTIFYs (at most one at a time).
+    lists_sending: AtomicBool,
 }
 
 impl Default for JobsHub {
@@ -36,6 +40,8 @@ impl Default for JobsHub {
             running: Mutex::new(Running::default()),
             notice_pending: AtomicBool::new(false),
             notice_sending: AtomicBool::new(false),
+            lists_pending: Mutex::default(),
+            lists_sending: AtomicBool::new(false),
         }
     }
 }
@@ -81,9 +87,51 @@ impl JobsHub {
         let _ = self.changed.send(job_id);
     }
 
-    /// A task list changed in this process: wakes its `ready?wait=` long-polls
-    /// (task list and job ids are both UUIDv7, so one channel serves both).
-    pub fn task_list_changed(&self, list_id: Uuid) {
+    /// A task list changed (committed) in this process: wakes its `ready?wait=`
+    /// long-polls here at once (task list and job ids are both UUIDv7, so one
+    /// channel serves both) and, on Postgres, the other replicas' through NOTIFY,
+    /// off the request's path and after its commit. Coalesced like
+    /// [`Self::job_queued`]: one sender at a time, each list named once per round
+    /// however many writes it had meanwhile.
+    pub fn task_list_changed(self: &Arc<Self>, db: &Database, list_id: Uuid) {
+        let _ = self.changed.send(list_id);
+        if !matches!(db, Database::Postgres(_)) {
+            return;
+        }
+        if let Ok(mut pending) = self.lists_pending.lock() {
+            pending.insert(list_id);
+        }
+        if self.lists_sending.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (hub, db) = (self.clone(), db.clone());
+        tokio::spawn(async move {
+            loop {
+                loop {
+                    let ids: Vec<Uuid> = match hub.lists_pending.lock() {
+                        Ok(mut pending) => pending.drain().collect(),
+                        Err(_) => Vec::new(),
+                    };
+                    if ids.is_empty() {
+                        break;
+                    }
+                    if let Err(e) = db.notify_task_lists(&ids).await {
+                        tracing::debug!(error = %e, "task-list notification failed; waiters poll");
+                    }
+                }
+                hub.lists_sending.store(false, Ordering::SeqCst);
+                // A list changed between the last drain and that store saw a sender
+                // and left it the notice: send it, unless another sender took over.
+                let more = hub.lists_pending.lock().is_ok_and(|p| !p.is_empty());
+                if !more || hub.lists_sending.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Another replica changed a task list (its NOTIFY): wake the waiters here.
+    pub fn task_list_changed_elsewhere(&self, list_id: Uuid) {
         let _ = self.changed.send(list_id);
     }
 

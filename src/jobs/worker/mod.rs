@@ -106,6 +106,7 @@ pub fn start(
             let on_notice = |notice| match notice {
                 Notice::Queued => hub.queued.notify_waiters(),
                 Notice::Cancel(id) => hub.cancel_local(id),
+                Notice::TaskList(id) => hub.task_list_changed_elsewhere(id),
             };
             db.listen(on_notice, stop).await;
         });

@@ -109,7 +109,7 @@ pub fn task_list_page(
                                             td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } (id_code(d)) } }
                                             td { @if let Some(r) = &task.reviews { "review: " (id_code(r)) } }
                                             td.why { (why(list, task)) }
-                                            td.desc { bdi { (task.description) } }
+                                            td.desc { bdi { (short(&task.description)) } }
                                         }
                                     }
                                 }
@@ -121,6 +121,19 @@ pub fn task_list_page(
         }
     };
     layout(&title, Section::Overview, chrome, body)
+}
+
+/// Characters of a description a table row shows; the task's page shows it whole.
+/// A long unbroken word in an auto-width cell costs the browser's layout time in
+/// proportion to its length (seconds for 10 KB), so rows never carry more.
+const DESCRIPTION_CHARS: usize = 160;
+
+/// `text` cut to [`DESCRIPTION_CHARS`] characters, with `…` when cut.
+fn short(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(DESCRIPTION_CHARS) {
+        None => text.into(),
+        Some((end, _)) => format!("{}…", &text[..end]).into(),
+    }
 }
 
 /// The drawing in a focusable region that scrolls inside itself, with the
@@ -255,4 +268,16 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
         }
     };
     layout(&title, Section::Overview, chrome, body)
+}
+
+#[cfg(test)]
+mod short_tests {
+    #[test]
+    fn long_descriptions_are_cut_on_a_character() {
+        assert_eq!(super::short("short"), "short");
+        let long = "é".repeat(10_000);
+        let cut = super::short(&long);
+        assert_eq!(cut.chars().count(), super::DESCRIPTION_CHARS + 1);
+        assert!(cut.ends_with('…'));
+    }
 }

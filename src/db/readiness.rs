@@ -1,0 +1,244 @@
+//! What is ready, kept as data (docs/architecture.md, "Claims at scale"): every
+//! write of a task's status keeps these up to date in its own transaction, so no
+//! write path reads the whole list.
+//!
+//! - `tasks.unmet_deps`: how many of a task's dependencies are not `done` (a task
+//!   becoming `done` decrements its dependents'); a pending task with none is
+//!   pipeline-ready, found by the partial index `tasks_unblocked`.
+//! - `task_list_counts`: the list's tasks by status, in [`STRIPES`] rows per list
+//!   (a task counts in the row of `position % STRIPES`), so concurrent claims and
+//!   completions of one list update different rows instead of queueing on one.
+//! - The barrier's active wave is the lowest wave with a pending or running task:
+//!   the first entry of `tasks_pending_by_wave` or of the few running tasks.
+//! - Lapsed leases are found by `tasks_running_by_lease`.
+
+use chrono::{DateTime, Utc};
+use sqlx::FromRow;
+use uuid::Uuid;
+
+use crate::domain::dispatch::{Remaining, TaskStatus};
+
+/// Counter rows per list (see the module doc).
+pub const STRIPES: i32 = 16;
+
+/// Lapsed leases one write expires at most; the rest go at the next write or read.
+pub const EXPIRE_BATCH: usize = 256;
+
+/// One task's move between statuses, for the counters.
+#[derive(Clone, Copy, Debug)]
+pub struct Move {
+    pub position: i32,
+    pub from: TaskStatus,
+    pub to: TaskStatus,
+}
+
+/// The counters' changes of `moves`, one entry per stripe touched, in ascending
+/// stripe order (every writer updates its stripes in that order, so two writers
+/// never wait on each other's rows in a cycle). Deltas in [`TaskStatus::ALL`]
+/// order.
+pub fn stripe_deltas(moves: &[Move]) -> Vec<(i32, [i32; 5])> {
+    let mut by_stripe: std::collections::BTreeMap<i32, [i32; 5]> = Default::default();
+    for m in moves.iter().filter(|m| m.from != m.to) {
+        let delta = by_stripe.entry(m.position.rem_euclid(STRIPES)).or_default();
+        delta[m.from.index()] -= 1;
+        delta[m.to.index()] += 1;
+    }
+    by_stripe.into_iter().collect()
+}
+
+/// The counters of a new list of `tasks` tasks, all pending, by stripe.
+pub fn initial_counts(tasks: usize) -> Vec<(i32, i32)> {
+    let stripes = STRIPES as usize;
+    (0..stripes.min(tasks))
+        .map(|s| (s as i32, ((tasks - s).div_ceil(stripes)) as i32))
+        .collect()
+}
+
+/// [`Remaining`] from summed counters.
+pub fn remaining(counts: (i64, i64, i64, i64, i64)) -> Remaining {
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    Remaining {
+        pending: n(counts.0),
+        running: n(counts.1),
+        done: n(counts.2),
+        failed: n(counts.3),
+        abandoned: n(counts.4),
+    }
+}
+
+/// A running task whose lease lapsed, as locked for its expiry.
+#[derive(FromRow, Debug)]
+pub struct LapsedRow {
+    pub id: Uuid,
+    pub task_list_id: Uuid,
+    pub position: i32,
+    pub claim_holder: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub attempts: i32,
+}
+
+/// Applies `$moves` (`&[Move]`) of list `$list_id` to its counters inside `$tx`.
+macro_rules! apply_moves {
+    ($tx:ident, $list_id:expr, $moves:expr) => {{
+        for (stripe, d) in $crate::db::readiness::stripe_deltas($moves) {
+            sqlx::query(
+                "UPDATE task_list_counts SET pending = pending + $3, running = running + $4, \
+                 done = done + $5, failed = failed + $6, abandoned = abandoned + $7 \
+                 WHERE task_list_id = $1 AND stripe = $2",
+            )
+            .bind($list_id)
+            .bind(stripe)
+            .bind(d[0])
+            .bind(d[1])
+            .bind(d[2])
+            .bind(d[3])
+            .bind(d[4])
+            .execute(&mut *$tx)
+            .await?;
+        }
+    }};
+}
+
+/// The list's tasks by status ([`Remaining`](crate::domain::dispatch::Remaining))
+/// from its counter rows, read through `$conn`.
+macro_rules! read_counts {
+    ($conn:expr, $list_id:expr) => {{
+        let counts: (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(SUM(pending), 0), COALESCE(SUM(running), 0), \
+             COALESCE(SUM(done), 0), COALESCE(SUM(failed), 0), COALESCE(SUM(abandoned), 0) \
+             FROM task_list_counts WHERE task_list_id = $1",
+        )
+        .bind($list_id)
+        .fetch_one($conn)
+        .await?;
+        $crate::db::readiness::remaining(counts)
+    }};
+}
+
+/// Puts the lapsed tasks `$rows` (`Vec<LapsedRow>`, locked, of list `$list_id`)
+/// back to `pending` at `$at`, records `lease_expired` for each and moves the
+/// counters; evaluates to how many. The attempt stays counted (the claim charged
+/// it).
+macro_rules! expire_rows {
+    ($tx:ident, $list_id:expr, $rows:expr, $at:expr) => {{
+        let rows: Vec<$crate::db::readiness::LapsedRow> = $rows;
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let mut moves = Vec::with_capacity(rows.len());
+        for row in &rows {
+            sqlx::query(
+                "UPDATE tasks SET status = 'pending', claim_holder = NULL, \
+                 lease_expires_at = NULL, updated_at = $2 WHERE id = $1",
+            )
+            .bind(row.id)
+            .bind(at)
+            .execute(&mut *$tx)
+            .await?;
+            insert_event!(
+                $tx,
+                $crate::db::task_claims::TaskEvent {
+                    task_id: row.id,
+                    task_list_id: row.task_list_id,
+                    at,
+                    kind: $crate::domain::dispatch::TaskEventKind::LeaseExpired,
+                    holder: row.claim_holder.as_deref(),
+                    from: $crate::domain::dispatch::TaskStatus::Running,
+                    to: $crate::domain::dispatch::TaskStatus::Pending,
+                    attempt: row.attempts,
+                    forced: false,
+                    overrode: None,
+                    lease_expires_at: row.lease_expires_at,
+                }
+            );
+            moves.push($crate::db::readiness::Move {
+                position: row.position,
+                from: $crate::domain::dispatch::TaskStatus::Running,
+                to: $crate::domain::dispatch::TaskStatus::Pending,
+            });
+        }
+        apply_moves!($tx, $list_id, &moves);
+        rows.len()
+    }};
+}
+
+/// Expires the lapsed leases of list `$list_id` at `$at` inside `$tx` (found by
+/// `tasks_running_by_lease`); evaluates to how many. On Postgres a lapsed task
+/// another writer holds locked is skipped: that writer is expiring it or ending it.
+macro_rules! expire_lapsed {
+    ($db:expr, $tx:ident, $list_id:expr, $at:expr) => {{
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let skip = $db.skip_locked();
+        let lapsed: Vec<$crate::db::readiness::LapsedRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, task_list_id, position, claim_holder, lease_expires_at, attempts \
+                 FROM tasks WHERE task_list_id = $1 AND status = 'running' \
+                 AND lease_expires_at <= $2 AND claim_holder IS NOT NULL \
+                 ORDER BY lease_expires_at LIMIT {}{skip}",
+                $crate::db::readiness::EXPIRE_BATCH
+            )))
+            .bind($list_id)
+            .bind(at)
+            .fetch_all(&mut *$tx)
+            .await?;
+        expire_rows!($tx, $list_id, lapsed, at)
+    }};
+}
+
+/// The server ids' planner names of task `$id`'s dependencies, in the order given.
+macro_rules! read_depends_on {
+    ($conn:expr, $id:expr) => {
+        sqlx::query_scalar::<_, String>(
+            "SELECT p.task_id FROM task_dependencies d JOIN tasks p ON p.id = d.depends_on \
+             WHERE d.task_id = $1 ORDER BY d.position",
+        )
+        .bind($id)
+        .fetch_all($conn)
+        .await?
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TaskStatus::*;
+
+    #[test]
+    fn deltas_group_by_stripe_in_ascending_order() {
+        let moves = [
+            Move {
+                position: 17,
+                from: Pending,
+                to: Running,
+            },
+            Move {
+                position: 1,
+                from: Running,
+                to: Done,
+            },
+            Move {
+                position: 3,
+                from: Pending,
+                to: Pending,
+            },
+            Move {
+                position: 0,
+                from: Pending,
+                to: Abandoned,
+            },
+        ];
+        assert_eq!(
+            stripe_deltas(&moves),
+            vec![(0, [-1, 0, 0, 0, 1]), (1, [-1, 0, 1, 0, 0])]
+        );
+    }
+
+    #[test]
+    fn initial_counts_spread_positions_over_stripes() {
+        assert!(initial_counts(0).is_empty());
+        assert_eq!(initial_counts(3), vec![(0, 1), (1, 1), (2, 1)]);
+        let c = initial_counts(33);
+        assert_eq!(c.len(), 16);
+        assert_eq!(c[0], (0, 3));
+        assert_eq!(c[1], (1, 2));
+        assert_eq!(c.iter().map(|(_, n)| n).sum::<i32>(), 33);
+    }
+}

@@ -1,0 +1,291 @@
+//! Storing a gated list (all or nothing, with its idempotency key) and counting
+//! rejected submissions.
+
+use std::collections::HashMap;
+
+use sqlx::QueryBuilder;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{
+    EDGE_ROWS_PER_INSERT, Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey,
+    TASK_ROWS_PER_INSERT, TaskListKey, TaskListRecord, TaskRecord, now,
+};
+use crate::db::readiness::initial_counts;
+use crate::db::{Database, DbError, DbResult};
+use crate::domain::dispatch::TaskStatus;
+
+impl Database {
+    /// Store an accepted list all or nothing: the list, its tasks, their edges; and
+    /// reset the retry count of `(project_id, team_pk)`. With a key, the key's row
+    /// is inserted first, in the same transaction: its primary key decides between
+    /// concurrent creates, and the losers store nothing and read what won.
+    pub async fn create_task_list(
+        &self,
+        new: NewTaskList<'_>,
+        key: Option<TaskListKey<'_>>,
+    ) -> DbResult<Keyed<TaskListRecord>> {
+        let list_id = Uuid::now_v7();
+        let created_at = now();
+        let ids: Vec<Uuid> = new.tasks.iter().map(|_| Uuid::now_v7()).collect();
+        let by_local: HashMap<&str, Uuid> = new
+            .tasks
+            .iter()
+            .zip(&ids)
+            .map(|(t, id)| (t.task_id.as_str(), *id))
+            .collect();
+        // Edges deduplicated in first-seen order (a duplicate is only a warning).
+        let mut edges: Vec<(Uuid, Uuid, i32)> = Vec::new();
+        for (task, id) in new.tasks.iter().zip(&ids) {
+            let mut seen = std::collections::HashSet::new();
+            for dep in &task.depends_on {
+                if let Some(dep_id) = by_local.get(dep.as_str())
+                    && seen.insert(*dep_id)
+                {
+                    edges.push((*id, *dep_id, seen.len() as i32 - 1));
+                }
+            }
+        }
+        // Every dependency of a new list is pending: a task waits for all of its
+        // (deduplicated) edges (docs/architecture.md, "Claims at scale").
+        let mut unmet: HashMap<Uuid, i32> = HashMap::new();
+        for (task, _, _) in &edges {
+            *unmet.entry(*task).or_default() += 1;
+        }
+        let team_scope = new.team_pk.unwrap_or("");
+        on_pool!(self, pool => {
+            let (_turn, mut tx) = begin_write!(self, pool);
+            if let Some(key) = key {
+                let claimed = sqlx::query(
+                    "INSERT INTO task_list_keys (idempotency_key, request_hash, task_list_id, \
+                     created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING",
+                )
+                .bind(key.key)
+                .bind(key.request_hash)
+                .bind(list_id)
+                .bind(created_at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !claimed {
+                    tx.rollback().await?;
+                    return self.taken_key(key.key).await;
+                }
+            }
+            sqlx::query(
+                "INSERT INTO task_lists (id, project_id, team_pk, created_by, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(list_id)
+            .bind(new.project_id)
+            .bind(new.team_pk)
+            .bind(new.created_by)
+            .bind(created_at)
+            .execute(&mut *tx)
+            .await?;
+            for (chunk_no, chunk) in new.tasks.chunks(TASK_ROWS_PER_INSERT).enumerate() {
+                let offset = chunk_no * TASK_ROWS_PER_INSERT;
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO tasks (id, task_list_id, position, project_id, team_pk, task_id, \
+                     assigned_persona, parallel_group, description, reads, writes, reviews, extra, \
+                     status, created_at, updated_at, unmet_deps) ",
+                );
+                insert.push_values(chunk.iter().enumerate(), |mut row, (i, task)| {
+                    row.push_bind(ids[offset + i])
+                        .push_bind(list_id)
+                        .push_bind((offset + i) as i32)
+                        .push_bind(new.project_id)
+                        .push_bind(new.team_pk)
+                        .push_bind(task.task_id.as_str())
+                        .push_bind(task.assigned_persona.as_str())
+                        .push_bind(task.parallel_group)
+                        .push_bind(task.description.as_str())
+                        .push_bind(Json(&task.reads))
+                        .push_bind(Json(&task.writes))
+                        .push_bind(task.reviews.as_deref())
+                        .push_bind(Json(&task.extra))
+                        .push_bind(TaskStatus::Pending.as_str())
+                        .push_bind(created_at)
+                        .push_bind(created_at)
+                        .push_bind(unmet.get(&ids[offset + i]).copied().unwrap_or(0));
+                });
+                insert.build().execute(&mut *tx).await?;
+            }
+            for chunk in edges.chunks(EDGE_ROWS_PER_INSERT) {
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO task_dependencies (task_id, depends_on, position) ",
+                );
+                insert.push_values(chunk, |mut row, (task, dep, position)| {
+                    row.push_bind(*task).push_bind(*dep).push_bind(*position);
+                });
+                insert.build().execute(&mut *tx).await?;
+            }
+            let counts = initial_counts(new.tasks.len());
+            if !counts.is_empty() {
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO task_list_counts (task_list_id, stripe, pending) ",
+                );
+                insert.push_values(&counts, |mut row, (stripe, pending)| {
+                    row.push_bind(list_id).push_bind(*stripe).push_bind(*pending);
+                });
+                insert.build().execute(&mut *tx).await?;
+            }
+            sqlx::query("DELETE FROM planner_attempts WHERE project_id = $1 AND team_scope = $2")
+                .bind(new.project_id)
+                .bind(team_scope)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok::<(), DbError>(())
+        })?;
+        // Everything stored is known here; answering from it saves reading the
+        // whole list back (10,000 rows for a big plan).
+        let local_of: HashMap<Uuid, &str> = new
+            .tasks
+            .iter()
+            .zip(&ids)
+            .map(|(t, id)| (*id, t.task_id.as_str()))
+            .collect();
+        let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
+        for (task, dep, _) in &edges {
+            if let Some(local) = local_of.get(dep) {
+                depends.entry(*task).or_default().push((*local).to_owned());
+            }
+        }
+        let tasks = new
+            .tasks
+            .iter()
+            .zip(ids)
+            .map(|(task, id)| TaskRecord {
+                id,
+                task_list_id: list_id,
+                task_id: task.task_id.clone(),
+                assigned_persona: task.assigned_persona.clone(),
+                parallel_group: task.parallel_group,
+                status: TaskStatus::Pending,
+                depends_on: depends.remove(&id).unwrap_or_default(),
+                reads: task.reads.clone(),
+                writes: task.writes.clone(),
+                reviews: task.reviews.clone(),
+                description: task.description.clone(),
+                extra: task.extra.clone(),
+                abandon_category: None,
+                upstream_task_id: None,
+                notes: None,
+                attempts: 0,
+                started_at: None,
+                finished_at: None,
+                created_at,
+                updated_at: created_at,
+                lease: None,
+                last_holder: None,
+            })
+            .collect();
+        Ok(Keyed::Done(TaskListRecord {
+            id: list_id,
+            project_id: new.project_id.to_owned(),
+            team_pk: new.team_pk.map(str::to_owned),
+            created_by: new.created_by.to_owned(),
+            created_at,
+            tasks,
+        }))
+    }
+
+    /// What the first create with this (scoped) key came to, if there was one.
+    pub async fn task_list_key(&self, key: &str) -> DbResult<Option<StoredTaskListKey>> {
+        let row: Option<(String, Option<Uuid>, Option<i32>)> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT request_hash, task_list_id, rejections FROM task_list_keys \
+                 WHERE idempotency_key = $1",
+            )
+            .bind(key)
+            .fetch_optional(pool)
+            .await?
+        });
+        let Some((request_hash, list, rejections)) = row else {
+            return Ok(None);
+        };
+        let outcome = match (list, rejections) {
+            (Some(id), None) => KeyedOutcome::Accepted(id),
+            (None, Some(n)) => KeyedOutcome::Rejected(u32::try_from(n).unwrap_or(u32::MAX)),
+            _ => {
+                return Err(DbError::Corrupt(
+                    "a task-list key holds neither or both of a list and a rejection".into(),
+                ));
+            }
+        };
+        Ok(Some(StoredTaskListKey {
+            request_hash,
+            outcome,
+        }))
+    }
+
+    /// [`Keyed::Taken`] with what the key's first create came to: read after this
+    /// create's insert found the key taken, so the row is committed.
+    async fn taken_key<T>(&self, key: &str) -> DbResult<Keyed<T>> {
+        self.task_list_key(key)
+            .await?
+            .map(Keyed::Taken)
+            .ok_or_else(|| {
+                DbError::Conflict("the idempotency key's create did not commit; retry".into())
+            })
+    }
+
+    /// Count one more rejected submission of `(project_id, team_pk)`; returns the
+    /// number of rejections since the last accepted list, this one included. With a
+    /// key, the count and the key's row go in one transaction, and a key already
+    /// taken counts nothing (its first create was counted).
+    pub async fn record_rejection(
+        &self,
+        project_id: &str,
+        team_pk: Option<&str>,
+        key: Option<TaskListKey<'_>>,
+    ) -> DbResult<Keyed<u32>> {
+        let at = now();
+        let _turn = self.writer_turn().await;
+        let count: i32 = on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            if let Some(key) = key {
+                // 0 stands in until the count is known, a statement later.
+                let claimed = sqlx::query(
+                    "INSERT INTO task_list_keys (idempotency_key, request_hash, rejections, \
+                     created_at) VALUES ($1, $2, 0, $3) ON CONFLICT (idempotency_key) DO NOTHING",
+                )
+                .bind(key.key)
+                .bind(key.request_hash)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                if !claimed {
+                    tx.rollback().await?;
+                    return self.taken_key(key.key).await;
+                }
+            }
+            let count: i32 = sqlx::query_scalar(
+                "INSERT INTO planner_attempts (project_id, team_scope, rejected_count, updated_at) \
+                 VALUES ($1, $2, 1, $3) \
+                 ON CONFLICT (project_id, team_scope) DO UPDATE \
+                 SET rejected_count = planner_attempts.rejected_count + 1, updated_at = excluded.updated_at \
+                 RETURNING rejected_count",
+            )
+            .bind(project_id)
+            .bind(team_pk.unwrap_or(""))
+            .bind(at)
+            .fetch_one(&mut *tx)
+            .await?;
+            if let Some(key) = key {
+                sqlx::query("UPDATE task_list_keys SET rejections = $2 WHERE idempotency_key = $1")
+                    .bind(key.key)
+                    .bind(count)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            count
+        });
+        Ok(Keyed::Done(u32::try_from(count).unwrap_or(u32::MAX)))
+    }
+}

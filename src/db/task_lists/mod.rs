@@ -1,0 +1,311 @@
+//! Storage of gated task lists, their tasks and edges, retry accounting and teams.
+//!
+//! The SQL is written once for both back-ends (`$N` placeholders work in SQLite too);
+//! `on_pool!` expands each body per pool so each is type-checked against its own
+//! driver. Where the engines differ (row locks, write transactions) the code says so.
+//!
+//! One concern a file: this one holds the records and rows they share; `create`
+//! stores a list, `read` reads one, `transition` changes a task's status (and
+//! cascades), `status` counts a project's or a cycle's tasks, `teams` registers
+//! cycles. Claims, heartbeats and lease expiry are in `db/task_claims.rs`, what is
+//! ready kept as data in `db/readiness.rs` (docs/architecture.md, "Claims at scale").
+
+mod create;
+mod read;
+mod status;
+mod teams;
+mod transition;
+
+pub use read::TaskPage;
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use sqlx::FromRow;
+use sqlx::types::Json;
+use uuid::Uuid;
+
+use super::{DbError, DbResult};
+use crate::domain::dispatch::{
+    AbandonCategory, DispatchTask, HeldByOther, IllegalTransition, Lease, StatusScope, TaskStatus,
+};
+use crate::domain::gating::Task;
+
+/// Rows per multi-row INSERT: 17 columns × 1000 rows stays under both engines'
+/// bind-parameter limits (SQLite 32766, Postgres 65535).
+pub(super) const TASK_ROWS_PER_INSERT: usize = 1000;
+pub(crate) const EDGE_ROWS_PER_INSERT: usize = 5000;
+
+/// Postgres keeps microseconds, SQLite whatever it is given: store what both keep.
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+pub struct NewTaskList<'a> {
+    pub project_id: &'a str,
+    pub team_pk: Option<&'a str>,
+    pub created_by: &'a str,
+    pub tasks: &'a [Task],
+}
+
+/// The idempotency key a create came with (already scoped by the caller) and the
+/// hash of its body.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskListKey<'a> {
+    pub key: &'a str,
+    pub request_hash: &'a str,
+}
+
+/// What the first create with a key came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTaskListKey {
+    pub request_hash: String,
+    pub outcome: KeyedOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyedOutcome {
+    /// The list stored.
+    Accepted(Uuid),
+    /// Rejected by the gate, with this retry count (this rejection included).
+    Rejected(u32),
+}
+
+/// A keyed write: done, or the key was taken first (by another create, maybe a
+/// concurrent one) and this is what it came to.
+#[derive(Debug)]
+pub enum Keyed<T> {
+    Done(T),
+    Taken(StoredTaskListKey),
+}
+
+#[derive(Debug, Clone)]
+/// A stored task list (the API shows it as `StoredTaskList`).
+pub struct TaskListRecord {
+    /// Server-assigned id of the list.
+    pub id: Uuid,
+    pub project_id: String,
+    /// The planning cycle; null = the project-wide fallback.
+    pub team_pk: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    /// In submission order.
+    pub tasks: Vec<TaskRecord>,
+}
+
+#[derive(Debug, Clone)]
+/// A stored task with its current status.
+pub struct TaskRecord {
+    /// Server-assigned id (use it with `PATCH /v1/tasks/{id}`).
+    pub id: Uuid,
+    pub task_list_id: Uuid,
+    /// The synthesis-local id the planner gave.
+    pub task_id: String,
+    pub assigned_persona: String,
+    /// The wave.
+    pub parallel_group: i64,
+    pub status: TaskStatus,
+    /// Synthesis-local ids of the tasks this one depends on (duplicates removed).
+    pub depends_on: Vec<String>,
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+    pub reviews: Option<String>,
+    pub description: String,
+    /// Fields of the submitted task that plangate does not interpret, as given.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    pub abandon_category: Option<AbandonCategory>,
+    /// For a cascade-abandoned task: the server id of the task whose failure caused it.
+    pub upstream_task_id: Option<Uuid>,
+    pub notes: Option<String>,
+    /// `running` transitions so far.
+    pub attempts: i32,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The live claim of a running task (docs/api.md "Claims").
+    pub lease: Option<Lease>,
+    /// Whose claim the task had when it finished (kept after the lease ends), so a
+    /// late holder cannot take another holder's completion for its own.
+    pub last_holder: Option<String>,
+}
+
+#[derive(FromRow)]
+pub(super) struct TaskListRow {
+    pub(super) id: Uuid,
+    pub(super) project_id: String,
+    pub(super) team_pk: Option<String>,
+    pub(super) created_by: String,
+    pub(super) created_at: DateTime<Utc>,
+}
+
+#[derive(FromRow)]
+pub(crate) struct TaskRow {
+    pub(crate) id: Uuid,
+    pub(crate) task_list_id: Uuid,
+    pub(crate) position: i32,
+    pub(crate) task_id: String,
+    pub(crate) assigned_persona: String,
+    pub(crate) parallel_group: i64,
+    pub(crate) description: String,
+    pub(crate) reads: Json<Vec<String>>,
+    pub(crate) writes: Json<Vec<String>>,
+    pub(crate) reviews: Option<String>,
+    pub(crate) extra: Json<serde_json::Map<String, serde_json::Value>>,
+    pub(crate) status: String,
+    pub(crate) abandon_category: Option<String>,
+    pub(crate) upstream_task_id: Option<Uuid>,
+    pub(crate) notes: Option<String>,
+    pub(crate) attempts: i32,
+    pub(crate) started_at: Option<DateTime<Utc>>,
+    pub(crate) finished_at: Option<DateTime<Utc>>,
+    pub(crate) created_at: DateTime<Utc>,
+    pub(crate) updated_at: DateTime<Utc>,
+    pub(crate) claim_holder: Option<String>,
+    pub(crate) lease_expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(FromRow)]
+pub(crate) struct EdgeRow {
+    task_id: Uuid,
+    depends_on: Uuid,
+}
+
+pub(crate) const TASK_COLUMNS: &str = "id, task_list_id, position, task_id, assigned_persona, parallel_group, \
+     description, reads, writes, reviews, extra, status, abandon_category, upstream_task_id, \
+     notes, attempts, started_at, finished_at, created_at, updated_at, claim_holder, \
+     lease_expires_at";
+
+impl TaskRow {
+    /// Whether the task's lease lapsed at `at` (docs/api.md "Claims").
+    pub(crate) fn lapsed(&self, at: DateTime<Utc>) -> bool {
+        self.status == TaskStatus::Running.as_str()
+            && self.claim_holder.is_some()
+            && self.lease_expires_at.is_some_and(|e| e <= at)
+    }
+
+    pub(crate) fn into_task(self, depends_on: Vec<String>) -> DbResult<TaskRecord> {
+        let status = TaskStatus::parse(&self.status).ok_or_else(|| {
+            DbError::Corrupt(format!("task {} has status {:?}", self.id, self.status))
+        })?;
+        let abandon_category = match self.abandon_category.as_deref() {
+            None => None,
+            Some(text) => Some(AbandonCategory::parse(text).ok_or_else(|| {
+                DbError::Corrupt(format!("task {} has abandon_category {text:?}", self.id))
+            })?),
+        };
+        Ok(TaskRecord {
+            id: self.id,
+            task_list_id: self.task_list_id,
+            task_id: self.task_id,
+            assigned_persona: self.assigned_persona,
+            parallel_group: self.parallel_group,
+            status,
+            depends_on,
+            reads: self.reads.0,
+            writes: self.writes.0,
+            reviews: self.reviews,
+            description: self.description,
+            extra: self.extra.0,
+            abandon_category,
+            upstream_task_id: self.upstream_task_id,
+            notes: self.notes,
+            attempts: self.attempts,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            lease: match (&self.claim_holder, self.lease_expires_at) {
+                (Some(holder), Some(expires_at)) => Some(Lease {
+                    holder: holder.clone(),
+                    expires_at,
+                }),
+                _ => None,
+            },
+            last_holder: self.claim_holder,
+        })
+    }
+}
+
+/// Tasks of one list with their edges resolved, in submission order.
+pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
+    let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
+    let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
+    for edge in edges {
+        // An edge to a task outside the list cannot be written (same-list insert),
+        // but stored data is read defensively.
+        if let Some(dep) = local_id.get(&edge.depends_on) {
+            depends.entry(edge.task_id).or_default().push(dep.clone());
+        }
+    }
+    rows.into_iter()
+        .map(|row| {
+            let deps = depends.remove(&row.id).unwrap_or_default();
+            row.into_task(deps)
+        })
+        .collect()
+}
+
+/// The dispatch read model (indices into `tasks`) the pure rules work on.
+pub fn dispatch_view(tasks: &[TaskRecord]) -> Vec<DispatchTask> {
+    let index: HashMap<&str, usize> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.task_id.as_str(), i))
+        .collect();
+    tasks
+        .iter()
+        .map(|t| DispatchTask {
+            wave: t.parallel_group,
+            status: t.status,
+            depends_on: t
+                .depends_on
+                .iter()
+                .filter_map(|d| index.get(d.as_str()).copied())
+                .collect(),
+            writes: t.writes.clone(),
+        })
+        .collect()
+}
+
+/// What a status change asks for.
+pub struct TaskChange {
+    pub status: TaskStatus,
+    pub abandon_category: Option<AbandonCategory>,
+    pub notes: Option<String>,
+    /// Who makes the change; must be the holder of a claimed task unless `force`.
+    pub holder: Option<String>,
+    pub force: bool,
+}
+
+pub enum TransitionOutcome {
+    Changed {
+        task: Box<TaskRecord>,
+        /// Server ids of the dependents this change abandoned.
+        cascaded: Vec<Uuid>,
+    },
+    Illegal(IllegalTransition),
+    /// The task is claimed by another holder and the change did not force it.
+    HeldByOther(HeldByOther),
+    NotFound,
+}
+
+#[derive(Debug, Clone, FromRow)]
+pub struct TeamRecord {
+    pub id: Uuid,
+    pub project_id: String,
+    pub team_pk: String,
+    pub lead_role: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a status snapshot found.
+#[derive(Debug)]
+pub enum StatusRows {
+    /// `(wave, status)` of every task in the scope (none for a known but empty one).
+    Rows(StatusScope, Vec<(i64, TaskStatus)>),
+    /// The project has no task list and no team.
+    UnknownProject,
+    /// The project is known; the cycle is neither a team nor on any task list.
+    UnknownCycle,
+}

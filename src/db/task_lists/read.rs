@@ -1,0 +1,178 @@
+//! Reading lists and naming tasks.
+
+use uuid::Uuid;
+
+use super::{EdgeRow, TASK_COLUMNS, TaskListRecord, TaskListRow, TaskRow, assemble};
+
+/// One page of a list's tasks.
+pub struct TaskPage {
+    /// The list with the page's tasks only.
+    pub list: TaskListRecord,
+    /// More tasks follow the page.
+    pub more: bool,
+    /// The position of the page's last task (the next page's cursor).
+    pub last_position: Option<i32>,
+}
+use crate::db::{Database, DbResult};
+
+impl Database {
+    /// How many tasks a list holds, from its counters.
+    pub async fn task_count(&self, id: Uuid) -> DbResult<u64> {
+        let remaining = on_pool!(self, pool => { read_counts!(pool, id) });
+        Ok(remaining.pending
+            + remaining.running
+            + remaining.done
+            + remaining.failed
+            + remaining.abandoned)
+    }
+
+    /// The list with the `limit` tasks after position `after` (in submission
+    /// order), read through the `(task_list_id, position)` index with their edges;
+    /// `None` when the list does not exist.
+    pub async fn task_list_page(
+        &self,
+        id: Uuid,
+        after: i32,
+        limit: u32,
+    ) -> DbResult<Option<TaskPage>> {
+        on_pool!(self, pool => {
+            let Some(list) = sqlx::query_as::<_, TaskListRow>(
+                "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            else {
+                return Ok(None);
+            };
+            let mut rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 AND position > $2 \
+                 ORDER BY position LIMIT $3"
+            )))
+            .bind(id)
+            .bind(after)
+            .bind(i64::from(limit) + 1)
+            .fetch_all(pool)
+            .await?;
+            let more = rows.len() > limit as usize;
+            rows.truncate(limit as usize);
+            let last_position = rows.last().map(|r| r.position);
+            let (first, last) = match (rows.first(), rows.last()) {
+                (Some(f), Some(l)) => (f.position, l.position),
+                _ => (0, -1),
+            };
+            // The page's edges, named by the dependency's planner id (a dependency
+            // may sit on another page).
+            let edges: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+                "SELECT d.task_id, p.task_id FROM tasks t \
+                 JOIN task_dependencies d ON d.task_id = t.id \
+                 JOIN tasks p ON p.id = d.depends_on \
+                 WHERE t.task_list_id = $1 AND t.position BETWEEN $2 AND $3 \
+                 ORDER BY d.task_id, d.position",
+            )
+            .bind(id)
+            .bind(first)
+            .bind(last)
+            .fetch_all(pool)
+            .await?;
+            let mut depends: std::collections::HashMap<Uuid, Vec<String>> = Default::default();
+            for (task, dep) in edges {
+                depends.entry(task).or_default().push(dep);
+            }
+            let tasks = rows
+                .into_iter()
+                .map(|row| {
+                    let deps = depends.remove(&row.id).unwrap_or_default();
+                    row.into_task(deps)
+                })
+                .collect::<DbResult<Vec<_>>>()?;
+            Ok(Some(TaskPage {
+                list: TaskListRecord {
+                    id: list.id,
+                    project_id: list.project_id,
+                    team_pk: list.team_pk,
+                    created_by: list.created_by,
+                    created_at: list.created_at,
+                    tasks,
+                },
+                more,
+                last_position,
+            }))
+        })
+    }
+
+    /// The whole list, tasks in submission order.
+    pub async fn task_list(&self, id: Uuid) -> DbResult<Option<TaskListRecord>> {
+        on_pool!(self, pool => {
+            let Some(list) = sqlx::query_as::<_, TaskListRow>(
+                "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            else {
+                return Ok(None);
+            };
+            let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position"
+            )))
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
+            let edges = sqlx::query_as::<_, EdgeRow>(
+                "SELECT d.task_id, d.depends_on FROM task_dependencies d \
+                 JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1 \
+                 ORDER BY d.task_id, d.position",
+            )
+            .bind(id)
+            .fetch_all(pool)
+            .await?;
+            Ok(Some(TaskListRecord {
+                id: list.id,
+                project_id: list.project_id,
+                team_pk: list.team_pk,
+                created_by: list.created_by,
+                created_at: list.created_at,
+                tasks: assemble(rows, edges)?,
+            }))
+        })
+    }
+
+    /// The project of a task (for authorisation before a change); `None` when the
+    /// task does not exist.
+    pub async fn task_project(&self, id: Uuid) -> DbResult<Option<String>> {
+        on_pool!(self, pool => {
+            Ok(
+                sqlx::query_scalar::<_, String>("SELECT project_id FROM tasks WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?,
+            )
+        })
+    }
+
+    /// A task named within its list: the list's project and the server id of its
+    /// task whose planner `task_id` is `task_id` (or, failing that, whose server id
+    /// is `or_id`: a client that passes the server id with its list). `None` when the
+    /// list does not exist; `Some((project, None))` when it holds no such task. One
+    /// statement over the `(task_list_id, task_id)` unique index.
+    pub async fn task_in_list(
+        &self,
+        list_id: Uuid,
+        task_id: &str,
+        or_id: Option<Uuid>,
+    ) -> DbResult<Option<(String, Option<Uuid>)>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as::<_, (String, Option<Uuid>)>(
+                "SELECT l.project_id, t.id FROM task_lists l \
+                 LEFT JOIN tasks t ON t.task_list_id = l.id AND (t.task_id = $2 OR t.id = $3) \
+                 WHERE l.id = $1 ORDER BY CASE WHEN t.task_id = $2 THEN 0 ELSE 1 END LIMIT 1",
+            )
+            .bind(list_id)
+            .bind(task_id)
+            .bind(or_id)
+            .fetch_optional(pool)
+            .await?
+        }))
+    }
+}

@@ -1,0 +1,59 @@
+//! The cycles (teams) registered per project.
+
+use uuid::Uuid;
+
+use super::{TeamRecord, now};
+use crate::db::{Database, DbError, DbResult};
+
+impl Database {
+    /// Register a cycle of a project. `(project_id, team_pk)` is unique; a project
+    /// may have many.
+    pub async fn create_team(
+        &self,
+        project_id: &str,
+        team_pk: &str,
+        lead_role: Option<&str>,
+    ) -> DbResult<TeamRecord> {
+        let team = TeamRecord {
+            id: Uuid::now_v7(),
+            project_id: project_id.to_owned(),
+            team_pk: team_pk.to_owned(),
+            lead_role: lead_role.map(str::to_owned),
+            created_at: now(),
+        };
+        let turn = self.writer_turn().await;
+        let inserted = on_pool!(self, pool => {
+            sqlx::query(
+                "INSERT INTO teams (id, project_id, team_pk, lead_role, created_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project_id, team_pk) DO NOTHING",
+            )
+            .bind(team.id)
+            .bind(&team.project_id)
+            .bind(&team.team_pk)
+            .bind(&team.lead_role)
+            .bind(team.created_at)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        drop(turn);
+        if inserted == 0 {
+            return Err(DbError::Conflict(format!(
+                "team {team_pk:?} is already registered for project {project_id:?}"
+            )));
+        }
+        Ok(team)
+    }
+
+    pub async fn teams(&self, project_id: &str) -> DbResult<Vec<TeamRecord>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as::<_, TeamRecord>(
+                "SELECT id, project_id, team_pk, lead_role, created_at FROM teams \
+                 WHERE project_id = $1 ORDER BY created_at, id",
+            )
+            .bind(project_id)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+}

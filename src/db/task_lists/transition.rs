@@ -1,0 +1,233 @@
+//! The status change (`PATCH /v1/tasks/{id}`, `set_task_status`): the one function
+//! that writes a task's status outside claims and lease expiry
+//! (`db/task_claims.rs`). It locks and changes only the task, its dependents'
+//! readiness and, on `failed`/`abandoned`, its descendants — never the whole list
+//! (docs/architecture.md, "Claims at scale").
+
+use sqlx::QueryBuilder;
+use uuid::Uuid;
+
+use super::{EDGE_ROWS_PER_INSERT, TASK_COLUMNS, TaskChange, TaskRow, TransitionOutcome, now};
+use crate::db::readiness::{LapsedRow, Move};
+use crate::db::task_claims::TaskEvent;
+use crate::db::{Database, DbError, DbResult, retrying};
+use crate::domain::dispatch::{
+    self, AbandonCategory, HolderCheck, TaskEventKind, TaskStatus, Transition,
+};
+
+/// A descendant the cascade abandons, as locked.
+#[derive(sqlx::FromRow)]
+struct Descendant {
+    id: Uuid,
+    position: i32,
+    status: String,
+}
+
+impl Database {
+    /// Apply a status change and, on `failed`/`abandoned`, cascade-abandon every
+    /// non-terminal transitive dependent — in one transaction that locks the task's
+    /// row (SQLite: the write lock), so two concurrent changes cannot both decide on
+    /// the old state, and a lapsed lease of the task is applied first
+    /// (docs/architecture.md, "Read, decide, write").
+    ///
+    /// Everything a status change writes happens in [`Self::transition_once`]; a
+    /// write that must accompany every status change (an outbox row) belongs there,
+    /// before its commit.
+    pub async fn transition_task(
+        &self,
+        id: Uuid,
+        change: TaskChange,
+    ) -> DbResult<TransitionOutcome> {
+        retrying(|| self.transition_once(id, &change)).await
+    }
+
+    async fn transition_once(&self, id: Uuid, change: &TaskChange) -> DbResult<TransitionOutcome> {
+        on_pool!(self, pool => {
+            let (_turn, mut tx) = begin_write!(self, pool);
+            let lock = self.row_lock();
+            let Some(row) = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1{lock}"
+            )))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            else {
+                return Ok(TransitionOutcome::NotFound);
+            };
+            // Stamped once the task is locked, not before the wait for the lock: the
+            // history (ordered by `at`) then follows the order the writes took.
+            let at = now();
+            let list_id = row.task_list_id;
+            let position = row.position;
+            // A lapsed lease first (docs/api.md "Claims"): a holder whose lease ran
+            // out no longer holds the task, whatever it sends now.
+            let lapsed = row.lapsed(at);
+            if lapsed {
+                expire_rows!(tx, list_id, vec![LapsedRow {
+                    id,
+                    task_list_id: list_id,
+                    position,
+                    claim_holder: row.claim_holder.clone(),
+                    lease_expires_at: row.lease_expires_at,
+                    attempts: row.attempts,
+                }], at);
+            }
+            let depends_on = read_depends_on!(&mut *tx, id);
+            let mut task = row.into_task(depends_on)?;
+            if lapsed {
+                task.status = TaskStatus::Pending;
+                task.lease = None;
+                task.last_holder = None;
+                task.updated_at = at;
+            }
+            let current = task.status;
+            // A live claim's holder; for a finished task, whoever held it last when
+            // the change names a holder (an unnamed repeat stays idempotent).
+            let live_holder = task.lease.as_ref().map(|l| l.holder.as_str()).or_else(|| {
+                let named = change.holder.is_some() && task.status.is_terminal();
+                task.last_holder.as_deref().filter(|_| named)
+            });
+            let holder_check =
+                match dispatch::check_holder(live_holder, change.holder.as_deref(), change.force) {
+                    Ok(check) => check,
+                    Err(held) => {
+                        tx.commit().await?;
+                        return Ok(TransitionOutcome::HeldByOther(held));
+                    }
+                };
+            match dispatch::check_transition(current, change.status) {
+                Err(illegal) => {
+                    tx.commit().await?;
+                    return Ok(TransitionOutcome::Illegal(illegal));
+                }
+                Ok(Transition::NoChange) => {
+                    tx.commit().await?;
+                    return Ok(TransitionOutcome::Changed {
+                        task: Box::new(task),
+                        cascaded: Vec::new(),
+                    });
+                }
+                Ok(Transition::Apply) => {}
+            }
+            let starts = change.status == TaskStatus::Running;
+            let finishes = change.status.is_terminal();
+            // Leaving `running` ends the claim; a claimed task only ever leaves it.
+            // RETURNING: the answer shows exactly what is stored without re-reading.
+            let stored = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "UPDATE tasks SET status = $2, abandon_category = $3, \
+                 notes = COALESCE($4, notes), attempts = attempts + $5, \
+                 started_at = CASE WHEN $6 THEN $8 ELSE started_at END, \
+                 finished_at = CASE WHEN $7 THEN $8 ELSE finished_at END, \
+                 lease_expires_at = NULL, \
+                 updated_at = $8 WHERE id = $1 RETURNING {TASK_COLUMNS}"
+            )))
+            .bind(id)
+            .bind(change.status.as_str())
+            .bind(change.abandon_category.map(AbandonCategory::as_str))
+            .bind(change.notes.as_deref())
+            .bind(i32::from(starts))
+            .bind(starts)
+            .bind(finishes)
+            .bind(at)
+            .fetch_one(&mut *tx)
+            .await?;
+            let overrode = match &holder_check {
+                HolderCheck::Forced { overrode } => Some(overrode.as_str()),
+                _ => None,
+            };
+            insert_event!(tx, TaskEvent {
+                task_id: id,
+                task_list_id: list_id,
+                at,
+                kind: TaskEventKind::StatusChanged,
+                holder: change.holder.as_deref(),
+                from: current,
+                to: change.status,
+                attempt: stored.attempts,
+                forced: overrode.is_some(),
+                overrode,
+                lease_expires_at: None,
+            });
+            let mut moves = vec![Move { position, from: current, to: change.status }];
+            if change.status == TaskStatus::Done {
+                // One dependency fewer to wait for. Dependents locked in id order
+                // first (Postgres), so completions sharing dependents queue rather
+                // than deadlock.
+                if !lock.is_empty() {
+                    let _: Vec<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                        "SELECT id FROM tasks WHERE id IN \
+                         (SELECT task_id FROM task_dependencies WHERE depends_on = $1) \
+                         ORDER BY id{lock}"
+                    )))
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                }
+                sqlx::query(
+                    "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE id IN \
+                     (SELECT task_id FROM task_dependencies WHERE depends_on = $1)",
+                )
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            let mut cascaded = Vec::new();
+            if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
+                // The descendants only, through the reverse-edge index; the walk goes
+                // through terminal tasks (docs/spec/gating.md §7), and UNION stops at
+                // a task already seen, so corrupt cycles end too.
+                let lock_of = if lock.is_empty() { "" } else { " FOR UPDATE OF t" };
+                let mut descendants: Vec<Descendant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "WITH RECURSIVE down(id) AS ( \
+                     SELECT task_id FROM task_dependencies WHERE depends_on = $1 \
+                     UNION SELECT d.task_id FROM task_dependencies d \
+                     JOIN down ON d.depends_on = down.id) \
+                     SELECT t.id, t.position, t.status FROM tasks t \
+                     WHERE t.id IN (SELECT id FROM down) AND t.id <> $1 \
+                     AND t.status IN ('pending', 'running') ORDER BY t.id{lock_of}"
+                )))
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+                // Answered in list order, as the list-wide walk did.
+                descendants.sort_by_key(|d| d.position);
+                for d in &descendants {
+                    let from = TaskStatus::parse(&d.status).ok_or_else(|| {
+                        DbError::Corrupt(format!("task {} has status {:?}", d.id, d.status))
+                    })?;
+                    moves.push(Move { position: d.position, from, to: TaskStatus::Abandoned });
+                }
+                cascaded = descendants.iter().map(|d| d.id).collect::<Vec<Uuid>>();
+                for chunk in cascaded.chunks(EDGE_ROWS_PER_INSERT) {
+                    let mut update = QueryBuilder::new("UPDATE tasks SET status = ");
+                    update
+                        .push_bind(TaskStatus::Abandoned.as_str())
+                        .push(", abandon_category = ")
+                        .push_bind(AbandonCategory::CASCADE.as_str())
+                        .push(", upstream_task_id = ")
+                        .push_bind(id)
+                        .push(", finished_at = ")
+                        .push_bind(at)
+                        .push(", lease_expires_at = NULL")
+                        .push(", updated_at = ")
+                        .push_bind(at)
+                        .push(" WHERE id IN (");
+                    let mut ids = update.separated(", ");
+                    for dependent in chunk {
+                        ids.push_bind(*dependent);
+                    }
+                    update.push(")");
+                    update.build().execute(&mut *tx).await?;
+                }
+            }
+            // The counters last, in stripe order: see `readiness::stripe_deltas`.
+            apply_moves!(tx, list_id, &moves);
+            outbox_task_changed!(self, tx, list_id, id, change.status, at);
+            tx.commit().await?;
+            Ok::<_, DbError>(TransitionOutcome::Changed {
+                task: Box::new(stored.into_task(task.depends_on)?),
+                cascaded,
+            })
+        })
+    }
+}
