@@ -325,9 +325,10 @@ macro_rules! rate_admit {
                     .then_some(1)
                 });
                 if let Some(cap) = cap {
+                    // A call's states (granted, running), not a job's.
                     let busy: i64 = sqlx::query_scalar(
                         "SELECT COUNT(*) FROM rate_limit_calls WHERE executor = $1 \
-                         AND state IN ('running', 'granted')",
+                         AND state IN ('granted', 'running')",
                     )
                     .bind(&ask.executor)
                     .fetch_one(&mut *$tx)
