@@ -107,6 +107,7 @@ pub struct TaskListQuery {
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
     /// The `next_cursor` of the previous page.
+    #[param(pattern = "^p[0-9]{1,9}$")]
     pub cursor: Option<String>,
 }
 

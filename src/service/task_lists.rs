@@ -569,10 +569,11 @@ impl Service {
         if let Some(limit) = limit
             && !(1..=MAX_PAGE_TASKS).contains(&limit)
         {
-            return Err(ServiceError::invalid_field(
-                "limit",
+            return Err(ServiceError::bad_request(
+                ProblemCode::InvalidQuery,
                 format!("limit must be between 1 and {MAX_PAGE_TASKS}, not {limit}"),
-            ));
+            )
+            .field("limit"));
         }
         let after = match cursor {
             None => -1,
@@ -581,10 +582,11 @@ impl Service {
                 .and_then(|n| n.parse::<i32>().ok())
                 .filter(|n| *n >= 0)
                 .ok_or_else(|| {
-                    ServiceError::invalid_field(
-                        "cursor",
+                    ServiceError::bad_request(
+                        ProblemCode::InvalidQuery,
                         "cursor must be the next_cursor of a previous page",
                     )
+                    .field("cursor")
                 })?,
         };
         if limit.is_none() && cursor.is_none() {

@@ -1050,7 +1050,57 @@ async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
     app.shutdown().await;
 }
 
+/// `?limit=` and `?cursor=` page a list in submission order; the last page says
+/// no `next_cursor`; a bad limit or cursor is a 400 naming it.
+async fn lists_come_in_pages_on_request(app: TestApp) {
+    let tasks: Vec<Value> = (0..7)
+        .map(|i| task(&format!("t{i}"), "p", 1, &[], &[], &[]))
+        .collect();
+    let list = create(&app, "proj", None, Value::Array(tasks)).await;
+    let path = format!("/v1/task-lists/{}", list["id"].as_str().unwrap());
+    let whole: Value = app.get(&path).await.json().await.unwrap();
+    assert_eq!(whole["tasks"].as_array().unwrap().len(), 7);
+    assert!(whole["next_cursor"].is_null(), "{whole}");
+    let mut seen = Vec::new();
+    let mut query = "?limit=3".to_owned();
+    for pages in 1.. {
+        let response = app.get(&format!("{path}{query}")).await;
+        assert_eq!(response.status(), 200);
+        let page: Value = response.json().await.unwrap();
+        let tasks = page["tasks"].as_array().unwrap();
+        assert!(tasks.len() <= 3, "{page}");
+        seen.extend(
+            tasks
+                .iter()
+                .map(|t| t["task_id"].as_str().unwrap().to_owned()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(cursor) => query = format!("?limit=3&cursor={cursor}"),
+            None => {
+                assert_eq!(pages, 3);
+                break;
+            }
+        }
+    }
+    let want: Vec<String> = (0..7).map(|i| format!("t{i}")).collect();
+    assert_eq!(seen, want, "every task once, in submission order");
+    for (query, field) in [
+        ("?limit=0", "limit"),
+        ("?limit=1001", "limit"),
+        ("?cursor=x", "cursor"),
+    ] {
+        let problem = expect_problem(
+            app.get(&format!("{path}{query}")).await,
+            400,
+            "invalid_query",
+        )
+        .await;
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+    }
+}
+
 both_backends!(
+    lists_come_in_pages_on_request,
     large_gating_bodies_share_a_memory_budget,
     rejected_large_lists_answer_the_first_errors_and_the_counts,
     validate_reports_every_violation_in_gate_order,
