@@ -43,7 +43,7 @@ impl Cell {
 }
 
 /// An edge from `from`'s right side to `to`'s left side along the gaps only
-/// (issue 27, item 7: no edge passes behind a node). Into the next column it
+/// (no edge passes behind a node). Into the next column it
 /// turns once in the lane between them; further, it climbs into the channel
 /// above `to`'s row, crosses the columns in between there, and comes down in
 /// the lane before `to`. Lanes are offset a little per edge so parallel edges
@@ -383,7 +383,7 @@ mod tests {
     }
 
     /// No edge enters a node: on a 6×6 grid, every route between columns,
-    /// near or far, stays in the gaps (issue 27, item 7).
+    /// near or far, stays in the gaps.
     #[test]
     fn routes_never_pass_through_a_node() {
         let cells: Vec<Cell> = (0..6)

@@ -138,7 +138,7 @@ fn short(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// The drawing in a focusable region that scrolls inside itself, with the
 /// lines app.js keeps: which waves are off-screen, and what the hovered or
-/// focused node depends on and is needed by (issue 27, item 7).
+/// focused node depends on and is needed by.
 fn graph(svg: Markup) -> Markup {
     html! {
         p.hint #dag-offscreen {}
@@ -161,8 +161,8 @@ pub fn task_href(list_id: uuid::Uuid, task_id: &str) -> String {
     href
 }
 
-/// Why a task ended as it did, in the words the person on call needs first
-/// (issue 27, item 1): a failure's notes, a cascade's cause linked to its task.
+/// Why a task ended as it did, in the words the person on call needs
+/// first: a failure's notes, a cascade's cause linked to its task.
 fn why(list: &StoredTaskList, task: &StoredTask) -> Markup {
     let upstream = task
         .upstream_task_id
