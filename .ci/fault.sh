@@ -300,9 +300,14 @@ fault_pg_restart() {
     done
     sleep 0.5
     t=$(now)
-    log "restarting Postgres $ver/$cluster"
-    pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" restart ||
-        pg_ctlcluster "$ver" "$cluster" restart
+    log "restarting Postgres $ver/$cluster (stopped for 2 s)"
+    # Stop, stay down, start: a bare `restart` can be quicker than the probes' 0.5 s
+    # database timeout on an idle machine, and then no replica ever sees it down.
+    pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" stop ||
+        pg_ctlcluster "$ver" "$cluster" stop
+    sleep 2
+    pg_ctlcluster --skip-systemctl-redirect "$ver" "$cluster" start ||
+        pg_ctlcluster "$ver" "$cluster" start
     for _ in $(seq 1 300); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.1; done
     t_up=$(now)
     log "Postgres back after $(elapsed "$t" "$t_up") s"
