@@ -165,29 +165,28 @@ max_wait_secs = 600
         lock = threading.Lock()
         stop = threading.Event()
 
-        # Long jobs (many batches of 6 L0s), a share of the workers per project at
-        # first, then one more queued per project: the workers stay split between
-        # the projects, so each keeps calls waiting (backlogged) and the split of
-        # starts is the limiter's. (Short jobs claimed first-come would make the
-        # split the claim order's, whatever the shares.)
-        # Workers in proportion to the shares (3 : 1): each project then has more
-        # L0 slots than its share of the limit needs, so both stay backlogged
-        # through their jobs' batch tails.
+        # Long jobs (many batches of 6 L0s), each project holding a fixed share of
+        # the workers: a project gets a new job only when one of its own ends, so no
+        # free worker can take the other project's queued job and the split of the
+        # workers never drifts (jobs are claimed first-come, not by shares). Workers
+        # in proportion to the shares (3 : 1): each project then has more L0 slots
+        # than its share of the limit needs, so both stay backlogged and the split
+        # of starts is the limiter's.
         weights = {"team-a": 3, "team-b": 1} if len(projects) == 2 else {"team-a": 1}
         total = a.replicas * a.workers
+
+        def live_jobs(port, project):
+            n = 0
+            for status in ("queued", "running"):
+                code, listing = call(port, "GET", f"/v1/refine-jobs?project_id={project}&status={status}&page_size=100")
+                n += len(listing["jobs"]) if code == 200 else 0
+            return n
 
         def submitter(project, k):
             port = ports[k % len(ports)]
             per_project = max(1, round(total * weights[project] / sum(weights.values())))
-            for _ in range(per_project):
-                status, job = call(port, "POST", "/v1/refine-jobs", job_body(project, JOB_L0S))
-                assert status in (200, 201, 202), (status, job)
-                with lock:
-                    jobs.append((job["id"], project))
             while not stop.is_set():
-                status, listing = call(port, "GET", f"/v1/refine-jobs?project_id={project}&status=queued&page_size=100")
-                queued = len(listing["jobs"]) if status == 200 else 0
-                if queued < 1:
+                if live_jobs(port, project) < per_project:
                     status, job = call(port, "POST", "/v1/refine-jobs", job_body(project, JOB_L0S))
                     if status in (200, 201, 202):
                         with lock:
@@ -195,6 +194,21 @@ max_wait_secs = 600
                         continue
                     print("submit failed", status, job, file=sys.stderr)
                 time.sleep(0.2)
+
+        # When every project had calls waiting (sampled from GET /v1/rate-limits):
+        # the shares are promised while all are backlogged, so the split is
+        # counted over those intervals only.
+        samples = []  # (time, every project waiting)
+
+        def sample_backlog():
+            code, view = call(ports[0], "GET", "/v1/rate-limits")
+            if code != 200:
+                return
+            waiting = {}
+            for entry in view.get("executors", []):
+                for name, p in (entry.get("projects") or {}).items():
+                    waiting[name] = waiting.get(name, 0) + p.get("waiting", 0)
+            samples.append((time.time(), all(waiting.get(pr, 0) > 0 for pr in projects)))
 
         threads = [threading.Thread(target=submitter, args=(pr, k), daemon=True) for k, pr in enumerate(projects)]
         t0 = time.time()
@@ -209,6 +223,8 @@ max_wait_secs = 600
                 status, entry = call(ports[-1], "PUT", "/v1/rate-limits/claude", {"requests_per_minute": a.rpm // 2})
                 assert status == 200, (status, entry)
                 change_at = time.time()
+            if a.scenario == "limited" and not a.no_config and len(projects) == 2:
+                sample_backlog()
             time.sleep(0.5)
         t_end = time.time()
         stop.set()
@@ -252,10 +268,20 @@ max_wait_secs = 600
         figures["jobs"] = statuses
         if len(projects) == 2:
             lo, hi = t0 + 15, min(t_end, change_at or t_end)
-            a_n = sum(1 for t in started["team-a"] if lo <= t <= hi)
-            b_n = sum(1 for t in started["team-b"] if lo <= t <= hi)
+            # Intervals between two samples that both saw every project waiting.
+            spans = [(t1, t2) for (t1, b1), (t2, b2) in zip(samples, samples[1:])
+                     if b1 and b2 and lo <= t1 and t2 <= hi]
+
+            def counted(t):
+                return lo <= t <= hi and (not samples or any(t1 <= t < t2 for t1, t2 in spans))
+
+            a_n = sum(1 for t in started["team-a"] if counted(t))
+            b_n = sum(1 for t in started["team-b"] if counted(t))
             figures["share_split"] = f"{a_n}:{b_n}"
             figures["share_a"] = round(a_n / (a_n + b_n), 3) if a_n + b_n else None
+            if samples:
+                figures["backlogged_secs"] = round(sum(t2 - t1 for t1, t2 in spans), 1)
+                figures["measured_secs"] = round(hi - lo, 1)
         if limits_view:
             figures["rate_limits_view"] = limits_view
         print(json.dumps(figures))
@@ -270,6 +296,9 @@ max_wait_secs = 600
                     bad.append(f"utilisation {util:.2f} < 0.85")
                 if rate_failures:
                     bad.append(f"{rate_failures} L0s failed for rate reasons")
+                if len(projects) == 2 and samples and figures["backlogged_secs"] < 30:
+                    bad.append(f"both projects were backlogged only {figures['backlogged_secs']} s of "
+                               f"{figures['measured_secs']} s: the split says nothing")
                 if len(projects) == 2 and figures.get("share_a") is not None and abs(figures["share_a"] - 0.75) > 0.075:
                     bad.append(f"share split {figures['share_split']} not within ±10 % of 3:1")
                 if change_at is not None and figures["after_change_rpm"] > a.rpm // 2 * 1.05 + 1:

@@ -124,13 +124,27 @@ macro_rules! outbox_run_finished {
 /// terminal changes of one list take a per-list advisory lock here, at their very
 /// end, so the later of two concurrent last changes reads the other's committed
 /// counters (SQLite has one writer). It waits for nothing while it holds the lock.
+/// A list no enabled webhook may hear of skips all of it: one indexed read.
 macro_rules! outbox_task_changed {
     ($db:expr, $tx:expr, $list_id:expr, $task_id:expr, $to:expr, $at:expr) => {{
         let list_id: uuid::Uuid = $list_id;
         let to: $crate::domain::dispatch::TaskStatus = $to;
         let failed = to == $crate::domain::dispatch::TaskStatus::Failed;
-        let mut next = None;
-        if to.is_terminal() {
+        // The list's project, only when an enabled webhook may want its events: with
+        // none, a terminal change takes no lock and reads no counters here.
+        let row: Option<(String, Option<String>)> = if to.is_terminal() {
+            sqlx::query_as(
+                "SELECT l.project_id, l.team_pk FROM task_lists l WHERE l.id = $1 \
+                 AND EXISTS (SELECT 1 FROM webhooks w WHERE w.disabled_at IS NULL \
+                   AND (w.project_id IS NULL OR w.project_id = l.project_id))",
+            )
+            .bind(list_id)
+            .fetch_optional(&mut *$tx)
+            .await?
+        } else {
+            None
+        };
+        if let Some((project_id, team_pk)) = row {
             if matches!($db, $crate::db::Database::Postgres(_)) {
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
                     .bind(list_id.to_string())
@@ -138,6 +152,7 @@ macro_rules! outbox_task_changed {
                     .await?;
             }
             let counts = read_counts!(&mut *$tx, list_id);
+            let mut next = None;
             if counts.pending + counts.running == 0 {
                 // Once per list: which of `done` and `blocked` it ended in.
                 let cascaded: bool = sqlx::query_scalar(
@@ -149,34 +164,25 @@ macro_rules! outbox_task_changed {
                 .await?;
                 next = $crate::domain::webhooks::list_finished(0, 0, cascaded);
             }
-        }
-        if failed || next.is_some() {
-            let row: Option<(String, Option<String>)> =
-                sqlx::query_as("SELECT project_id, team_pk FROM task_lists WHERE id = $1")
-                    .bind(list_id)
-                    .fetch_optional(&mut *$tx)
-                    .await?;
-            if let Some((project_id, team_pk)) = row {
-                if failed {
-                    let event = $crate::domain::webhooks::task_failed_event(
-                        $task_id,
-                        list_id,
-                        &project_id,
-                        team_pk.as_deref(),
-                        $at,
-                    );
-                    outbox_enqueue!($tx, &event);
-                }
-                if let Some(next) = next {
-                    let event = $crate::domain::webhooks::task_list_finished_event(
-                        list_id,
-                        next,
-                        &project_id,
-                        team_pk.as_deref(),
-                        $at,
-                    );
-                    outbox_enqueue!($tx, &event);
-                }
+            if failed {
+                let event = $crate::domain::webhooks::task_failed_event(
+                    $task_id,
+                    list_id,
+                    &project_id,
+                    team_pk.as_deref(),
+                    $at,
+                );
+                outbox_enqueue!($tx, &event);
+            }
+            if let Some(next) = next {
+                let event = $crate::domain::webhooks::task_list_finished_event(
+                    list_id,
+                    next,
+                    &project_id,
+                    team_pk.as_deref(),
+                    $at,
+                );
+                outbox_enqueue!($tx, &event);
             }
         }
     }};
