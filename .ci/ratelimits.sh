@@ -7,7 +7,10 @@
 #      utilisation ≥ 85 %, no L0 failed for rate reasons, split 3:1 within ±10 %;
 #      then PUT 300/min, followed within 2 s (30 s more).
 #   2. the same with no [rate_limits]: the provider's headers alone, ≤ 5 % 429s.
-#   3. SQLite, one server, as 1.
+#   3. SQLite, one server, as 1, with 8 workers: a job runs its L0s in batches of 6,
+#      so one server of 4 workers (3 jobs of team-a, 1 of team-b) leaves a project
+#      without waiting calls between batches most of the time, and the shares are
+#      promised (and counted) while both projects are backlogged.
 # Prints one JSON line of figures per run; fails when one misses its goal.
 #   bash .ci/ratelimits.sh          # about 5 minutes
 # BIN=path/to/plangate runs another build than the debug one (e.g. main's, for the before figures;
@@ -45,7 +48,7 @@ python3 .ci/ratelimits/drive.py limited "$BIN" "$out/limited" --db "$(fresh_pg l
 echo "== 2. headers only: 3 replicas on Postgres, no [rate_limits]"
 python3 .ci/ratelimits/drive.py headers "$BIN" "$out/headers" --db "$(fresh_pg headers)" --replicas 3 \
   --secs 45 $CHECK || status=1
-echo "== 3. limited: SQLite, one server"
-python3 .ci/ratelimits/drive.py limited "$BIN" "$out/sqlite" --replicas 1 --secs "$SECS" \
+echo "== 3. limited: SQLite, one server of 8 workers"
+python3 .ci/ratelimits/drive.py limited "$BIN" "$out/sqlite" --replicas 1 --workers 8 --secs "$SECS" \
   ${NO_CONFIG:+--no-config} $CHECK || status=1
 exit $status

@@ -278,6 +278,9 @@ max_wait_secs = 600
             a_n = sum(1 for t in started["team-a"] if counted(t))
             b_n = sum(1 for t in started["team-b"] if counted(t))
             figures["share_split"] = f"{a_n}:{b_n}"
+            all_a = sum(1 for t in started["team-a"] if lo <= t <= hi)
+            all_b = sum(1 for t in started["team-b"] if lo <= t <= hi)
+            figures["share_split_whole_run"] = f"{all_a}:{all_b}"
             figures["share_a"] = round(a_n / (a_n + b_n), 3) if a_n + b_n else None
             if samples:
                 figures["backlogged_secs"] = round(sum(t2 - t1 for t1, t2 in spans), 1)
