@@ -1010,6 +1010,7 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
         tries: 1,
         exit_code: Some(0),
         error: None,
+        error_code: None,
         output_excerpt: None,
         outcome,
         usage,
