@@ -24,9 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::usage::{anthropic_usage, openai_usage};
 use super::{Cancelled, L0Request, L0Run, RateFeedback};
-use crate::domain::rate_limit::{
-    ProviderSignal, is_quota_exhausted, learn_from_headers,
-};
+use crate::domain::rate_limit::{ProviderSignal, is_quota_exhausted, learn_from_headers};
 use crate::domain::refine::{L0ErrorCode, L0Outcome};
 use crate::domain::usage::L0Usage;
 
@@ -288,10 +286,9 @@ impl HttpConfig {
         {
             // A spend or credit limit: no retry brings the call through
             // (docs/jobs.md, "Rate limits").
-            return Err(TryError::Fatal(L0ErrorCode::QuotaExhausted.reason(&format!(
-                "HTTP {status}: {}",
-                excerpt(body)
-            ))));
+            return Err(TryError::Fatal(
+                L0ErrorCode::QuotaExhausted.reason(&format!("HTTP {status}: {}", excerpt(body))),
+            ));
         }
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
             return Err(TryError::Transient {

@@ -704,7 +704,9 @@ impl Database {
 /// `(executor, id, project_id, job_id, waiting_since, state)` of a waiting call.
 type WaitingRow = (String, String, String, String, i64, String);
 
-fn waiting_record((executor, id, project_id, job_id, since, state): WaitingRow) -> WaitingCallRecord {
+fn waiting_record(
+    (executor, id, project_id, job_id, since, state): WaitingRow,
+) -> WaitingCallRecord {
     let assignment_id = id.split_once(':').map_or(id.clone(), |(_, a)| a.to_owned());
     WaitingCallRecord {
         executor,

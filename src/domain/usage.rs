@@ -584,7 +584,10 @@ mod tests {
                 spent_usd,
                 ..ScopeSpend::default()
             };
-            decide(&[(ScopeLimit::project_day("p", 5.0), spend)], BudgetQuestion::Spent)
+            decide(
+                &[(ScopeLimit::project_day("p", 5.0), spend)],
+                BudgetQuestion::Spent,
+            )
         };
         assert_eq!(day(4.99), BudgetVerdict::Go { reserve_usd: None });
         assert_eq!(
@@ -806,7 +809,10 @@ mod tests {
         ));
         // The tightest scope decides.
         assert!(matches!(
-            decide(&[scope(10.0, 0.0, 0, 0.0, 0), scope(1.0, 1.0, 0, 0.0, 0)], start(e)),
+            decide(
+                &[scope(10.0, 0.0, 0, 0.0, 0), scope(1.0, 1.0, 0, 0.0, 0)],
+                start(e)
+            ),
             BudgetVerdict::Stop(_)
         ));
         assert_eq!(expected_call_cost(Some(0.3), Some(0.5)), Some(0.5));
@@ -828,7 +834,10 @@ mod tests {
             decide(&[s], BudgetQuestion::Overrun),
             BudgetVerdict::Stop(r) if r.contains("overrun")
         ));
-        assert_eq!(decide(&[scope(0.5, 0.4, 1, 0.4, 0)], BudgetQuestion::Spent), go);
+        assert_eq!(
+            decide(&[scope(0.5, 0.4, 1, 0.4, 0)], BudgetQuestion::Spent),
+            go
+        );
     }
 
     #[test]

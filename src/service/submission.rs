@@ -15,11 +15,11 @@ use super::caller::TokenFingerprint;
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::agents::Executor;
 use crate::db::DbError;
+use crate::db::refine_jobs::BudgetScopes;
 use crate::db::refine_jobs::Created;
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
-use crate::db::refine_jobs::BudgetScopes;
 use crate::domain::usage::{
     Budget, BudgetAction, BudgetQuestion, BudgetVerdict, DailyLimitSpent, ScopeLimit, decide,
     secs_to_next_utc_day, utc_day_start,

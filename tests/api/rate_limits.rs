@@ -458,7 +458,11 @@ async fn the_job_page_lists_its_waiting_calls(backend: Backend) {
         s.workers = 0;
     })
     .await;
-    let body = job_body(&["P1-A1", "P1-A2"], "claude", json!({"project_id": "team-a"}));
+    let body = job_body(
+        &["P1-A1", "P1-A2"],
+        "claude",
+        json!({"project_id": "team-a"}),
+    );
     let job = app.submit_refine_job(&body).await;
     let id = job["id"].as_str().unwrap();
     let other = app.submit_refine_job(&body).await;
@@ -490,8 +494,14 @@ async fn the_job_page_lists_its_waiting_calls(backend: Backend) {
         .unwrap_or_else(|| panic!("no waiting calls on the job page: {page}"));
     let section = &section[..section.find("</section>").unwrap()];
     assert!(section.contains("data-assignment=\"P1-A2\""), "{section}");
-    assert!(!section.contains("P1-A1"), "a running call is not waiting: {section}");
-    assert!(section.contains("claude") && section.contains("team-a"), "{section}");
+    assert!(
+        !section.contains("P1-A1"),
+        "a running call is not waiting: {section}"
+    );
+    assert!(
+        section.contains("claude") && section.contains("team-a"),
+        "{section}"
+    );
     assert!(section.contains("<time"), "waiting since: {section}");
     let other_page = app
         .get(&format!("/ui/jobs/{other_id}"))

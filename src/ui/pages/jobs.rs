@@ -7,11 +7,11 @@ use maud::{Markup, html};
 use super::usage::{self, l0_cells, totals_facts};
 use super::{Chrome, Section, id_code, layout, live_badge, opt_time, status as status_badge, time};
 use crate::domain::job::{JobStatus, L0State, degraded_note, retry_refusal};
-use crate::service::rate_limits::WaitingCall;
 use crate::service::dashboard::{
     BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunListEntry,
     RunView, StoredJob, StoredL0,
 };
+use crate::service::rate_limits::WaitingCall;
 
 /// The list's query as a URL query, with `status` replaced by `status` (the
 /// count links) and the page cursor `before`.
