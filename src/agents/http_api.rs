@@ -24,10 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::usage::{anthropic_usage, openai_usage};
 use super::{Cancelled, L0Request, L0Run, RateFeedback};
-use crate::domain::rate_limit::{
-    ProviderSignal, QUOTA_EXHAUSTED, is_quota_exhausted, learn_from_headers,
-};
-use crate::domain::refine::L0Outcome;
+use crate::domain::rate_limit::{ProviderSignal, is_quota_exhausted, learn_from_headers};
+use crate::domain::refine::{L0ErrorCode, L0Outcome};
 use crate::domain::usage::L0Usage;
 
 /// Tries per L0 call, the first included.
@@ -288,10 +286,9 @@ impl HttpConfig {
         {
             // A spend or credit limit: no retry brings the call through
             // (docs/jobs.md, "Rate limits").
-            return Err(TryError::Fatal(format!(
-                "{QUOTA_EXHAUSTED}: HTTP {status}: {}",
-                excerpt(body)
-            )));
+            return Err(TryError::Fatal(
+                L0ErrorCode::QuotaExhausted.reason(&format!("HTTP {status}: {}", excerpt(body))),
+            ));
         }
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
             return Err(TryError::Transient {

@@ -458,7 +458,7 @@ impl Database {
     /// The calls waiting for room (longest waiting first), at most `limit`.
     pub async fn rate_waiting_calls(&self, limit: i64) -> DbResult<Vec<WaitingCallRecord>> {
         let now = now_ms();
-        let rows: Vec<(String, String, String, String, i64, String)> = on_pool!(self, pool => {
+        let rows: Vec<WaitingRow> = on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT executor, id, project_id, job_id, waiting_since, state \
                  FROM rate_limit_calls WHERE state IN ('waiting', 'granted') AND expires_at >= $1 \
@@ -469,20 +469,30 @@ impl Database {
             .fetch_all(pool)
             .await?
         });
-        Ok(rows
-            .into_iter()
-            .map(|(executor, id, project_id, job_id, since, state)| {
-                let assignment_id = id.split_once(':').map_or(id.clone(), |(_, a)| a.to_owned());
-                WaitingCallRecord {
-                    executor,
-                    job_id,
-                    assignment_id,
-                    project_id,
-                    waiting_since: ms_time(since),
-                    granted: state == "granted",
-                }
-            })
-            .collect())
+        Ok(rows.into_iter().map(waiting_record).collect())
+    }
+
+    /// One job's calls waiting for room (longest waiting first): the dashboard's
+    /// job page. An indexed read of that job's rows (`rate_limit_calls_job`), so
+    /// it costs the same however long other jobs' queues are; a job has at most
+    /// one waiting call per L0 it may start.
+    pub async fn rate_waiting_calls_of_job(
+        &self,
+        job_id: Uuid,
+    ) -> DbResult<Vec<WaitingCallRecord>> {
+        let now = now_ms();
+        let rows: Vec<WaitingRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT executor, id, project_id, job_id, waiting_since, state \
+                 FROM rate_limit_calls WHERE job_id = $1 AND state IN ('waiting', 'granted') \
+                 AND expires_at >= $2 ORDER BY waiting_since",
+            )
+            .bind(job_id.to_string())
+            .bind(now)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows.into_iter().map(waiting_record).collect())
     }
 
     /// Settles a call that ended: its row becomes `done` with the tokens it
@@ -688,5 +698,22 @@ impl Database {
             });
         }
         Ok(out)
+    }
+}
+
+/// `(executor, id, project_id, job_id, waiting_since, state)` of a waiting call.
+type WaitingRow = (String, String, String, String, i64, String);
+
+fn waiting_record(
+    (executor, id, project_id, job_id, since, state): WaitingRow,
+) -> WaitingCallRecord {
+    let assignment_id = id.split_once(':').map_or(id.clone(), |(_, a)| a.to_owned());
+    WaitingCallRecord {
+        executor,
+        job_id,
+        assignment_id,
+        project_id,
+        waiting_since: ms_time(since),
+        granted: state == "granted",
     }
 }

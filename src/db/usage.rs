@@ -7,7 +7,7 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{Database, DbResult};
-use crate::domain::usage::{Spent, UsageTotals};
+use crate::domain::usage::UsageTotals;
 
 /// The sums of a totals row, in the order of [`TOTALS`].
 type SumsRow = (i64, i64, i64, i64, i64, f64, i64, i64, i64);
@@ -167,57 +167,5 @@ impl Database {
             })
             .collect();
         Ok((totals(all), groups))
-    }
-
-    /// What a budget's scope has spent: the run's phase jobs when `run_id` is set,
-    /// else the job's own L0s. Unknown costs count as 0 (docs/jobs.md).
-    pub async fn budget_spent(&self, job_id: Uuid, run_id: Option<Uuid>) -> DbResult<Spent> {
-        let row: (f64, i64) = on_pool!(self, pool => {
-            match run_id {
-                Some(run_id) => {
-                    sqlx::query_as(
-                        "SELECT COALESCE(SUM(l.cost_usd), 0.0), \
-                         CAST(COALESCE(SUM(l.output_tokens), 0) AS BIGINT) \
-                         FROM refine_l0_runs l \
-                         WHERE l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)",
-                    )
-                    .bind(run_id)
-                    .fetch_one(pool)
-                    .await?
-                }
-                None => {
-                    sqlx::query_as(
-                        "SELECT COALESCE(SUM(l.cost_usd), 0.0), \
-                         CAST(COALESCE(SUM(l.output_tokens), 0) AS BIGINT) \
-                         FROM refine_l0_runs l WHERE l.job_id = $1",
-                    )
-                    .bind(job_id)
-                    .fetch_one(pool)
-                    .await?
-                }
-            }
-        });
-        Ok(Spent {
-            cost_usd: row.0,
-            output_tokens: row.1,
-        })
-    }
-
-    /// The known cost of a project's calls that ended at or after `since`.
-    pub async fn project_cost_since(
-        &self,
-        project_id: &str,
-        since: DateTime<Utc>,
-    ) -> DbResult<f64> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT COALESCE(SUM(cost_usd), 0.0) FROM refine_l0_runs \
-                 WHERE project_id = $1 AND usage_source IS NOT NULL AND finished_at >= $2",
-            )
-            .bind(project_id)
-            .bind(since)
-            .fetch_one(pool)
-            .await?
-        }))
     }
 }

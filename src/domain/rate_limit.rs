@@ -359,12 +359,6 @@ pub fn estimated_cost(prompt_bytes: usize, max_output_tokens: u64) -> Cost {
     }
 }
 
-/// The prefix of a reason an L0 that waited too long ends with.
-pub const RATE_LIMITED: &str = "rate_limited";
-/// The prefix of a reason an L0 ends with when the provider's spend or credit
-/// limit is reached.
-pub const QUOTA_EXHAUSTED: &str = "quota_exhausted";
-
 /// Whether a 429's body speaks of an account's usage, spend or credit limit (no
 /// waiting brings such a call through: it is tried once).
 pub fn is_quota_exhausted(body: &str) -> bool {

@@ -285,13 +285,6 @@ pub struct Budget {
     pub budget_action: BudgetAction,
 }
 
-/// What has been spent in a budget's scope.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Spent {
-    pub cost_usd: f64,
-    pub output_tokens: i64,
-}
-
 /// A request's budget field that does not parse: the field and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]
@@ -362,28 +355,6 @@ impl Budget {
     pub fn is_limited(&self) -> bool {
         self.max_cost_usd.is_some() || self.max_output_tokens.is_some()
     }
-
-    /// Why `spent` reaches the budget, or `None` while there is room: "budget of
-    /// $0.02 is spent (…)", for the caller to name its scope ("the job's …").
-    pub fn exceeded(&self, spent: Spent) -> Option<String> {
-        if let Some(max) = self.max_cost_usd
-            && spent.cost_usd >= max
-        {
-            return Some(format!(
-                "budget of ${max} is spent (${:.6} so far)",
-                spent.cost_usd
-            ));
-        }
-        if let Some(max) = self.max_output_tokens
-            && spent.output_tokens >= max
-        {
-            return Some(format!(
-                "budget of {max} output tokens is spent ({} so far)",
-                spent.output_tokens
-            ));
-        }
-        None
-    }
 }
 
 /// One budget that applies to an L0 start: a job's or a run's request budget, or
@@ -394,6 +365,27 @@ pub struct ScopeLimit {
     pub name: String,
     pub max_cost_usd: Option<f64>,
     pub max_output_tokens: Option<i64>,
+}
+
+impl ScopeLimit {
+    /// A request's budget as a scope: over the job's L0s, or the run's when
+    /// `of_run`; `None` when it limits nothing.
+    pub fn request(budget: &Budget, of_run: bool) -> Option<ScopeLimit> {
+        budget.is_limited().then(|| ScopeLimit {
+            name: format!("the {}'s budget", if of_run { "run" } else { "job" }),
+            max_cost_usd: budget.max_cost_usd,
+            max_output_tokens: budget.max_output_tokens,
+        })
+    }
+
+    /// A project's daily limit (US dollars, per UTC day) as a scope.
+    pub fn project_day(project_id: &str, limit_usd: f64) -> ScopeLimit {
+        ScopeLimit {
+            name: format!("project {project_id}'s daily limit"),
+            max_cost_usd: Some(limit_usd),
+            max_output_tokens: None,
+        }
+    }
 }
 
 /// What a budget's scope holds, read inside the gate's locked transaction.
@@ -409,16 +401,31 @@ pub struct ScopeSpend {
     pub unreserved_running: i64,
 }
 
-/// Whether one more L0 may start now.
+/// What [`decide`] is asked about the budgets that apply (docs/jobs.md,
+/// "Budgets"). Every budget question has this one decision, over the scopes'
+/// state as one query shape reads it (`Database::budget_state`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BudgetQuestion {
+    /// May one more L0 start now, expected to cost this much (`None`: unknown)?
+    Start { expected_usd: Option<f64> },
+    /// Is a budget already spent? (Starts not gated one by one, running calls
+    /// to kill with `budget_action = "kill"`, a new job naming its project.)
+    Spent,
+    /// Every call of the scope ended: did it spend more than its budget?
+    Overrun,
+}
+
+/// The budgets' answer.
 #[derive(Debug, Clone, PartialEq)]
-pub enum StartVerdict {
-    /// Start it, holding `reserve_usd` (its expected cost) until its outcome is
-    /// stored; `None` when that cost is unknown.
-    Start { reserve_usd: Option<f64> },
+pub enum BudgetVerdict {
+    /// Go on: for [`BudgetQuestion::Start`], start it, holding `reserve_usd` (its
+    /// expected cost) until its outcome is stored (`None` when that cost is
+    /// unknown); for the other questions always `None`.
+    Go { reserve_usd: Option<f64> },
     /// Not now: calls running in a scope may leave room (or make the cost known)
-    /// when they end. Ask again after one ends.
+    /// when they end. Ask again after one ends. (Only to `Start`.)
     Wait,
-    /// A budget is spent or cannot cover one more call: start no further L0.
+    /// A budget is spent, cannot cover one more call, or was overrun: why.
     Stop(String),
 }
 
@@ -435,31 +442,30 @@ pub fn expected_call_cost(max_seen_usd: Option<f64>, ceiling_usd: Option<f64>) -
     }
 }
 
-/// The gate in front of every L0 start (docs/jobs.md, "Budgets"): a call starts
-/// only when, in every scope, what was spent plus what running calls reserved plus
-/// this call's expected cost fits the budget. When the expected cost is unknown,
-/// at most one unreserved call runs per scope, and only while the scope is under
-/// its budget. So a scope's spend exceeds its budget by at most one call's cost.
-pub fn may_start(scopes: &[(ScopeLimit, ScopeSpend)], expected_usd: Option<f64>) -> StartVerdict {
+/// The one budget decision (docs/jobs.md, "Budgets"), over every scope that
+/// applies, tightest first wins:
+/// - `Start`: a call starts only when, in every scope, what was spent plus what
+///   running calls reserved plus this call's expected cost fits the budget. When
+///   the expected cost is unknown, at most one unreserved call runs per scope, and
+///   only while the scope is under its budget. So a scope's spend exceeds its
+///   budget by at most one call's cost.
+/// - `Spent`: stop once what a scope spent reached its budget.
+/// - `Overrun`: stop when a scope spent strictly more than its budget (such a job
+///   or run must not read plain success).
+pub fn decide(scopes: &[(ScopeLimit, ScopeSpend)], question: BudgetQuestion) -> BudgetVerdict {
+    let expected_usd = match question {
+        BudgetQuestion::Start { expected_usd } => expected_usd,
+        BudgetQuestion::Spent => return stop_if(scopes.iter().find_map(|(l, s)| spent(l, s))),
+        BudgetQuestion::Overrun => return stop_if(scopes.iter().find_map(|(l, s)| overrun(l, s))),
+    };
     let mut wait = false;
     for (limit, spend) in scopes {
-        if let Some(max) = limit.max_output_tokens
-            && spend.output_tokens >= max
-        {
-            return StartVerdict::Stop(format!(
-                "{} of {max} output tokens is spent ({} so far)",
-                limit.name, spend.output_tokens
-            ));
+        if let Some(why) = spent(limit, spend) {
+            return BudgetVerdict::Stop(why);
         }
         let Some(max) = limit.max_cost_usd else {
             continue;
         };
-        if spend.spent_usd >= max {
-            return StartVerdict::Stop(format!(
-                "{} of ${max} is spent (${:.6} so far)",
-                limit.name, spend.spent_usd
-            ));
-        }
         let committed = spend.spent_usd + spend.reserved_usd;
         let fits = match expected_usd {
             Some(expected) => committed + expected <= max + DOLLAR_EPSILON,
@@ -473,24 +479,48 @@ pub fn may_start(scopes: &[(ScopeLimit, ScopeSpend)], expected_usd: Option<f64>)
             continue;
         }
         let expected = expected_usd.map_or_else(|| "unknown".to_owned(), |e| format!("${e:.6}"));
-        return StartVerdict::Stop(format!(
+        return BudgetVerdict::Stop(format!(
             "{} of ${max} cannot cover one more L0 call (${:.6} spent, expected cost of a call \
              {expected})",
             limit.name, spend.spent_usd
         ));
     }
     if wait {
-        StartVerdict::Wait
+        BudgetVerdict::Wait
     } else {
-        StartVerdict::Start {
+        BudgetVerdict::Go {
             reserve_usd: expected_usd,
         }
     }
 }
 
-/// Whether a scope that ended all its calls spent more than its budget: such a
-/// job or run must not read plain success (docs/jobs.md, "Budgets").
-pub fn overrun(limit: &ScopeLimit, spend: &ScopeSpend) -> Option<String> {
+fn stop_if(why: Option<String>) -> BudgetVerdict {
+    why.map_or(BudgetVerdict::Go { reserve_usd: None }, BudgetVerdict::Stop)
+}
+
+/// Why a scope's spend reached its budget (its output tokens first).
+fn spent(limit: &ScopeLimit, spend: &ScopeSpend) -> Option<String> {
+    if let Some(max) = limit.max_output_tokens
+        && spend.output_tokens >= max
+    {
+        return Some(format!(
+            "{} of {max} output tokens is spent ({} so far)",
+            limit.name, spend.output_tokens
+        ));
+    }
+    if let Some(max) = limit.max_cost_usd
+        && spend.spent_usd >= max
+    {
+        return Some(format!(
+            "{} of ${max} is spent (${:.6} so far)",
+            limit.name, spend.spent_usd
+        ));
+    }
+    None
+}
+
+/// Why a scope that ended all its calls spent more than its budget.
+fn overrun(limit: &ScopeLimit, spend: &ScopeSpend) -> Option<String> {
     if let Some(max) = limit.max_cost_usd
         && spend.spent_usd > max + DOLLAR_EPSILON
     {
@@ -532,22 +562,6 @@ pub struct DailyLimitSpent {
     pub retry_after_secs: u64,
 }
 
-/// `Some` when what `project_id` spent today (UTC) has reached its daily
-/// `limit_usd`: a new job or run is refused until the next day.
-pub fn daily_limit_spent(
-    project_id: &str,
-    limit_usd: f64,
-    spent_usd: f64,
-    now: DateTime<Utc>,
-) -> Option<DailyLimitSpent> {
-    (spent_usd >= limit_usd).then(|| DailyLimitSpent {
-        project_id: project_id.to_owned(),
-        limit_usd,
-        spent_usd,
-        retry_after_secs: secs_to_next_utc_day(now),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,11 +579,23 @@ mod tests {
 
     #[test]
     fn the_daily_limit_is_spent_once_reached() {
+        let day = |spent_usd| {
+            let spend = ScopeSpend {
+                spent_usd,
+                ..ScopeSpend::default()
+            };
+            decide(
+                &[(ScopeLimit::project_day("p", 5.0), spend)],
+                BudgetQuestion::Spent,
+            )
+        };
+        assert_eq!(day(4.99), BudgetVerdict::Go { reserve_usd: None });
+        assert_eq!(
+            day(5.0),
+            BudgetVerdict::Stop("project p's daily limit of $5 is spent ($5.000000 so far)".into())
+        );
         let now = Utc.with_ymd_and_hms(2026, 12, 1, 23, 0, 0).unwrap();
-        assert_eq!(daily_limit_spent("p", 5.0, 4.99, now), None);
-        let spent = daily_limit_spent("p", 5.0, 5.0, now).expect("reached");
-        assert_eq!(spent.retry_after_secs, 3600);
-        assert_eq!(spent.project_id, "p");
+        assert_eq!(secs_to_next_utc_day(now), 3600);
     }
 
     fn tokens(i: i64, o: i64, r: i64, w: i64) -> L0Usage {
@@ -657,18 +683,30 @@ mod tests {
             max_output_tokens: Some(100),
             budget_action: BudgetAction::Finish,
         };
-        assert!(b.exceeded(Spent::default()).is_none());
-        let at_cost = Spent {
-            cost_usd: 0.02,
-            output_tokens: 0,
+        let limit = ScopeLimit::request(&b, false).expect("limited");
+        let spent = |spent_usd, output_tokens| {
+            let spend = ScopeSpend {
+                spent_usd,
+                output_tokens,
+                ..ScopeSpend::default()
+            };
+            match decide(&[(limit.clone(), spend)], BudgetQuestion::Spent) {
+                BudgetVerdict::Stop(why) => Some(why),
+                _ => None,
+            }
         };
-        assert!(b.exceeded(at_cost).unwrap().contains("$0.02"));
-        let at_tokens = Spent {
-            cost_usd: 0.0,
-            output_tokens: 100,
-        };
-        assert!(b.exceeded(at_tokens).unwrap().contains("100 output tokens"));
+        assert_eq!(spent(0.0, 0), None);
+        assert_eq!(
+            spent(0.02, 0).as_deref(),
+            Some("the job's budget of $0.02 is spent ($0.020000 so far)")
+        );
+        assert!(spent(0.0, 100).unwrap().contains("100 output tokens"));
         assert!(!Budget::default().is_limited());
+        assert_eq!(ScopeLimit::request(&Budget::default(), false), None);
+        assert_eq!(
+            ScopeLimit::request(&b, true).map(|l| l.name).as_deref(),
+            Some("the run's budget")
+        );
     }
 
     #[test]
@@ -729,17 +767,21 @@ mod tests {
         )
     }
 
+    fn start(expected_usd: Option<f64>) -> BudgetQuestion {
+        BudgetQuestion::Start { expected_usd }
+    }
+
     #[test]
     fn an_unknown_cost_runs_one_call_at_a_time_under_the_budget() {
-        let start = StartVerdict::Start { reserve_usd: None };
-        assert_eq!(may_start(&[scope(0.1, 0.0, 0, 0.0, 0)], None), start);
+        let go = BudgetVerdict::Go { reserve_usd: None };
+        assert_eq!(decide(&[scope(0.1, 0.0, 0, 0.0, 0)], start(None)), go);
         assert_eq!(
-            may_start(&[scope(0.1, 0.0, 1, 0.0, 1)], None),
-            StartVerdict::Wait
+            decide(&[scope(0.1, 0.0, 1, 0.0, 1)], start(None)),
+            BudgetVerdict::Wait
         );
         assert!(matches!(
-            may_start(&[scope(0.1, 0.4, 0, 0.0, 0)], None),
-            StartVerdict::Stop(r) if r.contains("$0.1 is spent")
+            decide(&[scope(0.1, 0.4, 0, 0.0, 0)], start(None)),
+            BudgetVerdict::Stop(r) if r.contains("$0.1 is spent")
         ));
     }
 
@@ -747,31 +789,31 @@ mod tests {
     fn a_known_cost_is_reserved_and_must_fit() {
         let e = Some(0.4);
         assert_eq!(
-            may_start(&[scope(1.0, 0.2, 1, 0.4, 0)], e),
-            StartVerdict::Start { reserve_usd: e }
+            decide(&[scope(1.0, 0.2, 1, 0.4, 0)], start(e)),
+            BudgetVerdict::Go { reserve_usd: e }
         );
         // Would not fit while a call runs: it may cost less than reserved.
         assert_eq!(
-            may_start(&[scope(1.0, 0.4, 1, 0.4, 0)], e),
-            StartVerdict::Wait
+            decide(&[scope(1.0, 0.4, 1, 0.4, 0)], start(e)),
+            BudgetVerdict::Wait
         );
         // Nothing runs and it cannot fit: stop, below the budget.
         assert!(matches!(
-            may_start(&[scope(1.0, 0.8, 0, 0.0, 0)], e),
-            StartVerdict::Stop(r) if r.contains("cannot cover")
+            decide(&[scope(1.0, 0.8, 0, 0.0, 0)], start(e)),
+            BudgetVerdict::Stop(r) if r.contains("cannot cover")
         ));
         // Exactly fits.
         assert!(matches!(
-            may_start(&[scope(1.2, 0.8, 0, 0.0, 0)], e),
-            StartVerdict::Start { .. }
+            decide(&[scope(1.2, 0.8, 0, 0.0, 0)], start(e)),
+            BudgetVerdict::Go { .. }
         ));
         // The tightest scope decides.
         assert!(matches!(
-            may_start(
+            decide(
                 &[scope(10.0, 0.0, 0, 0.0, 0), scope(1.0, 1.0, 0, 0.0, 0)],
-                e
+                start(e)
             ),
-            StartVerdict::Stop(_)
+            BudgetVerdict::Stop(_)
         ));
         assert_eq!(expected_call_cost(Some(0.3), Some(0.5)), Some(0.5));
         assert_eq!(expected_call_cost(None, None), None);
@@ -779,10 +821,23 @@ mod tests {
 
     #[test]
     fn overrun_is_strictly_above_the_budget() {
-        let (limit, mut spend) = scope(0.5, 0.5, 0, 0.0, 0);
-        assert_eq!(overrun(&limit, &spend), None);
-        spend.spent_usd = 0.9;
-        assert!(overrun(&limit, &spend).unwrap().contains("overrun"));
+        let mut s = scope(0.5, 0.5, 0, 0.0, 0);
+        let go = BudgetVerdict::Go { reserve_usd: None };
+        assert_eq!(decide(&[s.clone()], BudgetQuestion::Overrun), go);
+        // Reached but not overrun: spent.
+        assert!(matches!(
+            decide(&[s.clone()], BudgetQuestion::Spent),
+            BudgetVerdict::Stop(r) if r == "the job's budget of $0.5 is spent ($0.500000 so far)"
+        ));
+        s.1.spent_usd = 0.9;
+        assert!(matches!(
+            decide(&[s], BudgetQuestion::Overrun),
+            BudgetVerdict::Stop(r) if r.contains("overrun")
+        ));
+        assert_eq!(
+            decide(&[scope(0.5, 0.4, 1, 0.4, 0)], BudgetQuestion::Spent),
+            go
+        );
     }
 
     #[test]

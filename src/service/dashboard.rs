@@ -381,6 +381,8 @@ pub struct JobView {
     /// The log with when each line was written (`None` for a line no event
     /// carries, such as the final log's reordered lines: the job's end then).
     pub log: Vec<(DateTime<Utc>, String)>,
+    /// Its L0 calls waiting for room on their executor's rate limit.
+    pub waiting: Vec<crate::service::rate_limits::WaitingCall>,
 }
 
 /// The stored log's lines with their times: each line takes the time of the
@@ -415,7 +417,18 @@ impl Service {
         let l0s = l0s.into_iter().map(StoredL0::from).collect();
         let events = self.db.refine_job_log_times(id).await?;
         let log = timed_log(&job.log, events, job.finished_at.unwrap_or(job.updated_at));
-        Ok(JobView { job, l0s, log })
+        // Only a job in flight has calls asking for room (docs/jobs.md, "Rate limits").
+        let waiting = if job.status.is_terminal() {
+            Vec::new()
+        } else {
+            self.waiting_calls_of_job(id).await?
+        };
+        Ok(JobView {
+            job,
+            l0s,
+            log,
+            waiting,
+        })
     }
 }
 

@@ -62,6 +62,19 @@ pub struct WaitingCall {
     pub granted: bool,
 }
 
+impl From<crate::db::rate_limits::WaitingCallRecord> for WaitingCall {
+    fn from(w: crate::db::rate_limits::WaitingCallRecord) -> Self {
+        WaitingCall {
+            executor: w.executor,
+            job_id: w.job_id,
+            assignment_id: w.assignment_id,
+            project_id: w.project_id,
+            waiting_since: w.waiting_since,
+            granted: w.granted,
+        }
+    }
+}
+
 /// The calls the dashboard lists at most.
 const WAITING_SHOWN: i64 = 200;
 
@@ -82,16 +95,24 @@ impl Service {
                 None => true,
                 Some(_) => !w.project_id.is_empty() && caller.may_access(&w.project_id),
             })
-            .map(|w| WaitingCall {
-                executor: w.executor,
-                job_id: w.job_id,
-                assignment_id: w.assignment_id,
-                project_id: w.project_id,
-                waiting_since: w.waiting_since,
-                granted: w.granted,
-            })
+            .map(WaitingCall::from)
             .collect();
         Ok((limits, waiting))
+    }
+
+    /// The calls of one job waiting for room (the dashboard's job page); the
+    /// caller may see the job (checked by the caller of this).
+    pub(super) async fn waiting_calls_of_job(
+        &self,
+        job_id: uuid::Uuid,
+    ) -> Result<Vec<WaitingCall>, ServiceError> {
+        Ok(self
+            .db
+            .rate_waiting_calls_of_job(job_id)
+            .await?
+            .into_iter()
+            .map(WaitingCall::from)
+            .collect())
     }
 
     /// The executors a rate limit may apply to: configured ones and those whose

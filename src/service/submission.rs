@@ -15,11 +15,15 @@ use super::caller::TokenFingerprint;
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::agents::Executor;
 use crate::db::DbError;
+use crate::db::refine_jobs::BudgetScopes;
 use crate::db::refine_jobs::Created;
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{PhaseContext, RefineInputError, batches};
-use crate::domain::usage::{Budget, BudgetAction, daily_limit_spent, utc_day_start};
+use crate::domain::usage::{
+    Budget, BudgetAction, BudgetQuestion, BudgetVerdict, DailyLimitSpent, ScopeLimit, decide,
+    secs_to_next_utc_day, utc_day_start,
+};
 use crate::jobs::request::confine;
 
 /// Longest long-poll `wait`, in seconds (docs/jobs.md).
@@ -311,12 +315,25 @@ impl Service {
             return Ok(());
         };
         let now = Utc::now();
-        let spent_usd = self
-            .db
-            .project_cost_since(project, utc_day_start(now))
-            .await?;
-        let Some(spent) = daily_limit_spent(project, limit, spent_usd, now) else {
+        let scopes = BudgetScopes {
+            project_day: Some((
+                project.to_owned(),
+                ScopeLimit::project_day(project, limit),
+                utc_day_start(now),
+            )),
+            ..BudgetScopes::default()
+        };
+        // The same read and decision as every L0 start's (docs/jobs.md, "Budgets").
+        let state = self.db.budget_state(&scopes, None).await?;
+        let BudgetVerdict::Stop(_) = decide(&state.scopes, BudgetQuestion::Spent) else {
             return Ok(());
+        };
+        let spent_usd = state.scopes.first().map_or(0.0, |(_, s)| s.spent_usd);
+        let spent = DailyLimitSpent {
+            project_id: project.to_owned(),
+            limit_usd: limit,
+            spent_usd,
+            retry_after_secs: secs_to_next_utc_day(now),
         };
         let detail = format!(
             "project {project}'s daily limit of ${limit} is spent (${spent_usd:.6} today, UTC); \

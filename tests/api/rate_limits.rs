@@ -1,7 +1,9 @@
 //! Provider rate limits shared by every replica (docs/jobs.md, "Rate limits"):
 //! admissions from two database handles (two replicas) against one limit, the
 //! fair shares, a newcomer behind a backlog, `max_wait_secs`, a provider's pause,
-//! and `GET`/`PUT /v1/rate-limits` — on both back-ends.
+//! `GET`/`PUT /v1/rate-limits`, the typed `error_code` of an L0 that ended
+//! `rate_limited` or `quota_exhausted`, and the job page's waiting calls — on
+//! both back-ends.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::common::{Backend, TestApp, expect_problem, spawn_app_with};
+use crate::usage::job_body;
 
 fn ask(executor: &str, limits: &Limits, project: &str, n: usize) -> RateAsk {
     RateAsk {
@@ -342,9 +345,179 @@ async fn runtime_changes_are_checked_and_followed(backend: Backend) {
     app.shutdown().await;
 }
 
+/// A scripted Anthropic-speaking provider whose every answer is a spend-limit
+/// 429 (no `retry-after`): the answer of an account whose credit is spent.
+/// Returns its base URL and how many requests it got.
+async fn spent_provider() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().fallback(move || {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                [("content-type", "application/json")],
+                "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\
+                 \"You have reached your specified API usage limits. You will regain access on \
+                 2027-01-01 at 00:00 UTC.\"}}",
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), hits)
+}
+
+/// docs/jobs.md, "Rate limits", "Errors": an L0 that waited `max_wait_secs` and
+/// one the provider refused for its spend limit end `failed` with the error text
+/// clients read, and with a typed `error_code` in the record and the log line.
+async fn l0_records_carry_their_error_code(backend: Backend) {
+    let (base, hits) = spent_provider().await;
+    let app = spawn_app_with(backend, |s| {
+        let profile: plangate::config::ExecutorProfile = toml::from_str(&format!(
+            "kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"{base}\""
+        ))
+        .unwrap();
+        s.executors.insert("claude".into(), profile);
+        // One request a minute: the first L0 starts, the second waits 1 s and ends.
+        s.rate_limits.insert(
+            "claude".into(),
+            Limits {
+                requests_per_minute: Some(1),
+                max_wait_secs: Some(1),
+                ..Limits::default()
+            },
+        );
+    })
+    .await;
+    let job = app
+        .submit_refine_job(&job_body(
+            &["P1-A1", "P1-A2"],
+            "claude",
+            json!({"project_id": "team-a"}),
+        ))
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let job = app.wait_job(id).await;
+    // Tried once: no retry brings a spent account through.
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1, "{job}");
+    let records = app.refine_job_assignments(id).await;
+    let by_id = |a: &str| {
+        records
+            .iter()
+            .find(|r| r["assignment_id"] == a)
+            .unwrap_or_else(|| panic!("no record of {a}: {records:?}"))
+            .clone()
+    };
+    let quota = by_id("P1-A1");
+    assert_eq!(quota["status"], "failed", "{quota}");
+    assert_eq!(quota["error_code"], "quota_exhausted", "{quota}");
+    let text = quota["error"].as_str().unwrap();
+    assert!(text.starts_with("quota_exhausted: HTTP 429"), "{text}");
+    let limited = by_id("P1-A2");
+    assert_eq!(limited["status"], "failed", "{limited}");
+    assert_eq!(limited["error_code"], "rate_limited", "{limited}");
+    let text = limited["error"].as_str().unwrap();
+    assert!(
+        text.starts_with("rate_limited: waited 1 s for room on executor claude"),
+        "{text}"
+    );
+    assert_eq!(limited["starts"], 0, "it never started: {limited}");
+    let log: Vec<&str> = job["log"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect();
+    for (a, code) in [("P1-A1", "quota_exhausted"), ("P1-A2", "rate_limited")] {
+        let line =
+            format!("CRITICAL: L0 for {a} failed ({code}) — proceeding with N-1 suggestions");
+        assert!(log.contains(&line.as_str()), "{line} not in {log:?}");
+    }
+    app.shutdown().await;
+}
+
+/// The dashboard's job page lists the job's L0 calls waiting for room, read by
+/// job (docs/jobs.md, "Rate limits", "Seeing it"); another job's page does not.
+async fn the_job_page_lists_its_waiting_calls(backend: Backend) {
+    let limits = Limits {
+        requests_per_minute: Some(1),
+        ..Limits::default()
+    };
+    let configured = limits.clone();
+    let app = spawn_app_with(backend, |s| {
+        let profile: plangate::config::ExecutorProfile = toml::from_str(
+            "kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9\"",
+        )
+        .unwrap();
+        s.executors.insert("claude".into(), profile);
+        s.rate_limits.insert("claude".into(), configured);
+        // No worker: the test asks for room as the job's worker would.
+        s.workers = 0;
+    })
+    .await;
+    let body = job_body(
+        &["P1-A1", "P1-A2"],
+        "claude",
+        json!({"project_id": "team-a"}),
+    );
+    let job = app.submit_refine_job(&body).await;
+    let id = job["id"].as_str().unwrap();
+    let other = app.submit_refine_job(&body).await;
+    let other_id = other["id"].as_str().unwrap();
+    let job_id: Uuid = id.parse().unwrap();
+    let as_job = |assignment: &str| RateAsk {
+        job_id,
+        assignment_id: assignment.to_owned(),
+        ..ask("claude", &limits, "team-a", 0)
+    };
+    // P1-A1 takes the one request; P1-A2 waits for room.
+    assert_eq!(
+        app.db.rate_admit(&as_job("P1-A1")).await.unwrap(),
+        RateVerdict::Start
+    );
+    assert!(matches!(
+        app.db.rate_admit(&as_job("P1-A2")).await.unwrap(),
+        RateVerdict::Wait(_)
+    ));
+    let page = app
+        .get(&format!("/ui/jobs/{id}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let section = page
+        .split("id=\"job-waiting\"")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no waiting calls on the job page: {page}"));
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(section.contains("data-assignment=\"P1-A2\""), "{section}");
+    assert!(
+        !section.contains("P1-A1"),
+        "a running call is not waiting: {section}"
+    );
+    assert!(
+        section.contains("claude") && section.contains("team-a"),
+        "{section}"
+    );
+    assert!(section.contains("<time"), "waiting since: {section}");
+    let other_page = app
+        .get(&format!("/ui/jobs/{other_id}"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!other_page.contains("job-waiting"), "{other_page}");
+    app.shutdown().await;
+}
+
 both_backends!(
     two_replicas_share_one_limit_by_weight,
     a_newcomer_starts_behind_a_backlog_at_once,
     waits_end_and_pauses_hold_every_replica,
     runtime_changes_are_checked_and_followed,
+    l0_records_carry_their_error_code,
+    the_job_page_lists_its_waiting_calls,
 );

@@ -425,7 +425,7 @@ fn plan() -> Value {
         "technical_approach": "t", "relationship_notes": "", "ordering": 1}]})
 }
 
-fn job_body(ids: &[&str], executor: &str, extra: Value) -> Value {
+pub(crate) fn job_body(ids: &[&str], executor: &str, extra: Value) -> Value {
     let assignments: Vec<Value> = ids.iter().map(|id| assignment(id)).collect();
     let mut body = json!({
         "context": {"schema_version": 1, "phase_id": "P1", "assignments": assignments, "peer_summaries": []},
@@ -1010,6 +1010,7 @@ async fn resumed_job_counts_each_l0_once(backend: Backend) {
         tries: 1,
         exit_code: Some(0),
         error: None,
+        error_code: None,
         output_excerpt: None,
         outcome,
         usage,

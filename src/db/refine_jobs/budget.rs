@@ -1,8 +1,11 @@
-//! The budget gate in front of every L0 start (docs/jobs.md, "Budgets"): in one
-//! locked transaction, read what each budget scope that applies — the job, its
-//! run, its project's day — has spent and has reserved for running calls, let
-//! [`may_start`] decide, and, when the call may start, store its start with its
-//! reservation.
+//! Budgets in the database (docs/jobs.md, "Budgets"): one read of every budget
+//! scope that applies — the job, its run, its project's day — what it has spent
+//! and has reserved for running calls ([`read_budget_state!`], the one query
+//! shape), decided by [`decide`] (the one decision). The gate in front of every L0
+//! start reads it in one locked transaction and, when the call may start, stores
+//! its start with its reservation; the other questions (is a budget spent, was
+//! it overrun, may a new job name its project) read it alone
+//! ([`Database::budget_state`]).
 //!
 //! A reservation is the `reserved_cost_usd` of an L0 row while it is `running`.
 //! It needs no release of its own: the write that stores the L0's outcome moves
@@ -24,13 +27,13 @@ use super::{Fenced, JobLease, LeaseLost, PendingProgress, ProgressRecord};
 use crate::db::Database;
 use crate::db::rate_limits::{RateAsk, RateVerdict};
 use crate::db::task_lists::now;
-use crate::domain::rate_limit::RATE_LIMITED;
+use crate::domain::refine::L0ErrorCode;
 use crate::domain::usage::{
-    ScopeLimit, ScopeSpend, StartVerdict, expected_call_cost, may_start, overrun,
+    BudgetQuestion, BudgetVerdict, ScopeLimit, ScopeSpend, decide, expected_call_cost,
 };
 
 /// The budgets that apply to one job's L0 starts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct BudgetScopes {
     /// The request's budget: over the job's L0s, or over the run's when `run_id`.
     pub request: Option<ScopeLimit>,
@@ -86,6 +89,64 @@ fn spend(row: ScopeRow) -> ScopeSpend {
     }
 }
 
+/// Every budget scope's state, for [`decide`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BudgetState {
+    /// Each scope that applies with what it spent and reserved: the request's
+    /// budget first, then the project's day.
+    pub scopes: Vec<(ScopeLimit, ScopeSpend)>,
+    /// The most one call of the job (of its run, for a run's job) cost so far.
+    pub max_seen_usd: Option<f64>,
+}
+
+/// Reads the state of every scope in `$scopes` through `$ex` (a pool, or
+/// `&mut *tx` inside the gate's transaction): the job's own L0s — or its run's,
+/// when it has one — and the project's day (today's ended calls and every
+/// running one: a reservation made yesterday holds until its call ends). With no
+/// job (`$job_id` `None`, a submission) and no run, only the project's day.
+macro_rules! read_budget_state {
+    ($ex:expr, $scopes:expr, $job_id:expr) => {{
+        let scopes: &BudgetScopes = $scopes;
+        let job_id: Option<Uuid> = $job_id;
+        let own: Option<ScopeRow> = match (scopes.run_id, job_id) {
+            (Some(run_id), _) => Some(
+                sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "{SCOPE_SUMS} l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
+                )))
+                .bind(run_id)
+                .fetch_one($ex)
+                .await?,
+            ),
+            (None, Some(job_id)) => Some(
+                sqlx::query_as(sqlx::AssertSqlSafe(format!("{SCOPE_SUMS} l.job_id = $1")))
+                    .bind(job_id)
+                    .fetch_one($ex)
+                    .await?,
+            ),
+            (None, None) => None,
+        };
+        let mut state = BudgetState::default();
+        if let Some(own) = own {
+            state.max_seen_usd = own.5;
+            if let Some(limit) = &scopes.request {
+                state.scopes.push((limit.clone(), spend(own)));
+            }
+        }
+        if let Some((project, limit, day_start)) = &scopes.project_day {
+            let row: ScopeRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "{SCOPE_SUMS} l.project_id = $1 AND (l.status = 'running' \
+                 OR (l.usage_source IS NOT NULL AND l.finished_at >= $2))"
+            )))
+            .bind(project.as_str())
+            .bind(*day_start)
+            .fetch_one($ex)
+            .await?;
+            state.scopes.push((limit.clone(), spend(row)));
+        }
+        state
+    }};
+}
+
 /// A Postgres advisory-lock key per shared scope.
 fn lock_key(kind: &str, id: &str) -> String {
     format!("plangate budget {kind} {id}")
@@ -130,43 +191,15 @@ impl Database {
             }
             let mut reserve_usd = None;
             if scopes.any() {
-                let own: ScopeRow = match scopes.run_id {
-                    Some(run_id) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                        "{SCOPE_SUMS} l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
-                    )))
-                    .bind(run_id)
-                    .fetch_one(&mut *tx)
-                    .await?,
-                    None => sqlx::query_as(sqlx::AssertSqlSafe(format!("{SCOPE_SUMS} l.job_id = $1")))
-                        .bind(lease.job_id)
-                        .fetch_one(&mut *tx)
-                        .await?,
-                };
-                let mut checks: Vec<(ScopeLimit, ScopeSpend)> = Vec::new();
-                if let Some(limit) = &scopes.request {
-                    checks.push((limit.clone(), spend(own)));
-                }
-                if let Some((project, limit, day_start)) = &scopes.project_day {
-                    // Today's ended calls and every running one (a reservation made
-                    // yesterday still holds until its call ends).
-                    let row: ScopeRow = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                        "{SCOPE_SUMS} l.project_id = $1 AND (l.status = 'running' \
-                         OR (l.usage_source IS NOT NULL AND l.finished_at >= $2))"
-                    )))
-                    .bind(project.as_str())
-                    .bind(*day_start)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    checks.push((limit.clone(), spend(row)));
-                }
-                let expected = expected_call_cost(own.5, scopes.call_ceiling_usd);
-                match may_start(&checks, expected) {
-                    StartVerdict::Start { reserve_usd: r } => reserve_usd = r,
-                    StartVerdict::Wait => {
+                let state = read_budget_state!(&mut *tx, scopes, Some(lease.job_id));
+                let expected_usd = expected_call_cost(state.max_seen_usd, scopes.call_ceiling_usd);
+                match decide(&state.scopes, BudgetQuestion::Start { expected_usd }) {
+                    BudgetVerdict::Go { reserve_usd: r } => reserve_usd = r,
+                    BudgetVerdict::Wait => {
                         tx.rollback().await?;
                         return Ok(Ok(Gated::Wait(None)));
                     }
-                    StartVerdict::Stop(why) => {
+                    BudgetVerdict::Stop(why) => {
                         tx.rollback().await?;
                         return Ok(Ok(Gated::Stop(why)));
                     }
@@ -182,10 +215,11 @@ impl Database {
                     }
                     RateVerdict::TimedOut { waited, executor } => {
                         tx.commit().await?;
-                        return Ok(Ok(Gated::RateLimited(format!(
-                            "{RATE_LIMITED}: waited {} s for room on executor {executor} \
-                             (max_wait_secs)",
-                            waited.as_secs()
+                        return Ok(Ok(Gated::RateLimited(L0ErrorCode::RateLimited.reason(
+                            &format!(
+                                "waited {} s for room on executor {executor} (max_wait_secs)",
+                                waited.as_secs()
+                            ),
                         ))));
                     }
                 }
@@ -212,28 +246,14 @@ impl Database {
         })
     }
 
-    /// Why the request budget's scope (the job, or its run) spent more than its
-    /// budget, once its calls ended; `None` when it did not.
-    pub async fn budget_overrun(
+    /// What every scope in `scopes` spent and reserved (the gate's read, outside
+    /// a transaction), for [`decide`]'s other questions. `job_id` is `None` for a
+    /// submission (no job yet: only the project's day is read).
+    pub async fn budget_state(
         &self,
-        job_id: Uuid,
-        run_id: Option<Uuid>,
-        limit: &ScopeLimit,
-    ) -> crate::db::DbResult<Option<String>> {
-        let row: ScopeRow = on_pool!(self, pool => {
-            match run_id {
-                Some(run_id) => sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "{SCOPE_SUMS} l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
-                )))
-                .bind(run_id)
-                .fetch_one(pool)
-                .await?,
-                None => sqlx::query_as(sqlx::AssertSqlSafe(format!("{SCOPE_SUMS} l.job_id = $1")))
-                    .bind(job_id)
-                    .fetch_one(pool)
-                    .await?,
-            }
-        });
-        Ok(overrun(limit, &spend(row)))
+        scopes: &BudgetScopes,
+        job_id: Option<Uuid>,
+    ) -> crate::db::DbResult<BudgetState> {
+        Ok(on_pool!(self, pool => { read_budget_state!(pool, scopes, job_id) }))
     }
 }

@@ -373,6 +373,7 @@ impl Database {
             };
             events.push(state_event(status, attempt, extra));
             store_pending!(tx, lease.job_id, seq, pending, then = (&events, at));
+            super::progress::store_error_codes!(tx, lease.job_id, pending);
             if l0s_running {
                 sqlx::query(
                     "UPDATE refine_l0_runs SET status = 'failed', finished_at = $2, \

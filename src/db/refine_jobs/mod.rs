@@ -34,10 +34,10 @@ use uuid::Uuid;
 
 use super::DbResult;
 use crate::domain::job::JobStatus;
-use crate::domain::refine::L0Status;
+use crate::domain::refine::{L0ErrorCode, L0Status};
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
-pub use budget::{BudgetScopes, Gated};
+pub use budget::{BudgetScopes, BudgetState, Gated};
 pub use lease::{
     ClaimFor, ClaimedJob, Fenced, Finish, FinishedL0, JobEnd, JobLease, LeaseLost, Reaped,
 };
@@ -255,6 +255,8 @@ pub struct L0Record {
     pub exit_code: Option<i32>,
     /// Why it was not valid.
     pub error: Option<String>,
+    /// The typed cause of a failure a client can act on.
+    pub error_code: Option<L0ErrorCode>,
     /// The start of its answer (or stderr when it gave none).
     pub output_excerpt: Option<String>,
     /// What the call cost (all its tries); null until its outcome is stored.
@@ -278,6 +280,7 @@ struct L0Row {
     finished_at: Option<DateTime<Utc>>,
     exit_code: Option<i32>,
     error: Option<String>,
+    error_code: Option<L0ErrorCode>,
     output_excerpt: Option<String>,
     input_tokens: Option<i64>,
     output_tokens: Option<i64>,
@@ -313,6 +316,7 @@ impl From<L0Row> for L0Record {
             finished_at: r.finished_at,
             exit_code: r.exit_code,
             error: r.error,
+            error_code: r.error_code,
             output_excerpt: r.output_excerpt,
             usage,
             prompt_bytes: r.prompt_bytes,
@@ -321,7 +325,7 @@ impl From<L0Row> for L0Record {
 }
 
 const L0_COLUMNS: &str = "assignment_id, batch, status, attempt, starts, tries, project_id, \
-     team_pk, started_at, finished_at, exit_code, error, output_excerpt, input_tokens, \
+     team_pk, started_at, finished_at, exit_code, error, error_code, output_excerpt, input_tokens, \
      output_tokens, cache_read_input_tokens, cache_creation_input_tokens, cost_usd, \
      usage_model, usage_source, prompt_bytes";
 
@@ -358,9 +362,7 @@ impl ProgressRecord {
             L0Status::Valid => self.l0_succeeded += n,
             L0Status::Invalid | L0Status::Mismatch => self.l0_invalid += n,
             // No answer, whether the call failed or the provider refused it.
-            L0Status::Failed | L0Status::RateLimited | L0Status::QuotaExhausted => {
-                self.l0_failed += n
-            }
+            L0Status::Failed => self.l0_failed += n,
         }
     }
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::{Fenced, JobLease, LeaseLost, ProgressRecord};
 use crate::db::Database;
 use crate::db::task_lists::now;
-use crate::domain::refine::L0Status;
+use crate::domain::refine::{L0ErrorCode, L0Status};
 use crate::domain::usage::L0Usage;
 
 /// An L0 that ended, as the worker stores it.
@@ -28,6 +28,8 @@ pub struct L0Ended {
     pub tries: i32,
     pub exit_code: Option<i32>,
     pub error: Option<String>,
+    /// The typed cause of a failure a client can act on (docs/jobs.md).
+    pub error_code: Option<L0ErrorCode>,
     pub output_excerpt: Option<String>,
     /// What a resumed job uses instead of running the L0 again.
     pub outcome: Value,
@@ -146,6 +148,29 @@ impl PendingProgress {
     }
 }
 
+/// After `store_pending!` in the same transaction: the `error_code` of each ended
+/// L0 that has one (docs/jobs.md, "Rate limits"). Failures with a code are rare,
+/// so this is usually no statement at all.
+macro_rules! store_error_codes {
+    ($tx:expr, $job_id:expr, $pending:expr) => {{
+        let pending: &$crate::db::refine_jobs::PendingProgress = $pending;
+        for ended in &pending.ended {
+            if let Some(code) = ended.l0.error_code {
+                sqlx::query(
+                    "UPDATE refine_l0_runs SET error_code = $3 \
+                     WHERE job_id = $1 AND assignment_id = $2",
+                )
+                .bind($job_id)
+                .bind(ended.l0.assignment_id.as_str())
+                .bind(code)
+                .execute(&mut *$tx)
+                .await?;
+            }
+        }
+    }};
+}
+pub(crate) use store_error_codes;
+
 impl Database {
     /// Stores `pending` in one fenced transaction (nothing when it is empty).
     pub async fn write_progress(&self, lease: JobLease, pending: &PendingProgress) -> Fenced<()> {
@@ -160,6 +185,7 @@ impl Database {
                 return Ok(Err(LeaseLost));
             };
             store_pending!(tx, lease.job_id, seq, pending, then = (&[], at));
+            store_error_codes!(tx, lease.job_id, pending);
             tx.commit().await?;
         });
         Ok(Ok(()))

@@ -30,8 +30,9 @@ pub use packet::{
     DEFAULT_PROMPT_TEMPLATE, L0_INSTRUCTIONS, L0Packet, build_packets, render_prompt,
 };
 pub use phase::{
-    Classified, L0Outcome, L0Status, L0Verdict, MAX_PARALLEL, NEXT_BATCH, RefineOutput, batches,
-    classify, dependency_line, refine_phase, refine_phase_stopped, result_value,
+    Classified, L0ErrorCode, L0Outcome, L0Status, L0Verdict, MAX_PARALLEL, NEXT_BATCH,
+    RefineOutput, batches, classify, dependency_line, refine_phase, refine_phase_stopped,
+    result_value,
 };
 pub use run::{FileConflict, MergeOutput, SplitPlan, merge_phase_results, split_plan};
 pub use run_result::{PhaseOutcome, RunRequest, merge_run};

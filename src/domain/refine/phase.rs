@@ -46,10 +46,6 @@ pub enum L0Status {
     Invalid,
     Mismatch,
     Failed,
-    /// The provider refused the call for its rate limit (docs/jobs.md).
-    RateLimited,
-    /// The provider's quota is spent (docs/jobs.md).
-    QuotaExhausted,
 }
 
 crate::domain::wire_strings!(L0Status, "L0 status", column {
@@ -59,12 +55,41 @@ crate::domain::wire_strings!(L0Status, "L0 status", column {
     Invalid => "invalid",
     Mismatch => "mismatch",
     Failed => "failed",
+});
+
+/// Why a `failed` L0 failed, when a client can act on it (docs/jobs.md, "Rate
+/// limits", "Errors"): its record's `error_code`. Other failures have none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum L0ErrorCode {
+    /// It waited its executor's `max_wait_secs` for room and never started.
+    RateLimited,
+    /// The provider's usage, spend or credit limit is reached: tried once.
+    QuotaExhausted,
+}
+
+crate::domain::wire_strings!(L0ErrorCode, "L0 error code", column {
     RateLimited => "rate_limited",
     QuotaExhausted => "quota_exhausted",
 });
 
+impl L0ErrorCode {
+    /// The failure reason of an L0 that ends with this code: `"{code}: {detail}"`.
+    /// The reason text is what clients read today; the code leads it so that a
+    /// stored outcome (which carries only the reason) keeps its code.
+    pub fn reason(self, detail: &str) -> String {
+        format!("{}: {detail}", self.as_str())
+    }
+
+    /// The code a failure reason made by [`Self::reason`] carries.
+    pub fn of_reason(reason: &str) -> Option<Self> {
+        let (code, _) = reason.split_once(": ")?;
+        Self::parse(code)
+    }
+}
+
 impl L0Status {
-    /// Ended: judged, failed, or refused by the provider.
+    /// Ended: judged or failed.
     pub fn is_ended(self) -> bool {
         !matches!(self, L0Status::Pending | L0Status::Running)
     }
@@ -125,9 +150,17 @@ impl Classified {
             Classified::Mismatch { expected, actual } => Some(format!(
                 "WARNING: L0 response assignment_id mismatch — expected {expected}, got {actual} — skipping"
             )),
-            Classified::Failed(_) => Some(format!(
-                "CRITICAL: L0 for {assignment_id} failed — proceeding with N-1 suggestions"
-            )),
+            Classified::Failed(reason) => Some(match L0ErrorCode::of_reason(reason) {
+                // The code in the line (docs/spec/refine.md §3): a log reader sees
+                // why without the record.
+                Some(code) => format!(
+                    "CRITICAL: L0 for {assignment_id} failed ({code}) — proceeding with N-1 \
+                     suggestions"
+                ),
+                None => format!(
+                    "CRITICAL: L0 for {assignment_id} failed — proceeding with N-1 suggestions"
+                ),
+            }),
             // Not a failure: it never ran (docs/jobs.md, "Lifecycle").
             Classified::NotStarted(reason) => Some(format!(
                 "NOT STARTED: L0 for {assignment_id} was not started: {reason} — proceeding \
@@ -145,10 +178,15 @@ impl Classified {
                 Some(format!("expected {expected}, got {actual}"))
             }
         };
+        let error_code = match self {
+            Classified::Failed(r) => L0ErrorCode::of_reason(r),
+            _ => None,
+        };
         L0Verdict {
             assignment_id: assignment_id.to_owned(),
             status: self.status(),
             reason,
+            error_code,
         }
     }
 }
@@ -160,6 +198,8 @@ pub struct L0Verdict {
     pub status: L0Status,
     /// Why it was not valid (validation error, mismatch, executor failure).
     pub reason: Option<String>,
+    /// The typed cause of a failure a client can act on (`rate_limited`, …).
+    pub error_code: Option<L0ErrorCode>,
 }
 
 /// What the L1 step produces.

@@ -19,7 +19,9 @@ use crate::db::refine_jobs::{
 use crate::db::{Database, DbError};
 use crate::domain::rate_limit::{Cost, Limits, ProviderSignal, estimated_cost};
 use crate::domain::refine::{Classified, L0Outcome};
-use crate::domain::usage::{Budget, MetricModels, ScopeLimit, utc_day_start};
+use crate::domain::usage::{
+    Budget, BudgetQuestion, BudgetVerdict, MetricModels, ScopeLimit, decide, utc_day_start,
+};
 use crate::jobs::engine::{FinishedL0Run, Gate, JobSink, excerpt, outcome_value};
 
 /// Longest answer excerpt kept in an L0 record.
@@ -191,13 +193,7 @@ impl DbSink {
 
     /// The request's budget as a gate scope: over the run when the job is a run's.
     fn request_limit(&self) -> Option<ScopeLimit> {
-        let budget = self.budget.filter(|b| b.is_limited())?;
-        let scope = if self.run_id.is_some() { "run" } else { "job" };
-        Some(ScopeLimit {
-            name: format!("the {scope}'s budget"),
-            max_cost_usd: budget.max_cost_usd,
-            max_output_tokens: budget.max_output_tokens,
-        })
+        ScopeLimit::request(self.budget.as_ref()?, self.run_id.is_some())
     }
 
     /// Every budget that applies to this job's L0 starts, today.
@@ -206,15 +202,34 @@ impl DbSink {
             request: self.request_limit(),
             run_id: self.run_id,
             project_day: self.daily_limit.as_ref().map(|(project, limit)| {
-                let limit = ScopeLimit {
-                    name: format!("project {project}'s daily limit"),
-                    max_cost_usd: Some(*limit),
-                    max_output_tokens: None,
-                };
+                let limit = ScopeLimit::project_day(project, *limit);
                 (project.clone(), limit, utc_day_start(Utc::now()))
             }),
             call_ceiling_usd: self.call_ceiling_usd,
         }
+    }
+
+    /// [`decide`]s `question` over `scopes`, read from the stored L0 records
+    /// (what this worker holds back is stored first): `Some(why)` on a stop.
+    async fn budget_stop(
+        &mut self,
+        scopes: BudgetScopes,
+        question: BudgetQuestion,
+    ) -> Result<Option<String>, String> {
+        if !scopes.any() {
+            return Ok(None);
+        }
+        self.store().await?;
+        let pool = &self.pool;
+        let state = retry_db(pool, || {
+            pool.db.budget_state(&scopes, Some(self.lease.job_id))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(match decide(&state.scopes, question) {
+            BudgetVerdict::Stop(why) => Some(why),
+            BudgetVerdict::Go { .. } | BudgetVerdict::Wait => None,
+        })
     }
 
     /// The front L0 waits for the rate limit (from now, unless it already did).
@@ -343,7 +358,8 @@ impl JobSink for DbSink {
                 metrics::histogram!("l0_run_duration_seconds", "executor" => self.executor)
                     .record(f.elapsed.as_secs_f64());
                 record_usage_metrics(self.executor, &f.run.usage, &self.pool.metric_models);
-                let error = f.classified.record(&f.assignment_id).reason;
+                let record = f.classified.record(&f.assignment_id);
+                let (error, error_code) = (record.reason, record.error_code);
                 if matches!(f.classified, Classified::Failed(_)) {
                     tracing::warn!(assignment_id = %f.assignment_id, reason = ?error, "L0 failed");
                 }
@@ -357,6 +373,7 @@ impl JobSink for DbSink {
                     tries: i32::try_from(f.run.tries).unwrap_or(i32::MAX),
                     exit_code: f.run.exit_code,
                     error,
+                    error_code,
                     output_excerpt: output.map(|o| excerpt(o, EXCERPT_BYTES).to_owned()),
                     outcome: outcome_value(&f.run.outcome),
                     usage: f.run.usage.clone(),
@@ -441,18 +458,14 @@ impl JobSink for DbSink {
         self.rate.as_ref().and_then(|r| r.feedback.clone())
     }
 
+    /// Over the request's budget only: a project's day has no end to judge.
     async fn budget_overrun(&mut self) -> Result<Option<String>, String> {
-        let Some(limit) = self.request_limit() else {
-            return Ok(None);
+        let scopes = BudgetScopes {
+            request: self.request_limit(),
+            run_id: self.run_id,
+            ..BudgetScopes::default()
         };
-        self.store().await?;
-        let pool = &self.pool;
-        retry_db(pool, || {
-            pool.db
-                .budget_overrun(self.lease.job_id, self.run_id, &limit)
-        })
-        .await
-        .map_err(|e| e.to_string())
+        self.budget_stop(scopes, BudgetQuestion::Overrun).await
     }
 
     fn flush_due(&self) -> Option<tokio::time::Instant> {
@@ -466,34 +479,8 @@ impl JobSink for DbSink {
     /// The request's budget (over the run when the job is a run's), then the
     /// project's daily limit. Unknown costs count as 0 (docs/jobs.md).
     async fn budget_reached(&mut self) -> Result<Option<String>, String> {
-        if self.budget.is_some() || self.daily_limit.is_some() {
-            // What was spent is read from the stored L0 records: store them first.
-            self.store().await?;
-        }
-        let pool = &self.pool;
-        if let Some(budget) = self.budget {
-            let spent = retry_db(pool, || {
-                pool.db.budget_spent(self.lease.job_id, self.run_id)
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-            if let Some(why) = budget.exceeded(spent) {
-                let scope = if self.run_id.is_some() { "run" } else { "job" };
-                return Ok(Some(format!("the {scope}'s {why}")));
-            }
-        }
-        if let Some((project, limit)) = &self.daily_limit {
-            let since = utc_day_start(Utc::now());
-            let spent = retry_db(pool, || pool.db.project_cost_since(project, since))
-                .await
-                .map_err(|e| e.to_string())?;
-            if spent >= *limit {
-                return Ok(Some(format!(
-                    "project {project}'s daily limit of ${limit} is spent (${spent:.6} today, UTC)"
-                )));
-            }
-        }
-        Ok(None)
+        let scopes = self.scopes();
+        self.budget_stop(scopes, BudgetQuestion::Spent).await
     }
 }
 

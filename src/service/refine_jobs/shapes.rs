@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::db::refine_jobs as rows;
 use crate::domain::job::JobStatus;
-use crate::domain::refine::L0Status;
+use crate::domain::refine::{L0ErrorCode, L0Status};
 use crate::domain::usage::{Budget, L0Usage, UsageTotals};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
@@ -99,6 +99,11 @@ pub struct StoredL0 {
     pub exit_code: Option<i32>,
     /// Why it was not valid.
     pub error: Option<String>,
+    /// Why it failed, typed, when a client can act on it: `rate_limited` (it
+    /// waited its executor's `max_wait_secs` and never started) or
+    /// `quota_exhausted` (the provider's spend or credit limit); null otherwise
+    /// (docs/jobs.md, "Rate limits"). `error` keeps the full text.
+    pub error_code: Option<L0ErrorCode>,
     /// The start of its answer (or stderr when it gave none).
     pub output_excerpt: Option<String>,
     /// What the call cost (all its tries); null until its outcome is stored.
@@ -176,6 +181,7 @@ impl From<rows::L0Record> for StoredL0 {
             started_at: row.started_at,
             finished_at: row.finished_at,
             exit_code: row.exit_code,
+            error_code: row.error_code,
             error: row.error,
             output_excerpt: row.output_excerpt,
             usage: row.usage,

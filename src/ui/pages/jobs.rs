@@ -11,6 +11,7 @@ use crate::service::dashboard::{
     BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunListEntry,
     RunView, StoredJob, StoredL0,
 };
+use crate::service::rate_limits::WaitingCall;
 
 /// The list's query as a URL query, with `status` replaced by `status` (the
 /// count links) and the page cursor `before`.
@@ -265,6 +266,9 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                     }
                     }
                 }
+                @if !view.waiting.is_empty() {
+                    (waiting_calls(&view.waiting))
+                }
                 section aria-labelledby="result-h" {
                     h2 #result-h { "Result" }
                     @match &job.result {
@@ -289,6 +293,36 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
         chrome,
         body,
     )
+}
+
+/// The job's L0 calls waiting for room on their executor's rate limit
+/// (docs/jobs.md, "Rate limits"): a granted one starts at its job's next ask.
+fn waiting_calls(waiting: &[WaitingCall]) -> Markup {
+    html! {
+        section #job-waiting aria-labelledby="waiting-h" {
+            h2 #waiting-h { "L0 calls waiting for room" }
+            div.table-scroll tabindex="0" role="region" aria-label="L0 calls waiting for room" {
+                table.rate-waiting {
+                    thead { tr {
+                        th scope="col" { "Assignment" } th scope="col" { "Executor" }
+                        th scope="col" { "Project" } th scope="col" { "Waiting since" }
+                        th scope="col" { "Granted" }
+                    } }
+                    tbody {
+                        @for w in waiting {
+                            tr data-assignment=(w.assignment_id) {
+                                th scope="row" { code { (w.assignment_id) } }
+                                td { (id_code(&w.executor)) }
+                                td { bdi { (if w.project_id.is_empty() { "—" } else { &w.project_id }) } }
+                                td { (opt_time(w.waiting_since.as_ref())) }
+                                td { (if w.granted { "yes: starts at its next ask" } else { "no" }) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A log line's time: `HH:MM:SS.mmm`, the full date on hover.

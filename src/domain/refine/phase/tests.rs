@@ -361,3 +361,48 @@ fn a_budget_stop_says_not_started_not_failed() {
         Some("not started: the job's budget of $0.02 is spent")
     );
 }
+
+#[test]
+fn a_failure_with_an_error_code_carries_it_in_its_record_and_log_line() {
+    let reason = L0ErrorCode::RateLimited.reason("waited 600 s for room on executor c");
+    assert_eq!(reason, "rate_limited: waited 600 s for room on executor c");
+    let failed = Classified::Failed(reason.clone());
+    let record = failed.record("P1-A1");
+    assert_eq!(
+        (record.status, record.error_code, record.reason.as_deref()),
+        (
+            L0Status::Failed,
+            Some(L0ErrorCode::RateLimited),
+            Some(reason.as_str())
+        )
+    );
+    assert_eq!(
+        failed.log_line("P1-A1").unwrap(),
+        "CRITICAL: L0 for P1-A1 failed (rate_limited) — proceeding with N-1 suggestions"
+    );
+    let quota = L0ErrorCode::QuotaExhausted.reason("HTTP 429: spend limit");
+    assert_eq!(
+        L0ErrorCode::of_reason(&quota),
+        Some(L0ErrorCode::QuotaExhausted)
+    );
+    // Every other failure has no code, and keeps the line of docs/spec/refine.md §3.
+    for other in [
+        "HTTP 500 Internal Server Error: oops",
+        "timed out after 600 s",
+        "",
+    ] {
+        let failed = Classified::Failed(other.into());
+        assert_eq!(failed.record("P1-A1").error_code, None, "{other}");
+        assert_eq!(
+            failed.log_line("P1-A1").unwrap(),
+            "CRITICAL: L0 for P1-A1 failed — proceeding with N-1 suggestions"
+        );
+    }
+    assert_eq!(
+        Classified::Invalid("x".into()).record("P1-A1").error_code,
+        None
+    );
+    for code in L0ErrorCode::ALL {
+        assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
+    }
+}
