@@ -136,46 +136,43 @@ pub enum HeartbeatOutcome {
 /// Candidates a pipeline claim reads at a time.
 const PIPELINE_BATCH: usize = 128;
 
-/// The barrier's active wave of list `$list_id` (the lowest wave holding a pending
-/// or running task): the first entry of `tasks_pending_by_wave` and the lowest
-/// wave among the running tasks (as many as are in flight).
-macro_rules! active_wave {
-    ($tx:ident, $list_id:expr) => {{
-        let waves: Vec<i64> = sqlx::query_scalar(
-            "SELECT w FROM (SELECT parallel_group AS w FROM tasks \
-             WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
-             UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks \
-             WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r",
-        )
-        .bind($list_id)
-        .fetch_all(&mut *$tx)
-        .await?;
-        waves.into_iter().min()
-    }};
-}
+/// The barrier's active wave of list `$1` as a scalar subquery: the lowest wave
+/// holding a pending or running task — the first entry of `tasks_pending_by_wave`
+/// and the lowest wave among the running tasks (as many as are in flight).
+const ACTIVE_WAVE: &str = "(SELECT MIN(w) FROM (\
+     SELECT w FROM (SELECT parallel_group AS w FROM tasks \
+     WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
+     UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks \
+     WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r) a)";
 
-/// The first pending task of wave `$wave` (for `$persona`, if given) in list
-/// order, read with `$lock` appended (a claim locks it and passes over tasks other
-/// claimers hold).
-macro_rules! barrier_pick {
-    ($tx:ident, $list_id:expr, $wave:expr, $persona:expr, $lock:expr) => {{
+/// Claims the first pending task of list `$list_id`'s active wave (for `$persona`,
+/// if given) in list order, in one statement: the pick (read with `$lock` appended,
+/// so a claim locks it and passes over tasks other claimers hold) and its update.
+/// Evaluates to the claimed row, if any.
+macro_rules! barrier_claim {
+    ($tx:ident, $list_id:expr, $persona:expr, $lock:expr, $at:expr, $holder:expr, $expires_at:expr) => {{
         let persona: Option<&str> = $persona;
         let lock: &str = $lock;
         let for_persona = if persona.is_some() {
-            " AND assigned_persona = $3"
+            " AND assigned_persona = $5"
         } else {
             ""
         };
-        let mut pick = sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
-             AND parallel_group = $2{for_persona} ORDER BY position LIMIT 1{lock}"
+        let mut claim = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+            "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
+             started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
+             WHERE id = (SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
+             AND parallel_group = {ACTIVE_WAVE}{for_persona} ORDER BY position LIMIT 1{lock}) \
+             AND status = 'pending' RETURNING {TASK_COLUMNS}"
         )))
         .bind($list_id)
-        .bind($wave);
+        .bind($at)
+        .bind($holder)
+        .bind($expires_at);
         if let Some(persona) = persona {
-            pick = pick.bind(persona);
+            claim = claim.bind(persona);
         }
-        pick.fetch_optional(&mut *$tx).await?
+        claim.fetch_optional(&mut *$tx).await?
     }};
 }
 
@@ -270,47 +267,51 @@ impl Database {
             // granted.
             let at = now();
             expire_lapsed!(self, tx, list_id, at);
-            let wave = match ask.mode {
-                ReadyMode::Barrier => active_wave!(tx, list_id),
-                ReadyMode::Pipeline => None,
-            };
-            let pick = match (ask.mode, wave) {
-                (ReadyMode::Barrier, None) => None,
-                (ReadyMode::Barrier, Some(wave)) => {
-                    match barrier_pick!(tx, list_id, wave, ask.persona, self.skip_locked()) {
+            let expires_at = at + ask.lease;
+            let stored = match ask.mode {
+                ReadyMode::Barrier => {
+                    match barrier_claim!(
+                        tx, list_id, ask.persona, self.skip_locked(), at, ask.holder, expires_at
+                    ) {
                         // Every candidate was held by another claimer (Postgres): wait
                         // for them to commit and look again, so that "nothing ready"
                         // is never said of tasks still being claimed.
-                        None if !self.skip_locked().is_empty() => {
-                            barrier_pick!(tx, list_id, wave, ask.persona, self.row_lock())
-                        }
-                        pick => pick,
+                        None if !self.skip_locked().is_empty() => barrier_claim!(
+                            tx, list_id, ask.persona, self.row_lock(), at, ask.holder, expires_at
+                        ),
+                        claimed => claimed,
                     }
                 }
-                (ReadyMode::Pipeline, _) => pipeline_pick!(tx, list_id, ask.persona),
-            };
-            let expires_at = at + ask.lease;
-            let stored = match pick {
-                None => None,
-                Some(pick) => sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                    "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
-                     started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
-                     WHERE id = $1 AND status = 'pending' RETURNING {TASK_COLUMNS}"
-                )))
-                .bind(pick)
-                .bind(at)
-                .bind(ask.holder)
-                .bind(expires_at)
-                .fetch_optional(&mut *tx)
-                .await?,
+                ReadyMode::Pipeline => match pipeline_pick!(tx, list_id, ask.persona) {
+                    None => None,
+                    Some(pick) => sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                        "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
+                         started_at = $2, claim_holder = $3, lease_expires_at = $4, \
+                         updated_at = $2 WHERE id = $1 AND status = 'pending' \
+                         RETURNING {TASK_COLUMNS}"
+                    )))
+                    .bind(pick)
+                    .bind(at)
+                    .bind(ask.holder)
+                    .bind(expires_at)
+                    .fetch_optional(&mut *tx)
+                    .await?,
+                },
             };
             let Some(stored) = stored else {
-                let others_ready = match (ask.persona, ask.mode, wave) {
-                    (None, _, _) | (_, ReadyMode::Barrier, None) => false,
-                    (Some(_), ReadyMode::Barrier, Some(wave)) => {
-                        barrier_pick!(tx, list_id, wave, None, "").is_some()
+                let others_ready = match (ask.persona, ask.mode) {
+                    (None, _) => false,
+                    (Some(_), ReadyMode::Barrier) => {
+                        let any: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                            "SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
+                             AND parallel_group = {ACTIVE_WAVE} LIMIT 1"
+                        )))
+                        .bind(list_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        any.is_some()
                     }
-                    (Some(_), ReadyMode::Pipeline, _) => pipeline_pick!(tx, list_id, None).is_some(),
+                    (Some(_), ReadyMode::Pipeline) => pipeline_pick!(tx, list_id, None).is_some(),
                 };
                 let remaining = read_counts!(&mut *tx, list_id);
                 let earliest_lease: Option<DateTime<Utc>> = sqlx::query_scalar(
