@@ -139,7 +139,7 @@ const PIPELINE_BATCH: usize = 128;
 /// The barrier's active wave of list `$1` as a scalar subquery: the lowest wave
 /// holding a pending or running task — the first entry of `tasks_pending_by_wave`
 /// and the lowest wave among the running tasks (as many as are in flight).
-const ACTIVE_WAVE: &str = "(SELECT MIN(w) FROM (\
+pub(crate) const ACTIVE_WAVE: &str = "(SELECT MIN(w) FROM (\
      SELECT w FROM (SELECT parallel_group AS w FROM tasks \
      WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
      UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks \
