@@ -4,7 +4,7 @@
 //! to one holder at a time and a lapsed lease is expired exactly once.
 
 use chrono::{DateTime, Utc};
-use sqlx::FromRow;
+use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
 use super::readiness::{LapsedRow, Move};
@@ -176,13 +176,17 @@ macro_rules! barrier_claim {
     }};
 }
 
-/// The first task pipeline mode offers (for `$persona`, if given): the pending
-/// tasks whose dependencies are all done (`tasks_unblocked`), in `(wave, list)`
-/// order, walked as `dispatch::ready` does, so that a task whose writes race a
-/// running task's or an earlier offered task's is passed over.
+/// The first task pipeline mode offers (for `$persona`, if given), with its
+/// writes: the pending tasks whose dependencies are all done (`tasks_unblocked`),
+/// in `(wave, list)` order, walked as `dispatch::ready` does, so that a task whose
+/// writes race a running task's or an earlier offered task's is passed over.
+/// `$skip` (`&HashSet<Uuid>`): tasks passed over; `$busy` (`&[String]`): writes of
+/// tasks other claimers are taking right now, counted as running.
 macro_rules! pipeline_pick {
-    ($tx:ident, $list_id:expr, $persona:expr) => {{
+    ($tx:ident, $list_id:expr, $persona:expr, $skip:expr, $busy:expr) => {{
         let persona: Option<&str> = $persona;
+        let skip: &std::collections::HashSet<Uuid> = $skip;
+        let busy: &[String] = $busy;
         let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
             "SELECT writes FROM tasks WHERE task_list_id = $1 AND status = 'running'",
         )
@@ -192,10 +196,11 @@ macro_rules! pipeline_pick {
         let mut claimed: std::collections::HashSet<String> = running
             .iter()
             .flat_map(|w| w.0.iter())
+            .chain(busy.iter())
             .map(|p| dispatch::normalize_path(p).to_owned())
             .collect();
         let mut after: (i64, i32) = (i64::MIN, -1);
-        let mut pick = None;
+        let mut pick: Option<(Uuid, Vec<String>)> = None;
         'walk: loop {
             let batch: Vec<(Uuid, i64, i32, String, sqlx::types::Json<Vec<String>>)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -212,10 +217,13 @@ macro_rules! pipeline_pick {
             let full = batch.len() == PIPELINE_BATCH;
             for (id, wave, position, assigned, writes) in batch {
                 after = (wave, position);
+                if skip.contains(&id) {
+                    continue;
+                }
                 if dispatch::offer_writes(&mut claimed, &writes.0)
                     && persona.is_none_or(|p| p == assigned)
                 {
-                    pick = Some(id);
+                    pick = Some((id, writes.0));
                     break 'walk;
                 }
             }
@@ -225,6 +233,17 @@ macro_rules! pipeline_pick {
         }
         pick
     }};
+}
+
+/// Rounds of a Postgres pipeline claim that met tasks other claimers were taking,
+/// before it answers `wait`.
+const PIPELINE_BUSY_ROUNDS: u32 = 50;
+
+/// What one pipeline claim transaction came to.
+enum Attempt {
+    Settled(Option<ClaimOutcome>),
+    /// Postgres: every task it could take was being taken by another claimer.
+    Busy,
 }
 
 impl Database {
@@ -240,28 +259,39 @@ impl Database {
         list_id: Uuid,
         ask: ClaimAsk<'_>,
     ) -> DbResult<Option<ClaimOutcome>> {
-        retrying(|| self.claim_once(list_id, &ask)).await
+        let mut round = 0;
+        loop {
+            match retrying(|| self.claim_once(list_id, &ask)).await? {
+                Attempt::Settled(outcome) => return Ok(outcome),
+                // Tasks other claimers are taking: their commits decide whether
+                // anything is left, so look again rather than say "nothing ready".
+                Attempt::Busy if round < PIPELINE_BUSY_ROUNDS => {
+                    round += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                Attempt::Busy => {
+                    let remaining = self.task_counts(list_id).await?;
+                    return Ok(Some(ClaimOutcome::NoneReady {
+                        others_ready: true,
+                        remaining,
+                        earliest_lease: None,
+                    }));
+                }
+            }
+        }
+    }
+
+    async fn task_counts(&self, list_id: Uuid) -> DbResult<Remaining> {
+        Ok(on_pool!(self, pool => { read_counts!(pool, list_id) }))
     }
 
     async fn claim_once(
         &self,
         list_id: Uuid,
         ask: &ClaimAsk<'_>,
-    ) -> DbResult<Option<ClaimOutcome>> {
+    ) -> DbResult<Attempt> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            if ask.mode == ReadyMode::Pipeline {
-                let lock = self.row_lock();
-                let list: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT id FROM task_lists WHERE id = $1{lock}"
-                )))
-                .bind(list_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if list.is_none() {
-                    return Ok(None);
-                }
-            }
             // Stamped once the task is locked: the history (ordered by `at`)
             // follows the order the writes took, and a lease runs from when it is
             // granted.
@@ -282,21 +312,76 @@ impl Database {
                         claimed => claimed,
                     }
                 }
-                ReadyMode::Pipeline => match pipeline_pick!(tx, list_id, ask.persona) {
-                    None => None,
-                    Some(pick) => sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                        "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
-                         started_at = $2, claim_holder = $3, lease_expires_at = $4, \
-                         updated_at = $2 WHERE id = $1 AND status = 'pending' \
-                         RETURNING {TASK_COLUMNS}"
-                    )))
-                    .bind(pick)
-                    .bind(at)
-                    .bind(ask.holder)
-                    .bind(expires_at)
-                    .fetch_optional(&mut *tx)
-                    .await?,
-                },
+                ReadyMode::Pipeline => {
+                    // No list-wide lock (docs/architecture.md, "Claims at scale"): on
+                    // Postgres the claimer takes transaction advisory locks on the
+                    // task and on each file it writes, passes over a task another
+                    // claimer holds them for, and reads the running tasks' writes
+                    // again once it holds them (a claim that committed meanwhile
+                    // shows there). SQLite has one writer at a time.
+                    let concurrent = !self.skip_locked().is_empty();
+                    let mut skip = std::collections::HashSet::new();
+                    let mut busy: Vec<String> = Vec::new();
+                    let mut claimed = None;
+                    while let Some((pick, writes)) =
+                        pipeline_pick!(tx, list_id, ask.persona, &skip, &busy)
+                    {
+                        skip.insert(pick);
+                        if concurrent {
+                            let mut keys = vec![format!("claim-task {pick}")];
+                            keys.extend(writes.iter().map(|p| {
+                                format!("claim-write {list_id} {}", dispatch::normalize_path(p))
+                            }));
+                            let mut try_lock = QueryBuilder::new("SELECT ");
+                            let mut all = try_lock.separated(" AND ");
+                            for key in &keys {
+                                all.push("pg_try_advisory_xact_lock(hashtextextended(");
+                                all.push_bind_unseparated(key.clone());
+                                all.push_unseparated(", 0))");
+                            }
+                            let locked: bool =
+                                try_lock.build_query_scalar().fetch_one(&mut *tx).await?;
+                            if !locked {
+                                busy.extend(writes);
+                                continue;
+                            }
+                            let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
+                                "SELECT writes FROM tasks WHERE task_list_id = $1 \
+                                 AND status = 'running'",
+                            )
+                            .bind(list_id)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                            let mut taken: std::collections::HashSet<String> = running
+                                .iter()
+                                .flat_map(|w| w.0.iter())
+                                .map(|p| dispatch::normalize_path(p).to_owned())
+                                .collect();
+                            if !dispatch::offer_writes(&mut taken, &writes) {
+                                continue;
+                            }
+                        }
+                        claimed = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                            "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
+                             started_at = $2, claim_holder = $3, lease_expires_at = $4, \
+                             updated_at = $2 WHERE id = $1 AND status = 'pending' \
+                             RETURNING {TASK_COLUMNS}"
+                        )))
+                        .bind(pick)
+                        .bind(at)
+                        .bind(ask.holder)
+                        .bind(expires_at)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        if claimed.is_some() {
+                            break;
+                        }
+                    }
+                    if claimed.is_none() && !busy.is_empty() {
+                        return Ok(Attempt::Busy);
+                    }
+                    claimed
+                }
             };
             let Some(stored) = stored else {
                 let others_ready = match (ask.persona, ask.mode) {
@@ -311,7 +396,9 @@ impl Database {
                         .await?;
                         any.is_some()
                     }
-                    (Some(_), ReadyMode::Pipeline) => pipeline_pick!(tx, list_id, None).is_some(),
+                    (Some(_), ReadyMode::Pipeline) => {
+                        pipeline_pick!(tx, list_id, None, &Default::default(), &[]).is_some()
+                    }
                 };
                 let remaining = read_counts!(&mut *tx, list_id);
                 let earliest_lease: Option<DateTime<Utc>> = sqlx::query_scalar(
@@ -329,15 +416,15 @@ impl Database {
                             .fetch_optional(&mut *tx)
                             .await?;
                     if list.is_none() {
-                        return Ok(None);
+                        return Ok(Attempt::Settled(None));
                     }
                 }
                 tx.commit().await?;
-                return Ok(Some(ClaimOutcome::NoneReady {
+                return Ok(Attempt::Settled(Some(ClaimOutcome::NoneReady {
                     others_ready,
                     remaining,
                     earliest_lease,
-                }));
+                })));
             };
             insert_event!(tx, TaskEvent {
                 task_id: stored.id,
@@ -360,10 +447,10 @@ impl Database {
             let remaining = read_counts!(&mut *tx, list_id);
             let depends_on = read_depends_on!(&mut *tx, stored.id);
             tx.commit().await?;
-            Ok::<_, DbError>(Some(ClaimOutcome::Claimed {
+            Ok::<_, DbError>(Attempt::Settled(Some(ClaimOutcome::Claimed {
                 task: Box::new(stored.into_task(depends_on)?),
                 remaining,
-            }))
+            })))
         })
     }
 
