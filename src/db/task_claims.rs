@@ -439,13 +439,18 @@ impl Database {
                 overrode: None,
                 lease_expires_at: Some(expires_at),
             });
+            let depends_on = read_depends_on!(&mut *tx, stored.id);
+            // The counts with this claim, read before its counter row is updated:
+            // the update is the last statement, so the stripe's row lock is held
+            // for the commit only.
+            let mut remaining = read_counts!(&mut *tx, list_id);
+            remaining.pending = remaining.pending.saturating_sub(1);
+            remaining.running += 1;
             apply_moves!(tx, list_id, &[Move {
                 position: stored.position,
                 from: TaskStatus::Pending,
                 to: TaskStatus::Running,
             }]);
-            let remaining = read_counts!(&mut *tx, list_id);
-            let depends_on = read_depends_on!(&mut *tx, stored.id);
             tx.commit().await?;
             Ok::<_, DbError>(Attempt::Settled(Some(ClaimOutcome::Claimed {
                 task: Box::new(stored.into_task(depends_on)?),
@@ -477,6 +482,40 @@ impl Database {
     ) -> DbResult<HeartbeatOutcome> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
+            // The common case in one statement: the holder's live claim, renewed.
+            let at = now();
+            let expires_at = at + lease;
+            let renewed = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "UPDATE tasks SET lease_expires_at = $2, updated_at = $3 \
+                 WHERE id = $1 AND status = 'running' AND claim_holder = $4 \
+                 AND lease_expires_at > $3 RETURNING {TASK_COLUMNS}"
+            )))
+            .bind(id)
+            .bind(expires_at)
+            .bind(at)
+            .bind(holder)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(stored) = renewed {
+                insert_event!(tx, TaskEvent {
+                    task_id: id,
+                    task_list_id: stored.task_list_id,
+                    at,
+                    kind: TaskEventKind::Renewed,
+                    holder: Some(holder),
+                    from: TaskStatus::Running,
+                    to: TaskStatus::Running,
+                    attempt: stored.attempts,
+                    forced: false,
+                    overrode: None,
+                    lease_expires_at: Some(expires_at),
+                });
+                let depends_on = read_depends_on!(&mut *tx, id);
+                tx.commit().await?;
+                return Ok(HeartbeatOutcome::Renewed(Box::new(stored.into_task(depends_on)?)));
+            }
+            // Otherwise decide on the locked row: not found, lapsed, not claimed
+            // or held by another.
             let lock = self.row_lock();
             let Some(row) = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1{lock}"
