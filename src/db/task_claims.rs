@@ -285,11 +285,7 @@ impl Database {
         Ok(on_pool!(self, pool => { read_counts!(pool, list_id) }))
     }
 
-    async fn claim_once(
-        &self,
-        list_id: Uuid,
-        ask: &ClaimAsk<'_>,
-    ) -> DbResult<Attempt> {
+    async fn claim_once(&self, list_id: Uuid, ask: &ClaimAsk<'_>) -> DbResult<Attempt> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             // Stamped once the task is locked: the history (ordered by `at`)

@@ -724,7 +724,11 @@ impl Service {
                 mode,
                 wave: read.wave,
                 next: NextAnswer {
-                    next: if read.tasks.is_empty() { Next::Wait } else { Next::Dispatch },
+                    next: if read.tasks.is_empty() {
+                        Next::Wait
+                    } else {
+                        Next::Dispatch
+                    },
                     in_flight: remaining.running,
                     retry_after_s,
                     remaining,
