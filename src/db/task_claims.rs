@@ -4,7 +4,7 @@
 //! to one holder at a time and a lapsed lease is expired exactly once.
 
 use chrono::{DateTime, Utc};
-use sqlx::FromRow;
+use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
 use super::readiness::{LapsedRow, Move};
@@ -136,56 +136,57 @@ pub enum HeartbeatOutcome {
 /// Candidates a pipeline claim reads at a time.
 const PIPELINE_BATCH: usize = 128;
 
-/// The barrier's active wave of list `$list_id` (the lowest wave holding a pending
-/// or running task): the first entry of `tasks_pending_by_wave` and the lowest
-/// wave among the running tasks (as many as are in flight).
-macro_rules! active_wave {
-    ($tx:ident, $list_id:expr) => {{
-        let waves: Vec<i64> = sqlx::query_scalar(
-            "SELECT w FROM (SELECT parallel_group AS w FROM tasks \
-             WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
-             UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks \
-             WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r",
-        )
-        .bind($list_id)
-        .fetch_all(&mut *$tx)
-        .await?;
-        waves.into_iter().min()
-    }};
-}
+/// The barrier's active wave of list `$1` as a scalar subquery: the lowest wave
+/// holding a pending or running task — the first entry of `tasks_pending_by_wave`
+/// and the lowest wave among the running tasks (as many as are in flight).
+pub(crate) const ACTIVE_WAVE: &str = "(SELECT MIN(w) FROM (\
+     SELECT w FROM (SELECT parallel_group AS w FROM tasks \
+     WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
+     UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks \
+     WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r) a)";
 
-/// The first pending task of wave `$wave` (for `$persona`, if given) in list
-/// order, read with `$lock` appended (a claim locks it and passes over tasks other
-/// claimers hold).
-macro_rules! barrier_pick {
-    ($tx:ident, $list_id:expr, $wave:expr, $persona:expr, $lock:expr) => {{
+/// Claims the first pending task of list `$list_id`'s active wave (for `$persona`,
+/// if given) in list order, in one statement: the pick (read with `$lock` appended,
+/// so a claim locks it and passes over tasks other claimers hold) and its update.
+/// Evaluates to the claimed row, if any.
+macro_rules! barrier_claim {
+    ($tx:ident, $list_id:expr, $persona:expr, $lock:expr, $at:expr, $holder:expr, $expires_at:expr) => {{
         let persona: Option<&str> = $persona;
         let lock: &str = $lock;
         let for_persona = if persona.is_some() {
-            " AND assigned_persona = $3"
+            " AND assigned_persona = $5"
         } else {
             ""
         };
-        let mut pick = sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
-             AND parallel_group = $2{for_persona} ORDER BY position LIMIT 1{lock}"
+        let mut claim = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+            "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
+             started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
+             WHERE id = (SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
+             AND parallel_group = {ACTIVE_WAVE}{for_persona} ORDER BY position LIMIT 1{lock}) \
+             AND status = 'pending' RETURNING {TASK_COLUMNS}"
         )))
         .bind($list_id)
-        .bind($wave);
+        .bind($at)
+        .bind($holder)
+        .bind($expires_at);
         if let Some(persona) = persona {
-            pick = pick.bind(persona);
+            claim = claim.bind(persona);
         }
-        pick.fetch_optional(&mut *$tx).await?
+        claim.fetch_optional(&mut *$tx).await?
     }};
 }
 
-/// The first task pipeline mode offers (for `$persona`, if given): the pending
-/// tasks whose dependencies are all done (`tasks_unblocked`), in `(wave, list)`
-/// order, walked as `dispatch::ready` does, so that a task whose writes race a
-/// running task's or an earlier offered task's is passed over.
+/// The first task pipeline mode offers (for `$persona`, if given), with its
+/// writes: the pending tasks whose dependencies are all done (`tasks_unblocked`),
+/// in `(wave, list)` order, walked as `dispatch::ready` does, so that a task whose
+/// writes race a running task's or an earlier offered task's is passed over.
+/// `$skip` (`&HashSet<Uuid>`): tasks passed over; `$busy` (`&[String]`): writes of
+/// tasks other claimers are taking right now, counted as running.
 macro_rules! pipeline_pick {
-    ($tx:ident, $list_id:expr, $persona:expr) => {{
+    ($tx:ident, $list_id:expr, $persona:expr, $skip:expr, $busy:expr) => {{
         let persona: Option<&str> = $persona;
+        let skip: &std::collections::HashSet<Uuid> = $skip;
+        let busy: &[String] = $busy;
         let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
             "SELECT writes FROM tasks WHERE task_list_id = $1 AND status = 'running'",
         )
@@ -195,10 +196,11 @@ macro_rules! pipeline_pick {
         let mut claimed: std::collections::HashSet<String> = running
             .iter()
             .flat_map(|w| w.0.iter())
+            .chain(busy.iter())
             .map(|p| dispatch::normalize_path(p).to_owned())
             .collect();
         let mut after: (i64, i32) = (i64::MIN, -1);
-        let mut pick = None;
+        let mut pick: Option<(Uuid, Vec<String>)> = None;
         'walk: loop {
             let batch: Vec<(Uuid, i64, i32, String, sqlx::types::Json<Vec<String>>)> =
                 sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -215,10 +217,13 @@ macro_rules! pipeline_pick {
             let full = batch.len() == PIPELINE_BATCH;
             for (id, wave, position, assigned, writes) in batch {
                 after = (wave, position);
+                if skip.contains(&id) {
+                    continue;
+                }
                 if dispatch::offer_writes(&mut claimed, &writes.0)
                     && persona.is_none_or(|p| p == assigned)
                 {
-                    pick = Some(id);
+                    pick = Some((id, writes.0));
                     break 'walk;
                 }
             }
@@ -228,6 +233,17 @@ macro_rules! pipeline_pick {
         }
         pick
     }};
+}
+
+/// Rounds of a Postgres pipeline claim that met tasks other claimers were taking,
+/// before it answers `wait`.
+const PIPELINE_BUSY_ROUNDS: u32 = 50;
+
+/// What one pipeline claim transaction came to.
+enum Attempt {
+    Settled(Option<ClaimOutcome>),
+    /// Postgres: every task it could take was being taken by another claimer.
+    Busy,
 }
 
 impl Database {
@@ -243,74 +259,142 @@ impl Database {
         list_id: Uuid,
         ask: ClaimAsk<'_>,
     ) -> DbResult<Option<ClaimOutcome>> {
-        retrying(|| self.claim_once(list_id, &ask)).await
-    }
-
-    async fn claim_once(
-        &self,
-        list_id: Uuid,
-        ask: &ClaimAsk<'_>,
-    ) -> DbResult<Option<ClaimOutcome>> {
-        on_pool!(self, pool => {
-            let (_turn, mut tx) = begin_write!(self, pool);
-            if ask.mode == ReadyMode::Pipeline {
-                let lock = self.row_lock();
-                let list: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT id FROM task_lists WHERE id = $1{lock}"
-                )))
-                .bind(list_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if list.is_none() {
-                    return Ok(None);
+        let mut round = 0;
+        loop {
+            match retrying(|| self.claim_once(list_id, &ask)).await? {
+                Attempt::Settled(outcome) => return Ok(outcome),
+                // Tasks other claimers are taking: their commits decide whether
+                // anything is left, so look again rather than say "nothing ready".
+                Attempt::Busy if round < PIPELINE_BUSY_ROUNDS => {
+                    round += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+                Attempt::Busy => {
+                    let remaining = self.task_counts(list_id).await?;
+                    return Ok(Some(ClaimOutcome::NoneReady {
+                        others_ready: true,
+                        remaining,
+                        earliest_lease: None,
+                    }));
                 }
             }
+        }
+    }
+
+    async fn task_counts(&self, list_id: Uuid) -> DbResult<Remaining> {
+        Ok(on_pool!(self, pool => { read_counts!(pool, list_id) }))
+    }
+
+    async fn claim_once(&self, list_id: Uuid, ask: &ClaimAsk<'_>) -> DbResult<Attempt> {
+        on_pool!(self, pool => {
+            let (_turn, mut tx) = begin_write!(self, pool);
             // Stamped once the task is locked: the history (ordered by `at`)
             // follows the order the writes took, and a lease runs from when it is
             // granted.
             let at = now();
             expire_lapsed!(self, tx, list_id, at);
-            let wave = match ask.mode {
-                ReadyMode::Barrier => active_wave!(tx, list_id),
-                ReadyMode::Pipeline => None,
-            };
-            let pick = match (ask.mode, wave) {
-                (ReadyMode::Barrier, None) => None,
-                (ReadyMode::Barrier, Some(wave)) => {
-                    match barrier_pick!(tx, list_id, wave, ask.persona, self.skip_locked()) {
+            let expires_at = at + ask.lease;
+            let stored = match ask.mode {
+                ReadyMode::Barrier => {
+                    match barrier_claim!(
+                        tx, list_id, ask.persona, self.skip_locked(), at, ask.holder, expires_at
+                    ) {
                         // Every candidate was held by another claimer (Postgres): wait
                         // for them to commit and look again, so that "nothing ready"
                         // is never said of tasks still being claimed.
-                        None if !self.skip_locked().is_empty() => {
-                            barrier_pick!(tx, list_id, wave, ask.persona, self.row_lock())
-                        }
-                        pick => pick,
+                        None if !self.skip_locked().is_empty() => barrier_claim!(
+                            tx, list_id, ask.persona, self.row_lock(), at, ask.holder, expires_at
+                        ),
+                        claimed => claimed,
                     }
                 }
-                (ReadyMode::Pipeline, _) => pipeline_pick!(tx, list_id, ask.persona),
-            };
-            let expires_at = at + ask.lease;
-            let stored = match pick {
-                None => None,
-                Some(pick) => sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                    "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
-                     started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
-                     WHERE id = $1 AND status = 'pending' RETURNING {TASK_COLUMNS}"
-                )))
-                .bind(pick)
-                .bind(at)
-                .bind(ask.holder)
-                .bind(expires_at)
-                .fetch_optional(&mut *tx)
-                .await?,
+                ReadyMode::Pipeline => {
+                    // No list-wide lock (docs/architecture.md, "Claims at scale"): on
+                    // Postgres the claimer takes transaction advisory locks on the
+                    // task and on each file it writes, passes over a task another
+                    // claimer holds them for, and reads the running tasks' writes
+                    // again once it holds them (a claim that committed meanwhile
+                    // shows there). SQLite has one writer at a time.
+                    let concurrent = !self.skip_locked().is_empty();
+                    let mut skip = std::collections::HashSet::new();
+                    let mut busy: Vec<String> = Vec::new();
+                    let mut claimed = None;
+                    while let Some((pick, writes)) =
+                        pipeline_pick!(tx, list_id, ask.persona, &skip, &busy)
+                    {
+                        skip.insert(pick);
+                        if concurrent {
+                            let mut keys = vec![format!("claim-task {pick}")];
+                            keys.extend(writes.iter().map(|p| {
+                                format!("claim-write {list_id} {}", dispatch::normalize_path(p))
+                            }));
+                            let mut try_lock = QueryBuilder::new("SELECT ");
+                            let mut all = try_lock.separated(" AND ");
+                            for key in &keys {
+                                all.push("pg_try_advisory_xact_lock(hashtextextended(");
+                                all.push_bind_unseparated(key.clone());
+                                all.push_unseparated(", 0))");
+                            }
+                            let locked: bool =
+                                try_lock.build_query_scalar().fetch_one(&mut *tx).await?;
+                            if !locked {
+                                busy.extend(writes);
+                                continue;
+                            }
+                            let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
+                                "SELECT writes FROM tasks WHERE task_list_id = $1 \
+                                 AND status = 'running'",
+                            )
+                            .bind(list_id)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                            let mut taken: std::collections::HashSet<String> = running
+                                .iter()
+                                .flat_map(|w| w.0.iter())
+                                .map(|p| dispatch::normalize_path(p).to_owned())
+                                .collect();
+                            if !dispatch::offer_writes(&mut taken, &writes) {
+                                continue;
+                            }
+                        }
+                        claimed = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                            "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
+                             started_at = $2, claim_holder = $3, lease_expires_at = $4, \
+                             updated_at = $2 WHERE id = $1 AND status = 'pending' \
+                             RETURNING {TASK_COLUMNS}"
+                        )))
+                        .bind(pick)
+                        .bind(at)
+                        .bind(ask.holder)
+                        .bind(expires_at)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        if claimed.is_some() {
+                            break;
+                        }
+                    }
+                    if claimed.is_none() && !busy.is_empty() {
+                        return Ok(Attempt::Busy);
+                    }
+                    claimed
+                }
             };
             let Some(stored) = stored else {
-                let others_ready = match (ask.persona, ask.mode, wave) {
-                    (None, _, _) | (_, ReadyMode::Barrier, None) => false,
-                    (Some(_), ReadyMode::Barrier, Some(wave)) => {
-                        barrier_pick!(tx, list_id, wave, None, "").is_some()
+                let others_ready = match (ask.persona, ask.mode) {
+                    (None, _) => false,
+                    (Some(_), ReadyMode::Barrier) => {
+                        let any: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                            "SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
+                             AND parallel_group = {ACTIVE_WAVE} LIMIT 1"
+                        )))
+                        .bind(list_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        any.is_some()
                     }
-                    (Some(_), ReadyMode::Pipeline, _) => pipeline_pick!(tx, list_id, None).is_some(),
+                    (Some(_), ReadyMode::Pipeline) => {
+                        pipeline_pick!(tx, list_id, None, &Default::default(), &[]).is_some()
+                    }
                 };
                 let remaining = read_counts!(&mut *tx, list_id);
                 let earliest_lease: Option<DateTime<Utc>> = sqlx::query_scalar(
@@ -328,15 +412,15 @@ impl Database {
                             .fetch_optional(&mut *tx)
                             .await?;
                     if list.is_none() {
-                        return Ok(None);
+                        return Ok(Attempt::Settled(None));
                     }
                 }
                 tx.commit().await?;
-                return Ok(Some(ClaimOutcome::NoneReady {
+                return Ok(Attempt::Settled(Some(ClaimOutcome::NoneReady {
                     others_ready,
                     remaining,
                     earliest_lease,
-                }));
+                })));
             };
             insert_event!(tx, TaskEvent {
                 task_id: stored.id,
@@ -351,18 +435,23 @@ impl Database {
                 overrode: None,
                 lease_expires_at: Some(expires_at),
             });
+            let depends_on = read_depends_on!(&mut *tx, stored.id);
+            // The counts with this claim, read before its counter row is updated:
+            // the update is the last statement, so the stripe's row lock is held
+            // for the commit only.
+            let mut remaining = read_counts!(&mut *tx, list_id);
+            remaining.pending = remaining.pending.saturating_sub(1);
+            remaining.running += 1;
             apply_moves!(tx, list_id, &[Move {
                 position: stored.position,
                 from: TaskStatus::Pending,
                 to: TaskStatus::Running,
             }]);
-            let remaining = read_counts!(&mut *tx, list_id);
-            let depends_on = read_depends_on!(&mut *tx, stored.id);
             tx.commit().await?;
-            Ok::<_, DbError>(Some(ClaimOutcome::Claimed {
+            Ok::<_, DbError>(Attempt::Settled(Some(ClaimOutcome::Claimed {
                 task: Box::new(stored.into_task(depends_on)?),
                 remaining,
-            }))
+            })))
         })
     }
 
@@ -389,6 +478,40 @@ impl Database {
     ) -> DbResult<HeartbeatOutcome> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
+            // The common case in one statement: the holder's live claim, renewed.
+            let at = now();
+            let expires_at = at + lease;
+            let renewed = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                "UPDATE tasks SET lease_expires_at = $2, updated_at = $3 \
+                 WHERE id = $1 AND status = 'running' AND claim_holder = $4 \
+                 AND lease_expires_at > $3 RETURNING {TASK_COLUMNS}"
+            )))
+            .bind(id)
+            .bind(expires_at)
+            .bind(at)
+            .bind(holder)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(stored) = renewed {
+                insert_event!(tx, TaskEvent {
+                    task_id: id,
+                    task_list_id: stored.task_list_id,
+                    at,
+                    kind: TaskEventKind::Renewed,
+                    holder: Some(holder),
+                    from: TaskStatus::Running,
+                    to: TaskStatus::Running,
+                    attempt: stored.attempts,
+                    forced: false,
+                    overrode: None,
+                    lease_expires_at: Some(expires_at),
+                });
+                let depends_on = read_depends_on!(&mut *tx, id);
+                tx.commit().await?;
+                return Ok(HeartbeatOutcome::Renewed(Box::new(stored.into_task(depends_on)?)));
+            }
+            // Otherwise decide on the locked row: not found, lapsed, not claimed
+            // or held by another.
             let lock = self.row_lock();
             let Some(row) = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1{lock}"

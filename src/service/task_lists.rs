@@ -10,10 +10,11 @@ use super::submission::{Accepted, ScopedKey, idempotency_key, key_reused};
 use super::{Caller, GateRejection, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::task_lists::{
     Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey, TaskChange, TaskListKey,
-    TransitionOutcome, dispatch_view,
+    TransitionOutcome, dispatch_view, now,
 };
 use crate::domain::dispatch::{
-    self, AbandonCategory, GraphFormat, GraphNode, Next, ReadyMode, TaskStatus, render_graph,
+    self, AbandonCategory, GraphFormat, GraphNode, Next, ReadyMode, TaskStatus, WAIT_RETRY_SECS,
+    render_graph,
 };
 use crate::domain::gating::{
     self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport, Violation,
@@ -700,6 +701,44 @@ impl Service {
         id: Uuid,
         mode: ReadyMode,
     ) -> Result<ReadyResponse, ServiceError> {
+        // Indexed reads and the counters while work is ready or running
+        // (docs/architecture.md, "Claims at scale"); a lease seen lapsed is expired
+        // first (docs/api.md "Claims") and the list read again.
+        let mut read = self.ready_read(caller, id, mode).await?;
+        if read.earliest_lease.is_some_and(|e| e <= now()) {
+            if self.db.expire_leases(id).await? > 0 {
+                self.hub.task_list_changed(&self.db, id);
+            }
+            read = self.ready_read(caller, id, mode).await?;
+        }
+        let remaining = read.remaining;
+        if !read.tasks.is_empty() || remaining.running > 0 {
+            let retry_after_s = read.tasks.is_empty().then(|| {
+                let at = now();
+                read.earliest_lease
+                    .map(|e| u64::try_from((e - at).num_seconds().max(0)).unwrap_or(0) + 1)
+                    .unwrap_or(WAIT_RETRY_SECS)
+                    .clamp(1, WAIT_RETRY_SECS)
+            });
+            return Ok(ReadyResponse {
+                mode,
+                wave: read.wave,
+                next: NextAnswer {
+                    next: if read.tasks.is_empty() {
+                        Next::Wait
+                    } else {
+                        Next::Dispatch
+                    },
+                    in_flight: remaining.running,
+                    retry_after_s,
+                    remaining,
+                    blocked: Vec::new(),
+                },
+                tasks: read.tasks.into_iter().map(StoredTask::from).collect(),
+            });
+        }
+        // Nothing ready or running: the list is finished or blocked, and saying
+        // which (and why) takes the whole list — not a hot path.
         let list = self.load_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let ready = dispatch::ready(mode, &view);
@@ -715,6 +754,21 @@ impl Service {
             tasks,
             next,
         })
+    }
+
+    async fn ready_read(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        mode: ReadyMode,
+    ) -> Result<crate::db::task_lists::ReadyRead, ServiceError> {
+        let read = self
+            .db
+            .ready_read(id, mode)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
+        caller.check_project(&read.project_id)?;
+        Ok(read)
     }
 
     /// The DAG as Mermaid or Graphviz text, waves as ranks, statuses as classes.

@@ -733,3 +733,127 @@ async fn a_claim_takes_the_first_of_a_large_backlog_without_sorting_it() {
         serde_json::to_string(&claim.root).unwrap()
     );
 }
+
+/// A list just created has no statistics until it is analysed (autovacuum may be
+/// minutes away, or off): the claim, heartbeat, completion, cascade and `ready`
+/// statements must still find their rows by index, not by a join the planner turns
+/// into a scan of `tasks` (docs/architecture.md, "Claims at scale"). A 30,000-task
+/// list, never analysed, exercised under auto_explain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_writes_do_not_scan_a_list_not_yet_analysed() {
+    install_notice_collector();
+    let database = FreshDatabase::new(Backend::Postgres).await;
+    let app = spawn_app_on(database, Backend::Postgres, |s| s.workers = 0).await;
+    // Ten waves; each task after the first depends on two of the wave before. Large
+    // enough that a planner without statistics still finds a scan of `tasks` dearer
+    // than the index for a few dozen keys (on a few thousand it rightly scans).
+    let per = 3000;
+    let tasks: Vec<Value> = (0..10 * per)
+        .map(|p| {
+            let wave = p / per + 1;
+            let deps: Vec<String> = if wave == 1 {
+                Vec::new()
+            } else {
+                (0..2)
+                    .map(|k| format!("T{}", (wave - 2) * per + (p + k) % per))
+                    .collect()
+            };
+            json!({"task_id": format!("T{p}"), "assigned_persona": "dev",
+                "parallel_group": wave, "depends_on": deps, "reads": [],
+                "writes": [format!("src/part{p}.rs")], "description": "part"})
+        })
+        .collect();
+    let created = ok_json(
+        app.post_json(
+            "/v1/task-lists",
+            &json!({"project_id": "plans", "created_by": "test", "tasks": tasks}),
+        )
+        .await,
+        "create",
+    )
+    .await;
+    let list = created["id"].as_str().unwrap().to_owned();
+    let database = app.stop_keeping_database().await;
+    let url = database.url.clone();
+    let name = url.rsplit('/').next().unwrap().to_owned();
+    enable_auto_explain(&url, &name).await;
+    let app = spawn_app_on(database, Backend::Postgres, |s| s.workers = 0).await;
+
+    let claim = |mode: &'static str, holder: &'static str| {
+        let (app, list) = (&app, &list);
+        async move {
+            let answer = ok_json(
+                app.post_json(
+                    &format!("/v1/task-lists/{list}/claim"),
+                    &json!({"holder": holder, "mode": mode}),
+                )
+                .await,
+                "claim",
+            )
+            .await;
+            answer["task"]["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let first = claim("barrier", "a").await;
+    let second = claim("pipeline", "b").await;
+    ok_json(
+        app.post_json(
+            &format!("/v1/tasks/{second}/heartbeat"),
+            &json!({"holder": "b"}),
+        )
+        .await,
+        "heartbeat",
+    )
+    .await;
+    ok_json(
+        app.patch_json(
+            &format!("/v1/tasks/{first}"),
+            &json!({"status": "done", "holder": "a"}),
+        )
+        .await,
+        "done",
+    )
+    .await;
+    // A cascade over the descendants of a first-wave task.
+    ok_json(
+        app.patch_json(
+            &format!("/v1/task-lists/{list}/tasks/T500"),
+            &json!({"status": "abandoned", "abandon_category": "scope", "force": true}),
+        )
+        .await,
+        "cascade",
+    )
+    .await;
+    for mode in ["barrier", "pipeline"] {
+        let ready = get(&app, &format!("/v1/task-lists/{list}/ready?mode={mode}")).await;
+        assert_eq!(ready["next"], "dispatch", "{mode}: {ready}");
+    }
+    app.shutdown().await;
+
+    let plans = collected_plans();
+    assert!(
+        plans.iter().any(|p| p.query.contains("task_dependencies")),
+        "the task statements' plans are seen"
+    );
+    let offenders: Vec<String> = plans
+        .iter()
+        .filter_map(|plan| {
+            let mut scans = Vec::new();
+            seq_scanned(&plan.root, &mut scans);
+            scans
+                .iter()
+                .any(|t| t == "tasks" || t == "task_dependencies")
+                .then(|| {
+                    let query = plan.query.split_whitespace().collect::<Vec<_>>().join(" ");
+                    format!(
+                        "{query}\n  plan: {}",
+                        serde_json::to_string(&plan.root).unwrap()
+                    )
+                })
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "statements scan tasks or their edges: {offenders:#?}"
+    );
+}

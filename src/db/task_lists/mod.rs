@@ -5,18 +5,20 @@
 //! driver. Where the engines differ (row locks, write transactions) the code says so.
 //!
 //! One concern a file: this one holds the records and rows they share; `create`
-//! stores a list, `read` reads one, `transition` changes a task's status (and
+//! stores a list, `read` reads one, `ready` reads what it offers now, `transition` changes a task's status (and
 //! cascades), `status` counts a project's or a cycle's tasks, `teams` registers
 //! cycles. Claims, heartbeats and lease expiry are in `db/task_claims.rs`, what is
 //! ready kept as data in `db/readiness.rs` (docs/architecture.md, "Claims at scale").
 
 mod create;
 mod read;
+mod ready;
 mod status;
 mod teams;
 mod transition;
 
 pub use read::TaskPage;
+pub use ready::ReadyRead;
 
 use std::collections::HashMap;
 

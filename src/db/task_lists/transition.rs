@@ -150,45 +150,71 @@ impl Database {
             });
             let mut moves = vec![Move { position, from: current, to: change.status }];
             if change.status == TaskStatus::Done {
-                // One dependency fewer to wait for. Dependents locked in id order
-                // first (Postgres), so completions sharing dependents queue rather
-                // than deadlock.
-                if !lock.is_empty() {
-                    let _: Vec<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                        "SELECT id FROM tasks WHERE id IN \
-                         (SELECT task_id FROM task_dependencies WHERE depends_on = $1) \
-                         ORDER BY id{lock}"
-                    )))
-                    .bind(id)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                }
-                sqlx::query(
-                    "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE id IN \
-                     (SELECT task_id FROM task_dependencies WHERE depends_on = $1)",
-                )
+                // One dependency fewer to wait for: one statement, the dependents
+                // found by the reverse-edge index and updated by primary key. On
+                // Postgres the keys go to the primary-key index as one array, a plan
+                // that does not depend on the tables' statistics (a list just created
+                // has none; a join could scan the whole table). Completions sharing
+                // dependents lock them in the scan's order and queue; a rare cycle
+                // fails with 40P01 and `retrying` runs the transaction again.
+                let dependents = match self {
+                    Database::Postgres(_) => {
+                        "= ANY(ARRAY(SELECT task_id FROM task_dependencies WHERE depends_on = $1))"
+                    }
+                    Database::Sqlite(_) => {
+                        "IN (SELECT task_id FROM task_dependencies WHERE depends_on = $1)"
+                    }
+                };
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE id {dependents}"
+                )))
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
             }
             let mut cascaded = Vec::new();
             if matches!(change.status, TaskStatus::Failed | TaskStatus::Abandoned) {
-                // The descendants only, through the reverse-edge index; the walk goes
-                // through terminal tasks (docs/spec/gating.md §7), and UNION stops at
-                // a task already seen, so corrupt cycles end too.
-                let lock_of = if lock.is_empty() { "" } else { " FOR UPDATE OF t" };
-                let mut descendants: Vec<Descendant> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "WITH RECURSIVE down(id) AS ( \
-                     SELECT task_id FROM task_dependencies WHERE depends_on = $1 \
-                     UNION SELECT d.task_id FROM task_dependencies d \
-                     JOIN down ON d.depends_on = down.id) \
-                     SELECT t.id, t.position, t.status FROM tasks t \
-                     WHERE t.id IN (SELECT id FROM down) AND t.id <> $1 \
-                     AND t.status IN ('pending', 'running') ORDER BY t.id{lock_of}"
-                )))
-                .bind(id)
-                .fetch_all(&mut *tx)
-                .await?;
+                // The descendants only, wave by wave through the reverse-edge index;
+                // the walk goes through terminal tasks (docs/spec/gating.md §7) and
+                // stops at a task already seen, so corrupt cycles end too. Each step
+                // is a single-table indexed read, whatever the planner knows.
+                let mut seen: std::collections::HashSet<Uuid> = std::collections::HashSet::from([id]);
+                let mut frontier = vec![id];
+                let mut found: Vec<Uuid> = Vec::new();
+                while !frontier.is_empty() {
+                    let mut next = Vec::new();
+                    for chunk in frontier.chunks(EDGE_ROWS_PER_INSERT) {
+                        let mut read = QueryBuilder::new(
+                            "SELECT task_id FROM task_dependencies WHERE depends_on IN (",
+                        );
+                        let mut ids = read.separated(", ");
+                        for parent in chunk {
+                            ids.push_bind(*parent);
+                        }
+                        read.push(")");
+                        let children: Vec<Uuid> =
+                            read.build_query_scalar().fetch_all(&mut *tx).await?;
+                        next.extend(children.into_iter().filter(|c| seen.insert(*c)));
+                    }
+                    found.extend_from_slice(&next);
+                    frontier = next;
+                }
+                // Locked in id order, the non-terminal ones only.
+                found.sort_unstable();
+                let mut descendants: Vec<Descendant> = Vec::new();
+                for chunk in found.chunks(EDGE_ROWS_PER_INSERT) {
+                    let mut read = QueryBuilder::new(
+                        "SELECT id, position, status FROM tasks WHERE status IN ('pending', 'running') \
+                         AND id IN (",
+                    );
+                    let mut ids = read.separated(", ");
+                    for d in chunk {
+                        ids.push_bind(*d);
+                    }
+                    read.push(") ORDER BY id");
+                    read.push(lock);
+                    descendants.extend(read.build_query_as::<Descendant>().fetch_all(&mut *tx).await?);
+                }
                 // Answered in list order, as the list-wide walk did.
                 descendants.sort_by_key(|d| d.position);
                 for d in &descendants {
