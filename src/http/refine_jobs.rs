@@ -27,7 +27,7 @@ use crate::http::problem::{ApiError, ForbiddenProject, Problem};
 use crate::service::refine_jobs::{
     CreateRefineJobRequest, JobListQuery, JobPage, StoredJob, StoredL0,
 };
-use crate::service::{Accepted, ProblemCode};
+use crate::service::{Accepted, ProblemCode, parse_id};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -153,7 +153,7 @@ async fn get_refine_job(
     Ok(Json(
         state
             .service
-            .refine_job(&caller, &raw_id, query.wait)
+            .refine_job(&caller, parse_id(&raw_id, "job")?, query.wait)
             .await?,
     ))
 }
@@ -190,7 +190,7 @@ async fn refine_job_result(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        state.service.refine_job_result(&caller, &raw_id).await?,
+        state.service.refine_job_result(&caller, parse_id(&raw_id, "job")?).await?,
     ))
 }
 
@@ -210,7 +210,7 @@ async fn refine_job_assignments(
     Ok(Json(
         state
             .service
-            .refine_job_assignments(&caller, &raw_id)
+            .refine_job_assignments(&caller, parse_id(&raw_id, "job")?)
             .await?,
     ))
 }
@@ -238,7 +238,7 @@ async fn refine_job_events(
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
     let events = state
         .service
-        .refine_job_events(&caller, &raw_id, last_event_id)
+        .refine_job_events(&caller, parse_id(&raw_id, "job")?, last_event_id)
         .await?;
     let stream = events.map(|e| {
         Ok(Event::default()
@@ -265,7 +265,7 @@ async fn cancel_refine_job(
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredJob>, ApiError> {
     Ok(Json(
-        state.service.cancel_refine_job(&caller, &raw_id).await?,
+        state.service.cancel_refine_job(&caller, parse_id(&raw_id, "job")?).await?,
     ))
 }
 
@@ -289,7 +289,7 @@ async fn retry_refine_job(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = state.service.retry_refine_job(&caller, &raw_id).await?;
+    let job = state.service.retry_refine_job(&caller, parse_id(&raw_id, "job")?).await?;
     let mut response = (StatusCode::CREATED, Json(&job)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-jobs/{}", job.id)) {
         response.headers_mut().insert(header::LOCATION, location);

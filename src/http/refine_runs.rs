@@ -15,6 +15,7 @@ use super::extract::{Json, Path, Query};
 use super::refine_jobs::{WaitQuery, accepted, submission};
 use super::responses::{BudgetExhausted, NoSuchRun, RefineSubmission, RunById};
 use crate::http::problem::{ApiError, ForbiddenProject, Problem};
+use crate::service::parse_id;
 use crate::service::refine_runs::{CreateRefineRunRequest, StoredRun};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -72,7 +73,7 @@ async fn get_refine_run(
     Ok(Json(
         state
             .service
-            .refine_run(&caller, &raw_id, query.wait)
+            .refine_run(&caller, parse_id(&raw_id, "run")?, query.wait)
             .await?,
     ))
 }
@@ -93,7 +94,7 @@ async fn refine_run_result(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        state.service.refine_run_result(&caller, &raw_id).await?,
+        state.service.refine_run_result(&caller, parse_id(&raw_id, "run")?).await?,
     ))
 }
 
@@ -112,6 +113,6 @@ async fn cancel_refine_run(
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredRun>, ApiError> {
     Ok(Json(
-        state.service.cancel_refine_run(&caller, &raw_id).await?,
+        state.service.cancel_refine_run(&caller, parse_id(&raw_id, "run")?).await?,
     ))
 }

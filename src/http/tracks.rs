@@ -18,7 +18,9 @@ use super::extract::{Json, Path, Query, StoredJson};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
-use crate::service::tracks::{Precondition, StepWrite, TrackHistory, TrackVersion};
+use crate::service::tracks::{
+    Precondition, StepWrite, TrackHistory, TrackVersion, parse_track_id,
+};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -97,7 +99,7 @@ async fn put_track(
         .service
         .import_track(
             &caller,
-            &raw_id,
+            parse_track_id(&raw_id)?,
             query.project_id.as_deref(),
             document,
             precondition(&headers),
@@ -124,7 +126,7 @@ async fn get_track(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let track = state.service.track(&caller, &raw_id).await?;
+    let track = state.service.track(&caller, parse_track_id(&raw_id)?).await?;
     Ok(respond(StatusCode::OK, &track))
 }
 
@@ -143,7 +145,7 @@ async fn track_history(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<TrackHistory>, ApiError> {
-    Ok(Json(state.service.track_history(&caller, &raw_id).await?))
+    Ok(Json(state.service.track_history(&caller, parse_track_id(&raw_id)?).await?))
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).
@@ -171,7 +173,7 @@ async fn start_step(
         .service
         .step_track(
             &caller,
-            &raw_id,
+            parse_track_id(&raw_id)?,
             &raw_step,
             StepWrite::Start { agent: &body.agent },
             precondition(&headers),
@@ -207,7 +209,7 @@ async fn complete_step(
         .service
         .step_track(
             &caller,
-            &raw_id,
+            parse_track_id(&raw_id)?,
             &raw_step,
             StepWrite::Complete(&body),
             precondition(&headers),

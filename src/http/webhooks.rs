@@ -12,6 +12,7 @@ use super::auth::Caller;
 use super::extract::{Json, Path};
 use super::responses::{DatabaseUnavailable, WebhookById};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::service::parse_id;
 use crate::service::webhooks::{
     CreateWebhookRequest, CreatedWebhook, Delivery, RotatedSecret, Webhook,
 };
@@ -82,7 +83,7 @@ async fn get_webhook(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Webhook>, ApiError> {
-    Ok(Json(state.service.webhook(&caller, &raw_id).await?))
+    Ok(Json(state.service.webhook(&caller, parse_id(&raw_id, "webhook")?).await?))
 }
 
 /// Delete a webhook and its deliveries.
@@ -98,7 +99,7 @@ async fn delete_webhook(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.service.delete_webhook(&caller, &raw_id).await?;
+    state.service.delete_webhook(&caller, parse_id(&raw_id, "webhook")?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -119,7 +120,7 @@ async fn rotate_secret(
     Ok(Json(
         state
             .service
-            .rotate_webhook_secret(&caller, &raw_id)
+            .rotate_webhook_secret(&caller, parse_id(&raw_id, "webhook")?)
             .await?,
     ))
 }
@@ -139,7 +140,7 @@ async fn list_deliveries(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Vec<Delivery>>, ApiError> {
     Ok(Json(
-        state.service.webhook_deliveries(&caller, &raw_id).await?,
+        state.service.webhook_deliveries(&caller, parse_id(&raw_id, "webhook")?).await?,
     ))
 }
 
@@ -163,7 +164,7 @@ async fn replay_delivery(
 ) -> Result<StatusCode, ApiError> {
     state
         .service
-        .replay_delivery(&caller, &raw_id, &raw_delivery)
+        .replay_delivery(&caller, parse_id(&raw_id, "webhook")?, parse_id(&raw_delivery, "delivery")?)
         .await?;
     Ok(StatusCode::ACCEPTED)
 }

@@ -751,8 +751,8 @@ impl Service {
         for raw in ids {
             items.push(match self.bulk_subject(caller, kind, action, raw).await {
                 Err(e) => BulkItem::refused(raw, None, refusal_text(e)),
-                Ok((subject, Some(why))) => BulkItem::refused(raw, Some(subject), why),
-                Ok((subject, None)) => BulkItem::done(
+                Ok((_, subject, Some(why))) => BulkItem::refused(raw, Some(subject), why),
+                Ok((_, subject, None)) => BulkItem::done(
                     raw,
                     subject,
                     match action {
@@ -780,9 +780,9 @@ impl Service {
     ) -> Vec<BulkItem> {
         let mut items = Vec::with_capacity(ids.len());
         for raw in ids {
-            let before = match self.bulk_subject(caller, kind, action, raw).await {
-                Ok((before, None)) => before,
-                Ok((before, Some(why))) => {
+            let (id, before) = match self.bulk_subject(caller, kind, action, raw).await {
+                Ok((id, before, None)) => (id, before),
+                Ok((_, before, Some(why))) => {
                     items.push(BulkItem::refused(raw, Some(before), why));
                     continue;
                 }
@@ -793,15 +793,15 @@ impl Service {
             };
             let done = match (kind, action) {
                 (BulkKind::Jobs, BulkAction::Cancel) => self
-                    .cancel_refine_job(caller, raw)
+                    .cancel_refine_job(caller, id)
                     .await
                     .map(|job| (BulkSubject::from(&job), None)),
                 (BulkKind::Runs, _) => self
-                    .cancel_refine_run(caller, raw)
+                    .cancel_refine_run(caller, id)
                     .await
                     .map(|run| (BulkSubject::from(&run), None)),
                 (BulkKind::Jobs, BulkAction::Retry) => self
-                    .retry_refine_job(caller, raw)
+                    .retry_refine_job(caller, id)
                     .await
                     .map(|new| (before.clone(), Some(new.id))),
             };
@@ -819,21 +819,30 @@ impl Service {
         items
     }
 
-    /// The job or run `raw` names, and why `action` would be refused, if it would.
+    /// The job or run `raw` names (its id parsed: a form's ids are raw text, and a
+    /// bad one is refused on its own row), and why `action` would be refused, if it
+    /// would.
     async fn bulk_subject(
         &self,
         caller: &Caller,
         kind: BulkKind,
         action: BulkAction,
         raw: &str,
-    ) -> Result<(BulkSubject, Option<String>), ServiceError> {
+    ) -> Result<(Uuid, BulkSubject, Option<String>), ServiceError> {
+        let id = super::parse_id(
+            raw,
+            match kind {
+                BulkKind::Jobs => "job",
+                BulkKind::Runs => "run",
+            },
+        )?;
         let (subject, retried_by) = match kind {
             BulkKind::Jobs => {
-                let job = self.refine_job(caller, raw, None).await?;
+                let job = self.refine_job(caller, id, None).await?;
                 (BulkSubject::from(&job), job.retried_by)
             }
             BulkKind::Runs => {
-                let run = self.refine_run(caller, raw, None).await?;
+                let run = self.refine_run(caller, id, None).await?;
                 (BulkSubject::from(&run), None)
             }
         };
@@ -850,7 +859,7 @@ impl Service {
             BulkAction::Retry => crate::domain::job::retry_refusal(subject.status)
                 .or_else(|| retried_by.map(|r| format!("it was retried already by job {r}"))),
         };
-        Ok((subject, refusal))
+        Ok((id, subject, refusal))
     }
 }
 

@@ -75,7 +75,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use caller::Caller;
 pub use error::{ErrorKind, GateRejection, ProblemCode, ProblemDetails, ServiceError};
-pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash};
+pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash, parse_id};
 
 use crate::agents::Executors;
 use crate::config::Settings;
