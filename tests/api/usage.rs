@@ -448,6 +448,32 @@ fn cost(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a cost: {v}"))
 }
 
+/// The text of a job's Cost cell in the dashboard's job list.
+fn list_cost(page: &str, job_id: &str) -> String {
+    let row = page
+        .split(&format!("data-job=\"{job_id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row for job {job_id} in the job list"));
+    let cell = row
+        .split("class=\"num cost\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</td>").next())
+        .unwrap_or_else(|| panic!("no Cost cell in the row of job {job_id}: {row}"));
+    // Drop the markup (`<span class="unknown">`), keep the text.
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in cell.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.trim().to_owned()
+}
+
 both_backends!(
     assignments_jobs_and_projects_show_usage,
     budget_hit_mid_batch_starts_no_further_l0,
@@ -540,6 +566,19 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert_eq!(rows[0]["usage"]["source"], "priced");
     let api_call = (1000.0 * 3.0 + 100.0 * 15.0 + 20.0 * 0.3 + 10.0 * 3.75) / 1e6;
     assert!(close(cost(&rows[0]["usage"]["cost_usd"]), api_call));
+
+    // The dashboard's job list: its Cost column prices a `command` executor's calls
+    // from the table as it does an API executor's (docs/configuration.md, "Prices
+    // and budgets"), and says "unknown" where nothing priced them.
+    let list = app.get("/ui/jobs").await.text().await.unwrap();
+    for (job, shown) in [
+        (&reported, "$0.03"),
+        (&priced, "$3.000028"),
+        (&unpriced, "unknown"),
+        (&api, "$0.009087"),
+    ] {
+        assert_eq!(list_cost(&list, job), shown, "job {job}'s Cost cell");
+    }
 
     // The project: by executor and model, and overall.
     let usage: Value = app
