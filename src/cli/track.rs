@@ -148,7 +148,13 @@ async fn execute(
                 None => document_id(&document)?,
             };
             let version = service
-                .import_track(&caller, parse_track_id(&id)?, project.as_deref(), document, pinned(if_match))
+                .import_track(
+                    &caller,
+                    parse_track_id(&id)?,
+                    project.as_deref(),
+                    document,
+                    pinned(if_match),
+                )
                 .await?;
             let mut answer = summary(&version);
             answer["created"] = Value::Bool(version.created);
@@ -175,7 +181,13 @@ async fn execute(
                 .map(Completion::new);
             let write = StepWrite::from_action(action, agent.as_deref(), completion.as_ref())?;
             let version = service
-                .step_track(&caller, parse_track_id(&id)?, &step, write, pinned(if_match))
+                .step_track(
+                    &caller,
+                    parse_track_id(&id)?,
+                    &step,
+                    write,
+                    pinned(if_match),
+                )
                 .await?;
             Ok(summary(&version))
         }

@@ -190,7 +190,10 @@ async fn refine_job_result(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        state.service.refine_job_result(&caller, parse_id(&raw_id, "job")?).await?,
+        state
+            .service
+            .refine_job_result(&caller, parse_id(&raw_id, "job")?)
+            .await?,
     ))
 }
 
@@ -265,7 +268,10 @@ async fn cancel_refine_job(
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredJob>, ApiError> {
     Ok(Json(
-        state.service.cancel_refine_job(&caller, parse_id(&raw_id, "job")?).await?,
+        state
+            .service
+            .cancel_refine_job(&caller, parse_id(&raw_id, "job")?)
+            .await?,
     ))
 }
 
@@ -289,7 +295,10 @@ async fn retry_refine_job(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = state.service.retry_refine_job(&caller, parse_id(&raw_id, "job")?).await?;
+    let job = state
+        .service
+        .retry_refine_job(&caller, parse_id(&raw_id, "job")?)
+        .await?;
     let mut response = (StatusCode::CREATED, Json(&job)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-jobs/{}", job.id)) {
         response.headers_mut().insert(header::LOCATION, location);

@@ -94,7 +94,10 @@ async fn refine_run_result(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        state.service.refine_run_result(&caller, parse_id(&raw_id, "run")?).await?,
+        state
+            .service
+            .refine_run_result(&caller, parse_id(&raw_id, "run")?)
+            .await?,
     ))
 }
 
@@ -113,6 +116,9 @@ async fn cancel_refine_run(
     Path(raw_id): Path<String>,
 ) -> Result<Json<StoredRun>, ApiError> {
     Ok(Json(
-        state.service.cancel_refine_run(&caller, parse_id(&raw_id, "run")?).await?,
+        state
+            .service
+            .cancel_refine_run(&caller, parse_id(&raw_id, "run")?)
+            .await?,
     ))
 }

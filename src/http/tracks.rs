@@ -18,9 +18,7 @@ use super::extract::{Json, Path, Query, StoredJson};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
-use crate::service::tracks::{
-    Precondition, StepWrite, TrackHistory, TrackVersion, parse_track_id,
-};
+use crate::service::tracks::{Precondition, StepWrite, TrackHistory, TrackVersion, parse_track_id};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -126,7 +124,10 @@ async fn get_track(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let track = state.service.track(&caller, parse_track_id(&raw_id)?).await?;
+    let track = state
+        .service
+        .track(&caller, parse_track_id(&raw_id)?)
+        .await?;
     Ok(respond(StatusCode::OK, &track))
 }
 
@@ -145,7 +146,12 @@ async fn track_history(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<TrackHistory>, ApiError> {
-    Ok(Json(state.service.track_history(&caller, parse_track_id(&raw_id)?).await?))
+    Ok(Json(
+        state
+            .service
+            .track_history(&caller, parse_track_id(&raw_id)?)
+            .await?,
+    ))
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).

@@ -83,7 +83,12 @@ async fn get_webhook(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<Json<Webhook>, ApiError> {
-    Ok(Json(state.service.webhook(&caller, parse_id(&raw_id, "webhook")?).await?))
+    Ok(Json(
+        state
+            .service
+            .webhook(&caller, parse_id(&raw_id, "webhook")?)
+            .await?,
+    ))
 }
 
 /// Delete a webhook and its deliveries.
@@ -99,7 +104,10 @@ async fn delete_webhook(
     caller: Caller,
     Path(raw_id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.service.delete_webhook(&caller, parse_id(&raw_id, "webhook")?).await?;
+    state
+        .service
+        .delete_webhook(&caller, parse_id(&raw_id, "webhook")?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -140,7 +148,10 @@ async fn list_deliveries(
     Path(raw_id): Path<String>,
 ) -> Result<Json<Vec<Delivery>>, ApiError> {
     Ok(Json(
-        state.service.webhook_deliveries(&caller, parse_id(&raw_id, "webhook")?).await?,
+        state
+            .service
+            .webhook_deliveries(&caller, parse_id(&raw_id, "webhook")?)
+            .await?,
     ))
 }
 
@@ -164,7 +175,11 @@ async fn replay_delivery(
 ) -> Result<StatusCode, ApiError> {
     state
         .service
-        .replay_delivery(&caller, parse_id(&raw_id, "webhook")?, parse_id(&raw_delivery, "delivery")?)
+        .replay_delivery(
+            &caller,
+            parse_id(&raw_id, "webhook")?,
+            parse_id(&raw_delivery, "delivery")?,
+        )
         .await?;
     Ok(StatusCode::ACCEPTED)
 }

@@ -272,11 +272,7 @@ impl Service {
         })
     }
 
-    async fn load_webhook(
-        &self,
-        caller: &Caller,
-        id: Uuid,
-    ) -> Result<WebhookRecord, ServiceError> {
+    async fn load_webhook(&self, caller: &Caller, id: Uuid) -> Result<WebhookRecord, ServiceError> {
         let hook = self
             .db
             .webhook(id)
