@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{Backend, TestApp, expect_problem, spawn_app_with};
+use crate::common::{Backend, TestApp, expect_problem, max_concurrency, spawn_app_with};
 use futures::StreamExt as _;
 use plangate::config::{ExecutorKind, ExecutorProfile};
 use serde_json::{Value, json};
@@ -47,15 +47,10 @@ fn fixture(name: &str) -> String {
 
 fn command(argv: Vec<String>, timeout_secs: u64) -> ExecutorProfile {
     ExecutorProfile {
-        kind: ExecutorKind::Command,
         argv,
-        base_url: None,
-        model: None,
-        api_key_env: None,
         timeout_secs: Some(timeout_secs),
         max_output_bytes: Some(64 * 1024),
-        env_allow: vec![],
-        output: Default::default(),
+        ..crate::common::executor_profile(ExecutorKind::Command)
     }
 }
 
@@ -132,26 +127,6 @@ fn log_of(job: &Value) -> Vec<String> {
         .iter()
         .map(|l| l.as_str().unwrap().to_owned())
         .collect()
-}
-
-/// Most fixture runs alive at once, from the `--record` events file.
-fn max_concurrency(dir: &Path) -> usize {
-    let text = std::fs::read_to_string(dir.join("events")).unwrap_or_default();
-    let mut events: Vec<(u128, i32)> = text
-        .lines()
-        .filter_map(|l| {
-            let parts: Vec<&str> = l.split_whitespace().collect();
-            let delta = if parts.first()? == &"start" { 1 } else { -1 };
-            Some((parts.get(2)?.parse().ok()?, delta))
-        })
-        .collect();
-    events.sort();
-    let (mut live, mut max) = (0i32, 0i32);
-    for (_, d) in events {
-        live += d;
-        max = max.max(live);
-    }
-    max as usize
 }
 
 /// The refine tests get a server whose executors are the fixtures, and its dirs.

@@ -237,32 +237,15 @@ fn holds_string(document: &Value, needle: &str) -> bool {
 }
 
 async fn stored_request(app: &TestApp, table: &str, id: &str) -> Value {
-    let text: String = match app.backend {
-        Backend::Postgres => {
-            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database.url)
-                .await
-                .unwrap();
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT request::text FROM {table} WHERE id = $1"
-            )))
-            .bind(uuid::Uuid::parse_str(id).unwrap())
-            .fetch_one(&mut conn)
+    let query = format!("SELECT CAST(request AS TEXT) FROM {table} WHERE id = $1");
+    let id = uuid::Uuid::parse_str(id).unwrap();
+    let text: String = with_connection!(app, conn => {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(query))
+            .bind(id)
+            .fetch_one(conn)
             .await
             .unwrap()
-        }
-        Backend::Sqlite => {
-            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&app.database.url)
-                .await
-                .unwrap();
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT CAST(request AS TEXT) FROM {table} WHERE id = $1"
-            )))
-            .bind(uuid::Uuid::parse_str(id).unwrap())
-            .fetch_one(&mut conn)
-            .await
-            .unwrap()
-        }
-    };
+    });
     serde_json::from_str(&text).unwrap()
 }
 
@@ -429,15 +412,9 @@ both_backends!(every_stored_field_takes_or_refuses_every_string);
 fn l0_profile(mode: &str) -> ExecutorProfile {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/l0/l0.sh");
     ExecutorProfile {
-        kind: ExecutorKind::Command,
         argv: vec![script.display().to_string(), mode.to_owned()],
-        base_url: None,
-        model: None,
-        api_key_env: None,
         timeout_secs: Some(30),
-        max_output_bytes: None,
-        env_allow: vec![],
-        output: Default::default(),
+        ..crate::common::executor_profile(ExecutorKind::Command)
     }
 }
 

@@ -1,8 +1,7 @@
 //! Track loop state over HTTP on both databases: v1 import, the seed's transitions,
 //! bounds, illegal steps, and optimistic concurrency with ETag / If-Match.
 
-use crate::common::{Backend, TestApp, expect_problem};
-use plangate::config::ApiToken;
+use crate::common::{ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, expect_problem};
 use serde_json::{Value, json};
 
 const TRACK: &str = "auth-cache_20261130";
@@ -440,21 +439,8 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
     app.shutdown().await;
 }
 
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-/// May act on `proj-a` only.
-const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
-/// May act on `proj-b` only.
-const TOKEN_B: &str = "token-b-cccccccccccccccc";
-
 async fn spawn_with_tokens(backend: Backend) -> TestApp {
-    crate::common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(TOKEN_A, &["proj-a"]),
-            ApiToken::limited(TOKEN_B, &["proj-b"]),
-        ];
-    })
-    .await
+    crate::common::spawn_app_with_project_tokens(backend, |_| {}).await
 }
 
 fn v1_of(id: &str) -> Value {

@@ -25,15 +25,8 @@ use uuid::Uuid;
 
 fn profile(kind: ExecutorKind) -> ExecutorProfile {
     ExecutorProfile {
-        kind,
-        argv: vec![],
-        base_url: None,
-        model: None,
-        api_key_env: None,
         timeout_secs: Some(60),
-        max_output_bytes: None,
-        env_allow: vec![],
-        output: Default::default(),
+        ..crate::common::executor_profile(kind)
     }
 }
 

@@ -9,16 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use plangate::config::ApiToken;
 use plangate::domain::webhooks::sign;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::common::{self, Backend, TestApp, expect_problem};
-
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
-const TOKEN_B: &str = "token-b-cccccccccccccccc";
+use crate::common::{self, ADMIN, Backend, TOKEN_A, TestApp, expect_problem};
 
 /// One delivery as the receiver saw it.
 #[derive(Debug, Clone)]
@@ -102,15 +97,7 @@ impl Drop for Receiver {
 }
 
 async fn spawn_scoped(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(TOKEN_A, &["proj-a"]),
-            ApiToken::limited(TOKEN_B, &["proj-b"]),
-        ];
-        s.workers = 0;
-    })
-    .await
+    common::spawn_app_with_project_tokens(backend, |s| s.workers = 0).await
 }
 
 async fn send(

@@ -311,6 +311,28 @@ pub async fn spawn_app_with_tokens(backend: Backend) -> TestApp {
     .await
 }
 
+/// Limited to `proj-a` and to `proj-b`: with [`ADMIN`], the tokens of
+/// [`spawn_app_with_project_tokens`].
+pub const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
+pub const TOKEN_B: &str = "token-b-cccccccccccccccc";
+
+/// A server that asks for [`ADMIN`], [`TOKEN_A`] (`proj-a`) or [`TOKEN_B`]
+/// (`proj-b`); `tweak` changes the rest of its settings.
+pub async fn spawn_app_with_project_tokens(
+    backend: Backend,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
+    spawn_app_with(backend, |s| {
+        s.api_tokens = vec![
+            plangate::config::ApiToken::unrestricted(ADMIN),
+            plangate::config::ApiToken::limited(TOKEN_A, &["proj-a"]),
+            plangate::config::ApiToken::limited(TOKEN_B, &["proj-b"]),
+        ];
+        tweak(s);
+    })
+    .await
+}
+
 pub async fn spawn_app(backend: Backend) -> TestApp {
     spawn_app_with(backend, |_| {}).await
 }
@@ -401,6 +423,32 @@ where
         let (a, b) = <(A, B)>::set_up(backend).await;
         self(a, b).await
     }
+}
+
+/// Runs `$body` with `$conn` a `&mut` connection of the back-end's own type to
+/// the test's database (`$app.database`): a statement the API does not offer,
+/// written once and checked against both drivers.
+macro_rules! with_connection {
+    ($app:expr, $conn:ident => $body:expr) => {
+        match $app.backend {
+            $crate::common::Backend::Postgres => {
+                let mut conn =
+                    <sqlx::PgConnection as sqlx::Connection>::connect(&$app.database.url)
+                        .await
+                        .expect("connect");
+                let $conn = &mut conn;
+                $body
+            }
+            $crate::common::Backend::Sqlite => {
+                let mut conn =
+                    <sqlx::SqliteConnection as sqlx::Connection>::connect(&$app.database.url)
+                        .await
+                        .expect("connect");
+                let $conn = &mut conn;
+                $body
+            }
+        }
+    };
 }
 
 /// Run each named `async fn` once against SQLite and once against Postgres:
@@ -532,4 +580,42 @@ pub fn one_phase_plan() -> serde_json::Value {
             "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": ["src/a.rs"]}]
         }]
     })
+}
+
+/// Most fixture runs alive at once, from the `--record` events file of
+/// `tests/fixtures/l0/l0.sh` in `dir` (none recorded: 0).
+pub fn max_concurrency(dir: &std::path::Path) -> usize {
+    let text = std::fs::read_to_string(dir.join("events")).unwrap_or_default();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .filter_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            let delta = if parts.first()? == &"start" { 1 } else { -1 };
+            Some((parts.get(2)?.parse().ok()?, delta))
+        })
+        .collect();
+    // Ends sort before starts at the same instant.
+    events.sort();
+    let (mut live, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        live += d;
+        max = max.max(live);
+    }
+    max as usize
+}
+
+/// An executor profile of `kind` with nothing else set (each default applies);
+/// a test sets what it needs with `ExecutorProfile { …, ..executor_profile(kind) }`.
+pub fn executor_profile(kind: plangate::config::ExecutorKind) -> plangate::config::ExecutorProfile {
+    plangate::config::ExecutorProfile {
+        kind,
+        argv: vec![],
+        base_url: None,
+        model: None,
+        api_key_env: None,
+        timeout_secs: None,
+        max_output_bytes: None,
+        env_allow: vec![],
+        output: Default::default(),
+    }
 }
