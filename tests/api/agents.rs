@@ -663,9 +663,7 @@ async fn fake_api(api: Api, prompt: &str, script: Script) -> (String, Arc<Fake>)
     let app = axum::Router::new()
         .fallback(handle)
         .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = crate::common::serve_local(app).await;
     let base = match api {
         // The trailing slash is tolerated.
         Api::Openai => format!("http://{addr}/v1/"),

@@ -165,13 +165,7 @@ async fn all_jobs(app: &TestApp) -> Vec<Value> {
         .clone()
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list.as_array()
-        .expect("array")
-        .iter()
-        .map(|a| a["id"].as_str().expect("id").to_owned())
-        .collect()
-}
+use crate::common::ids;
 
 fn by_id<'a>(assignments: &'a Value, id: &str) -> &'a Value {
     assignments

@@ -123,11 +123,8 @@ fn cyclic() -> Value {
 
 async fn pending_tasks(app: &TestApp, project: &str) -> Value {
     let status: Value = app
-        .get(&format!("/v1/projects/{project}/status"))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/v1/projects/{project}/status"))
+        .await;
     status["counts"]["pending"].clone()
 }
 

@@ -263,12 +263,7 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
                 json!(["a.py"]),
                 json!(1),
             ));
-            let list: Value = app
-                .post_json("/v1/task-lists", &body)
-                .await
-                .json()
-                .await
-                .unwrap();
+            let list: Value = app.post_for_json("/v1/task-lists", &body).await;
             setup_id = Some((
                 list["id"].as_str().unwrap().to_owned(),
                 list["tasks"][0]["id"].as_str().unwrap().to_owned(),
@@ -332,19 +327,11 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
     let stored = match field.read_back {
         ReadBack::Get("/v1/tasks-of-setup") => {
             let (list, _) = setup_id.as_ref().unwrap();
-            app.get(&format!("/v1/task-lists/{list}"))
-                .await
-                .json()
-                .await
-                .unwrap()
+            app.get_json(&format!("/v1/task-lists/{list}")).await
         }
         ReadBack::Get(read) => {
             let id = answer["id"].as_str().unwrap_or_default();
-            app.get(&fresh(read).replace("{id}", id))
-                .await
-                .json()
-                .await
-                .unwrap()
+            app.get_json(&fresh(read).replace("{id}", id)).await
         }
         ReadBack::Request(table) => {
             stored_request(app, table, answer["id"].as_str().unwrap()).await
@@ -445,11 +432,8 @@ async fn l0_output_with_nul_is_stored(backend: Backend) {
         let text = job.to_string();
         assert!(!text.contains("\\u0000"), "{text}");
         let l0s: Value = app
-            .get(&format!("/v1/refine-jobs/{id}/assignments"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/v1/refine-jobs/{id}/assignments"))
+            .await;
         assert_eq!(l0s[0]["status"], l0_status, "{l0s}");
         let excerpt = l0s[0]["output_excerpt"].as_str().unwrap_or_default();
         assert!(excerpt.contains('\u{fffd}'), "{l0s}");

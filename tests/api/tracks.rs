@@ -293,12 +293,7 @@ async fn stale_if_match_is_412_and_no_write_is_lost(app: TestApp) {
     let ok = results.iter().filter(|r| r.status() == 200).count();
     let conflicts = results.iter().filter(|r| r.status() == 409).count();
     assert_eq!((ok, conflicts), (1, 5));
-    let meta: Value = app
-        .get(&format!("/v1/tracks/{TRACK}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = app.get_json(&format!("/v1/tracks/{TRACK}")).await;
     assert_eq!(
         meta["loop_state"]["checkpoints"]["PLAN"]["plan_version"], 1,
         "applied once"
@@ -356,24 +351,14 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
     assert_eq!(fixed.status(), 200);
     // The evaluation runs again and passes: its checkpoint forgets the failed verdict.
     run_step(&app, "EVALUATE_EXECUTION", "PASSED").await;
-    let meta: Value = app
-        .get(&format!("/v1/tracks/{TRACK}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = app.get_json(&format!("/v1/tracks/{TRACK}")).await;
     assert_ne!(
         meta["loop_state"]["checkpoints"]["EVALUATE_EXECUTION"]["notes"],
         "cache key ignores the tenant",
         "the document alone no longer has the failed verdict"
     );
 
-    let history: Value = app
-        .get(&format!("/v1/tracks/{TRACK}/history"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let history: Value = app.get_json(&format!("/v1/tracks/{TRACK}/history")).await;
     assert_eq!(history["track_id"], TRACK);
     let events = history["events"].as_array().unwrap();
     let what: Vec<String> = events

@@ -255,9 +255,7 @@ async fn fake_api(api: Api, fail_first: bool) -> (String, Arc<FakeApi>) {
     let app = axum::Router::new()
         .fallback(fake_handle)
         .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = crate::common::serve_local(app).await;
     let base = match api {
         Api::Openai => format!("http://{addr}/v1"),
         Api::Anthropic => format!("http://{addr}"),
@@ -574,12 +572,7 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     }
 
     // The project: by executor and model, and overall.
-    let usage: Value = app
-        .get("/v1/projects/alpha/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = app.get_json("/v1/projects/alpha/usage").await;
     assert_eq!(usage["usage"]["calls"], 3 + 2 + 1 + 2, "{usage}");
     assert_eq!(
         usage["usage"]["cost_usd"],
@@ -612,35 +605,19 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert_eq!(groups.len(), 4);
 
     // Filters: the cycle, and the time window.
-    let t2: Value = app
-        .get("/v1/projects/alpha/usage?team_pk=t2")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let t2: Value = app.get_json("/v1/projects/alpha/usage?team_pk=t2").await;
     assert_eq!(t2["usage"]["calls"], 1);
     assert!(close(cost(&t2["usage"]["cost_usd"]), expected_priced));
     let future: Value = app
-        .get("/v1/projects/alpha/usage?since=2999-01-01T00:00:00Z")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/projects/alpha/usage?since=2999-01-01T00:00:00Z")
+        .await;
     assert_eq!(future["usage"]["calls"], 0);
     assert!(close(cost(&future["usage"]["cost_usd"]), 0.0));
     let past: Value = app
-        .get("/v1/projects/alpha/usage?since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/projects/alpha/usage?since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z")
+        .await;
     assert_eq!(past["usage"]["calls"], 8);
-    let beta: Value = app
-        .get("/v1/projects/beta/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let beta: Value = app.get_json("/v1/projects/beta/usage").await;
     assert!(close(cost(&beta["usage"]["cost_usd"]), 0.01));
 
     // Bad queries are clear 4xx.
@@ -885,11 +862,8 @@ async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) 
     let deadline = Instant::now() + Duration::from_secs(60);
     let run = loop {
         let run: Value = app
-            .get(&format!("/v1/refine-runs/{run_id}?wait=5"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/v1/refine-runs/{run_id}?wait=5"))
+            .await;
         if run["result"].is_object() {
             break run;
         }
@@ -976,12 +950,7 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
         "budget_exhausted",
     )
     .await;
-    let jobs: Value = app
-        .get("/v1/refine-jobs?project_id=alpha")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let jobs: Value = app.get_json("/v1/refine-jobs?project_id=alpha").await;
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1);
 
     // Another project, a project with its own limit, and no project: unaffected.
@@ -1176,12 +1145,7 @@ fn known_cost(usage: &Value) -> f64 {
 /// The job as REST, MCP and the dashboard show it: stopped by its budget, never
 /// plain success.
 async fn assert_budget_exceeded_everywhere(app: &TestApp, job_id: &str) {
-    let job: Value = app
-        .get(&format!("/v1/refine-jobs/{job_id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let job: Value = app.get_json(&format!("/v1/refine-jobs/{job_id}")).await;
     assert_eq!(job["status"], "failed", "REST: {job}");
     assert_eq!(job["error"]["code"], "budget_exceeded", "REST: {job}");
     let (is_error, answer) = app
@@ -1274,11 +1238,8 @@ async fn run_budget_caps_spend_across_two_replicas(backend: Backend) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let run = loop {
         let run: Value = app
-            .get(&format!("/v1/refine-runs/{run_id}?wait=5"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/v1/refine-runs/{run_id}?wait=5"))
+            .await;
         if run["result"].is_object() {
             break run;
         }
@@ -1363,12 +1324,7 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
             stopped.push(id.clone());
         }
     }
-    let usage: Value = app
-        .get("/v1/projects/alpha/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = app.get_json("/v1/projects/alpha/usage").await;
     let spent = known_cost(&usage["usage"]);
     eprintln!(
         "FIGURE {backend:?} daily limit $1.00, {} jobs created of 20: spent ${spent:.2} in {} calls",

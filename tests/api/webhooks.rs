@@ -170,11 +170,11 @@ async fn webhooks_rest_contract(app: TestApp) {
     let id = created["id"].as_str().unwrap().to_owned();
     let path = format!("/v1/webhooks/{id}");
 
-    let one: Value = app.get(&path).await.json().await.unwrap();
+    let one: Value = app.get_json(&path).await;
     assert_eq!(one["id"], created["id"]);
     assert_eq!(one["url"], "https://8.8.8.8/hook");
     assert!(one.get("secret").is_none(), "{one}");
-    let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
+    let list: Value = app.get_json("/v1/webhooks").await;
     assert_eq!(list.as_array().unwrap().len(), 1);
     assert!(!list.to_string().contains("whsec_"), "{list}");
 
@@ -201,12 +201,7 @@ async fn webhooks_rest_contract(app: TestApp) {
     assert_secret(&rotated["secret"]);
     assert_ne!(rotated["secret"], created["secret"]);
 
-    let deliveries: Value = app
-        .get(&format!("{path}/deliveries"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let deliveries: Value = app.get_json(&format!("{path}/deliveries")).await;
     assert_eq!(deliveries, json!([]));
     let unknown = uuid::Uuid::now_v7();
     let replay = send(
@@ -253,7 +248,7 @@ async fn webhooks_rest_contract(app: TestApp) {
     }
     let bad_id = app.get("/v1/webhooks/not-a-uuid").await;
     expect_problem(bad_id, 400, "invalid_path").await;
-    let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
+    let list: Value = app.get_json("/v1/webhooks").await;
     assert_eq!(list.as_array().unwrap().len(), 2);
 
     // The dashboard lists them (never a secret).
@@ -308,7 +303,7 @@ async fn webhook_targets_must_be_public(app: TestApp) {
         let problem = expect_problem(response, 422, "webhook_url_not_allowed").await;
         assert_eq!(problem["field"], "url", "{url}: {problem}");
     }
-    let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
+    let list: Value = app.get_json("/v1/webhooks").await;
     assert_eq!(list, json!([]), "refused targets are not stored");
     create(
         &app,
@@ -450,7 +445,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     }
     let deliveries_path = format!("/v1/webhooks/{}/deliveries", hook["id"].as_str().unwrap());
     // Stored with the change: listed at once, and attempted (and failing) soon.
-    let deliveries: Value = app.get(&deliveries_path).await.json().await.unwrap();
+    let deliveries: Value = app.get_json(&deliveries_path).await;
     let mut types: Vec<&str> = deliveries
         .as_array()
         .unwrap()
@@ -461,7 +456,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     assert_eq!(types, ["task.failed", "task_list.finished"], "{deliveries}");
     let deadline = Instant::now() + Duration::from_secs(15);
     let failing = loop {
-        let now: Value = app.get(&deliveries_path).await.json().await.unwrap();
+        let now: Value = app.get_json(&deliveries_path).await;
         if now
             .as_array()
             .unwrap()
@@ -480,7 +475,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
         assert!(d["delivered_at"].is_null(), "{d}");
     }
     let other_path = format!("/v1/webhooks/{}/deliveries", other["id"].as_str().unwrap());
-    let none: Value = app.get(&other_path).await.json().await.unwrap();
+    let none: Value = app.get_json(&other_path).await;
     assert_eq!(none, json!([]), "another project's webhook gets nothing");
 
     let database = app.stop_keeping_database().await;
@@ -531,7 +526,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now: Value = app.get(&deliveries_path).await.json().await.unwrap();
+        let now: Value = app.get_json(&deliveries_path).await;
         if now
             .as_array()
             .unwrap()
@@ -565,7 +560,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
             .unwrap(),
         2
     );
-    let left: Value = app.get(&deliveries_path).await.json().await.unwrap();
+    let left: Value = app.get_json(&deliveries_path).await;
     assert_eq!(left, json!([]));
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(
@@ -597,11 +592,8 @@ async fn private_targets_stored_earlier_are_not_called(backend: Backend) {
     })
     .await;
     let list: Value = app
-        .post_json("/v1/task-lists", &one_task_list("proj-p"))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json("/v1/task-lists", &one_task_list("proj-p"))
+        .await;
     let task_a = list["tasks"][0]["id"].as_str().unwrap();
     for status in ["running", "failed"] {
         let r = app
@@ -612,7 +604,7 @@ async fn private_targets_stored_earlier_are_not_called(backend: Backend) {
     let path = format!("/v1/webhooks/{}/deliveries", hook["id"].as_str().unwrap());
     let deadline = Instant::now() + Duration::from_secs(15);
     let delivery = loop {
-        let now: Value = app.get(&path).await.json().await.unwrap();
+        let now: Value = app.get_json(&path).await;
         let d = now[0].clone();
         if d["attempts"].as_i64() >= Some(2) {
             break d;

@@ -135,6 +135,24 @@ impl TestApp {
         self.client.get(self.url(path)).send().await.expect("GET")
     }
 
+    /// `GET path`'s JSON body (whatever the status: the test asserts on it).
+    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        self.get(path).await.json().await.expect("a JSON body")
+    }
+
+    /// `POST path` with a JSON body; the answer's JSON body.
+    pub async fn post_for_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> T {
+        self.post_json(path, body)
+            .await
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
         self.client
             .post(self.url(path))
@@ -618,4 +636,34 @@ pub fn executor_profile(kind: plangate::config::ExecutorKind) -> plangate::confi
         env_allow: vec![],
         output: Default::default(),
     }
+}
+
+/// The fields of a task of a task list (docs/api.md, "Task lists").
+pub const TASK_FIELDS: [&str; 8] = [
+    "task_id",
+    "assigned_persona",
+    "parallel_group",
+    "depends_on",
+    "reads",
+    "writes",
+    "description",
+    "reviews",
+];
+
+/// Serves `app` on a free local port (a fake provider or receiver) until the test
+/// ends; its address.
+pub async fn serve_local(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// The `id` of each object of a JSON array.
+pub fn ids(list: &Value) -> Vec<String> {
+    list.as_array()
+        .expect("array")
+        .iter()
+        .map(|a| a["id"].as_str().expect("id").to_owned())
+        .collect()
 }
