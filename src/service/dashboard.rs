@@ -5,11 +5,11 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
-use crate::db::dashboard::{JobListFilter, JobRow, ListCounts, LiveTable, RunRow};
+use crate::db::dashboard::{JobListFilter, ListCounts, LiveTable};
 use crate::db::refine_jobs::JobFilter;
 use crate::db::task_lists::dispatch_view;
 use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
-use crate::domain::job::JobStatus;
+use crate::domain::job::{JobStatus, JobSummary, RunSummary};
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
 use crate::service::tracks::StoredTrackEvent;
@@ -286,10 +286,7 @@ impl Service {
             .db
             .job_rows(&filter, JOB_PAGE + 1, query.before)
             .await?;
-        let page = Page::cut(
-            rows.into_iter().map(JobListEntry::from).collect::<Vec<_>>(),
-            |r| r.id,
-        );
+        let page = Page::cut(rows, |r| r.id);
         let ids: Vec<Uuid> = page.rows.iter().map(|r| r.id).collect();
         let usage = self.db.job_usage(&ids).await?.into_iter().collect();
         let counts = self.db.job_state_counts(&filter).await?;
@@ -301,76 +298,10 @@ impl Service {
     }
 }
 
-/// A refine job as a list row shows it (no log, request or result).
-pub struct JobListEntry {
-    pub id: Uuid,
-    pub status: JobStatus,
-    pub phase_id: String,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    pub attempt: i32,
-    pub max_attempts: i32,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// `(code, message)`.
-    pub error: Option<(String, Option<String>)>,
-    pub l0_total: i64,
-    /// Its L0s without a valid answer (a succeeded job with some is degraded).
-    pub l0_not_valid: i64,
-}
-
-impl From<JobRow> for JobListEntry {
-    fn from(row: JobRow) -> Self {
-        JobListEntry {
-            id: row.id,
-            status: row.status,
-            phase_id: row.phase_id,
-            project_id: row.project_id,
-            team_pk: row.team_pk,
-            executor: row.executor,
-            attempt: row.attempt,
-            max_attempts: row.max_attempts,
-            created_at: row.created_at,
-            started_at: row.started_at,
-            finished_at: row.finished_at,
-            error: row.error_code.map(|code| (code, row.error_message)),
-            l0_total: i64::from(row.l0_total),
-            l0_not_valid: row.l0_not_valid,
-        }
-    }
-}
-
-/// A refine run as a list row shows it.
-pub struct RunListEntry {
-    pub id: Uuid,
-    pub status: JobStatus,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    pub created_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
-impl From<RunRow> for RunListEntry {
-    fn from(row: RunRow) -> Self {
-        RunListEntry {
-            id: row.id,
-            status: row.status,
-            project_id: row.project_id,
-            team_pk: row.team_pk,
-            executor: row.executor,
-            created_at: row.created_at,
-            finished_at: row.finished_at,
-        }
-    }
-}
-
 /// A page of the job list, with what each row cost and the state counts of
 /// every job the query matches (whatever its status filter).
 pub struct JobList {
-    pub page: Page<JobListEntry>,
+    pub page: Page<JobSummary>,
     pub usage: std::collections::HashMap<Uuid, crate::domain::usage::UsageTotals>,
     pub counts: Vec<(String, i64)>,
 }
@@ -424,15 +355,12 @@ impl Service {
         &self,
         caller: &Caller,
         before: Option<Uuid>,
-    ) -> Result<Page<RunListEntry>, ServiceError> {
+    ) -> Result<Page<RunSummary>, ServiceError> {
         let rows = self
             .db
             .run_rows(caller.allowed_projects(), JOB_PAGE + 1, before)
             .await?;
-        Ok(Page::cut(
-            rows.into_iter().map(RunListEntry::from).collect::<Vec<_>>(),
-            |r| r.id,
-        ))
+        Ok(Page::cut(rows, |r| r.id))
     }
 }
 

@@ -6,10 +6,10 @@ use maud::{Markup, html};
 
 use super::usage::{self, l0_cells, totals_facts};
 use super::{Chrome, Section, id_code, layout, live_badge, opt_time, status as status_badge, time};
-use crate::domain::job::{JobStatus, L0State, degraded_note, retry_refusal};
+use crate::domain::job::{JobStatus, L0State, RunSummary, degraded_note, retry_refusal};
 use crate::service::dashboard::{
-    BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunListEntry,
-    RunView, StoredJob, StoredL0,
+    BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunView,
+    StoredJob, StoredL0,
 };
 
 /// The list's query as a URL query, with `status` replaced by `status` (the
@@ -132,8 +132,8 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
                                 td.num { (job.attempt) " of " (job.max_attempts) }
                                 td { bdi { (job.executor) } }
                                 td.error {
-                                    @if let Some((code, message)) = &job.error {
-                                        code { (code) } @if let Some(m) = message { ": " bdi { (m) } }
+                                    @if let Some(code) = &job.error_code {
+                                        code { (code) } @if let Some(m) = &job.error_message { ": " bdi { (m) } }
                                     } @else { span.none { "—" } }
                                 }
                                 td.num.duration {
@@ -495,7 +495,7 @@ fn bulk_buttons(kind: BulkKind) -> Markup {
     }
 }
 
-pub fn runs_page(page: &Page<RunListEntry>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
+pub fn runs_page(page: &Page<RunSummary>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
     let body = html! {
         (live_badge())
         div #live-region data-live="runs" {
