@@ -14,7 +14,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, StoredJson};
+use super::extract::{Json, Path, Query, StoredJson, TrackPath};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
@@ -88,7 +88,7 @@ pub struct ImportQuery {
 async fn put_track(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    TrackPath(id): TrackPath,
     Query(query): Query<ImportQuery>,
     headers: HeaderMap,
     StoredJson(document): StoredJson<Value>,
@@ -97,7 +97,7 @@ async fn put_track(
         .service
         .import_track(
             &caller,
-            parse_track_id(&raw_id)?,
+            id,
             query.project_id.as_deref(),
             document,
             precondition(&headers),
@@ -122,12 +122,9 @@ async fn put_track(
 async fn get_track(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    TrackPath(id): TrackPath,
 ) -> Result<Response, ApiError> {
-    let track = state
-        .service
-        .track(&caller, parse_track_id(&raw_id)?)
-        .await?;
+    let track = state.service.track(&caller, id).await?;
     Ok(respond(StatusCode::OK, &track))
 }
 
@@ -144,14 +141,9 @@ async fn get_track(
 async fn track_history(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    TrackPath(id): TrackPath,
 ) -> Result<Json<TrackHistory>, ApiError> {
-    Ok(Json(
-        state
-            .service
-            .track_history(&caller, parse_track_id(&raw_id)?)
-            .await?,
-    ))
+    Ok(Json(state.service.track_history(&caller, id).await?))
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).
