@@ -335,13 +335,7 @@ fn timed_log(
 
 impl Service {
     pub async fn dashboard_job(&self, caller: &Caller, id: Uuid) -> Result<JobView, ServiceError> {
-        let job = self
-            .db
-            .refine_job(id)
-            .await?
-            .map(StoredJob::from)
-            .ok_or_else(|| not_found("refine job", id))?;
-        caller.check_optional_project(job.project_id.as_deref())?;
+        let job = self.load_job(caller, id).await?;
         let l0s = self.db.refine_job_l0s(id).await?;
         let l0s = l0s.into_iter().map(StoredL0::from).collect();
         let events = self.db.refine_job_log_times(id).await?;
@@ -372,13 +366,7 @@ pub struct RunView {
 
 impl Service {
     pub async fn dashboard_run(&self, caller: &Caller, id: Uuid) -> Result<RunView, ServiceError> {
-        let run = self
-            .db
-            .refine_run(id)
-            .await?
-            .map(StoredRun::from)
-            .ok_or_else(|| not_found("refine run", id))?;
-        caller.check_optional_project(run.project_id.as_deref())?;
+        let run = self.load_run(caller, id).await?;
         let filter = JobFilter {
             run_id: Some(id),
             ..JobFilter::default()

@@ -281,7 +281,11 @@ impl Service {
     }
 
     /// The job, if the caller may see its project.
-    async fn load_job(&self, caller: &Caller, id: Uuid) -> Result<StoredJob, ServiceError> {
+    pub(super) async fn load_job(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<StoredJob, ServiceError> {
         let job = self
             .db
             .refine_job(id)

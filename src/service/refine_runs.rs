@@ -99,7 +99,11 @@ fn invalid_plan(e: ServiceError) -> ServiceError {
 
 impl Service {
     /// The run, if the caller may see its project.
-    async fn load_run(&self, caller: &Caller, id: Uuid) -> Result<StoredRun, ServiceError> {
+    pub(super) async fn load_run(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<StoredRun, ServiceError> {
         let run = self
             .db
             .refine_run(id)

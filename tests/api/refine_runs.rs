@@ -641,6 +641,17 @@ async fn every_phase_failing_fails_the_run(backend: Backend) {
         200,
         "a failed run has a result too"
     );
+    // The dashboard's run list reads the run's row as it is.
+    let list = app.get("/ui/runs").await.text().await.unwrap();
+    let row = list
+        .split(&format!("data-run=\"{run_id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row of run {run_id} in {list}"));
+    assert!(
+        row.contains("st-failed"),
+        "the run's row says failed: {row}"
+    );
     app.shutdown().await;
 }
 
