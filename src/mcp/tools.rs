@@ -517,8 +517,9 @@ async fn project_status(call: &Call<'_>, args: ProjectStatusArgs) -> Result<Answ
     let &Call {
         service, caller, ..
     } = call;
+    let project = crate::domain::ids::Ident::parse("project_id", &args.project_id)?;
     let status = service
-        .project_status(caller, args.project_id, args.team_pk)
+        .project_status(caller, project, args.team_pk)
         .await?;
     Ok(Answer::Json(json!(status)))
 }
