@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Settings;
 use crate::db::{Database, DbError};
-use crate::web::AppState;
+use crate::state::AppState;
 use crate::{agents, http, jobs, mcp, service, ui};
 
 /// The whole application: the API's routes, the MCP endpoint and the dashboard,

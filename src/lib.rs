@@ -17,6 +17,6 @@ pub mod http;
 pub mod jobs;
 pub mod mcp;
 pub mod service;
+pub mod state;
 pub mod telemetry;
 pub mod ui;
-pub mod web;

@@ -31,6 +31,47 @@ class StartFailed(RuntimeError):
     pass
 
 
+class CheckFailed(Exception):
+    """A check of a driver script (tests/webhooks, tests/traces) that did not hold."""
+
+
+def check(condition, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def task(task_id, wave, deps=(), reviews=None, description=None, persona="coder"):
+    """A task of a task list: it writes its own file, or reviews `reviews` (and
+    writes nothing)."""
+    t = {
+        "task_id": task_id,
+        "assigned_persona": persona,
+        "parallel_group": wave,
+        "depends_on": list(deps),
+        "reads": [],
+        "writes": [f"src/{task_id.lower()}.rs"],
+        "description": description or f"Do {task_id}.",
+    }
+    if reviews:
+        t["reviews"] = reviews
+        t["writes"] = []
+    return t
+
+
+def new_database(backend: str, work: Path, prefix: str = "plangate_test_py") -> tuple[str, str | None]:
+    """`(url, name to drop)` of a fresh database: a SQLite file in `work`, or a new
+    Postgres database (then its name, for `drop_database`)."""
+    if backend == "sqlite":
+        return f"sqlite://{work}/plangate.db", None
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    subprocess.run(["psql", PG_ADMIN, "-qc", f"CREATE DATABASE {name}"], check=True)
+    return PG_ADMIN.rsplit("/", 1)[0] + "/" + name, name
+
+
+def drop_database(name: str) -> None:
+    subprocess.run(["psql", PG_ADMIN, "-qc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"], check=False)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -78,10 +119,7 @@ class Plangate:
         """Stops the server and drops its Postgres database, if it has one."""
         self.stop(timeout)
         if self.drop:
-            subprocess.run(
-                ["psql", PG_ADMIN, "-qc", f"DROP DATABASE IF EXISTS {self.drop} WITH (FORCE)"],
-                check=False,
-            )
+            drop_database(self.drop)
             self.drop = None
 
     def errors(self) -> list[str]:
@@ -94,18 +132,14 @@ class Plangate:
 
 
 def start(binary: Path, backend: str, config: str, env: dict[str, str], *, prefix: str = "plangate-",
-          drop_env: tuple[str, ...] = ()) -> Plangate:
+          drop_env: tuple[str, ...] = (), database_url: str | None = None) -> Plangate:
     """Starts `binary serve` with `config` (TOML) on `backend` ("sqlite" or
     "postgres") and `env` over this process's environment (less the variables
-    named with a prefix in `drop_env`); answers once /readyz does."""
+    named with a prefix in `drop_env`); answers once /readyz does. With
+    `database_url` it joins that database (a replica, or a restart) and drops
+    nothing when it stops."""
     work = Path(tempfile.mkdtemp(prefix=prefix))
-    drop = None
-    if backend == "sqlite":
-        url = f"sqlite://{work}/plangate.db"
-    else:
-        drop = f"plangate_test_py_{secrets.token_hex(6)}"
-        subprocess.run(["psql", PG_ADMIN, "-qc", f"CREATE DATABASE {drop}"], check=True)
-        url = PG_ADMIN.rsplit("/", 1)[0] + "/" + drop
+    url, drop = (database_url, None) if database_url is not None else new_database(backend, work)
     (work / "plangate.toml").write_text(config)
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(drop_env)}

@@ -18,7 +18,7 @@ use super::args::TrackCommand;
 use crate::agents::Executors;
 use crate::config::Settings;
 use crate::domain::track_state::{Completion, StepOutcome};
-use crate::service::tracks::{Precondition, StepWrite, TrackVersion};
+use crate::service::tracks::{Precondition, StepWrite, TrackVersion, parse_track_id};
 use crate::service::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 
 pub const EXIT_OK: u8 = 0;
@@ -148,14 +148,20 @@ async fn execute(
                 None => document_id(&document)?,
             };
             let version = service
-                .import_track(&caller, &id, project.as_deref(), document, pinned(if_match))
+                .import_track(
+                    &caller,
+                    parse_track_id(&id)?,
+                    project.as_deref(),
+                    document,
+                    pinned(if_match),
+                )
                 .await?;
             let mut answer = summary(&version);
             answer["created"] = Value::Bool(version.created);
             Ok(answer)
         }
         TrackCommand::Show { id } => {
-            let version = service.track(&caller, &id).await?;
+            let version = service.track(&caller, parse_track_id(&id)?).await?;
             let mut answer = summary(&version);
             answer["metadata"] = json!(version.metadata);
             Ok(answer)
@@ -175,7 +181,13 @@ async fn execute(
                 .map(Completion::new);
             let write = StepWrite::from_action(action, agent.as_deref(), completion.as_ref())?;
             let version = service
-                .step_track(&caller, &id, &step, write, pinned(if_match))
+                .step_track(
+                    &caller,
+                    parse_track_id(&id)?,
+                    &step,
+                    write,
+                    pinned(if_match),
+                )
                 .await?;
             Ok(summary(&version))
         }

@@ -8,7 +8,7 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{Database, DbResult};
-use crate::domain::job::JobStatus;
+use crate::domain::job::{JobSummary, RunSummary};
 
 /// One task list and how many of its tasks are in each status.
 #[derive(Debug, Clone)]
@@ -20,28 +20,6 @@ pub struct ListCounts {
     pub created_at: DateTime<Utc>,
     /// `(status, count)`.
     pub counts: Vec<(String, i64)>,
-}
-
-/// A refine job as a list row shows it (no log, request or result).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct JobRow {
-    pub id: Uuid,
-    pub status: JobStatus,
-    pub phase_id: String,
-    pub run_id: Option<Uuid>,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    pub attempt: i32,
-    pub max_attempts: i32,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub l0_total: i32,
-    /// Its L0s without a valid answer (a succeeded job with some is degraded).
-    pub l0_not_valid: i64,
 }
 
 /// A job's L0s without a valid answer, as a column of a `refine_jobs` row.
@@ -64,17 +42,6 @@ pub struct JobListFilter {
     pub created_from: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
     pub allowed_projects: Option<Vec<String>>,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct RunRow {
-    pub id: Uuid,
-    pub status: JobStatus,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    pub created_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone)]
@@ -269,12 +236,13 @@ impl Database {
         filter: &JobListFilter,
         limit: u32,
         before: Option<Uuid>,
-    ) -> DbResult<Vec<JobRow>> {
+    ) -> DbResult<Vec<JobSummary>> {
         Ok(on_pool!(self, pool => {
             let mut q = QueryBuilder::new(format!(
-                "SELECT id, status, phase_id, run_id, project_id, team_pk, executor, attempt, \
+                "SELECT id, status, phase_id, project_id, team_pk, executor, attempt, \
                  max_attempts, created_at, started_at, finished_at, error_code, error_message, \
-                 l0_total, {NOT_VALID} AS l0_not_valid FROM refine_jobs WHERE TRUE",
+                 CAST(l0_total AS BIGINT) AS l0_total, {NOT_VALID} AS l0_not_valid \
+                 FROM refine_jobs WHERE TRUE",
             ));
             push_job_filter!(q, filter, true);
             if let Some(before) = before {
@@ -344,7 +312,7 @@ impl Database {
         allowed: Option<&[String]>,
         limit: u32,
         before: Option<Uuid>,
-    ) -> DbResult<Vec<RunRow>> {
+    ) -> DbResult<Vec<RunSummary>> {
         Ok(on_pool!(self, pool => {
             let mut q = QueryBuilder::new(
                 "SELECT id, status, project_id, team_pk, executor, created_at, finished_at \

@@ -5,8 +5,7 @@
 //! both arms, so it is type-checked against each driver (docs/architecture.md).
 //! The db layer speaks domain types and its own `*Record` rows, never HTTP.
 
-// First, so that every module below sees its macros (`on_pool!` and the job
-// transaction helpers).
+// First, so that every module below sees its macros (`on_pool!`, `begin_write!`).
 #[macro_use]
 mod tx;
 
@@ -18,6 +17,8 @@ pub mod outbox;
 // Before `refine_jobs`, whose L0 gate uses its macros.
 #[macro_use]
 pub mod rate_limits;
+// Before `refine_runs`, which inserts jobs with its `insert_jobs!`.
+#[macro_use]
 pub mod refine_jobs;
 pub mod refine_runs;
 // Before `task_claims` and `task_lists`, which use its macros.

@@ -170,6 +170,40 @@ pub fn requeue_backoff(attempts_made: u32, jitter: f64) -> Duration {
     Duration::from_millis(base_ms + extra)
 }
 
+/// A refine job as a list row shows it — no log, request or result (the
+/// dashboard's job list, decoded straight from its `refine_jobs` row).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobSummary {
+    pub id: uuid::Uuid,
+    pub status: JobStatus,
+    pub phase_id: String,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub l0_total: i64,
+    /// Its L0s without a valid answer (a succeeded job with some is degraded).
+    pub l0_not_valid: i64,
+}
+
+/// A refine run as a list row shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RunSummary {
+    pub id: uuid::Uuid,
+    pub status: JobStatus,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -5,13 +5,17 @@ use axum::extract::rejection::{
     JsonRejection, MissingJsonContentType, PathRejection, QueryRejection,
 };
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use crate::domain::storable::{find_nul, may_hold_nul};
+use crate::domain::track_state::TrackId;
 use crate::http::problem::ApiError;
-use crate::service::ProblemCode;
+use crate::service::tracks::parse_track_id;
+use crate::service::{ProblemCode, parse_id};
+use uuid::Uuid;
 
 /// `axum::Json` whose rejection is an [`ApiError`], parsed by [`parse_json`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -167,6 +171,44 @@ pub struct Path<T>(pub T);
 #[derive(Debug, FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct Query<T>(pub T);
+
+/// The `{id}` of a route with that one path parameter, parsed at the edge by the
+/// service's rule (400 `invalid_path` or `invalid_track_id`, the same text on
+/// every transport), so a handler passes the use case a typed id.
+macro_rules! path_id {
+    ($(#[$doc:meta])* $name:ident($ty:ty) = $parse:expr) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name(pub $ty);
+
+        impl<S: Send + Sync> FromRequestParts<S> for $name {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                let Path(raw) = Path::<String>::from_request_parts(parts, state).await?;
+                let parse: fn(&str) -> Result<$ty, crate::service::ServiceError> = $parse;
+                Ok($name(parse(&raw)?))
+            }
+        }
+    };
+}
+
+path_id!(
+    /// A refine job's id.
+    JobPath(Uuid) = |raw| parse_id(raw, "job")
+);
+path_id!(
+    /// A refine run's id.
+    RunPath(Uuid) = |raw| parse_id(raw, "run")
+);
+path_id!(
+    /// A webhook's id.
+    WebhookPath(Uuid) = |raw| parse_id(raw, "webhook")
+);
+path_id!(
+    /// A track's id.
+    TrackPath(TrackId) = parse_track_id
+);
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {

@@ -28,7 +28,7 @@ use axum::Router;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-pub use crate::web::AppState;
+pub use crate::state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(

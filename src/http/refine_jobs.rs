@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, refuse_nul};
+use super::extract::{JobPath, Json, Query, refuse_nul};
 use super::responses::{
     BudgetExhausted, DatabaseUnavailable, JobById, NoSuchJob, RefineSubmission,
 };
@@ -147,14 +147,11 @@ async fn create_refine_job(
 async fn get_refine_job(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    JobPath(id): JobPath,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredJob>, ApiError> {
     Ok(Json(
-        state
-            .service
-            .refine_job(&caller, &raw_id, query.wait)
-            .await?,
+        state.service.refine_job(&caller, id, query.wait).await?,
     ))
 }
 
@@ -187,11 +184,9 @@ async fn list_refine_jobs(
 async fn refine_job_result(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    JobPath(id): JobPath,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(
-        state.service.refine_job_result(&caller, &raw_id).await?,
-    ))
+    Ok(Json(state.service.refine_job_result(&caller, id).await?))
 }
 
 /// Per-L0 records, in natural assignment order.
@@ -205,13 +200,10 @@ async fn refine_job_result(
 async fn refine_job_assignments(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    JobPath(id): JobPath,
 ) -> Result<Json<Vec<StoredL0>>, ApiError> {
     Ok(Json(
-        state
-            .service
-            .refine_job_assignments(&caller, &raw_id)
-            .await?,
+        state.service.refine_job_assignments(&caller, id).await?,
     ))
 }
 
@@ -232,13 +224,13 @@ async fn refine_job_assignments(
 async fn refine_job_events(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    JobPath(id): JobPath,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
     let events = state
         .service
-        .refine_job_events(&caller, &raw_id, last_event_id)
+        .refine_job_events(&caller, id, last_event_id)
         .await?;
     let stream = events.map(|e| {
         Ok(Event::default()
@@ -262,11 +254,9 @@ async fn refine_job_events(
 async fn cancel_refine_job(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    JobPath(id): JobPath,
 ) -> Result<Json<StoredJob>, ApiError> {
-    Ok(Json(
-        state.service.cancel_refine_job(&caller, &raw_id).await?,
-    ))
+    Ok(Json(state.service.cancel_refine_job(&caller, id).await?))
 }
 
 /// Retry an ended job that did not succeed (failed, budget-stopped or
@@ -287,9 +277,9 @@ async fn cancel_refine_job(
 async fn retry_refine_job(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    JobPath(id): JobPath,
 ) -> Result<Response, ApiError> {
-    let job = state.service.retry_refine_job(&caller, &raw_id).await?;
+    let job = state.service.retry_refine_job(&caller, id).await?;
     let mut response = (StatusCode::CREATED, Json(&job)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-jobs/{}", job.id)) {
         response.headers_mut().insert(header::LOCATION, location);

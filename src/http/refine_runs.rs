@@ -11,7 +11,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query};
+use super::extract::{Json, Query, RunPath};
 use super::refine_jobs::{WaitQuery, accepted, submission};
 use super::responses::{BudgetExhausted, NoSuchRun, RefineSubmission, RunById};
 use crate::http::problem::{ApiError, ForbiddenProject, Problem};
@@ -66,14 +66,11 @@ async fn create_refine_run(
 async fn get_refine_run(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    RunPath(id): RunPath,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredRun>, ApiError> {
     Ok(Json(
-        state
-            .service
-            .refine_run(&caller, &raw_id, query.wait)
-            .await?,
+        state.service.refine_run(&caller, id, query.wait).await?,
     ))
 }
 
@@ -90,11 +87,9 @@ async fn get_refine_run(
 async fn refine_run_result(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    RunPath(id): RunPath,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(
-        state.service.refine_run_result(&caller, &raw_id).await?,
-    ))
+    Ok(Json(state.service.refine_run_result(&caller, id).await?))
 }
 
 /// Cancel a run: every phase job not yet ended is cancelled; the run ends
@@ -109,9 +104,7 @@ async fn refine_run_result(
 async fn cancel_refine_run(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    RunPath(id): RunPath,
 ) -> Result<Json<StoredRun>, ApiError> {
-    Ok(Json(
-        state.service.cancel_refine_run(&caller, &raw_id).await?,
-    ))
+    Ok(Json(state.service.cancel_refine_run(&caller, id).await?))
 }

@@ -14,11 +14,11 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, StoredJson};
+use super::extract::{Json, Path, Query, StoredJson, TrackPath};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
-use crate::service::tracks::{Precondition, StepWrite, TrackHistory, TrackVersion};
+use crate::service::tracks::{Precondition, StepWrite, TrackHistory, TrackVersion, parse_track_id};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -88,7 +88,7 @@ pub struct ImportQuery {
 async fn put_track(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    TrackPath(id): TrackPath,
     Query(query): Query<ImportQuery>,
     headers: HeaderMap,
     StoredJson(document): StoredJson<Value>,
@@ -97,7 +97,7 @@ async fn put_track(
         .service
         .import_track(
             &caller,
-            &raw_id,
+            id,
             query.project_id.as_deref(),
             document,
             precondition(&headers),
@@ -122,9 +122,9 @@ async fn put_track(
 async fn get_track(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    TrackPath(id): TrackPath,
 ) -> Result<Response, ApiError> {
-    let track = state.service.track(&caller, &raw_id).await?;
+    let track = state.service.track(&caller, id).await?;
     Ok(respond(StatusCode::OK, &track))
 }
 
@@ -141,9 +141,9 @@ async fn get_track(
 async fn track_history(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    TrackPath(id): TrackPath,
 ) -> Result<Json<TrackHistory>, ApiError> {
-    Ok(Json(state.service.track_history(&caller, &raw_id).await?))
+    Ok(Json(state.service.track_history(&caller, id).await?))
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).
@@ -171,7 +171,7 @@ async fn start_step(
         .service
         .step_track(
             &caller,
-            &raw_id,
+            parse_track_id(&raw_id)?,
             &raw_step,
             StepWrite::Start { agent: &body.agent },
             precondition(&headers),
@@ -207,7 +207,7 @@ async fn complete_step(
         .service
         .step_track(
             &caller,
-            &raw_id,
+            parse_track_id(&raw_id)?,
             &raw_step,
             StepWrite::Complete(&body),
             precondition(&headers),

@@ -9,9 +9,10 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path};
+use super::extract::{Json, Path, WebhookPath};
 use super::responses::{DatabaseUnavailable, WebhookById};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::service::parse_id;
 use crate::service::webhooks::{
     CreateWebhookRequest, CreatedWebhook, Delivery, RotatedSecret, Webhook,
 };
@@ -80,9 +81,9 @@ async fn list_webhooks(
 async fn get_webhook(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    WebhookPath(id): WebhookPath,
 ) -> Result<Json<Webhook>, ApiError> {
-    Ok(Json(state.service.webhook(&caller, &raw_id).await?))
+    Ok(Json(state.service.webhook(&caller, id).await?))
 }
 
 /// Delete a webhook and its deliveries.
@@ -96,9 +97,9 @@ async fn get_webhook(
 async fn delete_webhook(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    WebhookPath(id): WebhookPath,
 ) -> Result<StatusCode, ApiError> {
-    state.service.delete_webhook(&caller, &raw_id).await?;
+    state.service.delete_webhook(&caller, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -114,13 +115,10 @@ async fn delete_webhook(
 async fn rotate_secret(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    WebhookPath(id): WebhookPath,
 ) -> Result<Json<RotatedSecret>, ApiError> {
     Ok(Json(
-        state
-            .service
-            .rotate_webhook_secret(&caller, &raw_id)
-            .await?,
+        state.service.rotate_webhook_secret(&caller, id).await?,
     ))
 }
 
@@ -136,11 +134,9 @@ async fn rotate_secret(
 async fn list_deliveries(
     State(state): State<AppState>,
     caller: Caller,
-    Path(raw_id): Path<String>,
+    WebhookPath(id): WebhookPath,
 ) -> Result<Json<Vec<Delivery>>, ApiError> {
-    Ok(Json(
-        state.service.webhook_deliveries(&caller, &raw_id).await?,
-    ))
+    Ok(Json(state.service.webhook_deliveries(&caller, id).await?))
 }
 
 /// Send a delivery again, with the same `webhook-id`, and the whole retry
@@ -163,7 +159,11 @@ async fn replay_delivery(
 ) -> Result<StatusCode, ApiError> {
     state
         .service
-        .replay_delivery(&caller, &raw_id, &raw_delivery)
+        .replay_delivery(
+            &caller,
+            parse_id(&raw_id, "webhook")?,
+            parse_id(&raw_delivery, "delivery")?,
+        )
         .await?;
     Ok(StatusCode::ACCEPTED)
 }

@@ -23,7 +23,7 @@ use crate::service::task_lists::{
     CreateTaskListRequest, StoredTask, StoredTaskList, TaskUpdate, ValidateRequest,
 };
 use crate::service::task_refs::{TASK_ID_HINT, TASK_LIST_ID_HINT, TaskRef, invalid_id, parse_uuid};
-use crate::service::tracks::{Precondition, StepWrite};
+use crate::service::tracks::{Precondition, StepWrite, parse_track_id};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
 /// Longest `refine_status` wait (the long-poll bound).
@@ -517,8 +517,9 @@ async fn project_status(call: &Call<'_>, args: ProjectStatusArgs) -> Result<Answ
     let &Call {
         service, caller, ..
     } = call;
+    let project = crate::domain::ids::Ident::parse("project_id", &args.project_id)?;
     let status = service
-        .project_status(caller, args.project_id, args.team_pk)
+        .project_status(caller, project, args.team_pk)
         .await?;
     Ok(Answer::Json(json!(status)))
 }
@@ -554,7 +555,7 @@ async fn import_track(call: &Call<'_>, args: ImportTrackArgs) -> Result<Answer, 
     let version = service
         .import_track(
             caller,
-            &args.track_id,
+            parse_track_id(&args.track_id)?,
             args.project_id.as_deref(),
             args.metadata,
             pinned(args.if_match),
@@ -572,7 +573,7 @@ async fn track_step(call: &Call<'_>, args: TrackStepArgs) -> Result<Answer, Serv
         .service
         .step_track(
             call.caller,
-            &args.track_id,
+            parse_track_id(&args.track_id)?,
             &args.step,
             write,
             pinned(args.if_match),
@@ -584,7 +585,7 @@ async fn track_step(call: &Call<'_>, args: TrackStepArgs) -> Result<Answer, Serv
 async fn track_history(call: &Call<'_>, args: TrackHistoryArgs) -> Result<Answer, ServiceError> {
     let history = call
         .service
-        .track_history(call.caller, &args.track_id)
+        .track_history(call.caller, parse_track_id(&args.track_id)?)
         .await?;
     Ok(Answer::Json(json!(history.events)))
 }
@@ -624,9 +625,9 @@ async fn refine_status(call: &Call<'_>, args: RefineStatusArgs) -> Result<Answer
         caller,
         max_wait,
     } = call;
-    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string();
+    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?;
     let wait = Duration::from_secs(args.wait_seconds.unwrap_or(0)).min(max_wait);
-    let mut job = service.refine_job(caller, &id, None).await?;
+    let mut job = service.refine_job(caller, id, None).await?;
     // The service's long-poll is bounded (docs/jobs.md); wait in its steps until the
     // job changes or the caller's wait is over.
     let deadline = tokio::time::Instant::now() + wait;
@@ -637,7 +638,7 @@ async fn refine_status(call: &Call<'_>, args: RefineStatusArgs) -> Result<Answer
             break;
         }
         let step = left.as_secs().clamp(1, crate::service::MAX_WAIT_SECS);
-        job = service.refine_job(caller, &id, Some(step)).await?;
+        job = service.refine_job(caller, id, Some(step)).await?;
     }
     let mut answer = json!({"status": job.status, "progress": job.progress});
     if let Some(result) = job
@@ -653,14 +654,14 @@ async fn refine_status(call: &Call<'_>, args: RefineStatusArgs) -> Result<Answer
 }
 
 async fn cancel_refine(call: &Call<'_>, args: JobArgs) -> Result<Answer, ServiceError> {
-    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string();
-    let job = call.service.cancel_refine_job(call.caller, &id).await?;
+    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?;
+    let job = call.service.cancel_refine_job(call.caller, id).await?;
     Ok(Answer::Json(json!({"status": job.status})))
 }
 
 async fn retry_refine_job(call: &Call<'_>, args: JobArgs) -> Result<Answer, ServiceError> {
-    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?.to_string();
-    let job = call.service.retry_refine_job(call.caller, &id).await?;
+    let id = uuid_arg("job_id", &args.job_id, JOB_ID_HINT)?;
+    let job = call.service.retry_refine_job(call.caller, id).await?;
     Ok(Answer::Json(
         json!({"job_id": job.id, "status": job.status}),
     ))

@@ -5,11 +5,11 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
-use crate::db::dashboard::{JobListFilter, JobRow, ListCounts, LiveTable, RunRow};
+use crate::db::dashboard::{JobListFilter, ListCounts, LiveTable};
 use crate::db::refine_jobs::JobFilter;
 use crate::db::task_lists::dispatch_view;
 use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
-use crate::domain::job::JobStatus;
+use crate::domain::job::{JobStatus, JobSummary, RunSummary};
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
 use crate::service::tracks::StoredTrackEvent;
@@ -286,10 +286,7 @@ impl Service {
             .db
             .job_rows(&filter, JOB_PAGE + 1, query.before)
             .await?;
-        let page = Page::cut(
-            rows.into_iter().map(JobListEntry::from).collect::<Vec<_>>(),
-            |r| r.id,
-        );
+        let page = Page::cut(rows, |r| r.id);
         let ids: Vec<Uuid> = page.rows.iter().map(|r| r.id).collect();
         let usage = self.db.job_usage(&ids).await?.into_iter().collect();
         let counts = self.db.job_state_counts(&filter).await?;
@@ -301,76 +298,10 @@ impl Service {
     }
 }
 
-/// A refine job as a list row shows it (no log, request or result).
-pub struct JobListEntry {
-    pub id: Uuid,
-    pub status: JobStatus,
-    pub phase_id: String,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    pub attempt: i32,
-    pub max_attempts: i32,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// `(code, message)`.
-    pub error: Option<(String, Option<String>)>,
-    pub l0_total: i64,
-    /// Its L0s without a valid answer (a succeeded job with some is degraded).
-    pub l0_not_valid: i64,
-}
-
-impl From<JobRow> for JobListEntry {
-    fn from(row: JobRow) -> Self {
-        JobListEntry {
-            id: row.id,
-            status: row.status,
-            phase_id: row.phase_id,
-            project_id: row.project_id,
-            team_pk: row.team_pk,
-            executor: row.executor,
-            attempt: row.attempt,
-            max_attempts: row.max_attempts,
-            created_at: row.created_at,
-            started_at: row.started_at,
-            finished_at: row.finished_at,
-            error: row.error_code.map(|code| (code, row.error_message)),
-            l0_total: i64::from(row.l0_total),
-            l0_not_valid: row.l0_not_valid,
-        }
-    }
-}
-
-/// A refine run as a list row shows it.
-pub struct RunListEntry {
-    pub id: Uuid,
-    pub status: JobStatus,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    pub created_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-}
-
-impl From<RunRow> for RunListEntry {
-    fn from(row: RunRow) -> Self {
-        RunListEntry {
-            id: row.id,
-            status: row.status,
-            project_id: row.project_id,
-            team_pk: row.team_pk,
-            executor: row.executor,
-            created_at: row.created_at,
-            finished_at: row.finished_at,
-        }
-    }
-}
-
 /// A page of the job list, with what each row cost and the state counts of
 /// every job the query matches (whatever its status filter).
 pub struct JobList {
-    pub page: Page<JobListEntry>,
+    pub page: Page<JobSummary>,
     pub usage: std::collections::HashMap<Uuid, crate::domain::usage::UsageTotals>,
     pub counts: Vec<(String, i64)>,
 }
@@ -406,13 +337,7 @@ fn timed_log(
 
 impl Service {
     pub async fn dashboard_job(&self, caller: &Caller, id: Uuid) -> Result<JobView, ServiceError> {
-        let job = self
-            .db
-            .refine_job(id)
-            .await?
-            .map(StoredJob::from)
-            .ok_or_else(|| not_found("refine job", id))?;
-        caller.check_optional_project(job.project_id.as_deref())?;
+        let job = self.load_job(caller, id).await?;
         let l0s = self.db.refine_job_l0s(id).await?;
         let l0s = l0s.into_iter().map(StoredL0::from).collect();
         let events = self.db.refine_job_log_times(id).await?;
@@ -437,15 +362,12 @@ impl Service {
         &self,
         caller: &Caller,
         before: Option<Uuid>,
-    ) -> Result<Page<RunListEntry>, ServiceError> {
+    ) -> Result<Page<RunSummary>, ServiceError> {
         let rows = self
             .db
             .run_rows(caller.allowed_projects(), JOB_PAGE + 1, before)
             .await?;
-        Ok(Page::cut(
-            rows.into_iter().map(RunListEntry::from).collect::<Vec<_>>(),
-            |r| r.id,
-        ))
+        Ok(Page::cut(rows, |r| r.id))
     }
 }
 
@@ -457,13 +379,7 @@ pub struct RunView {
 
 impl Service {
     pub async fn dashboard_run(&self, caller: &Caller, id: Uuid) -> Result<RunView, ServiceError> {
-        let run = self
-            .db
-            .refine_run(id)
-            .await?
-            .map(StoredRun::from)
-            .ok_or_else(|| not_found("refine run", id))?;
-        caller.check_optional_project(run.project_id.as_deref())?;
+        let run = self.load_run(caller, id).await?;
         let filter = JobFilter {
             run_id: Some(id),
             ..JobFilter::default()
@@ -764,8 +680,8 @@ impl Service {
         for raw in ids {
             items.push(match self.bulk_subject(caller, kind, action, raw).await {
                 Err(e) => BulkItem::refused(raw, None, refusal_text(e)),
-                Ok((subject, Some(why))) => BulkItem::refused(raw, Some(subject), why),
-                Ok((subject, None)) => BulkItem::done(
+                Ok((_, subject, Some(why))) => BulkItem::refused(raw, Some(subject), why),
+                Ok((_, subject, None)) => BulkItem::done(
                     raw,
                     subject,
                     match action {
@@ -793,9 +709,9 @@ impl Service {
     ) -> Vec<BulkItem> {
         let mut items = Vec::with_capacity(ids.len());
         for raw in ids {
-            let before = match self.bulk_subject(caller, kind, action, raw).await {
-                Ok((before, None)) => before,
-                Ok((before, Some(why))) => {
+            let (id, before) = match self.bulk_subject(caller, kind, action, raw).await {
+                Ok((id, before, None)) => (id, before),
+                Ok((_, before, Some(why))) => {
                     items.push(BulkItem::refused(raw, Some(before), why));
                     continue;
                 }
@@ -806,15 +722,15 @@ impl Service {
             };
             let done = match (kind, action) {
                 (BulkKind::Jobs, BulkAction::Cancel) => self
-                    .cancel_refine_job(caller, raw)
+                    .cancel_refine_job(caller, id)
                     .await
                     .map(|job| (BulkSubject::from(&job), None)),
                 (BulkKind::Runs, _) => self
-                    .cancel_refine_run(caller, raw)
+                    .cancel_refine_run(caller, id)
                     .await
                     .map(|run| (BulkSubject::from(&run), None)),
                 (BulkKind::Jobs, BulkAction::Retry) => self
-                    .retry_refine_job(caller, raw)
+                    .retry_refine_job(caller, id)
                     .await
                     .map(|new| (before.clone(), Some(new.id))),
             };
@@ -832,21 +748,30 @@ impl Service {
         items
     }
 
-    /// The job or run `raw` names, and why `action` would be refused, if it would.
+    /// The job or run `raw` names (its id parsed: a form's ids are raw text, and a
+    /// bad one is refused on its own row), and why `action` would be refused, if it
+    /// would.
     async fn bulk_subject(
         &self,
         caller: &Caller,
         kind: BulkKind,
         action: BulkAction,
         raw: &str,
-    ) -> Result<(BulkSubject, Option<String>), ServiceError> {
+    ) -> Result<(Uuid, BulkSubject, Option<String>), ServiceError> {
+        let id = super::parse_id(
+            raw,
+            match kind {
+                BulkKind::Jobs => "job",
+                BulkKind::Runs => "run",
+            },
+        )?;
         let (subject, retried_by) = match kind {
             BulkKind::Jobs => {
-                let job = self.refine_job(caller, raw, None).await?;
+                let job = self.refine_job(caller, id, None).await?;
                 (BulkSubject::from(&job), job.retried_by)
             }
             BulkKind::Runs => {
-                let run = self.refine_run(caller, raw, None).await?;
+                let run = self.refine_run(caller, id, None).await?;
                 (BulkSubject::from(&run), None)
             }
         };
@@ -863,7 +788,7 @@ impl Service {
             BulkAction::Retry => crate::domain::job::retry_refusal(subject.status)
                 .or_else(|| retried_by.map(|r| format!("it was retried already by job {r}"))),
         };
-        Ok((subject, refusal))
+        Ok((id, subject, refusal))
     }
 }
 

@@ -12,10 +12,13 @@
 //!   also take the body as sent (bytes), so that an idempotent retry is compared by
 //!   the hash of what the transport received and every parse failure names its
 //!   field the same way on each transport.
-//! - Ids: a resource whose id a person types (refine jobs and runs, tracks) takes
-//!   the id as the transport received it (`&str`) and parses it here, so a bad one
-//!   is the same `invalid_path` problem on REST, MCP and the dashboard; the others
-//!   take a [`uuid::Uuid`] (or a [`task_refs::TaskRef`]) their transport parsed.
+//! - Ids are typed: a use case takes a [`uuid::Uuid`], a
+//!   [`crate::domain::track_state::TrackId`] or a [`task_refs::TaskRef`] its
+//!   transport parsed at the edge, with [`parse_id`] or [`tracks::parse_track_id`]
+//!   for the ids a person types, so a bad one is the same `invalid_path` (or
+//!   `invalid_track_id`) problem on REST, MCP and the CLI. The dashboard's bulk
+//!   actions take the form's ids as text, so that each bad one is refused on its
+//!   own row.
 //! - Authorization is checked here, once, *before* anything is read or changed
 //!   beyond what is needed to learn which project a resource belongs to: a caller
 //!   limited to other projects gets `ErrorKind::Forbidden` /
@@ -75,7 +78,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use caller::Caller;
 pub use error::{ErrorKind, GateRejection, ProblemCode, ProblemDetails, ServiceError};
-pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash};
+pub use submission::{Accepted, MAX_WAIT_SECS, SubmissionOptions, canonical_hash, parse_id};
 
 use crate::agents::Executors;
 use crate::config::Settings;

@@ -117,11 +117,11 @@ impl Service {
     pub async fn project_status(
         &self,
         caller: &Caller,
-        project_id: String,
+        project: Ident,
         team_pk: Option<String>,
     ) -> Result<ProjectStatus, ServiceError> {
-        let project = Ident::parse("project_id", &project_id)?;
         caller.check_project(project.as_str())?;
+        let project_id = project.to_string();
         let team = Ident::parse_optional("team_pk", team_pk.as_deref())?;
         let (scope, rows) = match self
             .db
@@ -171,11 +171,11 @@ impl Service {
     pub async fn project_usage(
         &self,
         caller: &Caller,
-        project_id: String,
+        project: Ident,
         query: UsageQuery,
     ) -> Result<ProjectUsage, ServiceError> {
-        let project = Ident::parse("project_id", &project_id)?;
         caller.check_project(project.as_str())?;
+        let project_id = project.to_string();
         let team = Ident::parse_optional("team_pk", query.team_pk.as_deref())?;
         if let (Some(since), Some(until)) = (query.since, query.until)
             && since > until
@@ -209,10 +209,9 @@ impl Service {
     pub async fn create_team(
         &self,
         caller: &Caller,
-        project_id: &str,
+        project: &Ident,
         team: NewTeam,
     ) -> Result<Team, ServiceError> {
-        let project = Ident::parse("project_id", project_id)?;
         caller.check_project(project.as_str())?;
         let team_pk = Ident::parse("team_pk", &team.team_pk)?;
         let lead_role = Ident::parse_optional("lead_role", team.lead_role.as_deref())?;
@@ -234,12 +233,7 @@ impl Service {
     }
 
     /// The teams registered for a project, oldest first.
-    pub async fn teams(
-        &self,
-        caller: &Caller,
-        project_id: &str,
-    ) -> Result<Vec<Team>, ServiceError> {
-        let project = Ident::parse("project_id", project_id)?;
+    pub async fn teams(&self, caller: &Caller, project: &Ident) -> Result<Vec<Team>, ServiceError> {
         caller.check_project(project.as_str())?;
         let teams = self.db.teams(project.as_str()).await?;
         Ok(teams.into_iter().map(Team::from).collect())

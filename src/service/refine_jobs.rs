@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::submission::{
     Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal,
-    idempotency_key, input_error, l0_rows, opt_str, parse_id, unknown_field, wake_for,
+    idempotency_key, input_error, l0_rows, opt_str, unknown_field, wake_for,
 };
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::config::Settings;
@@ -281,7 +281,11 @@ impl Service {
     }
 
     /// The job, if the caller may see its project.
-    async fn load_job(&self, caller: &Caller, id: Uuid) -> Result<StoredJob, ServiceError> {
+    pub(super) async fn load_job(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<StoredJob, ServiceError> {
         let job = self
             .db
             .refine_job(id)
@@ -297,10 +301,9 @@ impl Service {
     pub async fn refine_job(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
         wait: Option<u64>,
     ) -> Result<StoredJob, ServiceError> {
-        let id = parse_id(raw_id, "job")?;
         let job = self.load_job(caller, id).await?;
         self.long_poll(
             (job.version, job.status),
@@ -381,9 +384,9 @@ impl Service {
     pub async fn refine_job_result(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<Value, ServiceError> {
-        let job = self.load_job(caller, parse_id(raw_id, "job")?).await?;
+        let job = self.load_job(caller, id).await?;
         match (job.status, job.result) {
             (JobStatus::Succeeded, Some(result)) => Ok(result),
             (status, _) => Err(ServiceError::conflict(
@@ -401,9 +404,8 @@ impl Service {
     pub async fn refine_job_assignments(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<Vec<StoredL0>, ServiceError> {
-        let id = parse_id(raw_id, "job")?;
         self.load_job(caller, id).await?;
         let l0s = self.db.refine_job_l0s(id).await?;
         Ok(l0s.into_iter().map(StoredL0::from).collect())
@@ -415,10 +417,9 @@ impl Service {
     pub async fn refine_job_events(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
         last_event_id: Option<&[u8]>,
     ) -> Result<BoxStream<'static, JobStreamEvent>, ServiceError> {
-        let id = parse_id(raw_id, "job")?;
         self.load_job(caller, id).await?;
         let after = match last_event_id {
             None => 0,
@@ -506,9 +507,8 @@ impl Service {
     pub async fn retry_refine_job(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<StoredJob, ServiceError> {
-        let id = parse_id(raw_id, "job")?;
         // Authorization first: a refused caller learns nothing of the job's state.
         let job = self.load_job(caller, id).await?;
         let not_retryable = |message: String| {
@@ -593,9 +593,8 @@ impl Service {
     pub async fn cancel_refine_job(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<StoredJob, ServiceError> {
-        let id = parse_id(raw_id, "job")?;
         // Authorization before the cancel: a refused caller changes nothing.
         self.load_job(caller, id).await?;
         self.cancel_job(id)

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::submission::{
     Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key,
-    l0_rows, opt_str, parse_id, unknown_field,
+    l0_rows, opt_str, unknown_field,
 };
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::refine_jobs::NewRefineJob;
@@ -99,7 +99,11 @@ fn invalid_plan(e: ServiceError) -> ServiceError {
 
 impl Service {
     /// The run, if the caller may see its project.
-    async fn load_run(&self, caller: &Caller, id: Uuid) -> Result<StoredRun, ServiceError> {
+    pub(super) async fn load_run(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<StoredRun, ServiceError> {
         let run = self
             .db
             .refine_run(id)
@@ -282,10 +286,9 @@ impl Service {
     pub async fn refine_run(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
         wait: Option<u64>,
     ) -> Result<StoredRun, ServiceError> {
-        let id = parse_id(raw_id, "run")?;
         let run = self.load_run(caller, id).await?;
         // Any job may be one of the run's: wake on every change, re-check the version.
         self.long_poll(
@@ -303,9 +306,9 @@ impl Service {
     pub async fn refine_run_result(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<Value, ServiceError> {
-        let run = self.load_run(caller, parse_id(raw_id, "run")?).await?;
+        let run = self.load_run(caller, id).await?;
         match run.result {
             Some(result) => Ok(result),
             None => Err(ServiceError::conflict(
@@ -324,9 +327,8 @@ impl Service {
     pub async fn cancel_refine_run(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<StoredRun, ServiceError> {
-        let id = parse_id(raw_id, "run")?;
         self.load_run(caller, id).await?;
         let jobs = self
             .db

@@ -217,7 +217,9 @@ crate::domain::wire_strings!(StepAction {
     Complete => "complete",
 });
 
-fn track_id(raw: &str) -> Result<TrackId, ServiceError> {
+/// A track id from a transport (path segment, tool argument); 400 `invalid_track_id`
+/// saying what is wrong. Adapters parse at the edge, the use cases take [`TrackId`].
+pub fn parse_track_id(raw: &str) -> Result<TrackId, ServiceError> {
     TrackId::parse(raw)
         .map_err(|e| ServiceError::bad_request(ProblemCode::InvalidTrackId, e.message))
 }
@@ -287,12 +289,11 @@ impl Service {
     pub async fn import_track(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: TrackId,
         project_id: Option<&str>,
         document: Value,
         precondition: Precondition,
     ) -> Result<TrackVersion, ServiceError> {
-        let id = track_id(raw_id)?;
         // REST refuses these in its body extractor; MCP and the CLI come here
         // directly, and Postgres cannot store U+0000 (domain::storable).
         if let Some(at) = find_nul(&document) {
@@ -379,8 +380,7 @@ impl Service {
     }
 
     /// A track's metadata v2 with its revision.
-    pub async fn track(&self, caller: &Caller, raw_id: &str) -> Result<TrackVersion, ServiceError> {
-        let id = track_id(raw_id)?;
+    pub async fn track(&self, caller: &Caller, id: TrackId) -> Result<TrackVersion, ServiceError> {
         let track = self.load_track(caller, &id).await?;
         Ok(TrackVersion {
             metadata: decode(&track)?,
@@ -394,9 +394,8 @@ impl Service {
     pub async fn track_history(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: TrackId,
     ) -> Result<TrackHistory, ServiceError> {
-        let id = track_id(raw_id)?;
         self.load_track(caller, &id).await?;
         let events = self.db.track_history(id.as_str()).await?;
         Ok(TrackHistory {
@@ -410,7 +409,7 @@ impl Service {
     pub async fn step_track(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: TrackId,
         raw_step: &str,
         write: StepWrite<'_>,
         precondition: Precondition,
@@ -423,7 +422,7 @@ impl Service {
                 "agent holds U+0000 (NUL), which cannot be stored",
             ));
         }
-        self.apply_step(caller, raw_id, raw_step, precondition, write)
+        self.apply_step(caller, id, raw_step, precondition, write)
             .await
     }
 
@@ -432,12 +431,11 @@ impl Service {
     async fn apply_step(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: TrackId,
         raw_step: &str,
         precondition: Precondition,
         write: StepWrite<'_>,
     ) -> Result<TrackVersion, ServiceError> {
-        let id = track_id(raw_id)?;
         let pinned = match precondition {
             Precondition::Revision(revision) => Some(revision),
             Precondition::None | Precondition::Exists => None,

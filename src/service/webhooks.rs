@@ -12,7 +12,6 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::submission::parse_id;
 use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::webhooks::{DeliveryRecord, NewWebhook, WebhookRecord};
 use crate::domain::ids::Ident;
@@ -273,17 +272,12 @@ impl Service {
         })
     }
 
-    async fn load_webhook(
-        &self,
-        caller: &Caller,
-        raw_id: &str,
-    ) -> Result<WebhookRecord, ServiceError> {
-        let id = parse_id(raw_id, "webhook")?;
+    async fn load_webhook(&self, caller: &Caller, id: Uuid) -> Result<WebhookRecord, ServiceError> {
         let hook = self
             .db
             .webhook(id)
             .await?
-            .ok_or_else(|| ServiceError::not_found("webhook", raw_id))?;
+            .ok_or_else(|| ServiceError::not_found("webhook", &id.to_string()))?;
         caller.check_optional_project(hook.project_id.as_deref())?;
         Ok(hook)
     }
@@ -319,14 +313,14 @@ impl Service {
         Ok(rows.into_iter().map(Webhook::from).collect())
     }
 
-    pub async fn webhook(&self, caller: &Caller, raw_id: &str) -> Result<Webhook, ServiceError> {
-        Ok(self.load_webhook(caller, raw_id).await?.into())
+    pub async fn webhook(&self, caller: &Caller, id: Uuid) -> Result<Webhook, ServiceError> {
+        Ok(self.load_webhook(caller, id).await?.into())
     }
 
-    pub async fn delete_webhook(&self, caller: &Caller, raw_id: &str) -> Result<(), ServiceError> {
-        let hook = self.load_webhook(caller, raw_id).await?;
+    pub async fn delete_webhook(&self, caller: &Caller, id: Uuid) -> Result<(), ServiceError> {
+        let hook = self.load_webhook(caller, id).await?;
         if !self.db.delete_webhook(hook.id).await? {
-            return Err(ServiceError::not_found("webhook", raw_id));
+            return Err(ServiceError::not_found("webhook", &id.to_string()));
         }
         Ok(())
     }
@@ -334,16 +328,16 @@ impl Service {
     pub async fn rotate_webhook_secret(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<RotatedSecret, ServiceError> {
-        let hook = self.load_webhook(caller, raw_id).await?;
+        let hook = self.load_webhook(caller, id).await?;
         let secret = random_secret();
         if !self
             .db
             .rotate_webhook_secret(hook.id, &secret, ROTATION_OVERLAP)
             .await?
         {
-            return Err(ServiceError::not_found("webhook", raw_id));
+            return Err(ServiceError::not_found("webhook", &id.to_string()));
         }
         Ok(RotatedSecret { secret })
     }
@@ -351,9 +345,9 @@ impl Service {
     pub async fn webhook_deliveries(
         &self,
         caller: &Caller,
-        raw_id: &str,
+        id: Uuid,
     ) -> Result<Vec<Delivery>, ServiceError> {
-        let hook = self.load_webhook(caller, raw_id).await?;
+        let hook = self.load_webhook(caller, id).await?;
         let rows = self.db.webhook_deliveries(hook.id, DELIVERY_PAGE).await?;
         Ok(rows.into_iter().map(Delivery::from).collect())
     }
@@ -362,11 +356,10 @@ impl Service {
     pub async fn replay_delivery(
         &self,
         caller: &Caller,
-        raw_id: &str,
-        raw_delivery: &str,
+        id: Uuid,
+        delivery: Uuid,
     ) -> Result<(), ServiceError> {
-        let hook = self.load_webhook(caller, raw_id).await?;
-        let delivery = parse_id(raw_delivery, "delivery")?;
+        let hook = self.load_webhook(caller, id).await?;
         if hook.disabled_at.is_some() {
             return Err(ServiceError::conflict(
                 ProblemCode::Conflict,
@@ -374,7 +367,7 @@ impl Service {
             ));
         }
         if !self.db.replay_delivery(hook.id, delivery).await? {
-            return Err(ServiceError::not_found("delivery", raw_delivery));
+            return Err(ServiceError::not_found("delivery", &delivery.to_string()));
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::error::{PageError, PageResult};
 use super::pages::Chrome;
 use crate::service::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
-use crate::web::AppState;
+use crate::state::AppState;
 
 /// The app state and the signed-in caller (`session::require_session` puts it on
 /// every dashboard request).

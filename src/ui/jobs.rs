@@ -68,10 +68,11 @@ pub async fn events(
     Path(raw): Path<String>,
     headers: HeaderMap,
 ) -> PageResult<impl IntoResponse> {
+    let id = parse_id(&raw, "job id")?;
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
     let events = viewer
         .service()
-        .refine_job_events(&viewer.caller, &raw, last_event_id)
+        .refine_job_events(&viewer.caller, id, last_event_id)
         .await?;
     // Log lines carry their time here, for the page to show.
     let stream = futures::StreamExt::map(events, |mut e| {
@@ -101,7 +102,7 @@ pub async fn cancel(viewer: Viewer, Path(raw): Path<String>) -> PageResult<Redir
     // The service checks the caller's project before it changes anything.
     viewer
         .service()
-        .cancel_refine_job(&viewer.caller, &id.to_string())
+        .cancel_refine_job(&viewer.caller, id)
         .await
         .map_err(PageError::refused("Cancel refused"))?;
     Ok(Redirect::to(&format!("/ui/jobs/{id}")))
@@ -112,7 +113,7 @@ pub async fn retry(viewer: Viewer, Path(raw): Path<String>) -> PageResult<Redire
     let id = parse_id(&raw, "job id")?;
     let new = viewer
         .service()
-        .retry_refine_job(&viewer.caller, &id.to_string())
+        .retry_refine_job(&viewer.caller, id)
         .await
         .map_err(PageError::refused("Retry refused"))?;
     Ok(Redirect::to(&format!("/ui/jobs/{}", new.id)))

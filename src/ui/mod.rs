@@ -24,7 +24,7 @@ use axum::response::Redirect;
 use axum::routing::{get, post};
 use axum::{Router, middleware};
 
-use crate::web::AppState;
+use crate::state::AppState;
 
 /// Every dashboard route, one line each.
 pub fn router(state: AppState) -> Router<AppState> {

@@ -42,7 +42,7 @@ pub async fn cancel(viewer: Viewer, Path(raw): Path<String>) -> PageResult<Redir
     let id = parse_id(&raw, "run id")?;
     viewer
         .service()
-        .cancel_refine_run(&viewer.caller, &id.to_string())
+        .cancel_refine_run(&viewer.caller, id)
         .await
         .map_err(PageError::refused("Cancel refused"))?;
     Ok(Redirect::to(&format!("/ui/runs/{id}")))

@@ -18,7 +18,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 
 use crate::service::Caller;
-use crate::web::AppState;
+use crate::state::AppState;
 
 pub const COOKIE: &str = "plangate_session";
 

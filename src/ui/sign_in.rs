@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::error::PageResult;
 use super::pages::{login_page, respond};
 use super::session;
-use crate::web::AppState;
+use crate::state::AppState;
 
 #[derive(Deserialize)]
 pub struct NextQuery {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use crate::common::l0_script;
+use crate::common::{l0_script, max_concurrency};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -43,19 +43,7 @@ fn init() {
     });
 }
 
-fn profile(kind: ExecutorKind) -> ExecutorProfile {
-    ExecutorProfile {
-        kind,
-        argv: vec![],
-        base_url: None,
-        model: None,
-        api_key_env: None,
-        timeout_secs: None,
-        max_output_bytes: None,
-        env_allow: vec![],
-        output: Default::default(),
-    }
-}
+use crate::common::executor_profile as profile;
 
 fn command(args: &[&str]) -> ExecutorProfile {
     let mut p = profile(ExecutorKind::Command);
@@ -138,27 +126,6 @@ async fn wait_for_file(path: &Path) -> String {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("{} never appeared", path.display());
-}
-
-/// The most runs alive at once, from a `--record` events file.
-fn max_concurrency(dir: &Path) -> usize {
-    let text = std::fs::read_to_string(dir.join("events")).unwrap();
-    let mut events: Vec<(u128, i32)> = text
-        .lines()
-        .map(|l| {
-            let parts: Vec<&str> = l.split_whitespace().collect();
-            let delta = if parts[0] == "start" { 1 } else { -1 };
-            (parts[2].parse().unwrap(), delta)
-        })
-        .collect();
-    // Ends sort before starts at the same instant.
-    events.sort();
-    let (mut live, mut max) = (0i32, 0i32);
-    for (_, d) in events {
-        live += d;
-        max = max.max(live);
-    }
-    max as usize
 }
 
 // ---------------------------------------------------------------- command
@@ -696,9 +663,7 @@ async fn fake_api(api: Api, prompt: &str, script: Script) -> (String, Arc<Fake>)
     let app = axum::Router::new()
         .fallback(handle)
         .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = crate::common::serve_local(app).await;
     let base = match api {
         // The trailing slash is tolerated.
         Api::Openai => format!("http://{addr}/v1/"),

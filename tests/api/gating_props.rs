@@ -346,17 +346,9 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
                 .prop_map(|entries| Value::Object(entries.into_iter().collect())),
         ]
     });
-    let field_names = prop::sample::select(vec![
-        "task_id",
-        "assigned_persona",
-        "parallel_group",
-        "depends_on",
-        "reads",
-        "writes",
-        "description",
-        "reviews",
-        "extra",
-    ]);
+    let mut fields = crate::common::TASK_FIELDS.to_vec();
+    fields.push("extra");
+    let field_names = prop::sample::select(fields);
     prop::collection::vec((field_names, value), 0..9).prop_map(|entries| {
         Value::Object(
             entries

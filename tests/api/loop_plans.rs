@@ -11,11 +11,8 @@ fn example() -> Value {
 
 async fn generate_groups_every_level_in_natural_order(app: TestApp) {
     let plan: Value = app
-        .post_json("/v1/loop-plans/generate", &example())
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json("/v1/loop-plans/generate", &example())
+        .await;
     let groups = plan["dag"]["parallel_groups"].as_array().unwrap();
     let tasks: Vec<Value> = groups.iter().map(|g| g["tasks"].clone()).collect();
     assert_eq!(
@@ -58,12 +55,7 @@ async fn generate_groups_every_level_in_natural_order(app: TestApp) {
         ],
         "completed_tracks": [{"id": "old-track", "deliverables": ["src/y.rs"]}],
     });
-    let plan: Value = app
-        .post_json("/v1/loop-plans/generate", &chain)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let plan: Value = app.post_for_json("/v1/loop-plans/generate", &chain).await;
     assert_eq!(plan["dag"]["parallel_groups"].as_array().unwrap().len(), 2);
     assert_eq!(plan["execution_mode"], "SEQUENTIAL");
     assert_eq!(plan["overlap"][0]["task_id"], "1.2");
@@ -74,12 +66,7 @@ async fn generate_groups_every_level_in_natural_order(app: TestApp) {
     let mut shared = chain.clone();
     shared["tasks"][1]["depends_on"] = json!([]);
     shared["tasks"][1]["files"] = json!(["src/x.rs"]);
-    let plan: Value = app
-        .post_json("/v1/loop-plans/generate", &shared)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let plan: Value = app.post_for_json("/v1/loop-plans/generate", &shared).await;
     let group = &plan["dag"]["parallel_groups"][0];
     assert_eq!(group["conflict_free"], false);
     assert_eq!(group["shared_resources"], json!(["src/x.rs"]));
@@ -89,11 +76,8 @@ async fn generate_groups_every_level_in_natural_order(app: TestApp) {
 
 async fn yaml_requests_plan_like_json(app: TestApp) {
     let from_json: Value = app
-        .post_json("/v1/loop-plans/generate", &example())
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json("/v1/loop-plans/generate", &example())
+        .await;
     // The same request as YAML (ids quoted: an unquoted 1.10 is the number 1.1).
     let mut yaml = String::new();
     yaml.push_str("track: {id: auth-cache_20261130, name: Per-tenant token cache, spec: Cache tokens per tenant and retry idempotent calls, dependencies: [tenancy_20261120]}\n");
@@ -113,11 +97,8 @@ async fn yaml_requests_plan_like_json(app: TestApp) {
 
 async fn markdown_round_trips_through_parse(app: TestApp) {
     let json_plan: Value = app
-        .post_json("/v1/loop-plans/generate", &example())
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json("/v1/loop-plans/generate", &example())
+        .await;
     let response = app
         .client
         .post(app.url("/v1/loop-plans/generate"))

@@ -177,7 +177,7 @@ async fn docs_render_from_local_assets(app: TestApp) {
 }
 
 async fn openapi_document_is_served(app: TestApp) {
-    let doc: Value = app.get("/openapi.json").await.json().await.unwrap();
+    let doc: Value = app.get_json("/openapi.json").await;
     assert_eq!(doc["openapi"], "3.1.0");
     assert!(doc["paths"]["/healthz"]["get"].is_object());
     app.shutdown().await;

@@ -46,13 +46,7 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list.as_array()
-        .expect("array")
-        .iter()
-        .map(|a| a["id"].as_str().expect("id").to_owned())
-        .collect()
-}
+use crate::common::ids;
 
 /// The last line must be `phase_refined_path = <abs path>`; returns the path.
 fn refined_path(stdout: &str) -> PathBuf {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{Backend, TestApp, expect_problem, spawn_app_with};
+use crate::common::{Backend, TestApp, expect_problem, max_concurrency, spawn_app_with};
 use futures::StreamExt as _;
 use plangate::config::{ExecutorKind, ExecutorProfile};
 use serde_json::{Value, json};
@@ -47,15 +47,10 @@ fn fixture(name: &str) -> String {
 
 fn command(argv: Vec<String>, timeout_secs: u64) -> ExecutorProfile {
     ExecutorProfile {
-        kind: ExecutorKind::Command,
         argv,
-        base_url: None,
-        model: None,
-        api_key_env: None,
         timeout_secs: Some(timeout_secs),
         max_output_bytes: Some(64 * 1024),
-        env_allow: vec![],
-        output: Default::default(),
+        ..crate::common::executor_profile(ExecutorKind::Command)
     }
 }
 
@@ -132,26 +127,6 @@ fn log_of(job: &Value) -> Vec<String> {
         .iter()
         .map(|l| l.as_str().unwrap().to_owned())
         .collect()
-}
-
-/// Most fixture runs alive at once, from the `--record` events file.
-fn max_concurrency(dir: &Path) -> usize {
-    let text = std::fs::read_to_string(dir.join("events")).unwrap_or_default();
-    let mut events: Vec<(u128, i32)> = text
-        .lines()
-        .filter_map(|l| {
-            let parts: Vec<&str> = l.split_whitespace().collect();
-            let delta = if parts.first()? == &"start" { 1 } else { -1 };
-            Some((parts.get(2)?.parse().ok()?, delta))
-        })
-        .collect();
-    events.sort();
-    let (mut live, mut max) = (0i32, 0i32);
-    for (_, d) in events {
-        live += d;
-        max = max.max(live);
-    }
-    max as usize
 }
 
 /// The refine tests get a server whose executors are the fixtures, and its dirs.
@@ -231,11 +206,8 @@ async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dir
     );
 
     let records: Vec<Value> = app
-        .get(&format!("/v1/refine-jobs/{id}/assignments"))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/v1/refine-jobs/{id}/assignments"))
+        .await;
     let status_of = |a: &str| {
         let r = records.iter().find(|r| r["assignment_id"] == a).unwrap();
         (r["status"].as_str().unwrap().to_owned(), r.clone())
@@ -278,12 +250,7 @@ async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dir
     assert!(process_gone(pid.trim()), "sleep {pid} outlived the timeout");
 
     // Only the valid answer changed anything: its dependency correction.
-    let result: Value = app
-        .get(&format!("/v1/refine-jobs/{id}/result"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let result: Value = app.get_json(&format!("/v1/refine-jobs/{id}/result")).await;
     assert_eq!(result, job["result"]);
     assert_eq!(result["schema_version"], 1);
     let out = result["assignments"].as_array().unwrap();
@@ -352,11 +319,8 @@ async fn cancel_kills_running_l0s_and_is_idempotent(app: TestApp, dirs: Dirs) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let cancelled: Value = app
-        .post_json(&format!("/v1/refine-jobs/{id}/cancel"), &json!({}))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json(&format!("/v1/refine-jobs/{id}/cancel"), &json!({}))
+        .await;
     assert!(
         ["cancelling", "cancelled"].contains(&cancelled["status"].as_str().unwrap()),
         "{cancelled}"
@@ -436,19 +400,14 @@ async fn idempotency_key_returns_the_original_job(app: TestApp, _dirs: Dirs) {
     // The key in the body works like the header.
     let mut with_field = request.clone();
     with_field["idempotency_key"] = json!("key-1");
-    let fourth: Value = app
-        .post_json("/v1/refine-jobs", &with_field)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let fourth: Value = app.post_for_json("/v1/refine-jobs", &with_field).await;
     assert_eq!(fourth["id"], first["id"]);
 
     let mut other = request.clone();
     other["task_text"] = json!("another task");
     expect_problem(send(other, "key-1").await, 422, "idempotency_key_reused").await;
 
-    let page: Value = app.get("/v1/refine-jobs").await.json().await.unwrap();
+    let page: Value = app.get_json("/v1/refine-jobs").await;
     assert_eq!(
         page["jobs"].as_array().unwrap().len(),
         1,
@@ -462,12 +421,7 @@ async fn wait_returns_when_the_job_changes(app: TestApp, _dirs: Dirs) {
     let job = app.submit_refine_job(&request).await;
     let id = job["id"].as_str().unwrap();
     let started = Instant::now();
-    let seen: Value = app
-        .get(&format!("/v1/refine-jobs/{id}?wait=20"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let seen: Value = app.get_json(&format!("/v1/refine-jobs/{id}?wait=20")).await;
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "a change ends the wait early"
@@ -476,12 +430,7 @@ async fn wait_returns_when_the_job_changes(app: TestApp, _dirs: Dirs) {
     let done = app.wait_job(id).await;
     assert_eq!(done["status"], "succeeded");
     // On a terminal job `wait` answers at once, unchanged.
-    let again: Value = app
-        .get(&format!("/v1/refine-jobs/{id}?wait=30"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let again: Value = app.get_json(&format!("/v1/refine-jobs/{id}?wait=30")).await;
     assert_eq!(again["version"], done["version"]);
     expect_problem(
         app.get(&format!("/v1/refine-jobs/{id}?wait=soon")).await,
@@ -568,12 +517,7 @@ async fn events_stream_resumes_after_last_event_id(app: TestApp, _dirs: Dirs) {
     assert!(events.iter().any(|e| e.1 == "log"
         && e.2["line"] == "WARNING: L0 response for P1-A3-garbage failed validation — skipping"));
     // The job's version is its last event's id.
-    let done: Value = app
-        .get(&format!("/v1/refine-jobs/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let done: Value = app.get_json(&format!("/v1/refine-jobs/{id}")).await;
     assert_eq!(done["version"], json!(last.0));
 
     let resumed = read_events(&app, id, Some(3)).await;
@@ -676,7 +620,7 @@ async fn list_filters_and_pages_newest_first(app: TestApp, _dirs: Dirs) {
             Some(t) => format!("/v1/refine-jobs?page_size=2&page_token={t}"),
             None => "/v1/refine-jobs?page_size=2".to_owned(),
         };
-        let page: Value = app.get(&path).await.json().await.unwrap();
+        let page: Value = app.get_json(&path).await;
         let jobs = page["jobs"].as_array().unwrap();
         assert!(jobs.len() <= 2);
         seen.extend(jobs.iter().map(|j| j["id"].as_str().unwrap().to_owned()));
@@ -689,51 +633,32 @@ async fn list_filters_and_pages_newest_first(app: TestApp, _dirs: Dirs) {
     newest_first.reverse();
     assert_eq!(seen, newest_first);
 
-    let alpha: Value = app
-        .get("/v1/refine-jobs?project_id=alpha")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let alpha: Value = app.get_json("/v1/refine-jobs?project_id=alpha").await;
     assert_eq!(alpha["jobs"].as_array().unwrap().len(), 3);
     for j in alpha["jobs"].as_array().unwrap() {
         assert_eq!(j["project_id"], "alpha");
         // Cycle stamping reaches the per-L0 records too.
         let records: Value = app
-            .get(&format!(
+            .get_json(&format!(
                 "/v1/refine-jobs/{}/assignments",
                 j["id"].as_str().unwrap()
             ))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .await;
         assert_eq!(records[0]["project_id"], "alpha");
         assert_eq!(records[0]["team_pk"], j["team_pk"]);
     }
     let one: Value = app
-        .get("/v1/refine-jobs?project_id=beta&team_pk=cycle-3")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/refine-jobs?project_id=beta&team_pk=cycle-3")
+        .await;
     assert_eq!(one["jobs"].as_array().unwrap().len(), 1);
     for id in &created {
         app.wait_job(id).await;
     }
     let done: Value = app
-        .get("/v1/refine-jobs?status=succeeded&phase_id=P1&page_size=100")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/refine-jobs?status=succeeded&phase_id=P1&page_size=100")
+        .await;
     assert_eq!(done["jobs"].as_array().unwrap().len(), 5);
-    let none: Value = app
-        .get("/v1/refine-jobs?status=queued")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let none: Value = app.get_json("/v1/refine-jobs?status=queued").await;
     assert!(none["jobs"].as_array().unwrap().is_empty());
     for bad in [
         "?status=done",
@@ -878,7 +803,7 @@ async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dir
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("application/problem+json"), "{answer}");
 
-    let page: Value = app.get("/v1/refine-jobs").await.json().await.unwrap();
+    let page: Value = app.get_json("/v1/refine-jobs").await;
     assert!(
         page["jobs"].as_array().unwrap().is_empty(),
         "no job was created: {page}"
@@ -926,11 +851,8 @@ async fn creates_arriving_together_are_each_stored_whole(backend: Backend) {
 
     for id in plain_ids.iter().chain(&keyed_ids) {
         let records: Vec<Value> = app
-            .get(&format!("/v1/refine-jobs/{id}/assignments"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/v1/refine-jobs/{id}/assignments"))
+            .await;
         let statuses: Vec<&str> = records
             .iter()
             .map(|r| r["status"].as_str().unwrap())
@@ -942,12 +864,7 @@ async fn creates_arriving_together_are_each_stored_whole(backend: Backend) {
             "{id}: its queued event"
         );
     }
-    let page: Value = app
-        .get("/v1/refine-jobs?page_size=100")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let page: Value = app.get_json("/v1/refine-jobs?page_size=100").await;
     assert_eq!(page["jobs"].as_array().unwrap().len(), 41);
     app.shutdown().await;
 }
@@ -999,7 +916,7 @@ async fn racing_creates_with_one_key_and_two_bodies_make_one_job(backend: Backen
         assert_eq!(*status, 422, "{problem}");
         assert_eq!(problem["code"], "idempotency_key_reused", "{problem}");
     }
-    let page: Value = app.get("/v1/refine-jobs").await.json().await.unwrap();
+    let page: Value = app.get_json("/v1/refine-jobs").await;
     assert_eq!(page["jobs"].as_array().unwrap().len(), 1);
     app.shutdown().await;
 }
@@ -1047,12 +964,7 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
             (_, other) => panic!("job {i}: {other:?}"),
         }
     }
-    let page: Value = app
-        .get("/v1/refine-jobs?page_size=100")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let page: Value = app.get_json("/v1/refine-jobs?page_size=100").await;
     assert_eq!(
         page["jobs"].as_array().unwrap().len(),
         12,
@@ -1203,20 +1115,10 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
     assert_eq!(retry["phase_id"], "P1");
     assert_eq!(retry["project_id"], "proj-r");
     assert_eq!(retry["progress"]["l0_total"], 1);
-    let original: Value = app
-        .get(&format!("/v1/refine-jobs/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let original: Value = app.get_json(&format!("/v1/refine-jobs/{id}")).await;
     assert_eq!(original["retried_by"], json!(retry_id), "{original}");
     assert_eq!(original["retry_of"], Value::Null);
-    let read: Value = app
-        .get(&format!("/v1/refine-jobs/{retry_id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let read: Value = app.get_json(&format!("/v1/refine-jobs/{retry_id}")).await;
     assert_eq!(read["retry_of"], json!(id), "{read}");
 
     // One retry per job: the second names the first.

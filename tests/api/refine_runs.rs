@@ -3,10 +3,10 @@
 //! pool and are merged exactly once with cross-phase file ownership.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::common::{Backend, TestApp, expect_problem, l0_script, spawn_app_with};
+use crate::common::{Backend, TestApp, expect_problem, l0_script, max_concurrency, spawn_app_with};
 use plangate::config::{ExecutorKind, ExecutorProfile, Settings};
 use serde_json::{Value, json};
 
@@ -165,13 +165,7 @@ async fn all_jobs(app: &TestApp) -> Vec<Value> {
         .clone()
 }
 
-fn ids(list: &Value) -> Vec<String> {
-    list.as_array()
-        .expect("array")
-        .iter()
-        .map(|a| a["id"].as_str().expect("id").to_owned())
-        .collect()
-}
+use crate::common::ids;
 
 fn by_id<'a>(assignments: &'a Value, id: &str) -> &'a Value {
     assignments
@@ -198,50 +192,7 @@ async fn process_dies(pid: u32) -> bool {
 async fn merge_count(app: &TestApp, run_id: &str) -> i64 {
     let id: uuid::Uuid = run_id.parse().unwrap();
     let query = "SELECT CAST(merge_count AS BIGINT) FROM refine_runs WHERE id = $1";
-    match app.backend {
-        Backend::Postgres => {
-            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database.url)
-                .await
-                .unwrap();
-            sqlx::query_scalar(query)
-                .bind(id)
-                .fetch_one(&mut conn)
-                .await
-                .unwrap()
-        }
-        Backend::Sqlite => {
-            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&app.database.url)
-                .await
-                .unwrap();
-            sqlx::query_scalar(query)
-                .bind(id)
-                .fetch_one(&mut conn)
-                .await
-                .unwrap()
-        }
-    }
-}
-
-/// The most `l0.sh --record` runs alive at once, from `DIR/events`.
-fn max_concurrency(record: &Path) -> usize {
-    let text = std::fs::read_to_string(record.join("events")).unwrap_or_default();
-    let mut events: Vec<(u128, i32)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut parts = l.split_whitespace();
-            let kind = parts.next()?;
-            let _id = parts.next()?;
-            let at: u128 = parts.next()?.parse().ok()?;
-            Some((at, if kind == "start" { 1 } else { -1 }))
-        })
-        .collect();
-    events.sort();
-    let (mut now, mut best) = (0i32, 0i32);
-    for (_, delta) in events {
-        now += delta;
-        best = best.max(now);
-    }
-    usize::try_from(best).unwrap_or(0)
+    with_connection!(app, conn => sqlx::query_scalar(query).bind(id).fetch_one(conn).await.unwrap())
 }
 
 // ---------------------------------------------------------------------------
@@ -689,6 +640,17 @@ async fn every_phase_failing_fails_the_run(backend: Backend) {
         response.status().as_u16(),
         200,
         "a failed run has a result too"
+    );
+    // The dashboard's run list reads the run's row as it is.
+    let list = app.get("/ui/runs").await.text().await.unwrap();
+    let row = list
+        .split(&format!("data-run=\"{run_id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row of run {run_id} in {list}"));
+    assert!(
+        row.contains("st-failed"),
+        "the run's row says failed: {row}"
     );
     app.shutdown().await;
 }

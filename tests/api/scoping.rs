@@ -3,27 +3,14 @@
 //! another's; task-list creates with a key are safe to retry (one list, one
 //! counted rejection), also when the retries race.
 
-use crate::common::{self, Backend, TestApp, expect_problem, one_phase_plan};
-use plangate::config::ApiToken;
+use crate::common::{
+    self, ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, expect_problem, one_phase_plan,
+};
 use serde_json::{Value, json};
 
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-/// May act on `proj-a` only.
-const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
-/// May act on `proj-b` only.
-const TOKEN_B: &str = "token-b-cccccccccccccccc";
-
 async fn spawn(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(TOKEN_A, &["proj-a"]),
-            ApiToken::limited(TOKEN_B, &["proj-b"]),
-        ];
-        // No workers: jobs stay queued; only their creation is under test.
-        s.workers = 0;
-    })
-    .await
+    // No workers: jobs stay queued; only their creation is under test.
+    common::spawn_app_with_project_tokens(backend, |s| s.workers = 0).await
 }
 
 fn job(project: &str, task_text: &str) -> Value {
@@ -136,11 +123,8 @@ fn cyclic() -> Value {
 
 async fn pending_tasks(app: &TestApp, project: &str) -> Value {
     let status: Value = app
-        .get(&format!("/v1/projects/{project}/status"))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/v1/projects/{project}/status"))
+        .await;
     status["counts"]["pending"].clone()
 }
 
@@ -265,10 +249,10 @@ async fn racing_keyed_creates_make_one_list(app: TestApp) {
     app.shutdown().await;
 }
 
-/// The `UPDATE` statements of migration 0009 for `backend` (the key rewrite), run
-/// on `url` as they run at upgrade.
-async fn rewrite_keys_as_0009_does(backend: Backend, url: &str) {
-    let dir = match backend {
+/// The `UPDATE` statements of migration 0009 for the app's back-end (the key
+/// rewrite), run on its database as they run at upgrade.
+async fn rewrite_keys_as_0009_does(app: &TestApp) {
+    let dir = match app.backend {
         Backend::Postgres => "postgres",
         Backend::Sqlite => "sqlite",
     };
@@ -290,26 +274,12 @@ async fn rewrite_keys_as_0009_does(backend: Backend, url: &str) {
         .collect();
     assert_eq!(updates.len(), 2, "{updates:?}");
     for update in updates {
-        match backend {
-            Backend::Postgres => {
-                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(url)
-                    .await
-                    .unwrap();
-                sqlx::query(sqlx::AssertSqlSafe(update))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-            }
-            Backend::Sqlite => {
-                let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(url)
-                    .await
-                    .unwrap();
-                sqlx::query(sqlx::AssertSqlSafe(update))
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-            }
-        }
+        with_connection!(app, conn => {
+            sqlx::query(sqlx::AssertSqlSafe(update))
+                .execute(conn)
+                .await
+                .unwrap();
+        });
     }
 }
 
@@ -333,33 +303,16 @@ async fn keys_stored_before_the_scoping_still_replay(app: TestApp) {
     for (n, (_, id)) in created.iter().enumerate() {
         let id = uuid::Uuid::parse_str(id.as_str().unwrap()).unwrap();
         let bare = format!("{key}{n}");
-        match app.backend {
-            Backend::Postgres => {
-                let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database.url)
-                    .await
-                    .unwrap();
-                sqlx::query(unscoped)
-                    .bind(&bare)
-                    .bind(id)
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-            }
-            Backend::Sqlite => {
-                let mut conn =
-                    <sqlx::SqliteConnection as sqlx::Connection>::connect(&app.database.url)
-                        .await
-                        .unwrap();
-                sqlx::query(unscoped)
-                    .bind(&bare)
-                    .bind(id)
-                    .execute(&mut conn)
-                    .await
-                    .unwrap();
-            }
-        }
+        with_connection!(app, conn => {
+            sqlx::query(unscoped)
+                .bind(&bare)
+                .bind(id)
+                .execute(conn)
+                .await
+                .unwrap();
+        });
     }
-    rewrite_keys_as_0009_does(app.backend, &app.database.url).await;
+    rewrite_keys_as_0009_does(&app).await;
     for (n, (body, id)) in created.iter().enumerate() {
         let bare = format!("{key}{n}");
         let (status, replayed, again) =

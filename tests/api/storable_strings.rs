@@ -237,32 +237,15 @@ fn holds_string(document: &Value, needle: &str) -> bool {
 }
 
 async fn stored_request(app: &TestApp, table: &str, id: &str) -> Value {
-    let text: String = match app.backend {
-        Backend::Postgres => {
-            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database.url)
-                .await
-                .unwrap();
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT request::text FROM {table} WHERE id = $1"
-            )))
-            .bind(uuid::Uuid::parse_str(id).unwrap())
-            .fetch_one(&mut conn)
+    let query = format!("SELECT CAST(request AS TEXT) FROM {table} WHERE id = $1");
+    let id = uuid::Uuid::parse_str(id).unwrap();
+    let text: String = with_connection!(app, conn => {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(query))
+            .bind(id)
+            .fetch_one(conn)
             .await
             .unwrap()
-        }
-        Backend::Sqlite => {
-            let mut conn = <sqlx::SqliteConnection as sqlx::Connection>::connect(&app.database.url)
-                .await
-                .unwrap();
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT CAST(request AS TEXT) FROM {table} WHERE id = $1"
-            )))
-            .bind(uuid::Uuid::parse_str(id).unwrap())
-            .fetch_one(&mut conn)
-            .await
-            .unwrap()
-        }
-    };
+    });
     serde_json::from_str(&text).unwrap()
 }
 
@@ -280,12 +263,7 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
                 json!(["a.py"]),
                 json!(1),
             ));
-            let list: Value = app
-                .post_json("/v1/task-lists", &body)
-                .await
-                .json()
-                .await
-                .unwrap();
+            let list: Value = app.post_for_json("/v1/task-lists", &body).await;
             setup_id = Some((
                 list["id"].as_str().unwrap().to_owned(),
                 list["tasks"][0]["id"].as_str().unwrap().to_owned(),
@@ -349,19 +327,11 @@ async fn check(app: &TestApp, field: &Field, generated: &Generated, n: u64) -> R
     let stored = match field.read_back {
         ReadBack::Get("/v1/tasks-of-setup") => {
             let (list, _) = setup_id.as_ref().unwrap();
-            app.get(&format!("/v1/task-lists/{list}"))
-                .await
-                .json()
-                .await
-                .unwrap()
+            app.get_json(&format!("/v1/task-lists/{list}")).await
         }
         ReadBack::Get(read) => {
             let id = answer["id"].as_str().unwrap_or_default();
-            app.get(&fresh(read).replace("{id}", id))
-                .await
-                .json()
-                .await
-                .unwrap()
+            app.get_json(&fresh(read).replace("{id}", id)).await
         }
         ReadBack::Request(table) => {
             stored_request(app, table, answer["id"].as_str().unwrap()).await
@@ -429,15 +399,9 @@ both_backends!(every_stored_field_takes_or_refuses_every_string);
 fn l0_profile(mode: &str) -> ExecutorProfile {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/l0/l0.sh");
     ExecutorProfile {
-        kind: ExecutorKind::Command,
         argv: vec![script.display().to_string(), mode.to_owned()],
-        base_url: None,
-        model: None,
-        api_key_env: None,
         timeout_secs: Some(30),
-        max_output_bytes: None,
-        env_allow: vec![],
-        output: Default::default(),
+        ..crate::common::executor_profile(ExecutorKind::Command)
     }
 }
 
@@ -468,11 +432,8 @@ async fn l0_output_with_nul_is_stored(backend: Backend) {
         let text = job.to_string();
         assert!(!text.contains("\\u0000"), "{text}");
         let l0s: Value = app
-            .get(&format!("/v1/refine-jobs/{id}/assignments"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/v1/refine-jobs/{id}/assignments"))
+            .await;
         assert_eq!(l0s[0]["status"], l0_status, "{l0s}");
         let excerpt = l0s[0]["output_excerpt"].as_str().unwrap_or_default();
         assert!(excerpt.contains('\u{fffd}'), "{l0s}");

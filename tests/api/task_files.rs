@@ -12,23 +12,14 @@ use crate::common::{Backend, TestApp, spawn_app_with};
 
 fn l0(record: &Path, mode: &str) -> ExecutorProfile {
     ExecutorProfile {
-        kind: ExecutorKind::Command,
         argv: vec![
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/l0/l0.sh")
-                .display()
-                .to_string(),
+            crate::common::l0_script(),
             "--record".into(),
             record.display().to_string(),
             mode.into(),
         ],
-        base_url: None,
-        model: None,
-        api_key_env: None,
         timeout_secs: Some(60),
-        max_output_bytes: None,
-        env_allow: vec![],
-        output: Default::default(),
+        ..crate::common::executor_profile(ExecutorKind::Command)
     }
 }
 

@@ -315,16 +315,7 @@ async fn task_lists_follow_the_task_schema(app: TestApp) {
         let schema = &tool(&message, name)["inputSchema"];
         let tasks = validator(&schema["properties"]["tasks"]);
         let item = &schema["properties"]["tasks"]["items"];
-        for field in [
-            "task_id",
-            "assigned_persona",
-            "parallel_group",
-            "depends_on",
-            "reads",
-            "writes",
-            "description",
-            "reviews",
-        ] {
+        for field in crate::common::TASK_FIELDS {
             assert!(
                 item["properties"][field]["type"].is_string()
                     || item["properties"][field]["type"].is_array(),

@@ -1,8 +1,7 @@
 //! Track loop state over HTTP on both databases: v1 import, the seed's transitions,
 //! bounds, illegal steps, and optimistic concurrency with ETag / If-Match.
 
-use crate::common::{Backend, TestApp, expect_problem};
-use plangate::config::ApiToken;
+use crate::common::{ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, expect_problem};
 use serde_json::{Value, json};
 
 const TRACK: &str = "auth-cache_20261130";
@@ -294,12 +293,7 @@ async fn stale_if_match_is_412_and_no_write_is_lost(app: TestApp) {
     let ok = results.iter().filter(|r| r.status() == 200).count();
     let conflicts = results.iter().filter(|r| r.status() == 409).count();
     assert_eq!((ok, conflicts), (1, 5));
-    let meta: Value = app
-        .get(&format!("/v1/tracks/{TRACK}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = app.get_json(&format!("/v1/tracks/{TRACK}")).await;
     assert_eq!(
         meta["loop_state"]["checkpoints"]["PLAN"]["plan_version"], 1,
         "applied once"
@@ -357,24 +351,14 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
     assert_eq!(fixed.status(), 200);
     // The evaluation runs again and passes: its checkpoint forgets the failed verdict.
     run_step(&app, "EVALUATE_EXECUTION", "PASSED").await;
-    let meta: Value = app
-        .get(&format!("/v1/tracks/{TRACK}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = app.get_json(&format!("/v1/tracks/{TRACK}")).await;
     assert_ne!(
         meta["loop_state"]["checkpoints"]["EVALUATE_EXECUTION"]["notes"],
         "cache key ignores the tenant",
         "the document alone no longer has the failed verdict"
     );
 
-    let history: Value = app
-        .get(&format!("/v1/tracks/{TRACK}/history"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let history: Value = app.get_json(&format!("/v1/tracks/{TRACK}/history")).await;
     assert_eq!(history["track_id"], TRACK);
     let events = history["events"].as_array().unwrap();
     let what: Vec<String> = events
@@ -440,21 +424,8 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
     app.shutdown().await;
 }
 
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-/// May act on `proj-a` only.
-const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
-/// May act on `proj-b` only.
-const TOKEN_B: &str = "token-b-cccccccccccccccc";
-
 async fn spawn_with_tokens(backend: Backend) -> TestApp {
-    crate::common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(TOKEN_A, &["proj-a"]),
-            ApiToken::limited(TOKEN_B, &["proj-b"]),
-        ];
-    })
-    .await
+    crate::common::spawn_app_with_project_tokens(backend, |_| {}).await
 }
 
 fn v1_of(id: &str) -> Value {

@@ -25,15 +25,8 @@ use uuid::Uuid;
 
 fn profile(kind: ExecutorKind) -> ExecutorProfile {
     ExecutorProfile {
-        kind,
-        argv: vec![],
-        base_url: None,
-        model: None,
-        api_key_env: None,
         timeout_secs: Some(60),
-        max_output_bytes: None,
-        env_allow: vec![],
-        output: Default::default(),
+        ..crate::common::executor_profile(kind)
     }
 }
 
@@ -262,9 +255,7 @@ async fn fake_api(api: Api, fail_first: bool) -> (String, Arc<FakeApi>) {
     let app = axum::Router::new()
         .fallback(fake_handle)
         .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = crate::common::serve_local(app).await;
     let base = match api {
         Api::Openai => format!("http://{addr}/v1"),
         Api::Anthropic => format!("http://{addr}"),
@@ -448,6 +439,32 @@ fn cost(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a cost: {v}"))
 }
 
+/// The text of a job's Cost cell in the dashboard's job list.
+fn list_cost(page: &str, job_id: &str) -> String {
+    let row = page
+        .split(&format!("data-job=\"{job_id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row for job {job_id} in the job list"));
+    let cell = row
+        .split("class=\"num cost\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</td>").next())
+        .unwrap_or_else(|| panic!("no Cost cell in the row of job {job_id}: {row}"));
+    // Drop the markup (`<span class="unknown">`), keep the text.
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in cell.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.trim().to_owned()
+}
+
 both_backends!(
     assignments_jobs_and_projects_show_usage,
     budget_hit_mid_batch_starts_no_further_l0,
@@ -541,13 +558,21 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     let api_call = (1000.0 * 3.0 + 100.0 * 15.0 + 20.0 * 0.3 + 10.0 * 3.75) / 1e6;
     assert!(close(cost(&rows[0]["usage"]["cost_usd"]), api_call));
 
+    // The dashboard's job list: its Cost column prices a `command` executor's calls
+    // from the table as it does an API executor's (docs/configuration.md, "Prices
+    // and budgets"), and says "unknown" where nothing priced them.
+    let list = app.get("/ui/jobs").await.text().await.unwrap();
+    for (job, shown) in [
+        (&reported, "$0.03"),
+        (&priced, "$3.000028"),
+        (&unpriced, "unknown"),
+        (&api, "$0.009087"),
+    ] {
+        assert_eq!(list_cost(&list, job), shown, "job {job}'s Cost cell");
+    }
+
     // The project: by executor and model, and overall.
-    let usage: Value = app
-        .get("/v1/projects/alpha/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = app.get_json("/v1/projects/alpha/usage").await;
     assert_eq!(usage["usage"]["calls"], 3 + 2 + 1 + 2, "{usage}");
     assert_eq!(
         usage["usage"]["cost_usd"],
@@ -580,35 +605,19 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert_eq!(groups.len(), 4);
 
     // Filters: the cycle, and the time window.
-    let t2: Value = app
-        .get("/v1/projects/alpha/usage?team_pk=t2")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let t2: Value = app.get_json("/v1/projects/alpha/usage?team_pk=t2").await;
     assert_eq!(t2["usage"]["calls"], 1);
     assert!(close(cost(&t2["usage"]["cost_usd"]), expected_priced));
     let future: Value = app
-        .get("/v1/projects/alpha/usage?since=2999-01-01T00:00:00Z")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/projects/alpha/usage?since=2999-01-01T00:00:00Z")
+        .await;
     assert_eq!(future["usage"]["calls"], 0);
     assert!(close(cost(&future["usage"]["cost_usd"]), 0.0));
     let past: Value = app
-        .get("/v1/projects/alpha/usage?since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/projects/alpha/usage?since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z")
+        .await;
     assert_eq!(past["usage"]["calls"], 8);
-    let beta: Value = app
-        .get("/v1/projects/beta/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let beta: Value = app.get_json("/v1/projects/beta/usage").await;
     assert!(close(cost(&beta["usage"]["cost_usd"]), 0.01));
 
     // Bad queries are clear 4xx.
@@ -853,11 +862,8 @@ async fn run_budget_spans_its_phases_and_merges_what_finished(backend: Backend) 
     let deadline = Instant::now() + Duration::from_secs(60);
     let run = loop {
         let run: Value = app
-            .get(&format!("/v1/refine-runs/{run_id}?wait=5"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/v1/refine-runs/{run_id}?wait=5"))
+            .await;
         if run["result"].is_object() {
             break run;
         }
@@ -944,12 +950,7 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
         "budget_exhausted",
     )
     .await;
-    let jobs: Value = app
-        .get("/v1/refine-jobs?project_id=alpha")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let jobs: Value = app.get_json("/v1/refine-jobs?project_id=alpha").await;
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1);
 
     // Another project, a project with its own limit, and no project: unaffected.
@@ -1145,12 +1146,7 @@ fn known_cost(usage: &Value) -> f64 {
 /// The job as REST, MCP and the dashboard show it: stopped by its budget, never
 /// plain success.
 async fn assert_budget_exceeded_everywhere(app: &TestApp, job_id: &str) {
-    let job: Value = app
-        .get(&format!("/v1/refine-jobs/{job_id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let job: Value = app.get_json(&format!("/v1/refine-jobs/{job_id}")).await;
     assert_eq!(job["status"], "failed", "REST: {job}");
     assert_eq!(job["error"]["code"], "budget_exceeded", "REST: {job}");
     let (is_error, answer) = app
@@ -1243,11 +1239,8 @@ async fn run_budget_caps_spend_across_two_replicas(backend: Backend) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let run = loop {
         let run: Value = app
-            .get(&format!("/v1/refine-runs/{run_id}?wait=5"))
-            .await
-            .json()
-            .await
-            .unwrap();
+            .get_json(&format!("/v1/refine-runs/{run_id}?wait=5"))
+            .await;
         if run["result"].is_object() {
             break run;
         }
@@ -1332,12 +1325,7 @@ async fn daily_limit_caps_concurrent_jobs_across_two_replicas(backend: Backend) 
             stopped.push(id.clone());
         }
     }
-    let usage: Value = app
-        .get("/v1/projects/alpha/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = app.get_json("/v1/projects/alpha/usage").await;
     let spent = known_cost(&usage["usage"]);
     eprintln!(
         "FIGURE {backend:?} daily limit $1.00, {} jobs created of 20: spent ${spent:.2} in {} calls",

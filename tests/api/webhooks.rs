@@ -9,16 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
-use plangate::config::ApiToken;
 use plangate::domain::webhooks::sign;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::common::{self, Backend, TestApp, expect_problem};
-
-const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
-const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
-const TOKEN_B: &str = "token-b-cccccccccccccccc";
+use crate::common::{self, ADMIN, Backend, TOKEN_A, TestApp, expect_problem};
 
 /// One delivery as the receiver saw it.
 #[derive(Debug, Clone)]
@@ -102,15 +97,7 @@ impl Drop for Receiver {
 }
 
 async fn spawn_scoped(backend: Backend) -> TestApp {
-    common::spawn_app_with(backend, |s| {
-        s.api_tokens = vec![
-            ApiToken::unrestricted(ADMIN),
-            ApiToken::limited(TOKEN_A, &["proj-a"]),
-            ApiToken::limited(TOKEN_B, &["proj-b"]),
-        ];
-        s.workers = 0;
-    })
-    .await
+    common::spawn_app_with_project_tokens(backend, |s| s.workers = 0).await
 }
 
 async fn send(
@@ -183,11 +170,11 @@ async fn webhooks_rest_contract(app: TestApp) {
     let id = created["id"].as_str().unwrap().to_owned();
     let path = format!("/v1/webhooks/{id}");
 
-    let one: Value = app.get(&path).await.json().await.unwrap();
+    let one: Value = app.get_json(&path).await;
     assert_eq!(one["id"], created["id"]);
     assert_eq!(one["url"], "https://8.8.8.8/hook");
     assert!(one.get("secret").is_none(), "{one}");
-    let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
+    let list: Value = app.get_json("/v1/webhooks").await;
     assert_eq!(list.as_array().unwrap().len(), 1);
     assert!(!list.to_string().contains("whsec_"), "{list}");
 
@@ -214,12 +201,7 @@ async fn webhooks_rest_contract(app: TestApp) {
     assert_secret(&rotated["secret"]);
     assert_ne!(rotated["secret"], created["secret"]);
 
-    let deliveries: Value = app
-        .get(&format!("{path}/deliveries"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let deliveries: Value = app.get_json(&format!("{path}/deliveries")).await;
     assert_eq!(deliveries, json!([]));
     let unknown = uuid::Uuid::now_v7();
     let replay = send(
@@ -266,7 +248,7 @@ async fn webhooks_rest_contract(app: TestApp) {
     }
     let bad_id = app.get("/v1/webhooks/not-a-uuid").await;
     expect_problem(bad_id, 400, "invalid_path").await;
-    let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
+    let list: Value = app.get_json("/v1/webhooks").await;
     assert_eq!(list.as_array().unwrap().len(), 2);
 
     // The dashboard lists them (never a secret).
@@ -321,7 +303,7 @@ async fn webhook_targets_must_be_public(app: TestApp) {
         let problem = expect_problem(response, 422, "webhook_url_not_allowed").await;
         assert_eq!(problem["field"], "url", "{url}: {problem}");
     }
-    let list: Value = app.get("/v1/webhooks").await.json().await.unwrap();
+    let list: Value = app.get_json("/v1/webhooks").await;
     assert_eq!(list, json!([]), "refused targets are not stored");
     create(
         &app,
@@ -463,7 +445,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     }
     let deliveries_path = format!("/v1/webhooks/{}/deliveries", hook["id"].as_str().unwrap());
     // Stored with the change: listed at once, and attempted (and failing) soon.
-    let deliveries: Value = app.get(&deliveries_path).await.json().await.unwrap();
+    let deliveries: Value = app.get_json(&deliveries_path).await;
     let mut types: Vec<&str> = deliveries
         .as_array()
         .unwrap()
@@ -474,7 +456,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
     assert_eq!(types, ["task.failed", "task_list.finished"], "{deliveries}");
     let deadline = Instant::now() + Duration::from_secs(15);
     let failing = loop {
-        let now: Value = app.get(&deliveries_path).await.json().await.unwrap();
+        let now: Value = app.get_json(&deliveries_path).await;
         if now
             .as_array()
             .unwrap()
@@ -493,7 +475,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
         assert!(d["delivered_at"].is_null(), "{d}");
     }
     let other_path = format!("/v1/webhooks/{}/deliveries", other["id"].as_str().unwrap());
-    let none: Value = app.get(&other_path).await.json().await.unwrap();
+    let none: Value = app.get_json(&other_path).await;
     assert_eq!(none, json!([]), "another project's webhook gets nothing");
 
     let database = app.stop_keeping_database().await;
@@ -544,7 +526,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now: Value = app.get(&deliveries_path).await.json().await.unwrap();
+        let now: Value = app.get_json(&deliveries_path).await;
         if now
             .as_array()
             .unwrap()
@@ -578,7 +560,7 @@ async fn events_outlive_the_server_that_stored_them(backend: Backend) {
             .unwrap(),
         2
     );
-    let left: Value = app.get(&deliveries_path).await.json().await.unwrap();
+    let left: Value = app.get_json(&deliveries_path).await;
     assert_eq!(left, json!([]));
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(
@@ -610,11 +592,8 @@ async fn private_targets_stored_earlier_are_not_called(backend: Backend) {
     })
     .await;
     let list: Value = app
-        .post_json("/v1/task-lists", &one_task_list("proj-p"))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json("/v1/task-lists", &one_task_list("proj-p"))
+        .await;
     let task_a = list["tasks"][0]["id"].as_str().unwrap();
     for status in ["running", "failed"] {
         let r = app
@@ -625,7 +604,7 @@ async fn private_targets_stored_earlier_are_not_called(backend: Backend) {
     let path = format!("/v1/webhooks/{}/deliveries", hook["id"].as_str().unwrap());
     let deadline = Instant::now() + Duration::from_secs(15);
     let delivery = loop {
-        let now: Value = app.get(&path).await.json().await.unwrap();
+        let now: Value = app.get_json(&path).await;
         let d = now[0].clone();
         if d["attempts"].as_i64() >= Some(2) {
             break d;

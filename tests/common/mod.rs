@@ -135,6 +135,24 @@ impl TestApp {
         self.client.get(self.url(path)).send().await.expect("GET")
     }
 
+    /// `GET path`'s JSON body (whatever the status: the test asserts on it).
+    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        self.get(path).await.json().await.expect("a JSON body")
+    }
+
+    /// `POST path` with a JSON body; the answer's JSON body.
+    pub async fn post_for_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> T {
+        self.post_json(path, body)
+            .await
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
         self.client
             .post(self.url(path))
@@ -311,6 +329,28 @@ pub async fn spawn_app_with_tokens(backend: Backend) -> TestApp {
     .await
 }
 
+/// Limited to `proj-a` and to `proj-b`: with [`ADMIN`], the tokens of
+/// [`spawn_app_with_project_tokens`].
+pub const TOKEN_A: &str = "token-a-bbbbbbbbbbbbbbbb";
+pub const TOKEN_B: &str = "token-b-cccccccccccccccc";
+
+/// A server that asks for [`ADMIN`], [`TOKEN_A`] (`proj-a`) or [`TOKEN_B`]
+/// (`proj-b`); `tweak` changes the rest of its settings.
+pub async fn spawn_app_with_project_tokens(
+    backend: Backend,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
+    spawn_app_with(backend, |s| {
+        s.api_tokens = vec![
+            plangate::config::ApiToken::unrestricted(ADMIN),
+            plangate::config::ApiToken::limited(TOKEN_A, &["proj-a"]),
+            plangate::config::ApiToken::limited(TOKEN_B, &["proj-b"]),
+        ];
+        tweak(s);
+    })
+    .await
+}
+
 pub async fn spawn_app(backend: Backend) -> TestApp {
     spawn_app_with(backend, |_| {}).await
 }
@@ -401,6 +441,32 @@ where
         let (a, b) = <(A, B)>::set_up(backend).await;
         self(a, b).await
     }
+}
+
+/// Runs `$body` with `$conn` a `&mut` connection of the back-end's own type to
+/// the test's database (`$app.database`): a statement the API does not offer,
+/// written once and checked against both drivers.
+macro_rules! with_connection {
+    ($app:expr, $conn:ident => $body:expr) => {
+        match $app.backend {
+            $crate::common::Backend::Postgres => {
+                let mut conn =
+                    <sqlx::PgConnection as sqlx::Connection>::connect(&$app.database.url)
+                        .await
+                        .expect("connect");
+                let $conn = &mut conn;
+                $body
+            }
+            $crate::common::Backend::Sqlite => {
+                let mut conn =
+                    <sqlx::SqliteConnection as sqlx::Connection>::connect(&$app.database.url)
+                        .await
+                        .expect("connect");
+                let $conn = &mut conn;
+                $body
+            }
+        }
+    };
 }
 
 /// Run each named `async fn` once against SQLite and once against Postgres:
@@ -532,4 +598,72 @@ pub fn one_phase_plan() -> serde_json::Value {
             "proposed_work_packages": [{"id_suffix": "WP1", "name": "w", "estimated_files": ["src/a.rs"]}]
         }]
     })
+}
+
+/// Most fixture runs alive at once, from the `--record` events file of
+/// `tests/fixtures/l0/l0.sh` in `dir` (none recorded: 0).
+pub fn max_concurrency(dir: &std::path::Path) -> usize {
+    let text = std::fs::read_to_string(dir.join("events")).unwrap_or_default();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .filter_map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            let delta = if parts.first()? == &"start" { 1 } else { -1 };
+            Some((parts.get(2)?.parse().ok()?, delta))
+        })
+        .collect();
+    // Ends sort before starts at the same instant.
+    events.sort();
+    let (mut live, mut max) = (0i32, 0i32);
+    for (_, d) in events {
+        live += d;
+        max = max.max(live);
+    }
+    max as usize
+}
+
+/// An executor profile of `kind` with nothing else set (each default applies);
+/// a test sets what it needs with `ExecutorProfile { …, ..executor_profile(kind) }`.
+pub fn executor_profile(kind: plangate::config::ExecutorKind) -> plangate::config::ExecutorProfile {
+    plangate::config::ExecutorProfile {
+        kind,
+        argv: vec![],
+        base_url: None,
+        model: None,
+        api_key_env: None,
+        timeout_secs: None,
+        max_output_bytes: None,
+        env_allow: vec![],
+        output: Default::default(),
+    }
+}
+
+/// The fields of a task of a task list (docs/api.md, "Task lists").
+pub const TASK_FIELDS: [&str; 8] = [
+    "task_id",
+    "assigned_persona",
+    "parallel_group",
+    "depends_on",
+    "reads",
+    "writes",
+    "description",
+    "reviews",
+];
+
+/// Serves `app` on a free local port (a fake provider or receiver) until the test
+/// ends; its address.
+pub async fn serve_local(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// The `id` of each object of a JSON array.
+pub fn ids(list: &Value) -> Vec<String> {
+    list.as_array()
+        .expect("array")
+        .iter()
+        .map(|a| a["id"].as_str().expect("id").to_owned())
+        .collect()
 }

@@ -47,7 +47,7 @@ from opentelemetry.trace import format_span_id, format_trace_id, set_span_in_con
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from plangate_server import L0, ROOT, Plangate, StartFailed, start  # noqa: E402
+from plangate_server import L0, ROOT, CheckFailed, Plangate, StartFailed, check, start, task  # noqa: E402
 from plangate_server import call as http  # noqa: E402
 
 # The fake agent's answer per call (l0.sh claude-json): tokens as reported, no cost,
@@ -59,34 +59,10 @@ ASSIGNMENTS = ["P1-A1", "P1-A2"]
 PROJECT_ID = "traces-demo"
 
 
-class CheckFailed(Exception):
-    pass
-
-
-def check(condition, message: str) -> None:
-    if not condition:
-        raise CheckFailed(message)
-
-
 def ok(method: str, url: str, body=None, headers=None):
     status, answer = http(method, url, body, headers)
     check(200 <= status < 300, f"{method} {url}: {status} {answer}")
     return status, answer
-
-
-def task(task_id, wave, deps=(), reviews=None, persona="coder"):
-    t = {
-        "task_id": task_id,
-        "assigned_persona": persona,
-        "parallel_group": wave,
-        "depends_on": list(deps),
-        "reads": [],
-        "writes": [] if reviews else [f"src/{task_id.lower()}.rs"],
-        "description": f"Do {task_id}.",
-    }
-    if reviews:
-        t["reviews"] = reviews
-    return t
 
 
 TASKS = [task("T1", 1), task("T2", 1), task("T3", 2, ["T1"]), task("R3", 3, ["T3"], reviews="T3", persona="reviewer")]

@@ -16,25 +16,10 @@ import pytest
 from playwright.sync_api import expect
 
 from conftest import Watched, start_server, stop_server
+from plangate_server import task
 
 XSS_DESCRIPTION = "<img src=x onerror=alert(1)>"
 XSS_TEAM = '"><script>alert(1)</script>'
-
-
-def task(task_id, wave, deps=(), reviews=None, description=None, persona="coder"):
-    t = {
-        "task_id": task_id,
-        "assigned_persona": persona,
-        "parallel_group": wave,
-        "depends_on": list(deps),
-        "reads": [],
-        "writes": [f"src/{task_id.lower()}.rs"],
-        "description": description or f"Do {task_id}.",
-    }
-    if reviews:
-        t["reviews"] = reviews
-        t["writes"] = []
-    return t
 
 
 TASKS = [

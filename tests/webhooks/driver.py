@@ -17,10 +17,7 @@ Postgres: another replica does), with the same webhook-id.
 
 import argparse
 import json
-import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,9 +26,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-L0 = ROOT / "tests/fixtures/l0/l0.sh"
-PG_ADMIN = os.environ.get("PLANGATE_TEST_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from plangate_server import (  # noqa: E402
+    L0, CheckFailed, Plangate, call, check, drop_database, free_port, new_database, start,
+)
+
 ADMIN = "admin-token-aaaaaaaaaaaa"
 TOKEN_A = "token-a-bbbbbbbbbbbbbbbb"
 TOKEN_B = "token-b-cccccccccccccccc"
@@ -40,37 +39,10 @@ EVENT_TYPES = ["refine_job.succeeded", "refine_job.failed", "refine_job.cancelle
                "refine_run.finished", "task_list.finished", "task.failed", "budget.exceeded"]
 
 
-class CheckFailed(Exception):
-    pass
-
-
-def check(condition, message: str) -> None:
-    if not condition:
-        raise CheckFailed(message)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http(method: str, url: str, body=None, token=ADMIN):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    if body is not None:
-        request.add_header("Content-Type", "application/json")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as e:
-        status, raw = e.code, e.read()
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode(errors="replace")
+    """(status, parsed JSON, text, or None for an empty body) of one request."""
+    status, answer = call(method, url, body, {"Authorization": f"Bearer {token}"} if token else None)
+    return status, None if answer == "" else answer
 
 
 def wait_until(what: str, probe, timeout: float = 30.0, every: float = 0.2):
@@ -118,45 +90,8 @@ class Receiver:
         self.process.wait()
 
 
-class Server:
-    """The real binary on a free port."""
-
-    def __init__(self, binary: Path, url: str, work: Path, name: str, timeout_secs: int = 5):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        config = work / "plangate.toml"
-        config.write_text(
-            f'[executors.ok]\nkind = "command"\nargv = ["{L0}", "valid"]\ntimeout_secs = 60\n'
-            f'[executors.slow]\nkind = "command"\nargv = ["{L0}", "sleep", "60"]\ntimeout_secs = 120\n'
-            f'[executors.cj]\nkind = "command"\noutput = "claude-json"\n'
-            f'argv = ["{L0}", "claude-json", "0.01", "100", "50"]\ntimeout_secs = 60\n'
-        )
-        env = dict(os.environ)
-        env.update(
-            DATABASE_URL=url,
-            PLANGATE_BIND=f"127.0.0.1:{self.port}",
-            PLANGATE_CONFIG=str(config),
-            PLANGATE_LOG_FORMAT="json",
-            PLANGATE_API_TOKENS=f"{ADMIN},{TOKEN_A}:proj-a,{TOKEN_B}:proj-b",
-            PLANGATE_WEBHOOK_ALLOW_PRIVATE="true",
-            PLANGATE_WEBHOOK_RETRY_SCHEDULE=SCHEDULE,
-            PLANGATE_WEBHOOK_TIMEOUT_SECS=str(timeout_secs),
-            PLANGATE_L0_CONCURRENCY="1",
-            PLANGATE_TASK_DIR=str(work / f"tasks-{name}"),
-        )
-        self.log = work / f"server-{name}.log"
-        self.process = subprocess.Popen([str(binary), "serve"], env=env, stdout=self.log.open("w"),
-                                        stderr=subprocess.STDOUT)
-        wait_until(f"server {name} ready", self._ready, 60, 0.1)
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise CheckFailed(f"plangate exited at start:\n{self.log.read_text()}")
-        try:
-            with urllib.request.urlopen(self.base + "/readyz", timeout=2):
-                return True
-        except (urllib.error.URLError, ConnectionError):
-            return False
+class Server(Plangate):
+    """The real binary on a free port, on the shared database."""
 
     def api(self, method: str, path: str, body=None, token=ADMIN):
         return http(method, self.base + path, body, token)
@@ -170,18 +105,24 @@ class Server:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
-    def errors(self) -> list[str]:
-        return [line for line in self.log.read_text().splitlines()
-                if '"level":"ERROR"' in line or "panicked" in line]
+def start_server(binary: Path, url: str, work: Path, name: str, timeout_secs: int = 5) -> Server:
+    config = (
+        f'[executors.ok]\nkind = "command"\nargv = ["{L0}", "valid"]\ntimeout_secs = 60\n'
+        f'[executors.slow]\nkind = "command"\nargv = ["{L0}", "sleep", "60"]\ntimeout_secs = 120\n'
+        f'[executors.cj]\nkind = "command"\noutput = "claude-json"\n'
+        f'argv = ["{L0}", "claude-json", "0.01", "100", "50"]\ntimeout_secs = 60\n'
+    )
+    env = dict(
+        PLANGATE_API_TOKENS=f"{ADMIN},{TOKEN_A}:proj-a,{TOKEN_B}:proj-b",
+        PLANGATE_WEBHOOK_ALLOW_PRIVATE="true",
+        PLANGATE_WEBHOOK_RETRY_SCHEDULE=SCHEDULE,
+        PLANGATE_WEBHOOK_TIMEOUT_SECS=str(timeout_secs),
+        PLANGATE_L0_CONCURRENCY="1",
+        PLANGATE_TASK_DIR=str(work / f"tasks-{name}"),
+    )
+    started = start(binary, "", config, env, prefix=f"plangate-webhooks-{name}-", database_url=url)
+    return Server(**vars(started))
 
 
 # ------------------------------------------------------------------ workloads
@@ -242,13 +183,7 @@ def by_id(entries: list[dict]) -> dict[str, list[dict]]:
 
 def run(binary: Path, backend: str, python: str) -> None:
     work = Path(tempfile.mkdtemp(prefix="plangate-webhooks-"))
-    drop = None
-    if backend == "sqlite":
-        url = f"sqlite://{work}/webhooks.db"
-    else:
-        drop = f"plangate_test_webhooks_{secrets.token_hex(6)}"
-        subprocess.run(["psql", PG_ADMIN, "-qc", f"CREATE DATABASE {drop}"], check=True)
-        url = PG_ADMIN.rsplit("/", 1)[0] + "/" + drop
+    url, drop = new_database(backend, work, "plangate_test_webhooks")
     receiver = Receiver(python, work)
     servers: list[Server] = []
     started = time.monotonic()
@@ -257,7 +192,7 @@ def run(binary: Path, backend: str, python: str) -> None:
         print(f"  [{time.monotonic() - started:5.1f} s] {text}", flush=True)
 
     try:
-        server = Server(binary, url, work, "a")
+        server = start_server(binary, url, work, "a")
         servers.append(server)
         step("webhooks: one per receiver behaviour")
         every = create_hook(server, receiver, "ok", "all", ["*"])
@@ -444,12 +379,12 @@ def run(binary: Path, backend: str, python: str) -> None:
         first = wait_until("the first attempt to arrive", lambda: receiver_arrivals(receiver, "kill"), 20)
         cut_id = first[0]
         if backend == "postgres":
-            other = Server(binary, url, work, "b")
+            other = start_server(binary, url, work, "b")
             servers.append(other)
         server.kill9()
         t_kill = time.monotonic()
         if backend == "sqlite":
-            other = Server(binary, url, work, "b")
+            other = start_server(binary, url, work, "b")
             servers.append(other)
         ready = time.monotonic()
         done_entries = wait_until("the delivery after the kill",
@@ -480,7 +415,7 @@ def run(binary: Path, backend: str, python: str) -> None:
             s.stop()
         receiver.stop()
         if drop:
-            subprocess.run(["psql", PG_ADMIN, "-qc", f"DROP DATABASE IF EXISTS {drop} WITH (FORCE)"], check=False)
+            drop_database(drop)
 
 
 def uuid_like() -> str:

@@ -16,6 +16,29 @@ use crate::domain::job::{
 use crate::domain::refine::L0Status;
 use crate::domain::usage::Budget;
 
+/// Moves a job's `running` L0 rows back to `pending` (they will run again: their
+/// outcome was never stored), or to `failed` when the job ended.
+macro_rules! reset_running_l0s {
+    ($tx:expr, $job_id:expr, $status:expr) => {
+        if $status == $crate::domain::job::JobStatus::Queued {
+            sqlx::query(
+                "UPDATE refine_l0_runs SET status = 'pending' WHERE job_id = $1 AND status = 'running'",
+            )
+            .bind($job_id)
+            .execute(&mut *$tx)
+            .await?;
+        } else {
+            sqlx::query(
+                "UPDATE refine_l0_runs SET status = 'failed', error = 'the job ended before it finished' \
+                 WHERE job_id = $1 AND status = 'running'",
+            )
+            .bind($job_id)
+            .execute(&mut *$tx)
+            .await?;
+        }
+    };
+}
+
 /// An L0 outcome the worker stored: enough to resume without running it again.
 #[derive(Debug, Clone)]
 pub struct FinishedL0 {

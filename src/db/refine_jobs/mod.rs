@@ -15,15 +15,104 @@
 //! row the lease is gone (expired, reaped, handed back) and the transaction is rolled
 //! back, so a stale worker changes nothing. `version` is also the `seq` of the
 //! event written in the same transaction, so readers follow one integer. The
-//! transaction macros live in `db/tx.rs`.
+//! transaction helpers (`on_pool!`, `begin_write!`) live in `db/tx.rs`; the job's
+//! own write macros live beside what they write: the fencing and event-log ones
+//! here, `store_pending!`/`progress_of!` in `progress`, `reset_running_l0s!` in
+//! `lease`, `insert_jobs!` in `submit`.
+//!
+//! Macro order matters (textual scope): the macros below come first so every file
+//! sees them; `progress` and `lease` are declared before the files that use their
+//! macros; `submit`'s `insert_jobs!` is also used by `db/refine_runs.rs`.
 
+/// Bumps `version` by `$events` (the events this write will insert, at least 1) if
+/// `$lease` still holds the job; evaluates to `Option<i64>`, the last event's seq.
+/// With `log = Some(…)` the same statement stores the job log (one round trip less).
+macro_rules! bump_fenced {
+    ($tx:expr, $lease:expr, $at:expr, $events:expr, log = $log:expr) => {{
+        let log: Option<&[String]> = $log;
+        bump_fenced!(@ $tx, $lease, $at, $events, log.map(sqlx::types::Json))
+    }};
+    ($tx:expr, $lease:expr, $at:expr, $events:expr) => {
+        bump_fenced!(@ $tx, $lease, $at, $events, None::<sqlx::types::Json<&[String]>>)
+    };
+    (@ $tx:expr, $lease:expr, $at:expr, $events:expr, $log:expr) => {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+            "UPDATE refine_jobs SET version = version + $4, updated_at = $3, \
+             log = COALESCE($5, log) \
+             WHERE id = $1 AND lease_token = $2 AND status IN {} \
+             RETURNING version",
+            $crate::db::status_list(&$crate::domain::job::JobStatus::IN_FLIGHT)
+        )))
+        .bind($lease.job_id)
+        .bind($lease.token)
+        .bind($at)
+        .bind(i64::try_from(($events).max(1)).unwrap_or(i64::MAX))
+        .bind($log)
+        .fetch_optional(&mut *$tx)
+        .await?
+    };
+}
+
+/// Bumps `version` unconditionally (API-side writes: cancel, reaper).
+macro_rules! bump {
+    ($tx:expr, $job_id:expr, $at:expr) => {
+        sqlx::query_scalar::<_, i64>(
+            "UPDATE refine_jobs SET version = version + 1, updated_at = $2 WHERE id = $1 \
+             RETURNING version",
+        )
+        .bind($job_id)
+        .bind($at)
+        .fetch_one(&mut *$tx)
+        .await?
+    };
+}
+
+/// Inserts events `$seq - n + 1 ..= $seq` for the `(event, data)` pairs given, in
+/// one statement.
+macro_rules! push_events {
+    // `(event, &data, created_at)` triples: each event keeps its own time.
+    ($tx:expr, $job_id:expr, $last_seq:expr, timed = $events:expr) => {{
+        let events: &[(&str, &serde_json::Value, chrono::DateTime<chrono::Utc>)] = $events;
+        if !events.is_empty() {
+            let first = $last_seq - events.len() as i64 + 1;
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_job_events (job_id, seq, event, data, created_at) ",
+            );
+            q.push_values(
+                events.iter().enumerate(),
+                |mut b, (i, (event, data, at))| {
+                    b.push_bind($job_id)
+                        .push_bind(first + i as i64)
+                        .push_bind(event.to_string())
+                        .push_bind(sqlx::types::Json(data))
+                        .push_bind(*at);
+                },
+            );
+            q.build().execute(&mut *$tx).await?;
+        }
+    }};
+    // `(event, data)` pairs, all created at `$at`.
+    ($tx:expr, $job_id:expr, $last_seq:expr, $at:expr, $events:expr) => {{
+        let events: &[(&str, serde_json::Value)] = $events;
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let timed: Vec<(&str, &serde_json::Value, chrono::DateTime<chrono::Utc>)> = events
+            .iter()
+            .map(|(event, data)| (*event, data, at))
+            .collect();
+        push_events!($tx, $job_id, $last_seq, timed = &timed);
+    }};
+}
+
+#[macro_use]
+mod progress;
+#[macro_use]
+mod lease;
+#[macro_use]
+mod submit;
 mod budget;
 mod cancel;
-mod lease;
-mod progress;
 mod read;
 mod retention;
-mod submit;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

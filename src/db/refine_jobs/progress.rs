@@ -20,6 +20,98 @@ use crate::db::task_lists::now;
 use crate::domain::refine::{L0ErrorCode, L0Status};
 use crate::domain::usage::L0Usage;
 
+/// Stores a worker's [`PendingProgress`](crate::db::refine_jobs::PendingProgress)
+/// inside `$tx`, after the fenced bump that numbered its events and `$then`'s
+/// (`$last_seq`: the seq of the last): each batch's starts (those whose end is not
+/// in it), then every end in one `UPDATE … FROM (VALUES …)` — whose columns both
+/// back-ends name column1, column2, … — folding in the starts stored with them, then
+/// its events followed by `$then` (`(&[(event, data)], created_at)`), one INSERT.
+macro_rules! store_pending {
+    ($tx:expr, $job_id:expr, $last_seq:expr, $pending:expr, then = $then:expr) => {{
+        let pending: &$crate::db::refine_jobs::PendingProgress = $pending;
+        for batch in &pending.started {
+            let mut q = sqlx::QueryBuilder::new(
+                "UPDATE refine_l0_runs SET status = 'running', finished_at = NULL, started_at = ",
+            );
+            q.push_bind(batch.at)
+                .push(", attempt = ")
+                .push_bind(batch.attempt)
+                .push(", starts = starts + 1 WHERE job_id = ")
+                .push_bind($job_id)
+                .push(" AND assignment_id IN (");
+            let mut sep = q.separated(", ");
+            for id in &batch.ids {
+                sep.push_bind(id.as_str());
+            }
+            q.push(")");
+            q.build().execute(&mut *$tx).await?;
+        }
+        if !pending.ended.is_empty() {
+            let mut q = sqlx::QueryBuilder::new(
+                "UPDATE refine_l0_runs SET status = v.column2, finished_at = v.column3, \
+                 tries = v.column4, exit_code = v.column5, error = v.column6, \
+                 output_excerpt = v.column7, outcome = v.column8, input_tokens = v.column9, \
+                 output_tokens = v.column10, cache_read_input_tokens = v.column11, \
+                 cache_creation_input_tokens = v.column12, cost_usd = v.column13, \
+                 usage_model = v.column14, usage_source = v.column15, \
+                 prompt_bytes = v.column16, started_at = COALESCE(v.column17, started_at), \
+                 attempt = COALESCE(v.column18, attempt), starts = starts + v.column19 FROM (",
+            );
+            q.push_values(&pending.ended, |mut row, ended| {
+                let l0 = &ended.l0;
+                row.push_bind(l0.assignment_id.as_str())
+                    .push_bind(l0.status)
+                    .push_bind(ended.at)
+                    .push_bind(l0.tries)
+                    .push_bind(l0.exit_code)
+                    .push_bind(l0.error.as_deref())
+                    .push_bind(l0.output_excerpt.as_deref())
+                    .push_bind(sqlx::types::Json(&l0.outcome))
+                    .push_bind(l0.usage.input_tokens)
+                    .push_bind(l0.usage.output_tokens)
+                    .push_bind(l0.usage.cache_read_input_tokens)
+                    .push_bind(l0.usage.cache_creation_input_tokens)
+                    .push_bind(l0.usage.cost_usd)
+                    .push_bind(l0.usage.model.as_deref())
+                    .push_bind(l0.usage.source.as_str())
+                    .push_bind(l0.prompt_bytes)
+                    .push_bind(ended.start.map(|(at, _)| at))
+                    .push_bind(ended.start.map(|(_, attempt)| attempt))
+                    .push_bind(i32::from(ended.start.is_some()));
+            });
+            q.push(") AS v WHERE refine_l0_runs.job_id = ")
+                .push_bind($job_id)
+                .push(" AND refine_l0_runs.assignment_id = v.column1");
+            q.build().execute(&mut *$tx).await?;
+        }
+        let (then, then_at): (&[(&str, serde_json::Value)], chrono::DateTime<chrono::Utc>) = $then;
+        let events: Vec<(&str, &serde_json::Value, chrono::DateTime<chrono::Utc>)> = pending
+            .events
+            .iter()
+            .map(|(event, data, at)| (*event, data, *at))
+            .chain(then.iter().map(|(event, data)| (*event, data, then_at)))
+            .collect();
+        push_events!($tx, $job_id, $last_seq, timed = &events);
+    }};
+}
+
+/// Progress of one job from its L0 rows.
+macro_rules! progress_of {
+    ($tx:expr, $job_id:expr) => {{
+        let rows: Vec<($crate::domain::refine::L0Status, i64)> = sqlx::query_as(
+            "SELECT status, COUNT(*) FROM refine_l0_runs WHERE job_id = $1 GROUP BY status",
+        )
+        .bind($job_id)
+        .fetch_all(&mut *$tx)
+        .await?;
+        let mut p = $crate::db::refine_jobs::ProgressRecord::default();
+        for (status, n) in rows {
+            $crate::db::refine_jobs::add_count(&mut p, status, n);
+        }
+        p
+    }};
+}
+
 /// An L0 that ended, as the worker stores it.
 #[derive(Debug, Clone)]
 pub struct L0Ended {

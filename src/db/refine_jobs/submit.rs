@@ -12,6 +12,99 @@ use crate::db::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
 use crate::domain::usage::UsageTotals;
 
+/// Inserts jobs, their L0 rows and their `queued` events inside `$tx`, a few
+/// multi-row statements for all of them; evaluates to the ids inserted (a job whose
+/// idempotency key is taken, by a stored job or an earlier one of `$jobs`, is not).
+/// Rows go in chunks of power-of-two sizes, so the statements prepared stay few
+/// whatever the number of jobs ([`pow2_chunks`](crate::db::refine_jobs::pow2_chunks)).
+macro_rules! insert_jobs {
+    ($tx:expr, $jobs:expr, $at:expr) => {{
+        use $crate::db::refine_jobs::{NewRefineJob, pow2_chunks};
+        let jobs: &[&NewRefineJob] = $jobs;
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let mut inserted: Vec<uuid::Uuid> = Vec::with_capacity(jobs.len());
+        for chunk in pow2_chunks(jobs, 32) {
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_jobs (id, status, phase_id, run_id, project_id, team_pk, \
+                 executor, executor_kind, request, idempotency_key, request_hash, max_attempts, \
+                 run_after, l0_total, version, created_at, updated_at, max_cost_usd, \
+                 max_output_tokens, budget_action, retry_of, trace_parent) ",
+            );
+            q.push_values(chunk, |mut b, new| {
+                b.push_bind(new.id)
+                    .push("'queued'")
+                    .push_bind(new.phase_id.as_str())
+                    .push_bind(new.run_id)
+                    .push_bind(new.project_id.as_deref())
+                    .push_bind(new.team_pk.as_deref())
+                    .push_bind(new.executor.as_str())
+                    .push_bind(new.executor_kind.as_str())
+                    .push_bind(sqlx::types::Json(&new.request))
+                    .push_bind(new.idempotency_key.as_deref())
+                    .push_bind(new.request_hash.as_deref())
+                    .push_bind(i32::try_from(new.max_attempts).unwrap_or(i32::MAX))
+                    .push_bind(at)
+                    .push_bind(i32::try_from(new.l0s.len()).unwrap_or(i32::MAX))
+                    .push("1")
+                    .push_bind(at)
+                    .push_bind(at)
+                    .push_bind(new.budget.max_cost_usd)
+                    .push_bind(new.budget.max_output_tokens)
+                    .push_bind(new.budget.budget_action.as_str())
+                    .push_bind(new.retry_of)
+                    .push_bind(new.trace_parent.as_deref());
+            });
+            q.push(" ON CONFLICT (idempotency_key) DO NOTHING RETURNING id");
+            let ids: Vec<uuid::Uuid> = q.build_query_scalar().fetch_all(&mut *$tx).await?;
+            inserted.extend(ids);
+        }
+        let stored: Vec<&NewRefineJob> = jobs
+            .iter()
+            .copied()
+            .filter(|j| inserted.contains(&j.id))
+            .collect();
+        let rows: Vec<(&NewRefineJob, usize, &(String, i32))> = stored
+            .iter()
+            .flat_map(|new| new.l0s.iter().enumerate().map(move |(i, l0)| (*new, i, l0)))
+            .collect();
+        for chunk in pow2_chunks(&rows, 256) {
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_l0_runs (job_id, assignment_id, position, batch, status, \
+                 project_id, team_pk) ",
+            );
+            q.push_values(chunk, |mut b, (new, i, (assignment_id, batch))| {
+                b.push_bind(new.id)
+                    .push_bind(assignment_id.as_str())
+                    .push_bind(i32::try_from(*i).unwrap_or(i32::MAX))
+                    .push_bind(*batch)
+                    .push("'pending'")
+                    .push_bind(new.project_id.as_deref())
+                    .push_bind(new.team_pk.as_deref());
+            });
+            q.build().execute(&mut *$tx).await?;
+        }
+        let (event, data) = $crate::db::refine_jobs::state_event(
+            $crate::domain::job::JobStatus::Queued,
+            0,
+            serde_json::json!({}),
+        );
+        for chunk in pow2_chunks(&stored, 32) {
+            let mut q = sqlx::QueryBuilder::new(
+                "INSERT INTO refine_job_events (job_id, seq, event, data, created_at) ",
+            );
+            q.push_values(chunk, |mut b, new| {
+                b.push_bind(new.id)
+                    .push("1")
+                    .push_bind(event)
+                    .push_bind(sqlx::types::Json(&data))
+                    .push_bind(at);
+            });
+            q.build().execute(&mut *$tx).await?;
+        }
+        inserted
+    }};
+}
+
 /// Most jobs one group transaction stores.
 const MAX_GROUP: usize = 64;
 

@@ -5,11 +5,13 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 
 use super::usage::{self, l0_cells, totals_facts};
-use super::{Chrome, Section, id_code, layout, live_badge, opt_time, status as status_badge, time};
-use crate::domain::job::{JobStatus, L0State, degraded_note, retry_refusal};
+use super::{
+    Chrome, Section, heads, id_code, layout, live_badge, opt_time, status as status_badge, time,
+};
+use crate::domain::job::{JobStatus, L0State, RunSummary, degraded_note, retry_refusal};
 use crate::service::dashboard::{
-    BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunListEntry,
-    RunView, StoredJob, StoredL0,
+    BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunView,
+    StoredJob, StoredL0,
 };
 use crate::service::rate_limits::WaitingCall;
 
@@ -116,10 +118,7 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
                 table.jobs {
                     thead { tr {
                         th scope="col" { span.visually-hidden { "Select" } }
-                        th scope="col" { "Job" } th scope="col" { "State" } th scope="col" { "Phase" }
-                        th scope="col" { "Project" } th scope="col" { "Cycle" } th scope="col" { "Attempt" }
-                        th scope="col" { "Executor" } th scope="col" { "Error" } th scope="col" { "Duration" }
-                        th scope="col" { "Cost (USD)" } th scope="col" { "Created" } th scope="col" { "Finished" }
+                        (heads(&["Job", "State", "Phase", "Project", "Cycle", "Attempt", "Executor", "Error", "Duration", "Cost (USD)", "Created", "Finished"]))
                     } }
                     tbody {
                         @for job in &page.rows {
@@ -133,8 +132,8 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
                                 td.num { (job.attempt) " of " (job.max_attempts) }
                                 td { bdi { (job.executor) } }
                                 td.error {
-                                    @if let Some((code, message)) = &job.error {
-                                        code { (code) } @if let Some(m) = message { ": " bdi { (m) } }
+                                    @if let Some(code) = &job.error_code {
+                                        code { (code) } @if let Some(m) = &job.error_message { ": " bdi { (m) } }
                                     } @else { span.none { "—" } }
                                 }
                                 td.num.duration {
@@ -240,13 +239,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                     h2 #l0-h { "L0 reviewers" }
                     div.table-scroll tabindex="0" role="region" aria-label="L0 reviewers" {
                     table.l0s {
-                        thead { tr {
-                            th scope="col" { "Assignment" } th scope="col" { "Batch" } th scope="col" { "Status" }
-                            th scope="col" { "Starts" } th scope="col" { "Tries" } th scope="col" { "Duration" }
-                            th scope="col" { "Exit" } th scope="col" { "Error" }
-                            th scope="col" { "Input tokens" } th scope="col" { "Output tokens" }
-                            th scope="col" { "Cost (USD)" } th scope="col" { "Model" } th scope="col" { "Usage source" }
-                        } }
+                        thead { tr { (heads(&["Assignment", "Batch", "Status", "Starts", "Tries", "Duration", "Exit", "Error", "Input tokens", "Output tokens", "Cost (USD)", "Model", "Usage source"])) } }
                         tbody {
                             @for l0 in &view.l0s {
                                 @let word = L0State::of(job.status, l0.status, l0.error.as_deref()).as_str();
@@ -529,7 +522,7 @@ fn bulk_buttons(kind: BulkKind) -> Markup {
     }
 }
 
-pub fn runs_page(page: &Page<RunListEntry>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
+pub fn runs_page(page: &Page<RunSummary>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
     let body = html! {
         (live_badge())
         div #live-region data-live="runs" {
@@ -540,8 +533,7 @@ pub fn runs_page(page: &Page<RunListEntry>, before: Option<uuid::Uuid>, chrome: 
         table.runs {
             thead { tr {
                 th scope="col" { span.visually-hidden { "Select" } }
-                th scope="col" { "Run" } th scope="col" { "Status" } th scope="col" { "Project" }
-                th scope="col" { "Cycle" } th scope="col" { "Executor" } th scope="col" { "Created" } th scope="col" { "Finished" }
+                (heads(&["Run", "Status", "Project", "Cycle", "Executor", "Created", "Finished"]))
             } }
             tbody {
                 @for run in &page.rows {
@@ -608,7 +600,7 @@ pub fn run_page(view: &RunView, chrome: Chrome) -> Markup {
             h2 #phases-h { "Phases" }
             div.table-scroll tabindex="0" role="region" aria-label="Phases of this run" {
             table {
-                thead { tr { th scope="col" { "Phase" } th scope="col" { "Job" } th scope="col" { "Status" } th scope="col" { "Attempt" } th scope="col" { "L0s valid / total" } th scope="col" { "Cost (USD)" } } }
+                thead { tr { (heads(&["Phase", "Job", "Status", "Attempt", "L0s valid / total", "Cost (USD)"])) } }
                 tbody {
                     @for job in &view.jobs {
                         tr {

@@ -132,6 +132,11 @@ pub fn id_code(id: impl std::fmt::Display) -> Markup {
     html! { code.id title=(id) { bdi { (id) } } }
 }
 
+/// A table's column headings, in order.
+pub fn heads(names: &[&str]) -> Markup {
+    html! { @for name in names { th scope="col" { (name) } } }
+}
+
 pub fn time(at: &DateTime<Utc>) -> Markup {
     html! { time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S UTC")) } }
 }

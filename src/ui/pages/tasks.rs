@@ -4,7 +4,9 @@
 use maud::{Markup, html};
 
 use super::dag::{self, MAX_DRAWN_NODES, status_text};
-use super::{Chrome, Section, TASK_ORDER, class_word, id_code, layout, opt_time, status, time};
+use super::{
+    Chrome, Section, TASK_ORDER, class_word, heads, id_code, layout, opt_time, status, time,
+};
 use crate::service::dashboard::{StoredTask, StoredTaskList, TaskDetailView, TaskListView};
 
 /// `wave`: the one wave to open (`?wave=N`), if any; `status`: only the tasks
@@ -89,11 +91,7 @@ pub fn task_list_page(
                 } @else {
                     div.table-scroll tabindex="0" role="region" aria-label="Tasks" {
                         table.tasks {
-                            thead { tr {
-                                th scope="col" { "Task" } th scope="col" { "Wave" } th scope="col" { "Status" }
-                                th scope="col" { "Persona" } th scope="col" { "Depends on" } th scope="col" { "Review of" }
-                                th scope="col" { "Why" } th scope="col" { "Description" }
-                            } }
+                            thead { tr { (heads(&["Task", "Wave", "Status", "Persona", "Depends on", "Review of", "Why", "Description"])) } }
                             tbody {
                                 @for (i, task) in list.tasks.iter().enumerate() {
                                     @if wave.is_none_or(|w| w == task.parallel_group)
@@ -244,10 +242,7 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
             } @else {
                 div.table-scroll tabindex="0" role="region" aria-label="History" {
                     table.history {
-                        thead { tr {
-                            th scope="col" { "When" } th scope="col" { "What" } th scope="col" { "Status" }
-                            th scope="col" { "Holder" } th scope="col" { "Attempt" } th scope="col" { "Lease until" }
-                        } }
+                        thead { tr { (heads(&["When", "What", "Status", "Holder", "Attempt", "Lease until"])) } }
                         tbody {
                             @for e in &view.history {
                                 tr data-kind=(e.kind.as_str()) {

@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use super::{Chrome, Section, id_code, layout, live_badge, opt_time, time};
+use super::{Chrome, Section, heads, id_code, layout, live_badge, opt_time, time};
 use crate::domain::track_state::{CheckpointStatus, CurrentStep, Metadata, Step};
 use crate::service::dashboard::{TrackListEntry, TrackView};
 
@@ -31,10 +31,7 @@ pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
         div #live-region data-live="tracks" {
         div.table-scroll tabindex="0" role="region" aria-label="Tracks" {
             table.tracks {
-                thead { tr {
-                    th scope="col" { "Track" } th scope="col" { "Status" } th scope="col" { "Current step" }
-                    th scope="col" { "Step status" } th scope="col" { "Fix cycles" } th scope="col" { "Revision" } th scope="col" { "Updated" }
-                } }
+                thead { tr { (heads(&["Track", "Status", "Current step", "Step status", "Fix cycles", "Revision", "Updated"])) } }
                 tbody {
                     @for t in tracks {
                         tr {
@@ -110,10 +107,7 @@ fn history_table(view: &TrackView) -> Markup {
         @if !view.history.is_empty() {
             div.table-scroll role="region" aria-labelledby="track-history-h" tabindex="0" {
                 table #track-history {
-                    thead { tr {
-                        th scope="col" { "When" } th scope="col" { "Revision" } th scope="col" { "What" }
-                        th scope="col" { "Agent" } th scope="col" { "Notes" } th scope="col" { "Then" }
-                    } }
+                    thead { tr { (heads(&["When", "Revision", "What", "Agent", "Notes", "Then"])) } }
                     tbody {
                         @for e in view.history.iter().rev() {
                             tr class={ "ev-" (e.action.as_str()) } {
@@ -171,10 +165,7 @@ pub fn track_page(view: &TrackView, chrome: Chrome) -> Markup {
                         ", revised " (ls.plan_revision_count) " times; document revision " (view.revision) "." }
                     div.table-scroll tabindex="0" role="region" aria-label="Checkpoints" {
                         table.checkpoints {
-                            thead { tr {
-                                th scope="col" { "Step" } th scope="col" { "Status" } th scope="col" { "Started" }
-                                th scope="col" { "Completed" } th scope="col" { "Agent" } th scope="col" { "Commit" } th scope="col" { "Notes" }
-                            } }
+                            thead { tr { (heads(&["Step", "Status", "Started", "Completed", "Agent", "Commit", "Notes"])) } }
                             tbody {
                                 @for step in Step::ALL {
                                     @let c = ls.checkpoints.get(step);
