@@ -22,6 +22,13 @@ pub struct ListCounts {
     pub counts: Vec<(String, i64)>,
 }
 
+/// What a live task-list page polls: see [`Database::task_list_marker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskListMarker {
+    pub counts: [i64; 5],
+    pub latest_lease: Option<DateTime<Utc>>,
+}
+
 /// A job's L0s without a valid answer, as a column of a `refine_jobs` row.
 const NOT_VALID: &str = "(SELECT COUNT(*) FROM refine_l0_runs l \
      WHERE l.job_id = refine_jobs.id AND l.status <> 'valid')";
@@ -219,14 +226,81 @@ impl Database {
         }))
     }
 
-    /// A cheap change marker of a list's tasks: `(count, latest updated_at)`.
-    pub async fn task_list_marker(&self, list_id: Uuid) -> DbResult<(i64, Option<DateTime<Utc>>)> {
+    /// A cheap change marker of a list's tasks: its counters' sums by status
+    /// (pending, running, done, failed, abandoned) and the latest lease of its
+    /// running tasks. Every status change moves a counter; a claim also sets the
+    /// newest lease, so a claim and a lapsed lease between two polls (counts back
+    /// where they were) still change it. Reads the 16 counter rows and the end of
+    /// the `tasks_running_by_lease` index, never the list's tasks
+    /// (docs/architecture.md, "Claims at scale").
+    pub async fn task_list_marker(&self, list_id: Uuid) -> DbResult<TaskListMarker> {
         Ok(on_pool!(self, pool => {
-            sqlx::query_as("SELECT COUNT(*), MAX(updated_at) FROM tasks WHERE task_list_id = $1")
+            let counts: (i64, i64, i64, i64, i64) = sqlx::query_as(
+                "SELECT COALESCE(SUM(pending), 0), COALESCE(SUM(running), 0), \
+                 COALESCE(SUM(done), 0), COALESCE(SUM(failed), 0), COALESCE(SUM(abandoned), 0) \
+                 FROM task_list_counts WHERE task_list_id = $1",
+            )
+            .bind(list_id)
+            .fetch_one(pool)
+            .await?;
+            let lease: Option<DateTime<Utc>> = sqlx::query_scalar(
+                "SELECT lease_expires_at FROM tasks WHERE task_list_id = $1 \
+                 AND status = 'running' ORDER BY lease_expires_at DESC LIMIT 1",
+            )
+            .bind(list_id)
+            .fetch_optional(pool)
+            .await?
+            .flatten();
+            TaskListMarker {
+                counts: [counts.0, counts.1, counts.2, counts.3, counts.4],
+                latest_lease: lease,
+            }
+        }))
+    }
+
+    /// A list's tasks counted by wave and status: `(wave, status, count)`, waves
+    /// ascending. An aggregate over the `(task_list_id, parallel_group, status)`
+    /// index (an index-only read; no task row is loaded).
+    pub async fn task_list_wave_counts(&self, list_id: Uuid) -> DbResult<Vec<(i64, String, i64)>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE task_list_id = $1 \
+                 GROUP BY parallel_group, status ORDER BY parallel_group, status",
+            )
+            .bind(list_id)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+
+    /// The barrier's active wave of a list (the lowest wave holding a pending or
+    /// running task) from the claims' indexes; `None` when nothing is left.
+    pub async fn task_list_active_wave(&self, list_id: Uuid) -> DbResult<Option<i64>> {
+        let sql = format!("SELECT {}", crate::db::task_claims::ACTIVE_WAVE);
+        Ok(on_pool!(self, pool => {
+            sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(list_id)
                 .fetch_one(pool)
                 .await?
         }))
+    }
+
+    /// The planner ids of tasks `ids` (each by primary key), for naming the
+    /// tasks a page's rows refer to that sit on other pages.
+    pub async fn task_names(&self, ids: &[Uuid]) -> DbResult<Vec<(Uuid, String)>> {
+        let mut names = Vec::with_capacity(ids.len());
+        for id in ids {
+            let name: Option<String> = on_pool!(self, pool => {
+                sqlx::query_scalar("SELECT task_id FROM tasks WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await?
+            });
+            if let Some(name) = name {
+                names.push((*id, name));
+            }
+        }
+        Ok(names)
     }
 
     /// Jobs newest first (v7 ids are time-ordered); `before` = the last id of the

@@ -130,8 +130,148 @@ pub struct TaskListView {
     pub active_wave: Option<i64>,
 }
 
+/// Lists of up to this many tasks are read and drawn whole, one node per task;
+/// a larger one is summarised per wave and its tasks shown a page at a time
+/// (docs/architecture.md, "The dashboard's task-list page").
+pub const DRAWN_WHOLE_TASKS: u64 = 300;
+/// Tasks a page of a large list shows.
+pub const DASHBOARD_PAGE_TASKS: u32 = 200;
+
+/// One wave's tasks counted by status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaveSummary {
+    pub wave: i64,
+    /// `(status, count)` in [`TaskStatus`] order, statuses with none left out.
+    pub counts: Vec<(TaskStatus, i64)>,
+}
+
+impl WaveSummary {
+    pub fn total(&self) -> i64 {
+        self.counts.iter().map(|(_, n)| n).sum()
+    }
+
+    pub fn count(&self, status: &str) -> i64 {
+        self.counts
+            .iter()
+            .find(|(s, _)| s.as_str() == status)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+/// A large list: its waves counted, one page of its tasks.
+pub struct TaskListPageView {
+    /// The list with the page's tasks only; `next_cursor` when more follow.
+    pub list: StoredTaskList,
+    /// The page's `?cursor=` (`None` on the first page).
+    pub cursor: Option<String>,
+    pub total: i64,
+    pub waves: Vec<WaveSummary>,
+    pub active_wave: Option<i64>,
+    /// Planner ids of the page's tasks' upstream tasks (a cascade's cause).
+    pub names: Vec<(Uuid, String)>,
+}
+
+/// The task-list page's data: a small list (or one wave opened) whole, a
+/// large one summarised and paged.
+pub enum TaskListShown {
+    Whole(TaskListView),
+    Paged(TaskListPageView),
+}
+
+/// Waves of a whole list, counted from its tasks.
+pub fn wave_summaries(list: &StoredTaskList) -> Vec<WaveSummary> {
+    let mut by_wave: std::collections::BTreeMap<i64, Vec<TaskStatus>> = Default::default();
+    for t in &list.tasks {
+        by_wave.entry(t.parallel_group).or_default().push(t.status);
+    }
+    by_wave
+        .into_iter()
+        .map(|(wave, statuses)| WaveSummary {
+            wave,
+            counts: TaskStatus::ALL
+                .into_iter()
+                .map(|s| (s, statuses.iter().filter(|&&t| t == s).count() as i64))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        })
+        .collect()
+}
+
 impl Service {
+    /// The whole list with its graph (a small list, or `wave` opened), or, for a
+    /// list of more than [`DRAWN_WHOLE_TASKS`], the waves counted by an aggregate
+    /// over an index, the active wave from the claims' indexes and the page of
+    /// [`DASHBOARD_PAGE_TASKS`] after `cursor` — never every task.
     pub async fn dashboard_task_list(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        wave: Option<i64>,
+        cursor: Option<&str>,
+    ) -> Result<TaskListShown, ServiceError> {
+        if wave.is_none() {
+            self.dashboard_list_project_check(caller, id).await?;
+            let total = self.db.task_count(id).await?;
+            if total > DRAWN_WHOLE_TASKS || cursor.is_some() {
+                return Ok(TaskListShown::Paged(
+                    self.dashboard_task_list_page(caller, id, total, cursor)
+                        .await?,
+                ));
+            }
+        }
+        Ok(TaskListShown::Whole(
+            self.dashboard_task_list_whole(caller, id).await?,
+        ))
+    }
+
+    async fn dashboard_task_list_page(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        total: u64,
+        cursor: Option<&str>,
+    ) -> Result<TaskListPageView, ServiceError> {
+        let list = self
+            .task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
+            .await?;
+        let mut waves: Vec<WaveSummary> = Vec::new();
+        for (wave, status, n) in self.db.task_list_wave_counts(id).await? {
+            let Some(status) = TaskStatus::parse(&status) else {
+                continue;
+            };
+            match waves.last_mut() {
+                Some(w) if w.wave == wave => w.counts.push((status, n)),
+                _ => waves.push(WaveSummary {
+                    wave,
+                    counts: vec![(status, n)],
+                }),
+            }
+        }
+        for w in &mut waves {
+            w.counts.sort_by_key(|(s, _)| TaskStatus::ALL.iter().position(|a| a == s));
+        }
+        let active_wave = self.db.task_list_active_wave(id).await?;
+        let mut upstream: Vec<Uuid> = list
+            .tasks
+            .iter()
+            .filter_map(|t| t.upstream_task_id)
+            .filter(|up| !list.tasks.iter().any(|t| t.id == *up))
+            .collect();
+        upstream.sort_unstable();
+        upstream.dedup();
+        let mut names = self.db.task_names(&upstream).await?;
+        names.extend(list.tasks.iter().map(|t| (t.id, t.task_id.clone())));
+        Ok(TaskListPageView {
+            list,
+            cursor: cursor.map(str::to_owned),
+            total: total as i64,
+            waves,
+            active_wave,
+            names,
+        })
+    }
+
+    async fn dashboard_task_list_whole(
         &self,
         caller: &Caller,
         id: Uuid,
@@ -153,13 +293,16 @@ impl Service {
     }
 }
 
+pub use crate::db::dashboard::TaskListMarker;
+
 impl Service {
-    /// A cheap marker that changes whenever a task of the list changes.
+    /// A cheap marker that changes whenever a task of the list changes status
+    /// (from the list's counters, see [`crate::db::Database::task_list_marker`]).
     pub async fn dashboard_task_list_marker(
         &self,
         caller: &Caller,
         id: Uuid,
-    ) -> Result<(i64, Option<DateTime<Utc>>), ServiceError> {
+    ) -> Result<TaskListMarker, ServiceError> {
         self.dashboard_list_project_check(caller, id).await?;
         Ok(self.db.task_list_marker(id).await?)
     }
@@ -189,27 +332,49 @@ pub struct TaskState {
 }
 
 impl Service {
-    /// Current statuses of a list's tasks plus the active wave, for live pages.
+    /// Current statuses of the tasks a task-list page shows plus the active wave,
+    /// for live pages: every task of a small list; of a large one (or with a
+    /// `cursor`), the page's tasks, as [`Service::dashboard_task_list`] shows them.
     pub async fn dashboard_task_states(
         &self,
         caller: &Caller,
         id: Uuid,
+        cursor: Option<&str>,
     ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
-        let list = self
-            .db
-            .task_list(id)
-            .await?
-            .ok_or_else(|| not_found("task list", id))?;
-        caller.check_project(&list.project_id)?;
-        let view = dispatch_view(&list.tasks);
-        let wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
-        let states = list
-            .tasks
+        self.dashboard_list_project_check(caller, id).await?;
+        let (tasks, wave) = if cursor.is_some() || self.db.task_count(id).await? > DRAWN_WHOLE_TASKS {
+            let page = self
+                .task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
+                .await?;
+            let wave = self.db.task_list_active_wave(id).await?;
+            let tasks = page
+                .tasks
+                .into_iter()
+                .map(|t| (t.task_id, t.status, t.abandon_category))
+                .collect::<Vec<_>>();
+            (tasks, wave)
+        } else {
+            let list = self
+                .db
+                .task_list(id)
+                .await?
+                .ok_or_else(|| not_found("task list", id))?;
+            caller.check_project(&list.project_id)?;
+            let view = dispatch_view(&list.tasks);
+            let wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
+            let tasks = list
+                .tasks
+                .into_iter()
+                .map(|t| (t.task_id, t.status, t.abandon_category))
+                .collect();
+            (tasks, wave)
+        };
+        let states = tasks
             .into_iter()
-            .map(|t| TaskState {
-                task_id: t.task_id,
-                status: t.status,
-                abandon_category: t.abandon_category.map(|c| c.as_str().to_owned()),
+            .map(|(task_id, status, category)| TaskState {
+                task_id,
+                status,
+                abandon_category: category.map(|c| c.as_str().to_owned()),
             })
             .collect();
         Ok((states, wave))

@@ -10,12 +10,19 @@ use super::error::PageResult;
 use super::extract::{Viewer, invalid, parse_id, parse_present};
 use super::live::{LIVE_POLL, sse};
 use super::pages::{self, tasks};
-use crate::service::dashboard::TaskState;
+use crate::service::dashboard::{TaskListMarker, TaskState};
 
 #[derive(Deserialize)]
 pub struct WaveQuery {
     wave: Option<String>,
     status: Option<String>,
+    /// A large list's page: the `next_cursor` of the page before.
+    cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct PageQuery {
+    cursor: Option<String>,
 }
 
 pub async fn task_list(
@@ -39,9 +46,10 @@ pub async fn task_list(
                 )
             })
     })?;
+    let cursor = query.cursor.as_deref().filter(|c| !c.is_empty());
     let view = viewer
         .service()
-        .dashboard_task_list(&viewer.caller, id)
+        .dashboard_task_list(&viewer.caller, id, wave, cursor)
         .await?;
     Ok(tasks::task_list_page(&view, wave, status, viewer.chrome()))
 }
@@ -56,25 +64,31 @@ pub async fn task(viewer: Viewer, Path((raw, task_id)): Path<(String, String)>) 
 }
 
 /// `tasks` events: `{"wave": n|null, "tasks": [[task_id, status, category|null], ...]}`,
-/// the first with every task, later ones with the tasks that changed.
+/// the first with every task the page shows (a large list's: its page's, by
+/// `?cursor=`), later ones with the tasks that changed. Each poll reads the list's
+/// counters; the tasks are read only when they moved.
 pub async fn events(
     Viewer { state, caller }: Viewer,
     Path(raw): Path<String>,
+    Query(query): Query<PageQuery>,
 ) -> PageResult<impl IntoResponse> {
     let id = parse_id(&raw, "task list id")?;
+    let cursor = query.cursor.filter(|c| !c.is_empty());
     state
         .service
         .dashboard_task_list_marker(&caller, id)
         .await?;
     struct Seen {
-        marker: Option<(i64, Option<chrono::DateTime<chrono::Utc>>)>,
+        marker: Option<TaskListMarker>,
         states: Vec<TaskState>,
         wave: Option<Option<i64>>,
+        cursor: Option<String>,
     }
     let seen = Seen {
         marker: None,
         states: Vec::new(),
         wave: None,
+        cursor,
     };
     let stream = futures::stream::unfold(
         (state, caller, seen),
@@ -89,7 +103,10 @@ pub async fn events(
                 };
                 if seen.marker != Some(marker) {
                     let (states, wave) =
-                        match state.service.dashboard_task_states(&caller, id).await {
+                        match state
+                            .service
+                            .dashboard_task_states(&caller, id, seen.cursor.as_deref())
+                            .await {
                             Ok(s) => s,
                             Err(_) => return None,
                         };

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 
 use super::class_word;
-use crate::service::dashboard::TaskListView;
+use crate::service::dashboard::{TaskListView, WaveSummary};
 
 /// Above this many tasks a full drawing is unreadable: summarise per wave.
-pub const MAX_DRAWN_NODES: usize = 300;
+pub const MAX_DRAWN_NODES: usize = crate::service::dashboard::DRAWN_WHOLE_TASKS as usize;
 
 const NODE_W: i64 = 190;
 const NODE_H: i64 = 46;
@@ -323,8 +323,7 @@ pub fn one_wave(view: &TaskListView, wave: i64, status: Option<&str>) -> Markup 
 }
 
 /// One box per wave with its status counts; each box opens its wave.
-pub fn summary(view: &TaskListView) -> Markup {
-    let waves = waves(view);
+pub fn summary(waves: &[WaveSummary], active_wave: Option<i64>) -> Markup {
     const BOX_W: i64 = 200;
     const LINE: i64 = 18;
     let lines = 2 + super::TASK_ORDER.len() as i64;
@@ -335,9 +334,10 @@ pub fn summary(view: &TaskListView) -> Markup {
         svg.dag.summary xmlns="http://www.w3.org/2000/svg" role="group"
             aria-label="Task graph summarised per wave"
             viewBox={ "0 0 " (width) " " (height) } width=(width) height=(height) {
-            @for (col, (wave, tasks)) in waves.iter().enumerate() {
+            @for (col, w) in waves.iter().enumerate() {
+                @let wave = w.wave;
                 @let x = PAD + col as i64 * (BOX_W + GAP_X);
-                @let active = view.active_wave == Some(*wave);
+                @let active = active_wave == Some(wave);
                 @if col > 0 {
                     path.wave-edge d={ "M" (x - GAP_X) "," (PAD + box_h / 2) " L" (x) "," (PAD + box_h / 2) } {}
                 }
@@ -346,10 +346,9 @@ pub fn summary(view: &TaskListView) -> Markup {
                         title { "Open wave " (wave) }
                         rect width=(BOX_W) height=(box_h) rx="8" {}
                         text.wave-label x="10" y=(LINE) { "wave " (wave) @if active { " (active)" } }
-                        text x="10" y=(2 * LINE) { (tasks.len()) " tasks" }
+                        text x="10" y=(2 * LINE) { (w.total()) " tasks" }
                         @for (k, word) in super::TASK_ORDER.iter().enumerate() {
-                            @let n = tasks.iter().filter(|&&i| view.list.tasks[i].status.as_str() == *word).count();
-                            text class={ "count st-" (word) } x="10" y=((3 + k as i64) * LINE) { (word) ": " (n) }
+                            text class={ "count st-" (word) } x="10" y=((3 + k as i64) * LINE) { (word) ": " (w.count(word)) }
                         }
                     }
                 }

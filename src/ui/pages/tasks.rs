@@ -7,51 +7,124 @@ use super::dag::{self, MAX_DRAWN_NODES, status_text};
 use super::{
     Chrome, Section, TASK_ORDER, class_word, heads, id_code, layout, opt_time, status, time,
 };
-use crate::service::dashboard::{StoredTask, StoredTaskList, TaskDetailView, TaskListView};
+use crate::service::dashboard::{
+    DASHBOARD_PAGE_TASKS, StoredTask, StoredTaskList, TaskDetailView, TaskListPageView,
+    TaskListShown, TaskListView, WaveSummary, wave_summaries,
+};
+
+/// The task-list page: a small list (or one wave opened) whole, a large one
+/// summarised per wave with its tasks a page at a time.
+pub fn task_list_page(
+    shown: &TaskListShown,
+    wave: Option<i64>,
+    status_filter: Option<&str>,
+    chrome: Chrome,
+) -> Markup {
+    match shown {
+        TaskListShown::Whole(view) => whole_page(view, wave, status_filter, chrome),
+        TaskListShown::Paged(page) => paged_page(page, chrome),
+    }
+}
+
+/// What the page says first: whose list it is, its size and its active wave.
+fn facts(list: &StoredTaskList, total: usize, active_wave: Option<i64>) -> Markup {
+    html! {
+        dl.facts {
+            dt { "Project" } dd { code { (list.project_id) } }
+            dt { "Cycle (team_pk)" } dd {
+                @match &list.team_pk { Some(t) => code { (t) }, None => span.none { "project-wide" } }
+            }
+            dt { "Created by" } dd { bdi { (list.created_by) } }
+            dt { "Created" } dd { (time(&list.created_at)) }
+            dt { "Tasks" } dd { (total) }
+            dt { "Active wave" } dd #active-wave aria-live="polite" {
+                @match active_wave { Some(w) => (w), None => "none (nothing left to do)" }
+            }
+        }
+    }
+}
+
+/// One card per wave with its counts by status; app.js re-reads them on a change.
+fn wave_cards(waves: &[WaveSummary], active_wave: Option<i64>) -> Markup {
+    html! {
+        section aria-labelledby="waves-h" {
+            h2 #waves-h { "Waves" }
+            ol.waves #waves {
+                @for w in waves {
+                    li class={ "wave-card" @if active_wave == Some(w.wave) { " active" } } data-wave=(w.wave) {
+                        a href={ "?wave=" (w.wave) } { "Wave " (w.wave) }
+                        @if active_wave == Some(w.wave) { " " strong { "active" } }
+                        ul.counts {
+                            @for word in TASK_ORDER {
+                                @let n = w.count(word);
+                                @if n > 0 { li { (status(word)) " " span.n { (n) } } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+const LEGEND: &str = "Each node names its task and its status in words; \
+    colours repeat the status. Abandoned tasks show their category; review tasks say “review”.";
+
+/// The task table's rows; `name` gives the planner id of a task by server id
+/// (for a cascade's cause).
+fn task_table<'a>(
+    list_id: uuid::Uuid,
+    tasks: impl Iterator<Item = (usize, &'a StoredTask)>,
+    name: &dyn Fn(uuid::Uuid) -> Option<&'a str>,
+) -> Markup {
+    html! {
+        div.table-scroll tabindex="0" role="region" aria-label="Tasks" {
+            table.tasks {
+                thead { tr { (heads(&["Task", "Wave", "Status", "Persona", "Depends on", "Review of", "Why", "Description"])) } }
+                tbody {
+                    @for (i, task) in tasks {
+                        @let word = task.status.as_str();
+                        tr #{ "task-" (i) } class={ "st-" (class_word(word)) } data-task=(task.task_id) data-status=(word) {
+                            th scope="row" { a href=(task_href(list_id, &task.task_id)) { (id_code(&task.task_id)) } }
+                            td.num { (task.parallel_group) }
+                            td { span class={ "status st-" (word) } {
+                                span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
+                            } }
+                            td { bdi { (task.assigned_persona) } }
+                            td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } (id_code(d)) } }
+                            td { @if let Some(r) = &task.reviews { "review: " (id_code(r)) } }
+                            td.why { (why(list_id, task, task.upstream_task_id.and_then(name))) }
+                            td.desc { bdi { (short(&task.description)) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// `wave`: the one wave to open (`?wave=N`), if any; `status`: only the tasks
 /// in that status (`&status=failed`, one of [`TASK_ORDER`]).
-pub fn task_list_page(
+fn whole_page(
     view: &TaskListView,
     wave: Option<i64>,
     status_filter: Option<&str>,
     chrome: Chrome,
 ) -> Markup {
     let list = &view.list;
-    let waves = dag::waves(view);
+    let waves = wave_summaries(list);
     let large = list.tasks.len() > MAX_DRAWN_NODES;
     let title = format!("Task list {}", list.id);
+    let name = |id: uuid::Uuid| {
+        list.tasks
+            .iter()
+            .find(|t| t.id == id)
+            .map(|t| t.task_id.as_str())
+    };
     let body = html! {
         div #task-list data-events={ "/ui/task-lists/" (list.id) "/events" } {
-            dl.facts {
-                dt { "Project" } dd { code { (list.project_id) } }
-                dt { "Cycle (team_pk)" } dd {
-                    @match &list.team_pk { Some(t) => code { (t) }, None => span.none { "project-wide" } }
-                }
-                dt { "Created by" } dd { bdi { (list.created_by) } }
-                dt { "Created" } dd { (time(&list.created_at)) }
-                dt { "Tasks" } dd { (list.tasks.len()) }
-                dt { "Active wave" } dd #active-wave aria-live="polite" {
-                    @match view.active_wave { Some(w) => (w), None => "none (nothing left to do)" }
-                }
-            }
-            section aria-labelledby="waves-h" {
-                h2 #waves-h { "Waves" }
-                ol.waves #waves {
-                    @for (w, tasks) in &waves {
-                        li class={ "wave-card" @if view.active_wave == Some(*w) { " active" } } data-wave=(w) {
-                            a href={ "?wave=" (w) } { "Wave " (w) }
-                            @if view.active_wave == Some(*w) { " " strong { "active" } }
-                            ul.counts {
-                                @for word in TASK_ORDER {
-                                    @let n = tasks.iter().filter(|&&i| list.tasks[i].status.as_str() == word).count();
-                                    @if n > 0 { li { (status(word)) " " span.n { (n) } } }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            (facts(list, list.tasks.len(), view.active_wave))
+            (wave_cards(&waves, view.active_wave))
             section aria-labelledby="dag-h" {
                 h2 #dag-h { "Graph" }
                 @match wave {
@@ -72,14 +145,11 @@ pub fn task_list_page(
                     }
                     None if large => {
                         p { (list.tasks.len()) " tasks are too many to draw one by one: each wave below is summarised; open one to see its tasks." }
-                        (graph(dag::summary(view)))
+                        (graph(dag::summary(&waves, view.active_wave)))
                     }
                     None => (graph(dag::full(view))),
                 }
-                p.legend {
-                    "Each node names its task and its status in words; "
-                    "colours repeat the status. Abandoned tasks show their category; review tasks say “review”."
-                }
+                p.legend { (LEGEND) }
             }
             section aria-labelledby="tasks-h" {
                 h2 #tasks-h {
@@ -89,30 +159,56 @@ pub fn task_list_page(
                 @if wave.is_none() && large {
                     p { "Open a wave to list its tasks." }
                 } @else {
-                    div.table-scroll tabindex="0" role="region" aria-label="Tasks" {
-                        table.tasks {
-                            thead { tr { (heads(&["Task", "Wave", "Status", "Persona", "Depends on", "Review of", "Why", "Description"])) } }
-                            tbody {
-                                @for (i, task) in list.tasks.iter().enumerate() {
-                                    @if wave.is_none_or(|w| w == task.parallel_group)
-                                        && status_filter.is_none_or(|s| s == task.status.as_str()) {
-                                        @let word = task.status.as_str();
-                                        tr #{ "task-" (i) } class={ "st-" (class_word(word)) } data-task=(task.task_id) data-status=(word) {
-                                            th scope="row" { a href=(task_href(list.id, &task.task_id)) { (id_code(&task.task_id)) } }
-                                            td.num { (task.parallel_group) }
-                                            td { span class={ "status st-" (word) } {
-                                                span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
-                                            } }
-                                            td { bdi { (task.assigned_persona) } }
-                                            td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } (id_code(d)) } }
-                                            td { @if let Some(r) = &task.reviews { "review: " (id_code(r)) } }
-                                            td.why { (why(list, task)) }
-                                            td.desc { bdi { (short(&task.description)) } }
-                                        }
-                                    }
-                                }
-                            }
-                        }
+                    (task_table(list.id, list.tasks.iter().enumerate().filter(|(_, task)| {
+                        wave.is_none_or(|w| w == task.parallel_group)
+                            && status_filter.is_none_or(|s| s == task.status.as_str())
+                    }), &name))
+                }
+            }
+        }
+    };
+    layout(&title, Section::Overview, chrome, body)
+}
+
+/// A large list: its waves from their counts (cards and the summary drawing),
+/// then one page of its tasks in submission order with a link to the next.
+fn paged_page(page: &TaskListPageView, chrome: Chrome) -> Markup {
+    let list = &page.list;
+    let title = format!("Task list {}", list.id);
+    let name = |id: uuid::Uuid| {
+        page.names
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map(|(_, n)| n.as_str())
+    };
+    let events = match &page.cursor {
+        Some(c) => format!("/ui/task-lists/{}/events?cursor={c}", list.id),
+        None => format!("/ui/task-lists/{}/events", list.id),
+    };
+    let body = html! {
+        div #task-list data-events=(events) {
+            (facts(list, page.total as usize, page.active_wave))
+            (wave_cards(&page.waves, page.active_wave))
+            section aria-labelledby="dag-h" {
+                h2 #dag-h { "Graph" }
+                p { (page.total) " tasks are too many to draw one by one: each wave below is summarised; open one to see its tasks." }
+                (graph(dag::summary(&page.waves, page.active_wave)))
+                p.legend { (LEGEND) }
+            }
+            section aria-labelledby="tasks-h" {
+                h2 #tasks-h { "Tasks" }
+                p #tasks-page {
+                    (list.tasks.len()) " of the " (page.total) " tasks, in submission order"
+                    @if page.cursor.is_some() { " (a later page)" }
+                    "; open a wave above to see its tasks with their graph."
+                }
+                (task_table(list.id, list.tasks.iter().enumerate(), &name))
+                nav.pager #task-pager aria-label="Task pages" {
+                    @if page.cursor.is_some() { a href="?" rel="first" { "First page" } " " }
+                    @if let Some(next) = &list.next_cursor {
+                        a href={ "?cursor=" (next) } rel="next" { "Next " (DASHBOARD_PAGE_TASKS) " tasks" }
+                    } @else {
+                        span.none { "No more tasks." }
                     }
                 }
             }
@@ -160,14 +256,12 @@ pub fn task_href(list_id: uuid::Uuid, task_id: &str) -> String {
 }
 
 /// Why a task ended as it did, in the words the person on call needs
-/// first: a failure's notes, a cascade's cause linked to its task.
-fn why(list: &StoredTaskList, task: &StoredTask) -> Markup {
-    let upstream = task
-        .upstream_task_id
-        .and_then(|up| list.tasks.iter().find(|t| t.id == up));
+/// first: a failure's notes, a cascade's cause (`upstream`, its planner id)
+/// linked to its task.
+fn why(list_id: uuid::Uuid, task: &StoredTask, upstream: Option<&str>) -> Markup {
     html! {
         @if let Some(up) = upstream {
-            span.cause { "blocked by " a href=(task_href(list.id, &up.task_id)) { (id_code(&up.task_id)) } }
+            span.cause { "blocked by " a href=(task_href(list_id, up)) { (id_code(up)) } }
             @if task.notes.is_some() { br; }
         }
         @if let Some(notes) = &task.notes {
