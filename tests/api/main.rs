@@ -14,6 +14,7 @@ mod claims;
 mod claims_at_scale;
 mod concurrent_writes;
 mod cross_project;
+mod dashboard_pages;
 mod deploy;
 mod edges;
 mod gating_props;

@@ -1,0 +1,142 @@
+//! The dashboard's task-list page at size (docs/architecture.md, "The
+//! dashboard's task-list page"): a list of more than 300 tasks shows its waves
+//! counted and its tasks 200 a page, with a link to the next page.
+
+use crate::common::TestApp;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+/// Three waves of 150: wave 2's task `t{i}` needs wave 1's `t{i - 150}`.
+fn list() -> Value {
+    let tasks: Vec<Value> = (0..450)
+        .map(|i| {
+            let deps: Vec<String> = if (150..300).contains(&i) {
+                vec![format!("t{}", i - 150)]
+            } else {
+                vec![]
+            };
+            json!({
+                "task_id": format!("t{i}"), "assigned_persona": "dev",
+                "parallel_group": 1 + i / 150, "depends_on": deps, "reads": [],
+                "writes": [format!("t{i}.rs")], "description": format!("task {i}"),
+            })
+        })
+        .collect();
+    json!({"project_id": "big", "created_by": "pm", "tasks": tasks})
+}
+
+fn server_id(list: &Value, local: &str) -> String {
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == local)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn page(app: &TestApp, path: &str) -> String {
+    let response = app.get(path).await;
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+/// The summary drawing's box of `wave`, up to its end.
+fn wave_box(html: &str, wave: i64) -> &str {
+    let at = html
+        .find(&format!("data-wave=\"{wave}\" transform="))
+        .unwrap_or_else(|| panic!("no box for wave {wave}"));
+    let end = at + html[at..].find("</g>").unwrap();
+    &html[at..end]
+}
+
+/// The `href` of the next-page link, if any.
+fn next_link(html: &str) -> Option<String> {
+    let at = html.find("href=\"?cursor=")? + "href=\"".len();
+    let end = at + html[at..].find('"').unwrap();
+    Some(html[at..end].to_owned())
+}
+
+fn rows(html: &str) -> Vec<String> {
+    html.match_indices("<tr id=\"task-")
+        .map(|(at, _)| {
+            let from = at + html[at..].find("data-task=\"").unwrap() + "data-task=\"".len();
+            let to = from + html[from..].find('"').unwrap();
+            html[from..to].to_owned()
+        })
+        .collect()
+}
+
+async fn a_large_list_is_summarised_per_wave_and_paged(app: TestApp) {
+    let response = app.post_json("/v1/task-lists", &list()).await;
+    assert_eq!(response.status(), 201);
+    let list: Value = response.json().await.unwrap();
+    let id = list["id"].as_str().unwrap().to_owned();
+    // Wave 1: two done, one failed (abandoning its dependent t152), one running.
+    for (task, end) in [("t0", "done"), ("t1", "done"), ("t2", "failed"), ("t3", "")] {
+        let task = server_id(&list, task);
+        for status in ["running", end].into_iter().filter(|s| !s.is_empty()) {
+            let r = app
+                .patch_json(&format!("/v1/tasks/{task}"), &json!({"status": status}))
+                .await;
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        }
+    }
+
+    let first = page(&app, &format!("/ui/task-lists/{id}")).await;
+    let wave1 = wave_box(&first, 1);
+    for count in [
+        "150 tasks",
+        "pending: 146",
+        "running: 1",
+        "done: 2",
+        "failed: 1",
+        "abandoned: 0",
+    ] {
+        assert!(wave1.contains(count), "wave 1 lacks {count}: {wave1}");
+    }
+    let wave2 = wave_box(&first, 2);
+    assert!(wave2.contains("pending: 149") && wave2.contains("abandoned: 1"), "{wave2}");
+    assert!(wave_box(&first, 3).contains("pending: 150"));
+    assert!(first.contains("<dd id=\"active-wave\" aria-live=\"polite\">1</dd>"), "{first}");
+    assert!(first.contains("<dt>Tasks</dt><dd>450</dd>"));
+    let shown = rows(&first);
+    let expected: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
+    assert_eq!(shown, expected);
+    // A cascade's cause is named and linked.
+    assert!(first.contains(&format!("blocked by <a href=\"/ui/task-lists/{id}/tasks/t2\">")));
+
+    let next = next_link(&first).expect("a link to the next page");
+    let second = page(&app, &format!("/ui/task-lists/{id}{next}")).await;
+    let expected: Vec<String> = (200..400).map(|i| format!("t{i}")).collect();
+    assert_eq!(rows(&second), expected);
+    assert!(wave_box(&second, 1).contains("done: 2"), "the waves stay summarised");
+    assert!(second.contains(&format!("data-events=\"/ui/task-lists/{id}/events{next}\"")));
+    let third = page(&app, &format!("/ui/task-lists/{id}{}", next_link(&second).unwrap())).await;
+    let expected: Vec<String> = (400..450).map(|i| format!("t{i}")).collect();
+    assert_eq!(rows(&third), expected);
+    assert_eq!(next_link(&third), None);
+
+    // The second page's live stream starts with its own tasks only.
+    let response = app.get(&format!("/ui/task-lists/{id}/events{next}")).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("\n\n") {
+        let chunk = body.next().await.expect("an event").unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("[\"t200\",\"pending\",null]"), "{seen}");
+    assert!(!seen.contains("\"t0\""), "{seen}");
+
+    // A cursor that is not one is refused, naming it.
+    let response = app.get(&format!("/ui/task-lists/{id}?cursor=zz")).await;
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("cursor"));
+}
+
+both_backends!(a_large_list_is_summarised_per_wave_and_paged);
