@@ -248,7 +248,8 @@ impl Service {
             }
         }
         for w in &mut waves {
-            w.counts.sort_by_key(|(s, _)| TaskStatus::ALL.iter().position(|a| a == s));
+            w.counts
+                .sort_by_key(|(s, _)| TaskStatus::ALL.iter().position(|a| a == s));
         }
         let active_wave = self.db.task_list_active_wave(id).await?;
         let mut upstream: Vec<Uuid> = list
@@ -342,7 +343,8 @@ impl Service {
         cursor: Option<&str>,
     ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
         self.dashboard_list_project_check(caller, id).await?;
-        let (tasks, wave) = if cursor.is_some() || self.db.task_count(id).await? > DRAWN_WHOLE_TASKS {
+        let (tasks, wave) = if cursor.is_some() || self.db.task_count(id).await? > DRAWN_WHOLE_TASKS
+        {
             let page = self
                 .task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
                 .await?;

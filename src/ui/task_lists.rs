@@ -102,14 +102,14 @@ pub async fn events(
                     Err(_) => return None,
                 };
                 if seen.marker != Some(marker) {
-                    let (states, wave) =
-                        match state
-                            .service
-                            .dashboard_task_states(&caller, id, seen.cursor.as_deref())
-                            .await {
-                            Ok(s) => s,
-                            Err(_) => return None,
-                        };
+                    let (states, wave) = match state
+                        .service
+                        .dashboard_task_states(&caller, id, seen.cursor.as_deref())
+                        .await
+                    {
+                        Ok(s) => s,
+                        Err(_) => return None,
+                    };
                     let changed: Vec<&TaskState> =
                         states.iter().filter(|s| !seen.states.contains(s)).collect();
                     if !changed.is_empty() || seen.wave != Some(wave) {

@@ -100,23 +100,38 @@ async fn a_large_list_is_summarised_per_wave_and_paged(app: TestApp) {
         assert!(wave1.contains(count), "wave 1 lacks {count}: {wave1}");
     }
     let wave2 = wave_box(&first, 2);
-    assert!(wave2.contains("pending: 149") && wave2.contains("abandoned: 1"), "{wave2}");
+    assert!(
+        wave2.contains("pending: 149") && wave2.contains("abandoned: 1"),
+        "{wave2}"
+    );
     assert!(wave_box(&first, 3).contains("pending: 150"));
-    assert!(first.contains("<dd id=\"active-wave\" aria-live=\"polite\">1</dd>"), "{first}");
+    assert!(
+        first.contains("<dd id=\"active-wave\" aria-live=\"polite\">1</dd>"),
+        "{first}"
+    );
     assert!(first.contains("<dt>Tasks</dt><dd>450</dd>"));
     let shown = rows(&first);
     let expected: Vec<String> = (0..200).map(|i| format!("t{i}")).collect();
     assert_eq!(shown, expected);
     // A cascade's cause is named and linked.
-    assert!(first.contains(&format!("blocked by <a href=\"/ui/task-lists/{id}/tasks/t2\">")));
+    assert!(first.contains(&format!(
+        "blocked by <a href=\"/ui/task-lists/{id}/tasks/t2\">"
+    )));
 
     let next = next_link(&first).expect("a link to the next page");
     let second = page(&app, &format!("/ui/task-lists/{id}{next}")).await;
     let expected: Vec<String> = (200..400).map(|i| format!("t{i}")).collect();
     assert_eq!(rows(&second), expected);
-    assert!(wave_box(&second, 1).contains("done: 2"), "the waves stay summarised");
+    assert!(
+        wave_box(&second, 1).contains("done: 2"),
+        "the waves stay summarised"
+    );
     assert!(second.contains(&format!("data-events=\"/ui/task-lists/{id}/events{next}\"")));
-    let third = page(&app, &format!("/ui/task-lists/{id}{}", next_link(&second).unwrap())).await;
+    let third = page(
+        &app,
+        &format!("/ui/task-lists/{id}{}", next_link(&second).unwrap()),
+    )
+    .await;
     let expected: Vec<String> = (400..450).map(|i| format!("t{i}")).collect();
     assert_eq!(rows(&third), expected);
     assert_eq!(next_link(&third), None);
