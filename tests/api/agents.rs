@@ -128,6 +128,26 @@ async fn wait_for_file(path: &Path) -> String {
     panic!("{} never appeared", path.display());
 }
 
+/// A `command` executor whose script (`--record`) writes its events and its
+/// child's pid into `dir`.
+fn recording(dir: &Path, args: &[&str]) -> Executor {
+    let mut all = vec!["--record", dir.to_str().unwrap()];
+    all.extend_from_slice(args);
+    executor(&command(&all))
+}
+
+/// The pid a recording script wrote to `path` (its sleeping child's).
+async fn recorded_pid(path: &Path) -> u32 {
+    wait_for_file(path).await.trim().parse().unwrap()
+}
+
+async fn assert_dies(grandchild: u32) {
+    assert!(
+        process_dies(grandchild).await,
+        "sleep {grandchild} survived"
+    );
+}
+
 // ---------------------------------------------------------------- command
 
 #[tokio::test]
@@ -164,11 +184,7 @@ async fn command_gets_the_prompt_on_stdin() {
 
     // With --record the script keeps the prompt it read.
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "valid",
-    ]));
+    let e = recording(dir.path(), &["valid"]);
     run_l0(&e, &request("P1-A3", "short prompt")).await;
     assert_eq!(
         std::fs::read_to_string(dir.path().join("P1-A3.prompt")).unwrap(),
@@ -343,11 +359,7 @@ async fn command_wrong_broken_and_garbage_answers_reach_the_validator() {
 async fn command_timeout_kills_the_whole_process_group() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "hang",
-    ]))
+    let e = recording(dir.path(), &["hang"])
     .with_timeout(Duration::from_millis(500));
     let started = Instant::now();
     let run = run_l0(&e, &request("P1-A1", "x")).await;
@@ -359,15 +371,8 @@ async fn command_timeout_kills_the_whole_process_group() {
     );
     assert_eq!(run.exit_code, None);
     assert!(run.stderr.unwrap().contains("timed out after 0.5 s"));
-    let grandchild: u32 = wait_for_file(&dir.path().join("P1-A1.pid"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        process_dies(grandchild).await,
-        "sleep {grandchild} survived"
-    );
+    let grandchild = recorded_pid(&dir.path().join("P1-A1.pid")).await;
+    assert_dies(grandchild).await;
 
     // timeout_secs from the profile.
     let mut p = command(&["hang"]);
@@ -432,34 +437,23 @@ async fn command_stderr_keeps_its_last_64_kib() {
 async fn command_cancellation_kills_the_group_at_once() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "hang",
-    ]));
+    let e = recording(dir.path(), &["hang"]);
     let cancel = CancellationToken::new();
     let req = request("P1-A1", "x");
     let pid_file = dir.path().join("P1-A1.pid");
     let (result, (grandchild, cancelled_at)) = tokio::join!(e.run(&req, &cancel), async {
-        let pid: u32 = wait_for_file(&pid_file).await.trim().parse().unwrap();
+        let pid = recorded_pid(&pid_file).await;
         cancel.cancel();
         (pid, Instant::now())
     });
     let took = cancelled_at.elapsed();
     assert_eq!(result, Err(Cancelled));
     assert!(took < Duration::from_millis(500), "cancel took {took:?}");
-    assert!(
-        process_dies(grandchild).await,
-        "sleep {grandchild} survived"
-    );
+    assert_dies(grandchild).await;
 
     // An already cancelled token spawns nothing.
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "valid",
-    ]));
+    let e = recording(dir.path(), &["valid"]);
     assert_eq!(e.run(&req, &cancel).await, Err(Cancelled));
     assert!(!dir.path().join("events").exists());
 }
@@ -468,22 +462,15 @@ async fn command_cancellation_kills_the_group_at_once() {
 async fn command_dropping_the_run_kills_the_group() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "hang",
-    ]));
+    let e = recording(dir.path(), &["hang"]);
     let req = request("P1-A1", "x");
     let cancel = CancellationToken::new();
     let pid_file = dir.path().join("P1-A1.pid");
     let grandchild = tokio::select! {
         _ = e.run(&req, &cancel) => panic!("hang ended"),
-        text = wait_for_file(&pid_file) => text.trim().parse::<u32>().unwrap(),
+        pid = recorded_pid(&pid_file) => pid,
     };
-    assert!(
-        process_dies(grandchild).await,
-        "sleep {grandchild} survived"
-    );
+    assert_dies(grandchild).await;
 }
 
 /// `plangate refine` (a real plangate process) runs a `hang` L0 and is SIGKILLed:
@@ -559,12 +546,7 @@ async fn command_l0_dies_with_a_sigkilled_server() {
 async fn command_record_dir_shows_overlapping_runs() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "sleep",
-        "0.4",
-    ]));
+    let e = recording(dir.path(), &["sleep", "0.4"]);
     let (a, b, c) = (
         request("P1-A1", "1"),
         request("P1-A2", "2"),
@@ -581,12 +563,7 @@ async fn command_record_dir_shows_overlapping_runs() {
 
     // One after the other: never more than one alive.
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "sleep",
-        "0.05",
-    ]));
+    let e = recording(dir.path(), &["sleep", "0.05"]);
     for id in ["P1-A1", "P1-A2"] {
         run_l0(&e, &request(id, "")).await;
     }

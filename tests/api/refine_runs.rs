@@ -779,6 +779,16 @@ async fn bad_input_creates_nothing(backend: Backend) {
         f(&mut plan);
         json!({"plan": plan})
     };
+    // Renames phase `index` (its assignments follow), so only the new id is bad.
+    let rename_phase = |p: &mut Value, index: usize, to: &str| {
+        let from = p["phases"][index]["id"].clone();
+        p["phases"][index]["id"] = json!(to);
+        for a in p["assignments"].as_array_mut().unwrap() {
+            if a["phase_id"] == from {
+                a["phase_id"] = json!(to);
+            }
+        }
+    };
     let cases: Vec<(&str, Value, u16, &str)> = vec![
         (
             "no phases",
@@ -822,14 +832,7 @@ async fn bad_input_creates_nothing(backend: Backend) {
         ),
         (
             "phase id with a space",
-            with_plan(&|p| {
-                p["phases"][0]["id"] = json!("P 1");
-                for a in p["assignments"].as_array_mut().unwrap() {
-                    if a["phase_id"] == "P1" {
-                        a["phase_id"] = json!("P 1");
-                    }
-                }
-            }),
+            with_plan(&|p| rename_phase(p, 0, "P 1")),
             422,
             "invalid_plan",
         ),
@@ -841,14 +844,7 @@ async fn bad_input_creates_nothing(backend: Backend) {
         ),
         (
             "phase id ../x",
-            with_plan(&|p| {
-                p["phases"][1]["id"] = json!("../x");
-                for a in p["assignments"].as_array_mut().unwrap() {
-                    if a["phase_id"] == "P2" {
-                        a["phase_id"] = json!("../x");
-                    }
-                }
-            }),
+            with_plan(&|p| rename_phase(p, 1, "../x")),
             422,
             "invalid_plan",
         ),
