@@ -370,13 +370,8 @@ impl Service {
     /// The stored track, if the caller may see its project (a track without one:
     /// unrestricted callers only).
     async fn load_track(&self, caller: &Caller, id: &TrackId) -> Result<StoredTrack, ServiceError> {
-        let track = self
-            .db
-            .track(id.as_str())
-            .await?
-            .ok_or_else(|| ServiceError::not_found("track", id.as_str()))?;
-        caller.check_optional_project(track.project_id.as_deref())?;
-        Ok(track)
+        let track = self.db.track(id.as_str()).await?;
+        caller.visible(track, "track", id.as_str(), |t| t.project_id.as_deref())
     }
 
     /// A track's metadata v2 with its revision.

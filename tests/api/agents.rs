@@ -359,8 +359,7 @@ async fn command_wrong_broken_and_garbage_answers_reach_the_validator() {
 async fn command_timeout_kills_the_whole_process_group() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = recording(dir.path(), &["hang"])
-    .with_timeout(Duration::from_millis(500));
+    let e = recording(dir.path(), &["hang"]).with_timeout(Duration::from_millis(500));
     let started = Instant::now();
     let run = run_l0(&e, &request("P1-A1", "x")).await;
     let took = started.elapsed();

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::common::{Backend, TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem, server_id};
 use serde_json::{Value, json};
 
 fn task(
@@ -49,18 +49,6 @@ async fn create(app: &TestApp, project: &str, team: Option<&str>, tasks: Value) 
         format!("/v1/task-lists/{}", list["id"].as_str().unwrap())
     );
     list
-}
-
-fn server_id(list: &Value, local: &str) -> String {
-    list["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["task_id"] == local)
-        .unwrap_or_else(|| panic!("no task {local} in {list}"))["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 async fn set_status(app: &TestApp, id: &str, body: Value) -> reqwest::Response {
@@ -571,7 +559,12 @@ async fn illegal_transitions_are_409_and_repeats_are_idempotent(app: TestApp) {
             "invalid_body",
         ),
         (&*unknown, json!({"status": "running"}), 404, "not_found"),
-        ("not-a-uuid", json!({"status": "running"}), 400, "invalid_path"),
+        (
+            "not-a-uuid",
+            json!({"status": "running"}),
+            400,
+            "invalid_path",
+        ),
     ];
     for (task, body, status, code) in refusals {
         expect_problem(set_status(&app, task, body).await, status, code).await;

@@ -488,6 +488,33 @@ macro_rules! both_backends {
     )+};
 }
 
+/// A second connection to a SQLite app's database, inside `BEGIN IMMEDIATE`: it
+/// holds the write lock (as another process would) until it rolls back or drops.
+pub async fn hold_sqlite_write_lock(app: &TestApp) -> sqlx::SqliteConnection {
+    use sqlx::Connection as _;
+    let mut other = sqlx::SqliteConnection::connect(&app.database.url)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    other
+}
+
+/// The server's id of the task a task list's planner called `local`.
+pub fn server_id(list: &serde_json::Value, local: &str) -> String {
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == local)
+        .unwrap_or_else(|| panic!("no task {local} in {list}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Assert a response is problem+json with the given status and code; return it.
 pub async fn expect_problem(
     response: reqwest::Response,
