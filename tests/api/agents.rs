@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use crate::common::{l0_script, max_concurrency};
+use crate::common::{Api, l0_script, max_concurrency};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use plangate::agents::{Cancelled, Executor, L0Request, L0Run};
 use plangate::config::{ExecutorKind, ExecutorProfile};
-use plangate::domain::refine::{Assignment, Classified, L0Outcome, L0Packet, classify};
+use plangate::domain::refine::{Classified, L0Outcome, classify};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -58,24 +58,7 @@ fn executor(p: &ExecutorProfile) -> Executor {
 }
 
 fn request(assignment_id: &str, prompt: &str) -> L0Request {
-    L0Request {
-        job_id: Uuid::from_u128(0x1234),
-        phase_id: "P1".into(),
-        assignment_id: assignment_id.into(),
-        task_file: Some("/work/task.md".into()),
-        prompt: prompt.into(),
-        packet: Arc::new(L0Packet {
-            target_assignment_id: assignment_id.into(),
-            phase_id: "P1".into(),
-            assignment: Assignment::new(assignment_id),
-            peer_summaries: vec![],
-            phase: None,
-            task_file_path: Some("/work/task.md".into()),
-            instructions: String::new(),
-        }),
-        phase_assignments: Arc::from(vec![Assignment::new(assignment_id)]),
-        rate_feedback: None,
-    }
+    crate::common::l0_request(0x1234, assignment_id, prompt, Some("/work/task.md"))
 }
 
 async fn run_l0(e: &Executor, req: &L0Request) -> L0Run {
@@ -608,12 +591,6 @@ async fn command_profiles_are_checked() {
 
 // ---------------------------------------------------------------- HTTP APIs
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Api {
-    Openai,
-    Anthropic,
-}
-
 type Script = Arc<dyn Fn(usize) -> Response + Send + Sync>;
 
 struct Fake {
@@ -639,13 +616,8 @@ async fn fake_api(api: Api, prompt: &str, script: Script) -> (String, Arc<Fake>)
     let app = axum::Router::new()
         .fallback(handle)
         .with_state(fake.clone());
-    let addr = crate::common::serve_local(app).await;
-    let base = match api {
-        // The trailing slash is tolerated.
-        Api::Openai => format!("http://{addr}/v1/"),
-        Api::Anthropic => format!("http://{addr}"),
-    };
-    (base, fake)
+    // The trailing slash is tolerated.
+    (crate::common::serve_provider(api, app, "/v1/").await, fake)
 }
 
 async fn handle(
