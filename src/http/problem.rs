@@ -111,7 +111,9 @@ impl IntoResponse for ApiError {
 impl From<ServiceError> for ApiError {
     fn from(err: ServiceError) -> Self {
         ApiError {
-            status: err.kind.status(),
+            // Every kind's code is in 100..=999, so the fallback is never taken.
+            status: StatusCode::from_u16(err.kind.status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             code: err.code,
             detail: err.detail,
             details: err.details,

@@ -109,6 +109,21 @@ impl Caller {
         }
     }
 
+    /// The resource `found` under `id`, if there is one (else a 404 naming `what`)
+    /// and the caller may see its optional project: one lookup shape for refine
+    /// jobs, runs, tracks and webhooks.
+    pub fn visible<T>(
+        &self,
+        found: Option<T>,
+        what: &str,
+        id: &str,
+        project: impl Fn(&T) -> Option<&str>,
+    ) -> Result<T, ServiceError> {
+        let found = found.ok_or_else(|| ServiceError::not_found(what, id))?;
+        self.check_optional_project(project(&found))?;
+        Ok(found)
+    }
+
     /// [`Caller::check_project`] for resources whose project is optional (refine
     /// jobs and runs): one with no project is for unrestricted callers only, so a
     /// limited token must name one of its projects.

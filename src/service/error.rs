@@ -4,7 +4,6 @@
 //! turns [`ErrorKind`] into a status and the rest into an RFC 9457 problem document
 //! (`http/problem.rs`); MCP into a tool error. Storage errors convert with `?`.
 
-use axum::http::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
@@ -44,19 +43,20 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// The HTTP status of this kind: the one map REST's problem documents and the
-    /// dashboard's error pages both answer with (docs/api.md, "Conventions").
-    pub fn status(self) -> StatusCode {
+    /// The HTTP status code of this kind: the one map REST's problem documents and
+    /// the dashboard's error pages both answer with (docs/api.md, "Conventions").
+    /// A plain number, so that this layer names no transport's types.
+    pub fn status(self) -> u16 {
         match self {
-            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
-            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
-            ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::Conflict => StatusCode::CONFLICT,
-            ErrorKind::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
-            ErrorKind::Unprocessable => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorKind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
-            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::BadRequest => 400,
+            ErrorKind::Forbidden => 403,
+            ErrorKind::NotFound => 404,
+            ErrorKind::Conflict => 409,
+            ErrorKind::PreconditionFailed => 412,
+            ErrorKind::Unprocessable => 422,
+            ErrorKind::TooManyRequests => 429,
+            ErrorKind::Unavailable => 503,
+            ErrorKind::Internal => 500,
         }
     }
 }

@@ -286,14 +286,10 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<StoredJob, ServiceError> {
-        let job = self
-            .db
-            .refine_job(id)
-            .await?
-            .map(StoredJob::from)
-            .ok_or_else(|| ServiceError::not_found("refine job", &id.to_string()))?;
-        caller.check_optional_project(job.project_id.as_deref())?;
-        Ok(job)
+        let job = self.db.refine_job(id).await?.map(StoredJob::from);
+        caller.visible(job, "refine job", &id.to_string(), |j| {
+            j.project_id.as_deref()
+        })
     }
 
     /// A refine job. With `wait` seconds (at most 30) the answer comes as soon as

@@ -104,14 +104,10 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<StoredRun, ServiceError> {
-        let run = self
-            .db
-            .refine_run(id)
-            .await?
-            .map(StoredRun::from)
-            .ok_or_else(|| ServiceError::not_found("refine run", &id.to_string()))?;
-        caller.check_optional_project(run.project_id.as_deref())?;
-        Ok(run)
+        let run = self.db.refine_run(id).await?.map(StoredRun::from);
+        caller.visible(run, "refine run", &id.to_string(), |r| {
+            r.project_id.as_deref()
+        })
     }
 
     /// Submit a whole plan (the JSON body as sent, and the raw `Idempotency-Key`

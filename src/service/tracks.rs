@@ -248,6 +248,33 @@ fn transition_error(err: TransitionError) -> ServiceError {
     })
 }
 
+impl Precondition {
+    /// The revision a write must replace, if the caller named one.
+    fn pinned(self) -> Option<i64> {
+        match self {
+            Precondition::Revision(revision) => Some(revision),
+            Precondition::None | Precondition::Exists => None,
+        }
+    }
+}
+
+/// A 412 when the caller pinned a revision that is not the stored one.
+fn check_pinned(pinned: Option<i64>, stored: i64) -> Result<(), ServiceError> {
+    match pinned {
+        Some(expected) if expected != stored => Err(precondition_failed(Some(stored))),
+        _ => Ok(()),
+    }
+}
+
+/// Another writer got in first: a 412 when the caller pinned a revision, else
+/// `Ok` so that the write loop reads again and retries.
+fn stale(outcome: WriteOutcome, pinned: Option<i64>) -> Result<(), ServiceError> {
+    match outcome {
+        WriteOutcome::Stale { current } if pinned.is_some() => Err(precondition_failed(current)),
+        _ => Ok(()),
+    }
+}
+
 fn precondition_failed(current: Option<i64>) -> ServiceError {
     let detail = match current {
         Some(revision) => format!(
@@ -308,10 +335,7 @@ impl Service {
         }
         let metadata = track_state::import_for_track(&id, document, now()).map_err(track_error)?;
         let document = encode(&metadata)?;
-        let pinned = match precondition {
-            Precondition::Revision(revision) => Some(revision),
-            Precondition::None | Precondition::Exists => None,
-        };
+        let pinned = precondition.pinned();
         for _ in 0..MAX_WRITE_RETRIES {
             let Some(track) = self.db.track(id.as_str()).await? else {
                 if precondition != Precondition::None {
@@ -335,11 +359,7 @@ impl Service {
             caller.check_optional_project(track.project_id.as_deref())?;
             let project = named.or(track.project_id.as_deref());
             caller.check_optional_project(project)?;
-            if let Some(expected) = pinned
-                && expected != track.revision
-            {
-                return Err(precondition_failed(Some(track.revision)));
-            }
+            check_pinned(pinned, track.revision)?;
             match self
                 .db
                 .update_track(
@@ -358,10 +378,7 @@ impl Service {
                         created: false,
                     });
                 }
-                WriteOutcome::Stale { current } if pinned.is_some() => {
-                    return Err(precondition_failed(current));
-                }
-                WriteOutcome::Stale { .. } => continue,
+                outcome => stale(outcome, pinned)?,
             }
         }
         Err(write_contention())
@@ -370,13 +387,8 @@ impl Service {
     /// The stored track, if the caller may see its project (a track without one:
     /// unrestricted callers only).
     async fn load_track(&self, caller: &Caller, id: &TrackId) -> Result<StoredTrack, ServiceError> {
-        let track = self
-            .db
-            .track(id.as_str())
-            .await?
-            .ok_or_else(|| ServiceError::not_found("track", id.as_str()))?;
-        caller.check_optional_project(track.project_id.as_deref())?;
-        Ok(track)
+        let track = self.db.track(id.as_str()).await?;
+        caller.visible(track, "track", id.as_str(), |t| t.project_id.as_deref())
     }
 
     /// A track's metadata v2 with its revision.
@@ -436,17 +448,10 @@ impl Service {
         precondition: Precondition,
         write: StepWrite<'_>,
     ) -> Result<TrackVersion, ServiceError> {
-        let pinned = match precondition {
-            Precondition::Revision(revision) => Some(revision),
-            Precondition::None | Precondition::Exists => None,
-        };
+        let pinned = precondition.pinned();
         for _ in 0..MAX_WRITE_RETRIES {
             let track = self.load_track(caller, &id).await?;
-            if let Some(expected) = pinned
-                && expected != track.revision
-            {
-                return Err(precondition_failed(Some(track.revision)));
-            }
+            check_pinned(pinned, track.revision)?;
             let current = decode(&track)?;
             let step = Step::parse(raw_step)
                 .ok_or_else(|| transition_error(track_state::unknown_step(&current, raw_step)))?;
@@ -469,10 +474,7 @@ impl Service {
                         created: false,
                     });
                 }
-                WriteOutcome::Stale { current } if pinned.is_some() => {
-                    return Err(precondition_failed(current));
-                }
-                WriteOutcome::Stale { .. } => continue,
+                outcome => stale(outcome, pinned)?,
             }
         }
         Err(write_contention())

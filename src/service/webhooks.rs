@@ -273,13 +273,10 @@ impl Service {
     }
 
     async fn load_webhook(&self, caller: &Caller, id: Uuid) -> Result<WebhookRecord, ServiceError> {
-        let hook = self
-            .db
-            .webhook(id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("webhook", &id.to_string()))?;
-        caller.check_optional_project(hook.project_id.as_deref())?;
-        Ok(hook)
+        let hook = self.db.webhook(id).await?;
+        caller.visible(hook, "webhook", &id.to_string(), |h| {
+            h.project_id.as_deref()
+        })
     }
 
     pub async fn create_webhook(

@@ -2,6 +2,7 @@
 //! value the page cannot use, rendered as an error page with the status REST
 //! answers for the same kind ([`ErrorKind::status`]).
 
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::pages::error_page;
@@ -40,8 +41,11 @@ impl IntoResponse for PageError {
     fn into_response(self) -> Response {
         let PageError { error: err, action } = self;
         let kind = err.kind;
+        // The same map as REST's (every kind's code is valid, so no fallback is taken).
+        let status =
+            StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if let Some(title) = action.filter(|_| kind != ErrorKind::Internal) {
-            return error_page(kind.status(), title, &err.detail);
+            return error_page(status, title, &err.detail);
         }
         let title = match kind {
             ErrorKind::NotFound => "Not found",
@@ -60,6 +64,6 @@ impl IntoResponse for PageError {
                 _ => err.detail,
             },
         };
-        error_page(kind.status(), title, &detail)
+        error_page(status, title, &detail)
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
-use crate::common::{l0_script, max_concurrency};
+use crate::common::{Api, l0_script, max_concurrency};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use plangate::agents::{Cancelled, Executor, L0Request, L0Run};
 use plangate::config::{ExecutorKind, ExecutorProfile};
-use plangate::domain::refine::{Assignment, Classified, L0Outcome, L0Packet, classify};
+use plangate::domain::refine::{Classified, L0Outcome, classify};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -58,24 +58,7 @@ fn executor(p: &ExecutorProfile) -> Executor {
 }
 
 fn request(assignment_id: &str, prompt: &str) -> L0Request {
-    L0Request {
-        job_id: Uuid::from_u128(0x1234),
-        phase_id: "P1".into(),
-        assignment_id: assignment_id.into(),
-        task_file: Some("/work/task.md".into()),
-        prompt: prompt.into(),
-        packet: Arc::new(L0Packet {
-            target_assignment_id: assignment_id.into(),
-            phase_id: "P1".into(),
-            assignment: Assignment::new(assignment_id),
-            peer_summaries: vec![],
-            phase: None,
-            task_file_path: Some("/work/task.md".into()),
-            instructions: String::new(),
-        }),
-        phase_assignments: Arc::from(vec![Assignment::new(assignment_id)]),
-        rate_feedback: None,
-    }
+    crate::common::l0_request(0x1234, assignment_id, prompt, Some("/work/task.md"))
 }
 
 async fn run_l0(e: &Executor, req: &L0Request) -> L0Run {
@@ -128,6 +111,26 @@ async fn wait_for_file(path: &Path) -> String {
     panic!("{} never appeared", path.display());
 }
 
+/// A `command` executor whose script (`--record`) writes its events and its
+/// child's pid into `dir`.
+fn recording(dir: &Path, args: &[&str]) -> Executor {
+    let mut all = vec!["--record", dir.to_str().unwrap()];
+    all.extend_from_slice(args);
+    executor(&command(&all))
+}
+
+/// The pid a recording script wrote to `path` (its sleeping child's).
+async fn recorded_pid(path: &Path) -> u32 {
+    wait_for_file(path).await.trim().parse().unwrap()
+}
+
+async fn assert_dies(grandchild: u32) {
+    assert!(
+        process_dies(grandchild).await,
+        "sleep {grandchild} survived"
+    );
+}
+
 // ---------------------------------------------------------------- command
 
 #[tokio::test]
@@ -164,11 +167,7 @@ async fn command_gets_the_prompt_on_stdin() {
 
     // With --record the script keeps the prompt it read.
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "valid",
-    ]));
+    let e = recording(dir.path(), &["valid"]);
     run_l0(&e, &request("P1-A3", "short prompt")).await;
     assert_eq!(
         std::fs::read_to_string(dir.path().join("P1-A3.prompt")).unwrap(),
@@ -343,12 +342,7 @@ async fn command_wrong_broken_and_garbage_answers_reach_the_validator() {
 async fn command_timeout_kills_the_whole_process_group() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "hang",
-    ]))
-    .with_timeout(Duration::from_millis(500));
+    let e = recording(dir.path(), &["hang"]).with_timeout(Duration::from_millis(500));
     let started = Instant::now();
     let run = run_l0(&e, &request("P1-A1", "x")).await;
     let took = started.elapsed();
@@ -359,15 +353,8 @@ async fn command_timeout_kills_the_whole_process_group() {
     );
     assert_eq!(run.exit_code, None);
     assert!(run.stderr.unwrap().contains("timed out after 0.5 s"));
-    let grandchild: u32 = wait_for_file(&dir.path().join("P1-A1.pid"))
-        .await
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        process_dies(grandchild).await,
-        "sleep {grandchild} survived"
-    );
+    let grandchild = recorded_pid(&dir.path().join("P1-A1.pid")).await;
+    assert_dies(grandchild).await;
 
     // timeout_secs from the profile.
     let mut p = command(&["hang"]);
@@ -432,34 +419,23 @@ async fn command_stderr_keeps_its_last_64_kib() {
 async fn command_cancellation_kills_the_group_at_once() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "hang",
-    ]));
+    let e = recording(dir.path(), &["hang"]);
     let cancel = CancellationToken::new();
     let req = request("P1-A1", "x");
     let pid_file = dir.path().join("P1-A1.pid");
     let (result, (grandchild, cancelled_at)) = tokio::join!(e.run(&req, &cancel), async {
-        let pid: u32 = wait_for_file(&pid_file).await.trim().parse().unwrap();
+        let pid = recorded_pid(&pid_file).await;
         cancel.cancel();
         (pid, Instant::now())
     });
     let took = cancelled_at.elapsed();
     assert_eq!(result, Err(Cancelled));
     assert!(took < Duration::from_millis(500), "cancel took {took:?}");
-    assert!(
-        process_dies(grandchild).await,
-        "sleep {grandchild} survived"
-    );
+    assert_dies(grandchild).await;
 
     // An already cancelled token spawns nothing.
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "valid",
-    ]));
+    let e = recording(dir.path(), &["valid"]);
     assert_eq!(e.run(&req, &cancel).await, Err(Cancelled));
     assert!(!dir.path().join("events").exists());
 }
@@ -468,22 +444,15 @@ async fn command_cancellation_kills_the_group_at_once() {
 async fn command_dropping_the_run_kills_the_group() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "hang",
-    ]));
+    let e = recording(dir.path(), &["hang"]);
     let req = request("P1-A1", "x");
     let cancel = CancellationToken::new();
     let pid_file = dir.path().join("P1-A1.pid");
     let grandchild = tokio::select! {
         _ = e.run(&req, &cancel) => panic!("hang ended"),
-        text = wait_for_file(&pid_file) => text.trim().parse::<u32>().unwrap(),
+        pid = recorded_pid(&pid_file) => pid,
     };
-    assert!(
-        process_dies(grandchild).await,
-        "sleep {grandchild} survived"
-    );
+    assert_dies(grandchild).await;
 }
 
 /// `plangate refine` (a real plangate process) runs a `hang` L0 and is SIGKILLed:
@@ -559,12 +528,7 @@ async fn command_l0_dies_with_a_sigkilled_server() {
 async fn command_record_dir_shows_overlapping_runs() {
     init();
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "sleep",
-        "0.4",
-    ]));
+    let e = recording(dir.path(), &["sleep", "0.4"]);
     let (a, b, c) = (
         request("P1-A1", "1"),
         request("P1-A2", "2"),
@@ -581,12 +545,7 @@ async fn command_record_dir_shows_overlapping_runs() {
 
     // One after the other: never more than one alive.
     let dir = tempfile::tempdir().unwrap();
-    let e = executor(&command(&[
-        "--record",
-        dir.path().to_str().unwrap(),
-        "sleep",
-        "0.05",
-    ]));
+    let e = recording(dir.path(), &["sleep", "0.05"]);
     for id in ["P1-A1", "P1-A2"] {
         run_l0(&e, &request(id, "")).await;
     }
@@ -632,12 +591,6 @@ async fn command_profiles_are_checked() {
 
 // ---------------------------------------------------------------- HTTP APIs
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Api {
-    Openai,
-    Anthropic,
-}
-
 type Script = Arc<dyn Fn(usize) -> Response + Send + Sync>;
 
 struct Fake {
@@ -663,13 +616,8 @@ async fn fake_api(api: Api, prompt: &str, script: Script) -> (String, Arc<Fake>)
     let app = axum::Router::new()
         .fallback(handle)
         .with_state(fake.clone());
-    let addr = crate::common::serve_local(app).await;
-    let base = match api {
-        // The trailing slash is tolerated.
-        Api::Openai => format!("http://{addr}/v1/"),
-        Api::Anthropic => format!("http://{addr}"),
-    };
-    (base, fake)
+    // The trailing slash is tolerated.
+    (crate::common::serve_provider(api, app, "/v1/").await, fake)
 }
 
 async fn handle(

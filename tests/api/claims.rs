@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::common::{TestApp, expect_problem};
+use crate::common::{TestApp, expect_problem, server_id};
 use serde_json::{Value, json};
 
 fn task(id: &str, persona: &str, wave: i64, deps: &[&str]) -> Value {
@@ -21,18 +21,6 @@ async fn create(app: &TestApp, tasks: Value) -> Value {
     let response = app.post_json("/v1/task-lists", &body).await;
     assert_eq!(response.status(), 201);
     response.json().await.unwrap()
-}
-
-fn server_id(list: &Value, local: &str) -> String {
-    list["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["task_id"] == local)
-        .unwrap_or_else(|| panic!("no task {local} in {list}"))["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 async fn ready(app: &TestApp, list: &Value, query: &str) -> Value {
@@ -645,20 +633,13 @@ both_backends!(
 /// that had freed its task.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_waited_for_the_lock_is_dated_when_it_got_it() {
-    use sqlx::Connection;
     let app = crate::common::spawn_app_with(crate::common::Backend::Sqlite, |s| {
         s.request_timeout = Duration::from_secs(120);
     })
     .await;
     let list = create(&app, json!([task("a", "dev", 1, &[])])).await;
     // Another process holds SQLite's write lock for a while (under busy_timeout).
-    let mut other = sqlx::SqliteConnection::connect(&app.database.url)
-        .await
-        .unwrap();
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let mut other = crate::common::hold_sqlite_write_lock(&app).await;
     let claiming = claim_ok(&app, &list, json!({"holder": "queued", "lease_s": 60}));
     let releasing = async {
         tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -308,7 +308,6 @@ async fn writers_of_every_kind_are_all_acknowledged_and_stored(app: TestApp) {
 /// — and the write is not applied (docs/architecture.md, "Writers on SQLite").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_locked_by_another_process_answers_503_with_retry_after() {
-    use sqlx::Connection;
     // The PATCH may queue behind the background workers' own writes (claim poll,
     // reaper), each of which first waits out busy_timeout against the foreign lock:
     // give the request room for those waits, so what is checked is the answer (503
@@ -330,13 +329,7 @@ async fn sqlite_locked_by_another_process_answers_503_with_retry_after() {
         .unwrap();
     let task = list["tasks"][0]["id"].as_str().unwrap().to_owned();
     // The other process: a connection of its own holding the write lock.
-    let mut other = sqlx::SqliteConnection::connect(&app.database.url)
-        .await
-        .unwrap();
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut other)
-        .await
-        .unwrap();
+    let mut other = crate::common::hold_sqlite_write_lock(&app).await;
     let response = app
         .patch_json(&format!("/v1/tasks/{task}"), &json!({"status": "running"}))
         .await;

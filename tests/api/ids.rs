@@ -5,7 +5,7 @@
 //! project or cycle instead of answering zeros or the project's counts. The MCP
 //! side is in `mcp.rs`; the cross-project 403s in `cross_project.rs`.
 
-use crate::common::{TestApp, expect_problem, snapshot_tables};
+use crate::common::{TestApp, expect_problem, server_id, snapshot_tables};
 use serde_json::{Value, json};
 
 fn tasks() -> Value {
@@ -25,18 +25,6 @@ async fn create(app: &TestApp, project: &str, team: Option<&str>) -> Value {
     let response = app.post_json("/v1/task-lists", &body).await;
     assert_eq!(response.status(), 201);
     response.json().await.unwrap()
-}
-
-fn server_id(list: &Value, planner: &str) -> String {
-    list["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["task_id"] == planner)
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 async fn ok(response: reqwest::Response) -> Value {

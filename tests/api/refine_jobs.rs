@@ -1070,6 +1070,15 @@ async fn a_job_end_claims_the_workers_next_job(backend: Backend) {
 /// `POST /v1/refine-jobs/{id}/retry` (docs/api.md, "Retry"): only an ended job that
 /// did not succeed, once; the new job and the old one name each other.
 async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Dirs) {
+    // A retry the job refuses: 409 `job_not_retryable`, the problem returned.
+    let not_retryable = |id: &str| {
+        let path = format!("/v1/refine-jobs/{id}/retry");
+        let app = &app;
+        async move {
+            let response = app.post_json(&path, &json!({})).await;
+            expect_problem(response, 409, "job_not_retryable").await
+        }
+    };
     let mut request = body(&["P1-A1"]);
     request["executor"] = json!("hang");
     request["project_id"] = json!("proj-r");
@@ -1077,13 +1086,7 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
     let id = job["id"].as_str().unwrap().to_owned();
 
     // Not ended yet: refused, saying what to do.
-    let p = expect_problem(
-        app.post_json(&format!("/v1/refine-jobs/{id}/retry"), &json!({}))
-            .await,
-        409,
-        "job_not_retryable",
-    )
-    .await;
+    let p = not_retryable(&id).await;
     assert!(
         ["queued", "running"].contains(&p["job_status"].as_str().unwrap()),
         "{p}"
@@ -1122,13 +1125,7 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
     assert_eq!(read["retry_of"], json!(id), "{read}");
 
     // One retry per job: the second names the first.
-    let p = expect_problem(
-        app.post_json(&format!("/v1/refine-jobs/{id}/retry"), &json!({}))
-            .await,
-        409,
-        "job_not_retryable",
-    )
-    .await;
+    let p = not_retryable(&id).await;
     assert!(p["detail"].as_str().unwrap().contains(&retry_id), "{p}");
     app.post_json(&format!("/v1/refine-jobs/{retry_id}/cancel"), &json!({}))
         .await;
@@ -1140,13 +1137,7 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
     let done = app.submit_refine_job(&request).await;
     let done_id = done["id"].as_str().unwrap().to_owned();
     assert_eq!(app.wait_job(&done_id).await["status"], "succeeded");
-    let p = expect_problem(
-        app.post_json(&format!("/v1/refine-jobs/{done_id}/retry"), &json!({}))
-            .await,
-        409,
-        "job_not_retryable",
-    )
-    .await;
+    let p = not_retryable(&done_id).await;
     assert_eq!(p["job_status"], "succeeded");
 
     // Bad and unknown ids.

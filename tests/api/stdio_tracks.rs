@@ -359,68 +359,49 @@ async fn track_cli_imports_shows_and_steps(backend: Backend) {
 
     // Refusals: one line with the REST code, exit 1, nothing changed.
     let not_json = write(dir.path(), "bad.json", "{\"type\": ");
-    track(url, &["import", &not_json, "--id", "cli-2"])
-        .await
-        .refused("malformed_json");
     let unusable = write(dir.path(), "v3.json", "{\"version\": 3}");
-    track(url, &["import", &unusable, "--id", "cli-2"])
-        .await
-        .refused("unsupported_version");
     let anonymous = write(dir.path(), "anon.json", "{}");
-    track(url, &["import", &anonymous])
-        .await
-        .refused("invalid_metadata");
-    track(url, &["import", &good, "--if-match", "1"])
-        .await
-        .refused("stale_etag");
-    track(
-        url,
-        &[
-            "step", "cli-1", "--step", "PLAN", "--action", "start", "--agent", "a1",
-        ],
-    )
-    .await
-    .refused("illegal_transition");
-    track(
-        url,
-        &[
-            "step",
-            "cli-1",
-            "--step",
-            "EVALUATE_PLAN",
-            "--action",
-            "complete",
-            "--outcome",
-            "maybe",
-        ],
-    )
-    .await
-    .refused("invalid_field");
-    track(
-        url,
-        &[
-            "step",
-            "cli-1",
-            "--step",
-            "EVALUATE_PLAN",
-            "--action",
-            "start",
-        ],
-    )
-    .await
-    .refused("invalid_field");
-    track(url, &["show", "nope"]).await.refused("not_found");
-    track(
-        url,
-        &[
-            "step", "nope", "--step", "PLAN", "--action", "start", "--agent", "a1",
-        ],
-    )
-    .await
-    .refused("not_found");
-    track(url, &["show", "bad id"])
-        .await
-        .refused("invalid_track_id");
+    let step =
+        |id: &'static str, step: &'static str, action: &'static str, more: &[&'static str]| {
+            let mut args = vec!["step", id, "--step", step, "--action", action];
+            args.extend_from_slice(more);
+            args
+        };
+    let refusals: [(Vec<&str>, &str); 10] = [
+        (vec!["import", &not_json, "--id", "cli-2"], "malformed_json"),
+        (
+            vec!["import", &unusable, "--id", "cli-2"],
+            "unsupported_version",
+        ),
+        (vec!["import", &anonymous], "invalid_metadata"),
+        (vec!["import", &good, "--if-match", "1"], "stale_etag"),
+        (
+            step("cli-1", "PLAN", "start", &["--agent", "a1"]),
+            "illegal_transition",
+        ),
+        (
+            step(
+                "cli-1",
+                "EVALUATE_PLAN",
+                "complete",
+                &["--outcome", "maybe"],
+            ),
+            "invalid_field",
+        ),
+        (
+            step("cli-1", "EVALUATE_PLAN", "start", &[]),
+            "invalid_field",
+        ),
+        (vec!["show", "nope"], "not_found"),
+        (
+            step("nope", "PLAN", "start", &["--agent", "a1"]),
+            "not_found",
+        ),
+        (vec!["show", "bad id"], "invalid_track_id"),
+    ];
+    for (args, code) in refusals {
+        track(url, &args).await.refused(code);
+    }
     assert_eq!(track(url, &["show", "cli-1"]).await.json()["revision"], 3);
     assert_eq!(track(url, &["show", "cli-2"]).await.code, Some(1));
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::common::{Backend, TestApp, expect_problem};
+use crate::common::{Backend, TestApp, expect_problem, server_id};
 use serde_json::{Value, json};
 
 fn task(
@@ -49,18 +49,6 @@ async fn create(app: &TestApp, project: &str, team: Option<&str>, tasks: Value) 
         format!("/v1/task-lists/{}", list["id"].as_str().unwrap())
     );
     list
-}
-
-fn server_id(list: &Value, local: &str) -> String {
-    list["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["task_id"] == local)
-        .unwrap_or_else(|| panic!("no task {local} in {list}"))["id"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 async fn set_status(app: &TestApp, id: &str, body: Value) -> reqwest::Response {
@@ -552,56 +540,35 @@ async fn illegal_transitions_are_409_and_repeats_are_idempotent(app: TestApp) {
         "illegal_transition",
     )
     .await;
-    // Field checks.
+    // Field checks, then unknown and malformed ids: (task, body, status, code).
     let b = server_id(&list, "b");
-    expect_problem(
-        set_status(&app, &b, json!({"status": "abandoned"})).await,
-        422,
-        "invalid_field",
-    )
-    .await;
-    expect_problem(
-        set_status(
-            &app,
-            &b,
-            json!({"status": "running", "abandon_category": "scope"}),
-        )
-        .await,
-        422,
-        "invalid_field",
-    )
-    .await;
-    expect_problem(
-        set_status(&app, &b, json!({"status": "finished"})).await,
-        422,
-        "invalid_body",
-    )
-    .await;
-    expect_problem(
-        set_status(
-            &app,
-            &b,
-            json!({"status": "abandoned", "abandon_category": "bored"}),
-        )
-        .await,
-        422,
-        "invalid_body",
-    )
-    .await;
-    // Unknown and malformed ids.
     let unknown = uuid::Uuid::new_v4().to_string();
-    expect_problem(
-        set_status(&app, &unknown, json!({"status": "running"})).await,
-        404,
-        "not_found",
-    )
-    .await;
-    expect_problem(
-        set_status(&app, "not-a-uuid", json!({"status": "running"})).await,
-        400,
-        "invalid_path",
-    )
-    .await;
+    let refusals = [
+        (&*b, json!({"status": "abandoned"}), 422, "invalid_field"),
+        (
+            &*b,
+            json!({"status": "running", "abandon_category": "scope"}),
+            422,
+            "invalid_field",
+        ),
+        (&*b, json!({"status": "finished"}), 422, "invalid_body"),
+        (
+            &*b,
+            json!({"status": "abandoned", "abandon_category": "bored"}),
+            422,
+            "invalid_body",
+        ),
+        (&*unknown, json!({"status": "running"}), 404, "not_found"),
+        (
+            "not-a-uuid",
+            json!({"status": "running"}),
+            400,
+            "invalid_path",
+        ),
+    ];
+    for (task, body, status, code) in refusals {
+        expect_problem(set_status(&app, task, body).await, status, code).await;
+    }
     expect_problem(
         app.get(&format!("/v1/task-lists/{unknown}")).await,
         404,

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{Backend, TestApp, expect_problem, l0_script, spawn_app_with};
+use crate::common::{Api, Backend, TestApp, expect_problem, l0_script, spawn_app_with};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use plangate::agents::{Executor, L0Request, L0Run};
 use plangate::config::{ExecutorKind, ExecutorProfile, Settings};
-use plangate::domain::refine::{Assignment, L0Outcome, L0Packet};
+use plangate::domain::refine::L0Outcome;
 use plangate::domain::usage::{Price, UsageSource};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -61,24 +61,7 @@ fn prices() -> Arc<plangate::domain::usage::Prices> {
 }
 
 fn request(assignment_id: &str) -> L0Request {
-    L0Request {
-        job_id: Uuid::from_u128(7),
-        phase_id: "P1".into(),
-        assignment_id: assignment_id.into(),
-        task_file: None,
-        prompt: "Review it.".into(),
-        packet: Arc::new(L0Packet {
-            target_assignment_id: assignment_id.into(),
-            phase_id: "P1".into(),
-            assignment: Assignment::new(assignment_id),
-            peer_summaries: vec![],
-            phase: None,
-            task_file_path: None,
-            instructions: String::new(),
-        }),
-        phase_assignments: Arc::from(vec![Assignment::new(assignment_id)]),
-        rate_feedback: None,
-    }
+    crate::common::l0_request(7, assignment_id, "Review it.", None)
 }
 
 async fn run_l0(e: &Executor, id: &str) -> L0Run {
@@ -197,12 +180,6 @@ async fn claude_json_garbage_and_is_error_fail_the_l0() {
     assert!(Executor::from_profile("x", &api).is_err());
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Api {
-    Openai,
-    Anthropic,
-}
-
 struct FakeApi {
     api: Api,
     hits: AtomicUsize,
@@ -255,12 +232,7 @@ async fn fake_api(api: Api, fail_first: bool) -> (String, Arc<FakeApi>) {
     let app = axum::Router::new()
         .fallback(fake_handle)
         .with_state(fake.clone());
-    let addr = crate::common::serve_local(app).await;
-    let base = match api {
-        Api::Openai => format!("http://{addr}/v1"),
-        Api::Anthropic => format!("http://{addr}"),
-    };
-    (base, fake)
+    (crate::common::serve_provider(api, app, "/v1").await, fake)
 }
 
 fn api_profile(api: Api, base: &str) -> ExecutorProfile {

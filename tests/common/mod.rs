@@ -488,6 +488,33 @@ macro_rules! both_backends {
     )+};
 }
 
+/// A second connection to a SQLite app's database, inside `BEGIN IMMEDIATE`: it
+/// holds the write lock (as another process would) until it rolls back or drops.
+pub async fn hold_sqlite_write_lock(app: &TestApp) -> sqlx::SqliteConnection {
+    use sqlx::Connection as _;
+    let mut other = sqlx::SqliteConnection::connect(&app.database.url)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    other
+}
+
+/// The server's id of the task a task list's planner called `local`.
+pub fn server_id(list: &serde_json::Value, local: &str) -> String {
+    list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task_id"] == local)
+        .unwrap_or_else(|| panic!("no task {local} in {list}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Assert a response is problem+json with the given status and code; return it.
 pub async fn expect_problem(
     response: reqwest::Response,
@@ -657,6 +684,52 @@ pub async fn serve_local(app: axum::Router) -> std::net::SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr
+}
+
+/// The provider API a fake model server speaks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Api {
+    Openai,
+    Anthropic,
+}
+
+/// Serves a fake provider (see [`serve_local`]); the base URL an executor
+/// profile names: `http://addr{openai_path}` for OpenAI, `http://addr` for Anthropic.
+pub async fn serve_provider(api: Api, app: axum::Router, openai_path: &str) -> String {
+    let addr = serve_local(app).await;
+    match api {
+        Api::Openai => format!("http://{addr}{openai_path}"),
+        Api::Anthropic => format!("http://{addr}"),
+    }
+}
+
+/// An L0 request for one assignment of phase `P1` of job `job`, as the engine
+/// builds it (the packet names the same assignment and task file).
+pub fn l0_request(
+    job: u128,
+    assignment_id: &str,
+    prompt: &str,
+    task_file: Option<&str>,
+) -> plangate::agents::L0Request {
+    use plangate::domain::refine::{Assignment, L0Packet};
+    plangate::agents::L0Request {
+        job_id: uuid::Uuid::from_u128(job),
+        phase_id: "P1".into(),
+        assignment_id: assignment_id.into(),
+        task_file: task_file.map(Into::into),
+        prompt: prompt.into(),
+        packet: std::sync::Arc::new(L0Packet {
+            target_assignment_id: assignment_id.into(),
+            phase_id: "P1".into(),
+            assignment: Assignment::new(assignment_id),
+            peer_summaries: vec![],
+            phase: None,
+            task_file_path: task_file.map(Into::into),
+            instructions: String::new(),
+        }),
+        phase_assignments: std::sync::Arc::from(vec![Assignment::new(assignment_id)]),
+        rate_feedback: None,
+    }
 }
 
 /// The `id` of each object of a JSON array.

@@ -226,21 +226,18 @@ mod tests {
         p.assignment.goal =
             Some("Builds on the Tenant Model and the config loader's output.".into());
         p.assignment.dependency_notes = Some("Needs P1-A1; see config loader.".into());
-        let answer = builtin_answer(p, &phase);
-        let deps: Vec<&str> = answer
-            .dependency_corrections
-            .iter()
-            .map(|d| d.missing_dep.as_str())
-            .collect();
+        let missing = |p: &L0Packet| -> Vec<String> {
+            builtin_answer(p, &phase)
+                .dependency_corrections
+                .into_iter()
+                .map(|d| d.missing_dep)
+                .collect()
+        };
+        let deps = missing(p);
         // P1-A1 is in the notes by id; P1-A2 by name.
         assert!(deps.is_empty(), "{deps:?}");
         p.assignment.dependency_notes = None;
-        let answer = builtin_answer(p, &phase);
-        let deps: Vec<&str> = answer
-            .dependency_corrections
-            .iter()
-            .map(|d| d.missing_dep.as_str())
-            .collect();
+        let deps = missing(p);
         assert_eq!(deps, ["P1-A1", "P1-A2"]);
     }
 
