@@ -179,8 +179,11 @@ def main():
             out = random.randint(50, 400)
             with LOCK:
                 now = time.time()
+                # Every bucket as it stands now: an answer's headers say where the
+                # key stands when it is sent, as a real provider's do.
+                for b in buckets.values():
+                    b.refill(now)
                 ob = buckets["output-tokens"]
-                ob.refill(now)
                 ob.level = min(ob.cap, ob.level + max(0, need["output-tokens"] - out))
                 h = headers(now)
             self.send(200, {

@@ -226,14 +226,35 @@ macro_rules! rate_admit {
             .bind(now)
             .execute(&mut *$tx)
             .await?;
-        sqlx::query(
-            "UPDATE rate_limit_calls SET state = 'waiting', granted_at = NULL \
+        // Grants their calls did not pick up in time wait again, and give back
+        // what they took (none of them started).
+        let (lapsed, lapsed_in, lapsed_out): (i64, i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) FROM rate_limit_calls \
              WHERE executor = $1 AND state = 'granted' AND granted_at < $2",
         )
         .bind(&ask.executor)
         .bind(now - GRANT_TTL_MS)
-        .execute(&mut *$tx)
+        .fetch_one(&mut *$tx)
         .await?;
+        if lapsed > 0 {
+            state.buckets.refund(
+                &rates,
+                lapsed,
+                $crate::domain::rate_limit::Cost {
+                    input_tokens: lapsed_in,
+                    output_tokens: lapsed_out,
+                },
+            );
+            sqlx::query(
+                "UPDATE rate_limit_calls SET state = 'waiting', granted_at = NULL \
+                 WHERE executor = $1 AND state = 'granted' AND granted_at < $2",
+            )
+            .bind(&ask.executor)
+            .bind(now - GRANT_TTL_MS)
+            .execute(&mut *$tx)
+            .await?;
+        }
         let mine: Option<(String, i64)> =
             sqlx::query_as("SELECT state, waiting_since FROM rate_limit_calls WHERE id = $1")
                 .bind(&me)

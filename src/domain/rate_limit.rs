@@ -328,6 +328,18 @@ impl Buckets {
         );
     }
 
+    /// Gives back what `calls` lapsed grants took (`cost`: their tokens together).
+    /// A grant lapses only while its call still waits, so none of them started:
+    /// their room is the next calls'.
+    pub fn refund(&mut self, rates: &Rates, calls: i64, cost: Cost) {
+        if let (Some(l), Some(_)) = (self.requests.as_mut(), rates.requests)
+            && calls > 0
+        {
+            *l = (*l + calls as f64).min(rates.request_burst);
+        }
+        self.give_back(rates, cost);
+    }
+
     /// Empties every bucket (a provider pause: after it, calls come back at the
     /// refill rate, never all at once).
     pub fn drain(&mut self) {
@@ -545,6 +557,26 @@ mod tests {
             Duration::from_secs(1),
             "one request a second"
         );
+    }
+
+    #[test]
+    fn lapsed_grants_give_their_room_back_up_to_the_burst() {
+        let r = rates(600);
+        let cost = Cost {
+            input_tokens: 0,
+            output_tokens: 0,
+        };
+        let mut b = Buckets::default().refilled(&r, 0);
+        for _ in 0..10 {
+            b.take(cost);
+        }
+        assert!(b.requests.unwrap() < 1.0);
+        assert!(!b.wait_for(&r, cost).is_zero());
+        b.refund(&r, 3, cost);
+        assert_eq!(b.requests, Some(3.0));
+        assert!(b.wait_for(&r, cost).is_zero());
+        b.refund(&r, 50, cost);
+        assert_eq!(b.requests, Some(r.request_burst), "never above the burst");
     }
 
     #[test]

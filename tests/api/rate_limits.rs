@@ -181,6 +181,70 @@ async fn a_newcomer_starts_behind_a_backlog_at_once(backend: Backend) {
     app.shutdown().await;
 }
 
+/// A grant its call does not pick up within the grant's time gives its room
+/// back: the call, asking late, starts at once instead of waiting a refill.
+async fn a_lapsed_grant_gives_its_room_back(backend: Backend) {
+    let app = spawn_app_with(backend, |_| {}).await;
+    let other = second_handle(&app).await;
+    // One request a second, one at a time.
+    let limits = Limits {
+        requests_per_minute: Some(60),
+        ..Limits::default()
+    };
+    let first = ask("claude", &limits, "p", 0);
+    let late = ask("claude", &limits, "p", 1);
+    let asker = ask("claude", &limits, "p", 2);
+    assert_eq!(app.db.rate_admit(&first).await.unwrap(), RateVerdict::Start);
+    for a in [&late, &asker] {
+        assert!(matches!(
+            app.db.rate_admit(a).await.unwrap(),
+            RateVerdict::Wait(_)
+        ));
+    }
+    // The other replica's asks grant `late` (the queue's head) its start at the
+    // next refill; `late` does not ask in time.
+    let t0 = Instant::now();
+    loop {
+        assert!(matches!(
+            other.rate_admit(&asker).await.unwrap(),
+            RateVerdict::Wait(_)
+        ));
+        let granted = app.db.rate_waiting_calls(10).await.unwrap();
+        if granted
+            .iter()
+            .any(|c| c.granted && c.assignment_id == late.assignment_id)
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no grant: {granted:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let granted_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(
+        plangate::db::rate_limits::GRANT_TTL_MS as u64 + 80,
+    ))
+    .await;
+    // The bucket has refilled about 0.7 of a request since the grant: only the
+    // lapsed grant's request, given back, lets `late` start now.
+    let verdict = app.db.rate_admit(&late).await.unwrap();
+    if granted_at.elapsed() < Duration::from_millis(1_000) {
+        assert_eq!(
+            verdict,
+            RateVerdict::Start,
+            "the lapsed grant's room was lost"
+        );
+    }
+    // Given back once: the next call waits for the refill.
+    assert!(matches!(
+        other.rate_admit(&asker).await.unwrap(),
+        RateVerdict::Wait(_)
+    ));
+    app.shutdown().await;
+}
+
 /// `max_wait_secs` ends a waiting call `rate_limited`; a provider's `retry-after`
 /// pauses every replica; both show in `GET /v1/rate-limits`.
 async fn waits_end_and_pauses_hold_every_replica(backend: Backend) {
@@ -516,6 +580,7 @@ async fn the_job_page_lists_its_waiting_calls(backend: Backend) {
 both_backends!(
     two_replicas_share_one_limit_by_weight,
     a_newcomer_starts_behind_a_backlog_at_once,
+    a_lapsed_grant_gives_its_room_back,
     waits_end_and_pauses_hold_every_replica,
     runtime_changes_are_checked_and_followed,
     l0_records_carry_their_error_code,
