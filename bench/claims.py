@@ -12,6 +12,9 @@
                                           a task that waits on one running on A:
                                           from the `PATCH done` sent to A to B's
                                           answer, p50/p95 over ROUNDS
+  claims.py wakeup BASE_A BASE_B ROUNDS stream
+                                          the same, with B following the list's
+                                          event stream until the `done` arrives
 
 Every thread keeps one keep-alive connection. Prints one line of figures
 (`key=value`) for claims.sh to tabulate; any non-2xx answer (other than the 409s
@@ -193,7 +196,7 @@ def cascade(base, list_id, writers, seconds):
           f"errors={errors[0]}")
 
 
-def wakeup(base_a, base_b, rounds):
+def wakeup(base_a, base_b, rounds, stream=False):
     a = Client(base_a)
     ms = []
     for r in range(rounds):
@@ -214,8 +217,29 @@ def wakeup(base_a, base_b, rounds):
             answered["at"] = time.monotonic()
             answered["next"] = json.loads(payload)["next"]
 
-        t = threading.Thread(target=poll)
+        def follow():
+            # The list's event stream on the other replica, until T1's `done`.
+            import http.client
+            import urllib.parse
+            u = urllib.parse.urlparse(base_b)
+            conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+            conn.request("GET", f"/v1/task-lists/{list_id}/events")
+            response = conn.getresponse()
+            ready.set()
+            while True:
+                line = response.readline().decode()
+                if line.startswith("data:") and '"to_status":"done"' in line:
+                    answered["at"] = time.monotonic()
+                    answered["next"] = "dispatch"
+                    break
+            conn.close()
+
+        ready = threading.Event()
+
+        t = threading.Thread(target=follow if stream else poll)
         t.start()
+        if stream:
+            ready.wait(10)
         time.sleep(0.3)  # the long-poll is waiting
         sent = time.monotonic()
         a.call("PATCH", f"/v1/tasks/{task}", {"status": "done", "holder": "w"})
@@ -223,7 +247,8 @@ def wakeup(base_a, base_b, rounds):
         if answered.get("next") != "dispatch":
             raise SystemExit(f"round {r}: the long-poll answered {answered}")
         ms.append((answered["at"] - sent) * 1000)
-    print(f"wakeup_p50_ms={pct(ms, 50):.1f} wakeup_p95_ms={pct(ms, 95):.1f} rounds={rounds}")
+    print(f"wakeup_p50_ms={pct(ms, 50):.1f} wakeup_p95_ms={pct(ms, 95):.1f} rounds={rounds}"
+          + (" via=event-stream" if stream else " via=ready?wait="))
 
 
 if __name__ == "__main__":
@@ -233,7 +258,7 @@ if __name__ == "__main__":
     elif cmd == "claims":
         claims(base, sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
     elif cmd == "wakeup":
-        wakeup(base, sys.argv[3], int(sys.argv[4]))
+        wakeup(base, sys.argv[3], int(sys.argv[4]), stream=len(sys.argv) > 5 and sys.argv[5] == "stream")
     elif cmd == "cascade":
         cascade(base, sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
     else:

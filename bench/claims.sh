@@ -68,6 +68,10 @@ measure() { # label bin
   start "$bin" "$url"
   line=$(python3 $D wakeup "http://127.0.0.1:$a" "http://127.0.0.1:$PORT" 40)
   row "$label" postgres "wake-up across two replicas" "$line"
+  if [ "$label" = after ]; then
+    line=$(python3 $D wakeup "http://127.0.0.1:$a" "http://127.0.0.1:$PORT" 40 stream)
+    row "$label" postgres "wake-up across replicas, event stream" "$line"
+  fi
   stop; PID=$first; stop
   for db in postgres sqlite; do
     url=$(fresh_url "$db"); start "$bin" "$url"

@@ -601,3 +601,87 @@ impl Database {
         Ok(Some((project_id, events)))
     }
 }
+
+/// One entry of a list's event feed: a task's history entry, with its id (UUIDv7,
+/// time-ordered) and the task it belongs to.
+#[derive(Debug, Clone)]
+pub struct ListEventRecord {
+    pub id: Uuid,
+    /// The task's server id.
+    pub task: Uuid,
+    /// The planner's id of the task.
+    pub task_id: String,
+    pub event: TaskEventRecord,
+}
+
+#[derive(FromRow)]
+struct ListEventRow {
+    id: Uuid,
+    task: Uuid,
+    task_name: String,
+    #[sqlx(flatten)]
+    event: TaskEventRow,
+}
+
+impl Database {
+    /// A list's history entries with ids in `(after, up_to]` (no upper bound when
+    /// `up_to` is `None`), oldest id first, at most `limit`: a range of the
+    /// `(task_list_id, id)` index, each task's name by its primary key.
+    pub async fn task_list_events(
+        &self,
+        list_id: Uuid,
+        after: Uuid,
+        up_to: Option<Uuid>,
+        limit: i64,
+    ) -> DbResult<Vec<ListEventRecord>> {
+        let up_to = up_to.unwrap_or(Uuid::max());
+        let rows: Vec<ListEventRow> = on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT e.id, e.task_id AS task, \
+                 (SELECT t.task_id FROM tasks t WHERE t.id = e.task_id) AS task_name, \
+                 e.at, e.kind, e.holder, e.from_status, e.to_status, e.attempt, e.forced, \
+                 e.overrode, e.lease_expires_at FROM task_events e \
+                 WHERE e.task_list_id = $1 AND e.id > $2 AND e.id <= $3 ORDER BY e.id LIMIT $4",
+            )
+            .bind(list_id)
+            .bind(after)
+            .bind(up_to)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        });
+        rows.into_iter()
+            .map(|r| {
+                Ok(ListEventRecord {
+                    id: r.id,
+                    task: r.task,
+                    task_id: r.task_name,
+                    event: r.event.into_record()?,
+                })
+            })
+            .collect()
+    }
+
+    /// The ids alone of a list's history entries in `(after, up_to]`, oldest
+    /// first, at most `limit` (read from the index only).
+    pub async fn task_list_event_ids(
+        &self,
+        list_id: Uuid,
+        after: Uuid,
+        up_to: Uuid,
+        limit: i64,
+    ) -> DbResult<Vec<Uuid>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_scalar(
+                "SELECT id FROM task_events WHERE task_list_id = $1 AND id > $2 AND id <= $3 \
+                 ORDER BY id LIMIT $4",
+            )
+            .bind(list_id)
+            .bind(after)
+            .bind(up_to)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?
+        }))
+    }
+}

@@ -39,10 +39,12 @@ pub use crate::state::AppState;
                        `application/problem+json` with a stable `code`.",
         license(name = "MIT")
     ),
-    // Enums named only by query parameters must still be in the components.
+    // Enums named only by query parameters, and the data of SSE events, must
+    // still be in the components.
     components(schemas(
         crate::domain::dispatch::ReadyMode,
         crate::domain::dispatch::GraphFormat,
+        crate::service::task_list_events::ListEvent,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -1,8 +1,13 @@
-//! `/v1/task-lists`: gate (dry run), persist, read, ready tasks, graph.
+//! `/v1/task-lists`: gate (dry run), persist, read, ready tasks, graph, events.
+
+use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -31,6 +36,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(ready))
         .routes(routes!(claim))
         .routes(routes!(graph))
+        .routes(routes!(task_list_events))
 }
 
 /// Gate a task list without storing it.
@@ -241,4 +247,44 @@ async fn graph(
     let format = query.format.unwrap_or_default();
     let text = state.service.task_graph(&caller, id, format).await?;
     Ok(([(header::CONTENT_TYPE, format.content_type())], text).into_response())
+}
+
+/// Server-Sent Events: a `task` event for every claim, renewal, lease expiry and
+/// status change of the list's tasks, as it is committed, on any replica.
+///
+/// Each event's `id` is the event's; reconnect with `Last-Event-ID` to resume
+/// after it. Without it the stream starts with the events of the last two
+/// seconds. Delivery is at least once (a reconnect may repeat an event) and in
+/// commit order, which may differ from id order. A `to_status` of `done` says a
+/// dependency finished: ask `GET /v1/task-lists/{id}/ready` or claim.
+#[utoipa::path(get, path = "/v1/task-lists/{id}/events", operation_id = "task_list_events", tag = "task-lists",
+    params(
+        ("id" = Uuid, Path, description = "Server id of the list"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id"),
+    ),
+    responses(
+        (status = 200, description = "`text/event-stream` of `task` events, each's data a `ListEvent`", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Not a UUID, or a Last-Event-ID that is not an event id", body = Problem, content_type = "application/problem+json"),
+        ForbiddenProject,
+        NoSuchList,
+    ))]
+async fn task_list_events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<Uuid>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
+    let events = state
+        .service
+        .task_list_events(&caller, id, last_event_id)
+        .await?;
+    let stream = events.map(|e| {
+        let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".to_owned());
+        Ok(Event::default()
+            .id(e.id.to_string())
+            .event("task")
+            .data(data))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

@@ -68,6 +68,7 @@ pub mod refine_runs;
 pub mod sessions;
 mod submission;
 pub mod task_claims;
+pub mod task_list_events;
 pub mod task_lists;
 pub mod task_refs;
 pub mod tracks;

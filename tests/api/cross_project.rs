@@ -242,6 +242,11 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         (Method::GET, format!("/v1/task-lists/{list_id}"), None),
         (Method::GET, format!("/v1/task-lists/{list_id}/ready"), None),
         (Method::GET, format!("/v1/task-lists/{list_id}/graph"), None),
+        (
+            Method::GET,
+            format!("/v1/task-lists/{list_id}/events"),
+            None,
+        ),
         (Method::PATCH, format!("/v1/tasks/{task_id}"), Some(status)),
         (
             Method::POST,

@@ -20,6 +20,7 @@ mod edges;
 mod gating_props;
 mod health_cli;
 mod ids;
+mod list_events;
 mod loop_plan_props;
 mod loop_plans;
 mod mcp;

@@ -828,12 +828,28 @@ async fn task_writes_do_not_scan_a_list_not_yet_analysed() {
         let ready = get(&app, &format!("/v1/task-lists/{list}/ready?mode={mode}")).await;
         assert_eq!(ready["next"], "dispatch", "{mode}: {ready}");
     }
+    // The list's event stream, from its first event.
+    let mut events = app
+        .client
+        .get(app.url(&format!("/v1/task-lists/{list}/events")))
+        .header("last-event-id", uuid::Uuid::nil().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let first = events.chunk().await.unwrap().expect("an event");
+    assert!(String::from_utf8_lossy(&first).contains("event: task"));
+    drop(events);
     app.shutdown().await;
 
     let plans = collected_plans();
     assert!(
         plans.iter().any(|p| p.query.contains("task_dependencies")),
         "the task statements' plans are seen"
+    );
+    assert!(
+        plans.iter().any(|p| p.query.contains("FROM task_events e")),
+        "the event stream's plan is seen"
     );
     let offenders: Vec<String> = plans
         .iter()
@@ -842,7 +858,7 @@ async fn task_writes_do_not_scan_a_list_not_yet_analysed() {
             seq_scanned(&plan.root, &mut scans);
             scans
                 .iter()
-                .any(|t| t == "tasks" || t == "task_dependencies")
+                .any(|t| ["tasks", "task_dependencies", "task_events"].contains(&t.as_str()))
                 .then(|| {
                     let query = plan.query.split_whitespace().collect::<Vec<_>>().join(" ");
                     format!(

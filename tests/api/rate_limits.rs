@@ -39,6 +39,19 @@ async fn second_handle(app: &TestApp) -> Database {
         .expect("a second handle on the test database")
 }
 
+/// Settings with one executor `name` of `profile` (TOML) limited by `limits`.
+fn limited_executor(s: &mut plangate::config::Settings, name: &str, profile: &str, limits: Limits) {
+    let profile: plangate::config::ExecutorProfile =
+        toml::from_str(profile).expect("an executor profile");
+    s.executors.insert(name.into(), profile);
+    s.rate_limits.insert(name.into(), limits);
+}
+
+/// An Anthropic profile at `base_url`.
+fn anthropic_at(base_url: &str) -> String {
+    format!("kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"{base_url}\"")
+}
+
 /// Callers that ask, start (settling at once) and ask again, for `secs`: the
 /// start times by project.
 async fn offer(
@@ -249,19 +262,12 @@ async fn a_lapsed_grant_gives_its_room_back(backend: Backend) {
 /// pauses every replica; both show in `GET /v1/rate-limits`.
 async fn waits_end_and_pauses_hold_every_replica(backend: Backend) {
     let app = spawn_app_with(backend, |s| {
-        let profile: plangate::config::ExecutorProfile = toml::from_str(
-            "kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9\"",
-        )
-        .unwrap();
-        s.executors.insert("claude".into(), profile);
-        s.rate_limits.insert(
-            "claude".into(),
-            Limits {
-                requests_per_minute: Some(1),
-                max_wait_secs: Some(1),
-                ..Limits::default()
-            },
-        );
+        let limits = Limits {
+            requests_per_minute: Some(1),
+            max_wait_secs: Some(1),
+            ..Limits::default()
+        };
+        limited_executor(s, "claude", &anthropic_at("http://127.0.0.1:9"), limits);
     })
     .await;
     let other = second_handle(&app).await;
@@ -335,16 +341,11 @@ async fn waits_end_and_pauses_hold_every_replica(backend: Backend) {
 /// 422 naming the field, and a change any replica's next admission follows.
 async fn runtime_changes_are_checked_and_followed(backend: Backend) {
     let app = spawn_app_with(backend, |s| {
-        let profile: plangate::config::ExecutorProfile =
-            toml::from_str("kind = \"command\"\nargv = [\"true\"]").unwrap();
-        s.executors.insert("agent".into(), profile);
-        s.rate_limits.insert(
-            "agent".into(),
-            Limits {
-                requests_per_minute: Some(600),
-                ..Limits::default()
-            },
-        );
+        let limits = Limits {
+            requests_per_minute: Some(600),
+            ..Limits::default()
+        };
+        limited_executor(s, "agent", "kind = \"command\"\nargv = [\"true\"]", limits);
     })
     .await;
     let put = |path: &'static str, body: serde_json::Value| {
@@ -440,20 +441,13 @@ async fn spent_provider() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
 async fn l0_records_carry_their_error_code(backend: Backend) {
     let (base, hits) = spent_provider().await;
     let app = spawn_app_with(backend, |s| {
-        let profile: plangate::config::ExecutorProfile = toml::from_str(&format!(
-            "kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"{base}\""
-        ))
-        .unwrap();
-        s.executors.insert("claude".into(), profile);
         // One request a minute: the first L0 starts, the second waits 1 s and ends.
-        s.rate_limits.insert(
-            "claude".into(),
-            Limits {
-                requests_per_minute: Some(1),
-                max_wait_secs: Some(1),
-                ..Limits::default()
-            },
-        );
+        let limits = Limits {
+            requests_per_minute: Some(1),
+            max_wait_secs: Some(1),
+            ..Limits::default()
+        };
+        limited_executor(s, "claude", &anthropic_at(&base), limits);
     })
     .await;
     let job = app
@@ -512,12 +506,7 @@ async fn the_job_page_lists_its_waiting_calls(backend: Backend) {
     };
     let configured = limits.clone();
     let app = spawn_app_with(backend, |s| {
-        let profile: plangate::config::ExecutorProfile = toml::from_str(
-            "kind = \"anthropic\"\nmodel = \"m\"\nbase_url = \"http://127.0.0.1:9\"",
-        )
-        .unwrap();
-        s.executors.insert("claude".into(), profile);
-        s.rate_limits.insert("claude".into(), configured);
+        limited_executor(s, "claude", &anthropic_at("http://127.0.0.1:9"), configured);
         // No worker: the test asks for room as the job's worker would.
         s.workers = 0;
     })
