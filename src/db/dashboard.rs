@@ -29,6 +29,10 @@ pub struct TaskListMarker {
     pub latest_lease: Option<DateTime<Utc>>,
 }
 
+/// Ids one [`Database::task_names`] statement binds at most, well under SQLite's
+/// bind-parameter limit.
+const NAMES_PER_READ: usize = 500;
+
 /// A job's L0s without a valid answer, as a column of a `refine_jobs` row.
 const NOT_VALID: &str = "(SELECT COUNT(*) FROM refine_l0_runs l \
      WHERE l.job_id = refine_jobs.id AND l.status <> 'valid')";
@@ -285,22 +289,27 @@ impl Database {
         }))
     }
 
-    /// The planner ids of tasks `ids` (each by primary key), for naming the
-    /// tasks a page's rows refer to that sit on other pages.
+    /// The planner ids of tasks `ids`, in the order of `ids` (ids of no task left
+    /// out), for naming the tasks a page's rows refer to that sit on other pages.
+    /// One statement per [`NAMES_PER_READ`] ids, each by primary key.
     pub async fn task_names(&self, ids: &[Uuid]) -> DbResult<Vec<(Uuid, String)>> {
-        let mut names = Vec::with_capacity(ids.len());
-        for id in ids {
-            let name: Option<String> = on_pool!(self, pool => {
-                sqlx::query_scalar("SELECT task_id FROM tasks WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(pool)
-                    .await?
+        let mut found: std::collections::HashMap<Uuid, String> = Default::default();
+        for chunk in ids.chunks(NAMES_PER_READ) {
+            let rows: Vec<(Uuid, String)> = on_pool!(self, pool => {
+                let mut q = QueryBuilder::new("SELECT id, task_id FROM tasks WHERE id IN (");
+                let mut sep = q.separated(", ");
+                for id in chunk {
+                    sep.push_bind(*id);
+                }
+                q.push(")");
+                q.build_query_as().fetch_all(pool).await?
             });
-            if let Some(name) = name {
-                names.push((*id, name));
-            }
+            found.extend(rows);
         }
-        Ok(names)
+        Ok(ids
+            .iter()
+            .filter_map(|id| Some((*id, found.get(id)?.clone())))
+            .collect())
     }
 
     /// Jobs newest first (v7 ids are time-ordered); `before` = the last id of the

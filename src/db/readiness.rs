@@ -24,6 +24,9 @@ pub const STRIPES: i32 = 16;
 /// Lapsed leases one write expires at most; the rest go at the next write or read.
 pub const EXPIRE_BATCH: usize = 256;
 
+/// Candidates a pipeline walk ([`pipeline_walk!`]) reads at a time.
+pub const PIPELINE_BATCH: usize = 128;
+
 /// One task's move between statuses, for the counters.
 #[derive(Clone, Copy, Debug)]
 pub struct Move {
@@ -180,6 +183,95 @@ macro_rules! expire_lapsed {
             .fetch_all(&mut *$tx)
             .await?;
         expire_rows!($tx, $list_id, lapsed, at)
+    }};
+}
+
+/// The files the running tasks of list `$list_id` write, normalised
+/// (`dispatch::normalize_path`), read through `$conn`: a `HashSet<String>`.
+macro_rules! running_writes {
+    ($conn:expr, $list_id:expr) => {{
+        let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
+            "SELECT writes FROM tasks WHERE task_list_id = $1 AND status = 'running'",
+        )
+        .bind($list_id)
+        .fetch_all($conn)
+        .await?;
+        running
+            .iter()
+            .flat_map(|w| w.0.iter())
+            .map(|p| $crate::domain::dispatch::normalize_path(p).to_owned())
+            .collect::<std::collections::HashSet<String>>()
+    }};
+}
+
+/// The soonest lease of a running task of list `$list_id` to run out, read
+/// through `$conn` from the `tasks_running_by_lease` index: an
+/// `Option<DateTime<Utc>>`.
+macro_rules! earliest_lease {
+    ($conn:expr, $list_id:expr) => {{
+        let earliest: Option<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+            "SELECT lease_expires_at FROM tasks WHERE task_list_id = $1 \
+             AND status = 'running' AND lease_expires_at IS NOT NULL \
+             ORDER BY lease_expires_at LIMIT 1",
+        )
+        .bind($list_id)
+        .fetch_optional($conn)
+        .await?;
+        earliest
+    }};
+}
+
+/// Walks the tasks pipeline mode offers on list `$list_id`, read through `$conn`,
+/// as `dispatch::ready` does: the pending tasks whose dependencies are all done
+/// (`tasks_unblocked`), in `(wave, list)` order, [`PIPELINE_BATCH`] at a time,
+/// passing over a task whose writes race a running task's or an earlier offered
+/// task's. `$busy` (`&[String]`): writes counted as running besides the running
+/// tasks'; `$skip` (`&HashSet<Uuid>`): tasks passed over whose writes do not count.
+/// Each candidate is read as `$row` (a `$ty` of the columns `$columns`, which hold
+/// `id`, `parallel_group`, `position` and `writes`); for each one offered,
+/// `$offered` runs and evaluates to whether the walk stops there.
+macro_rules! pipeline_walk {
+    (
+        $conn:expr, $list_id:expr, $busy:expr, $skip:expr,
+        $ty:ty, $columns:expr, |$row:ident| $offered:expr
+    ) => {{
+        let busy: &[String] = $busy;
+        let skip: &std::collections::HashSet<uuid::Uuid> = $skip;
+        let mut claimed = running_writes!($conn, $list_id);
+        claimed.extend(
+            busy.iter()
+                .map(|p| $crate::domain::dispatch::normalize_path(p).to_owned()),
+        );
+        let mut after: (i64, i32) = (i64::MIN, -1);
+        'walk: loop {
+            let batch: Vec<$ty> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {} FROM tasks \
+                 WHERE task_list_id = $1 AND status = 'pending' AND unmet_deps = 0 \
+                 AND (parallel_group, position) > ($2, $3) \
+                 ORDER BY parallel_group, position LIMIT {}",
+                $columns,
+                $crate::db::readiness::PIPELINE_BATCH
+            )))
+            .bind($list_id)
+            .bind(after.0)
+            .bind(after.1)
+            .fetch_all($conn)
+            .await?;
+            let full = batch.len() == $crate::db::readiness::PIPELINE_BATCH;
+            for $row in batch {
+                after = ($row.parallel_group, $row.position);
+                if skip.contains(&$row.id) {
+                    continue;
+                }
+                if $crate::domain::dispatch::offer_writes(&mut claimed, &$row.writes.0) && $offered
+                {
+                    break 'walk;
+                }
+            }
+            if !full {
+                break;
+            }
+        }
     }};
 }
 

@@ -133,9 +133,6 @@ pub enum HeartbeatOutcome {
     NotFound,
 }
 
-/// Candidates a pipeline claim reads at a time.
-const PIPELINE_BATCH: usize = 128;
-
 /// The barrier's active wave of list `$1` as a scalar subquery: the lowest wave
 /// holding a pending or running task — the first entry of `tasks_pending_by_wave`
 /// and the lowest wave among the running tasks (as many as are in flight).
@@ -176,61 +173,40 @@ macro_rules! barrier_claim {
     }};
 }
 
+/// A pipeline candidate, as a claim reads it.
+#[derive(FromRow)]
+struct Candidate {
+    id: Uuid,
+    parallel_group: i64,
+    position: i32,
+    assigned_persona: String,
+    writes: sqlx::types::Json<Vec<String>>,
+}
+
 /// The first task pipeline mode offers (for `$persona`, if given), with its
-/// writes: the pending tasks whose dependencies are all done (`tasks_unblocked`),
-/// in `(wave, list)` order, walked as `dispatch::ready` does, so that a task whose
-/// writes race a running task's or an earlier offered task's is passed over.
-/// `$skip` (`&HashSet<Uuid>`): tasks passed over; `$busy` (`&[String]`): writes of
-/// tasks other claimers are taking right now, counted as running.
+/// writes ([`pipeline_walk!`]): a task of another persona is offered all the same,
+/// so its writes still race later tasks'. `$skip` (`&HashSet<Uuid>`): tasks passed
+/// over; `$busy` (`&[String]`): writes of tasks other claimers are taking right
+/// now, counted as running.
 macro_rules! pipeline_pick {
     ($tx:ident, $list_id:expr, $persona:expr, $skip:expr, $busy:expr) => {{
         let persona: Option<&str> = $persona;
-        let skip: &std::collections::HashSet<Uuid> = $skip;
-        let busy: &[String] = $busy;
-        let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
-            "SELECT writes FROM tasks WHERE task_list_id = $1 AND status = 'running'",
-        )
-        .bind($list_id)
-        .fetch_all(&mut *$tx)
-        .await?;
-        let mut claimed: std::collections::HashSet<String> = running
-            .iter()
-            .flat_map(|w| w.0.iter())
-            .chain(busy.iter())
-            .map(|p| dispatch::normalize_path(p).to_owned())
-            .collect();
-        let mut after: (i64, i32) = (i64::MIN, -1);
         let mut pick: Option<(Uuid, Vec<String>)> = None;
-        'walk: loop {
-            let batch: Vec<(Uuid, i64, i32, String, sqlx::types::Json<Vec<String>>)> =
-                sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                    "SELECT id, parallel_group, position, assigned_persona, writes FROM tasks \
-                     WHERE task_list_id = $1 AND status = 'pending' AND unmet_deps = 0 \
-                     AND (parallel_group, position) > ($2, $3) \
-                     ORDER BY parallel_group, position LIMIT {PIPELINE_BATCH}"
-                )))
-                .bind($list_id)
-                .bind(after.0)
-                .bind(after.1)
-                .fetch_all(&mut *$tx)
-                .await?;
-            let full = batch.len() == PIPELINE_BATCH;
-            for (id, wave, position, assigned, writes) in batch {
-                after = (wave, position);
-                if skip.contains(&id) {
-                    continue;
+        pipeline_walk!(
+            &mut *$tx,
+            $list_id,
+            $busy,
+            $skip,
+            Candidate,
+            "id, parallel_group, position, assigned_persona, writes",
+            |row| {
+                let mine = persona.is_none_or(|p| p == row.assigned_persona);
+                if mine {
+                    pick = Some((row.id, row.writes.0));
                 }
-                if dispatch::offer_writes(&mut claimed, &writes.0)
-                    && persona.is_none_or(|p| p == assigned)
-                {
-                    pick = Some((id, writes.0));
-                    break 'walk;
-                }
+                mine
             }
-            if !full {
-                break;
-            }
-        }
+        );
         pick
     }};
 }
@@ -341,18 +317,7 @@ impl Database {
                                 busy.extend(writes);
                                 continue;
                             }
-                            let running: Vec<sqlx::types::Json<Vec<String>>> = sqlx::query_scalar(
-                                "SELECT writes FROM tasks WHERE task_list_id = $1 \
-                                 AND status = 'running'",
-                            )
-                            .bind(list_id)
-                            .fetch_all(&mut *tx)
-                            .await?;
-                            let mut taken: std::collections::HashSet<String> = running
-                                .iter()
-                                .flat_map(|w| w.0.iter())
-                                .map(|p| dispatch::normalize_path(p).to_owned())
-                                .collect();
+                            let mut taken = running_writes!(&mut *tx, list_id);
                             if !dispatch::offer_writes(&mut taken, &writes) {
                                 continue;
                             }
@@ -397,14 +362,7 @@ impl Database {
                     }
                 };
                 let remaining = read_counts!(&mut *tx, list_id);
-                let earliest_lease: Option<DateTime<Utc>> = sqlx::query_scalar(
-                    "SELECT lease_expires_at FROM tasks WHERE task_list_id = $1 \
-                     AND status = 'running' AND lease_expires_at IS NOT NULL \
-                     ORDER BY lease_expires_at LIMIT 1",
-                )
-                .bind(list_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+                let earliest_lease = earliest_lease!(&mut *tx, list_id);
                 if remaining == Remaining::default() {
                     let list: Option<Uuid> =
                         sqlx::query_scalar("SELECT id FROM task_lists WHERE id = $1")

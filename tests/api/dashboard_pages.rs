@@ -155,3 +155,32 @@ async fn a_large_list_is_summarised_per_wave_and_paged(app: TestApp) {
 }
 
 both_backends!(a_large_list_is_summarised_per_wave_and_paged);
+
+/// The names of tasks on other pages come in the order asked, ids of no task left
+/// out, over more ids than one statement binds.
+async fn task_names_follow_the_order_asked(app: TestApp) {
+    let response = app.post_json("/v1/task-lists", &list()).await;
+    assert_eq!(response.status(), 201);
+    let list: Value = response.json().await.unwrap();
+    let known: Vec<(uuid::Uuid, String)> = list["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap().parse().unwrap(),
+                t["task_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // 901 ids: the list's backwards, an unknown one, the list's again.
+    let mut ids: Vec<uuid::Uuid> = known.iter().rev().map(|(id, _)| *id).collect();
+    ids.insert(7, uuid::Uuid::new_v4());
+    ids.extend(known.iter().map(|(id, _)| *id));
+    let expected: Vec<(uuid::Uuid, String)> =
+        known.iter().rev().chain(known.iter()).cloned().collect();
+    assert_eq!(app.db.task_names(&ids).await.unwrap(), expected);
+    assert!(app.db.task_names(&[]).await.unwrap().is_empty());
+}
+
+both_backends!(task_names_follow_the_order_asked);

@@ -643,6 +643,46 @@ async fn barrier_waits_for_the_wave_pipeline_does_not(app: TestApp) {
     app.shutdown().await;
 }
 
+/// Pipeline mode offers, over more candidates than one read takes, every unblocked
+/// task whose writes race neither a running task's nor an earlier offered task's.
+async fn pipeline_passes_over_racing_writes_across_batches(app: TestApp) {
+    let mut tasks: Vec<Value> = (0..200)
+        .map(|i| task(&format!("t{i}"), "p", 1, &[], &[], &[&format!("f{i}.py")]))
+        .collect();
+    // Wave 2, no dependencies: t200..t249 write what t0..t49 write.
+    tasks.extend((200..300).map(|i| {
+        let writes = if i < 250 {
+            format!("f{}.py", i - 200)
+        } else {
+            format!("g{i}.py")
+        };
+        task(&format!("t{i}"), "p", 2, &[], &[], &[&writes])
+    }));
+    let list = create(&app, "proj", None, json!(tasks)).await;
+    let id = list["id"].as_str().unwrap();
+    set_status(&app, &server_id(&list, "t5"), json!({"status": "running"})).await;
+    let ready: Value = app
+        .get(&format!("/v1/task-lists/{id}/ready?mode=pipeline"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let offered: Vec<&str> = ready["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap())
+        .collect();
+    let expected: Vec<String> = (0..200)
+        .filter(|i| *i != 5)
+        .chain(250..300)
+        .map(|i| format!("t{i}"))
+        .collect();
+    assert_eq!(offered, expected);
+    assert_eq!(ready["wave"], 1);
+    app.shutdown().await;
+}
+
 async fn status_is_scoped_per_cycle(app: TestApp) {
     let one = create(&app, "shared", Some("cycle-A"), diamond()).await;
     create(
@@ -1079,6 +1119,7 @@ both_backends!(
     abandon_cascades_down_a_long_chain_but_spares_terminal_tasks,
     illegal_transitions_are_409_and_repeats_are_idempotent,
     barrier_waits_for_the_wave_pipeline_does_not,
+    pipeline_passes_over_racing_writes_across_batches,
     status_is_scoped_per_cycle,
     teams_register_per_project,
     graph_renders_waves_as_text,

@@ -232,13 +232,24 @@ impl TaskRow {
 /// Tasks of one list with their edges resolved, in submission order.
 pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
     let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
+    // An edge to a task outside the list cannot be written (same-list insert), but
+    // stored data is read defensively.
+    let named = edges.into_iter().filter_map(|edge| {
+        let dep = local_id.get(&edge.depends_on)?;
+        Some((edge.task_id, dep.clone()))
+    });
+    with_depends(rows, named)
+}
+
+/// `rows` as records, in their order, each with the names of its dependencies
+/// from `edges` (`(task, dependency's planner id)`, each task's in its edge order).
+pub(crate) fn with_depends(
+    rows: Vec<TaskRow>,
+    edges: impl IntoIterator<Item = (Uuid, String)>,
+) -> DbResult<Vec<TaskRecord>> {
     let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
-    for edge in edges {
-        // An edge to a task outside the list cannot be written (same-list insert),
-        // but stored data is read defensively.
-        if let Some(dep) = local_id.get(&edge.depends_on) {
-            depends.entry(edge.task_id).or_default().push(dep.clone());
-        }
+    for (task, dep) in edges {
+        depends.entry(task).or_default().push(dep);
     }
     rows.into_iter()
         .map(|row| {

@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use super::{EdgeRow, TASK_COLUMNS, TaskListRecord, TaskListRow, TaskRow, assemble};
+use super::{EdgeRow, TASK_COLUMNS, TaskListRecord, TaskListRow, TaskRow, assemble, with_depends};
 
 /// One page of a list's tasks.
 pub struct TaskPage {
@@ -75,17 +75,7 @@ impl Database {
             .bind(last)
             .fetch_all(pool)
             .await?;
-            let mut depends: std::collections::HashMap<Uuid, Vec<String>> = Default::default();
-            for (task, dep) in edges {
-                depends.entry(task).or_default().push(dep);
-            }
-            let tasks = rows
-                .into_iter()
-                .map(|row| {
-                    let deps = depends.remove(&row.id).unwrap_or_default();
-                    row.into_task(deps)
-                })
-                .collect::<DbResult<Vec<_>>>()?;
+            let tasks = with_depends(rows, edges)?;
             Ok(Some(TaskPage {
                 list: TaskListRecord {
                     id: list.id,

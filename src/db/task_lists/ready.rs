@@ -5,13 +5,12 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::QueryBuilder;
-use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{EDGE_ROWS_PER_INSERT, TASK_COLUMNS, TaskRecord, TaskRow};
+use super::{EDGE_ROWS_PER_INSERT, TASK_COLUMNS, TaskRecord, TaskRow, with_depends};
 use crate::db::task_claims::ACTIVE_WAVE;
 use crate::db::{Database, DbResult};
-use crate::domain::dispatch::{self, ReadyMode, Remaining};
+use crate::domain::dispatch::{ReadyMode, Remaining};
 
 /// The ready answer's facts, as read.
 pub struct ReadyRead {
@@ -59,37 +58,24 @@ impl Database {
                     (wave, rows)
                 }
                 ReadyMode::Pipeline => {
-                    // As `dispatch::ready` walks them: the unblocked candidates in
-                    // `(wave, list)` order, passing over a task whose writes race a
-                    // running task's or an earlier offered task's.
-                    let running: Vec<Json<Vec<String>>> = sqlx::query_scalar(
-                        "SELECT writes FROM tasks WHERE task_list_id = $1 AND status = 'running'",
-                    )
-                    .bind(id)
-                    .fetch_all(pool)
-                    .await?;
-                    let mut claimed: std::collections::HashSet<String> = running
-                        .iter()
-                        .flat_map(|w| w.0.iter())
-                        .map(|p| dispatch::normalize_path(p).to_owned())
-                        .collect();
-                    let candidates = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                        "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 \
-                         AND status = 'pending' AND unmet_deps = 0 \
-                         ORDER BY parallel_group, position"
-                    )))
-                    .bind(id)
-                    .fetch_all(pool)
-                    .await?;
-                    let rows: Vec<TaskRow> = candidates
-                        .into_iter()
-                        .filter(|row| dispatch::offer_writes(&mut claimed, &row.writes.0))
-                        .collect();
+                    let mut rows: Vec<TaskRow> = Vec::new();
+                    pipeline_walk!(
+                        pool,
+                        id,
+                        &[],
+                        &Default::default(),
+                        TaskRow,
+                        TASK_COLUMNS,
+                        |row| {
+                            rows.push(row);
+                            false
+                        }
+                    );
                     (rows.iter().map(|r| r.parallel_group).min(), rows)
                 }
             };
             // The offered tasks' dependencies, named by a primary-key lookup each.
-            let mut depends: std::collections::HashMap<Uuid, Vec<String>> = Default::default();
+            let mut edges: Vec<(Uuid, String)> = Vec::new();
             for chunk in rows.chunks(EDGE_ROWS_PER_INSERT) {
                 let mut read = QueryBuilder::new(
                     "SELECT d.task_id, (SELECT p.task_id FROM tasks p WHERE p.id = d.depends_on) \
@@ -100,27 +86,11 @@ impl Database {
                     ids.push_bind(row.id);
                 }
                 read.push(") ORDER BY d.task_id, d.position");
-                let edges: Vec<(Uuid, String)> = read.build_query_as().fetch_all(pool).await?;
-                for (task, dep) in edges {
-                    depends.entry(task).or_default().push(dep);
-                }
+                edges.extend(read.build_query_as::<(Uuid, String)>().fetch_all(pool).await?);
             }
-            let tasks = rows
-                .into_iter()
-                .map(|row| {
-                    let deps = depends.remove(&row.id).unwrap_or_default();
-                    row.into_task(deps)
-                })
-                .collect::<DbResult<Vec<_>>>()?;
+            let tasks = with_depends(rows, edges)?;
             let remaining = read_counts!(pool, id);
-            let earliest_lease: Option<DateTime<Utc>> = sqlx::query_scalar(
-                "SELECT lease_expires_at FROM tasks WHERE task_list_id = $1 \
-                 AND status = 'running' AND lease_expires_at IS NOT NULL \
-                 ORDER BY lease_expires_at LIMIT 1",
-            )
-            .bind(id)
-            .fetch_optional(pool)
-            .await?;
+            let earliest_lease = earliest_lease!(pool, id);
             Ok::<_, crate::db::DbError>(Some(ReadyRead {
                 project_id,
                 wave,
