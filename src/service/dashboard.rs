@@ -210,7 +210,7 @@ impl Service {
         cursor: Option<&str>,
     ) -> Result<TaskListShown, ServiceError> {
         if wave.is_none() {
-            self.dashboard_list_project_check(caller, id).await?;
+            self.check_list_visible(caller, id).await?;
             let total = self.db.task_count(id).await?;
             if total > DRAWN_WHOLE_TASKS || cursor.is_some() {
                 return Ok(TaskListShown::Paged(
@@ -304,23 +304,8 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<TaskListMarker, ServiceError> {
-        self.dashboard_list_project_check(caller, id).await?;
+        self.check_list_visible(caller, id).await?;
         Ok(self.db.task_list_marker(id).await?)
-    }
-}
-
-impl Service {
-    async fn dashboard_list_project_check(
-        &self,
-        caller: &Caller,
-        id: Uuid,
-    ) -> Result<(), ServiceError> {
-        let project = self
-            .db
-            .task_list_project(id)
-            .await?
-            .ok_or_else(|| not_found("task list", id))?;
-        caller.check_optional_project(Some(&project))
     }
 }
 
@@ -342,7 +327,7 @@ impl Service {
         id: Uuid,
         cursor: Option<&str>,
     ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
-        self.dashboard_list_project_check(caller, id).await?;
+        self.check_list_visible(caller, id).await?;
         let (tasks, wave) = if cursor.is_some() || self.db.task_count(id).await? > DRAWN_WHOLE_TASKS
         {
             let page = self

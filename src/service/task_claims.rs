@@ -269,12 +269,7 @@ impl Service {
         };
         let lease = lease(request.lease_s)?;
         let mode = request.mode.unwrap_or_default();
-        let project_id = self
-            .db
-            .task_list_project(list_id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("task list", &list_id.to_string()))?;
-        caller.check_project(&project_id)?;
+        self.check_list_visible(caller, list_id).await?;
         // A few indexed statements, never the whole list (docs/architecture.md,
         // "Claims at scale"); lapsed leases are expired in the same transaction.
         let outcome = self

@@ -147,12 +147,7 @@ impl Service {
         id: Uuid,
         last_event_id: Option<&[u8]>,
     ) -> Result<BoxStream<'static, ListEvent>, ServiceError> {
-        let project = self
-            .db
-            .task_list_project(id)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
-        caller.check_project(&project)?;
+        self.check_list_visible(caller, id).await?;
         let floor = match last_event_id {
             None => first_id_of(now_ms().saturating_sub(LATE_COMMIT_MS)),
             Some(raw) => header_text(raw)

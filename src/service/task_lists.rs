@@ -591,12 +591,7 @@ impl Service {
                 })?,
         };
         if limit.is_none() && cursor.is_none() {
-            let project_id = self
-                .db
-                .task_list_project(id)
-                .await?
-                .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
-            caller.check_project(&project_id)?;
+            self.check_list_visible(caller, id).await?;
             if self.db.task_count(id).await? <= WHOLE_LIST_TASKS {
                 return self.task_list(caller, id).await;
             }
@@ -633,6 +628,22 @@ impl Service {
             .task_list_page(id, after, limit)
             .await?
             .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))
+    }
+
+    /// 404 unless list `id` exists, then 403 unless the caller may act on its
+    /// project: what every use case of one list checks first (an indexed read of
+    /// the list's row, never its tasks).
+    pub(super) async fn check_list_visible(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<(), ServiceError> {
+        let project_id = self
+            .db
+            .task_list_project(id)
+            .await?
+            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
+        caller.check_project(&project_id)
     }
 
     /// The stored list, if the caller may see its project.
