@@ -7,7 +7,7 @@
 //! the list. Concurrent writers commit out of id order, so an event can become
 //! visible after a later one was sent: each stream remembers the ids it sent in
 //! the last [`LATE_COMMIT_MS`] and looks back over that window (ids only) every
-//! [`LATE_SWEEP`], sending what it had not seen.
+//! [`LATE_SWEEP`], sending what it had not seen, until the window has closed.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -88,6 +88,9 @@ struct Feed {
     /// Ids sent within the look-back window below `newest`.
     sent: BTreeSet<Uuid>,
     last_sweep: tokio::time::Instant,
+    /// The window below `newest` was looked over after it closed (every write
+    /// that took an id in it has committed): no look back until something newer.
+    settled: bool,
 }
 
 impl Feed {
@@ -108,8 +111,10 @@ impl Feed {
             .into_iter()
             .map(ListEvent::from)
             .collect();
-        if self.last_sweep.elapsed() >= LATE_SWEEP && self.newest > self.floor {
+        if self.last_sweep.elapsed() >= LATE_SWEEP && self.newest > self.floor && !self.settled {
             self.last_sweep = tokio::time::Instant::now();
+            // After this look, anything committed later took an id above `newest`.
+            self.settled = now_ms() > ms_of(&self.newest) + LATE_COMMIT_MS;
             let start = self.window_start();
             let ids = db
                 .task_list_event_ids(self.list, start, self.newest, SWEEP_IDS)
@@ -129,7 +134,10 @@ impl Feed {
         }
         for e in &out {
             self.sent.insert(e.id);
-            self.newest = self.newest.max(e.id);
+            if e.id > self.newest {
+                self.newest = e.id;
+                self.settled = false;
+            }
         }
         let start = self.window_start();
         self.sent = self.sent.split_off(&start);
@@ -166,6 +174,7 @@ impl Service {
             newest: floor,
             sent: BTreeSet::new(),
             last_sweep: tokio::time::Instant::now(),
+            settled: false,
         };
         let stream = futures::stream::unfold(feed, move |mut feed| async move {
             loop {
