@@ -277,6 +277,24 @@ impl Database {
         }))
     }
 
+    /// The `limit` tasks of wave `wave` of a list (in status `status`, if given)
+    /// after position `after`, in list order, with their edges: through the
+    /// `(task_list_id, parallel_group, position)` index (or, with a status, the
+    /// `(task_list_id, parallel_group, status)` one), never the whole list
+    /// (docs/architecture.md, "The dashboard's task-list page"). `None` when the
+    /// list does not exist.
+    pub async fn task_list_wave_page(
+        &self,
+        list_id: Uuid,
+        wave: i64,
+        status: Option<&str>,
+        after: i32,
+        limit: u32,
+    ) -> DbResult<Option<crate::db::task_lists::TaskPage>> {
+        self.task_page(list_id, Some((wave, status)), after, limit)
+            .await
+    }
+
     /// The barrier's active wave of a list (the lowest wave holding a pending or
     /// running task) from the claims' indexes; `None` when nothing is left.
     pub async fn task_list_active_wave(&self, list_id: Uuid) -> DbResult<Option<i64>> {

@@ -169,6 +169,9 @@ pub struct TaskListPageView {
     pub active_wave: Option<i64>,
     /// Planner ids of the page's tasks' upstream tasks (a cascade's cause).
     pub names: Vec<(Uuid, String)>,
+    /// The wave opened (`?wave=`) and the status its tasks are filtered by
+    /// (`&status=`): the page lists that wave's tasks only.
+    pub wave: Option<(i64, Option<&'static str>)>,
 }
 
 /// The task-list page's data: a small list (or one wave opened) whole, a
@@ -198,26 +201,27 @@ pub fn wave_summaries(list: &StoredTaskList) -> Vec<WaveSummary> {
 }
 
 impl Service {
-    /// The whole list with its graph (a small list, or `wave` opened), or, for a
-    /// list of more than [`DRAWN_WHOLE_TASKS`], the waves counted by an aggregate
-    /// over an index, the active wave from the claims' indexes and the page of
-    /// [`DASHBOARD_PAGE_TASKS`] after `cursor` — never every task.
+    /// The whole list with its graph (a list of up to [`DRAWN_WHOLE_TASKS`],
+    /// `wave` opened or not), or, for a larger one, the waves counted by an
+    /// aggregate over an index, the active wave from the claims' indexes and the
+    /// page of [`DASHBOARD_PAGE_TASKS`] after `cursor` — of wave `wave` only (in
+    /// `status`, if given) when one is opened — never every task.
     pub async fn dashboard_task_list(
         &self,
         caller: &Caller,
         id: Uuid,
         wave: Option<i64>,
+        status: Option<&'static str>,
         cursor: Option<&str>,
     ) -> Result<TaskListShown, ServiceError> {
-        if wave.is_none() {
-            self.check_list_visible(caller, id).await?;
-            let total = self.db.task_count(id).await?;
-            if total > DRAWN_WHOLE_TASKS || cursor.is_some() {
-                return Ok(TaskListShown::Paged(
-                    self.dashboard_task_list_page(caller, id, total, cursor)
-                        .await?,
-                ));
-            }
+        self.check_list_visible(caller, id).await?;
+        let total = self.db.task_count(id).await?;
+        if total > DRAWN_WHOLE_TASKS || (wave.is_none() && cursor.is_some()) {
+            let wave = wave.map(|w| (w, status));
+            return Ok(TaskListShown::Paged(
+                self.dashboard_task_list_page(caller, id, total, wave, cursor)
+                    .await?,
+            ));
         }
         Ok(TaskListShown::Whole(
             self.dashboard_task_list_whole(caller, id).await?,
@@ -229,11 +233,20 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         total: u64,
+        wave: Option<(i64, Option<&'static str>)>,
         cursor: Option<&str>,
     ) -> Result<TaskListPageView, ServiceError> {
-        let list = self
-            .task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
-            .await?;
+        let list = match wave {
+            None => {
+                self.task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
+                    .await?
+            }
+            Some(wave) => {
+                let after = super::task_lists::page_cursor(cursor)?;
+                self.task_page(caller, id, Some(wave), after, DASHBOARD_PAGE_TASKS)
+                    .await?
+            }
+        };
         let mut waves: Vec<WaveSummary> = Vec::new();
         for (wave, status, n) in self.db.task_list_wave_counts(id).await? {
             let Some(status) = TaskStatus::parse(&status) else {
@@ -269,6 +282,7 @@ impl Service {
             waves,
             active_wave,
             names,
+            wave,
         })
     }
 
@@ -320,19 +334,30 @@ pub struct TaskState {
 impl Service {
     /// Current statuses of the tasks a task-list page shows plus the active wave,
     /// for live pages: every task of a small list; of a large one (or with a
-    /// `cursor`), the page's tasks, as [`Service::dashboard_task_list`] shows them.
+    /// `cursor`), the page's tasks — of wave `wave` only, in its status if given,
+    /// when one is opened — as [`Service::dashboard_task_list`] shows them.
     pub async fn dashboard_task_states(
         &self,
         caller: &Caller,
         id: Uuid,
+        wave: Option<(i64, Option<&str>)>,
         cursor: Option<&str>,
     ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
         self.check_list_visible(caller, id).await?;
-        let (tasks, wave) = if cursor.is_some() || self.db.task_count(id).await? > DRAWN_WHOLE_TASKS
-        {
-            let page = self
-                .task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
-                .await?;
+        let paged = (wave.is_none() && cursor.is_some())
+            || self.db.task_count(id).await? > DRAWN_WHOLE_TASKS;
+        let (tasks, wave) = if paged {
+            let page = match wave {
+                None => {
+                    self.task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
+                        .await?
+                }
+                Some(wave) => {
+                    let after = super::task_lists::page_cursor(cursor)?;
+                    self.task_page(caller, id, Some(wave), after, DASHBOARD_PAGE_TASKS)
+                        .await?
+                }
+            };
             let wave = self.db.task_list_active_wave(id).await?;
             let tasks = page
                 .tasks

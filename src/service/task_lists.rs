@@ -576,28 +576,29 @@ impl Service {
             )
             .field("limit"));
         }
-        let after = match cursor {
-            None => -1,
-            Some(text) => text
-                .strip_prefix('p')
-                .and_then(|n| n.parse::<i32>().ok())
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| {
-                    ServiceError::bad_request(
-                        ProblemCode::InvalidQuery,
-                        "cursor must be the next_cursor of a previous page",
-                    )
-                    .field("cursor")
-                })?,
-        };
+        let after = page_cursor(cursor)?;
         if limit.is_none() && cursor.is_none() {
             self.check_list_visible(caller, id).await?;
             if self.db.task_count(id).await? <= WHOLE_LIST_TASKS {
                 return self.task_list(caller, id).await;
             }
         }
-        let limit = limit.unwrap_or(MAX_PAGE_TASKS);
-        let mut page = self.read_page(id, after, limit).await?;
+        self.task_page(caller, id, None, after, limit.unwrap_or(MAX_PAGE_TASKS))
+            .await
+    }
+
+    /// The `limit` tasks after position `after` of list `id` (of one wave, in
+    /// one status if given, with `wave`), a lapsed lease among them expired
+    /// first; `next_cursor` set when more follow.
+    pub(super) async fn task_page(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        wave: Option<(i64, Option<&str>)>,
+        after: i32,
+        limit: u32,
+    ) -> Result<StoredTaskList, ServiceError> {
+        let mut page = self.read_page(id, wave, after, limit).await?;
         caller.check_project(&page.list.project_id)?;
         let at = crate::db::task_lists::now();
         let lapsed = dispatch::expired_leases(
@@ -608,7 +609,7 @@ impl Service {
             if self.db.expire_leases(id).await? > 0 {
                 self.hub.task_list_changed(&self.db, id);
             }
-            page = self.read_page(id, after, limit).await?;
+            page = self.read_page(id, wave, after, limit).await?;
         }
         let mut answer: StoredTaskList = page.list.into();
         answer.next_cursor = page
@@ -621,13 +622,19 @@ impl Service {
     async fn read_page(
         &self,
         id: Uuid,
+        wave: Option<(i64, Option<&str>)>,
         after: i32,
         limit: u32,
     ) -> Result<crate::db::task_lists::TaskPage, ServiceError> {
-        self.db
-            .task_list_page(id, after, limit)
-            .await?
-            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))
+        let page = match wave {
+            None => self.db.task_list_page(id, after, limit).await?,
+            Some((wave, status)) => {
+                self.db
+                    .task_list_wave_page(id, wave, status, after, limit)
+                    .await?
+            }
+        };
+        page.ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))
     }
 
     /// 404 unless list `id` exists, then 403 unless the caller may act on its
@@ -872,5 +879,24 @@ impl Service {
             )
             .with_details(ProblemDetails::TaskTransition(illegal))),
         }
+    }
+}
+
+/// The position a page's `cursor` (`p<position>`, a previous page's
+/// `next_cursor`) starts after; -1 for the first page.
+pub(super) fn page_cursor(cursor: Option<&str>) -> Result<i32, ServiceError> {
+    match cursor {
+        None => Ok(-1),
+        Some(text) => text
+            .strip_prefix('p')
+            .and_then(|n| n.parse::<i32>().ok())
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| {
+                ServiceError::bad_request(
+                    ProblemCode::InvalidQuery,
+                    "cursor must be the next_cursor of a previous page",
+                )
+                .field("cursor")
+            }),
     }
 }

@@ -6,7 +6,7 @@ use axum::response::IntoResponse;
 use axum::response::sse::Event;
 use serde::Deserialize;
 
-use super::error::PageResult;
+use super::error::{PageError, PageResult};
 use super::extract::{Viewer, invalid, parse_id, parse_present};
 use super::live::{LIVE_POLL, sse};
 use super::pages::{self, tasks};
@@ -20,22 +20,23 @@ pub struct WaveQuery {
     cursor: Option<String>,
 }
 
+/// What a page's live stream follows: the page's wave, status and cursor.
 #[derive(Deserialize)]
 pub struct PageQuery {
+    wave: Option<String>,
+    status: Option<String>,
     cursor: Option<String>,
 }
 
-pub async fn task_list(
-    viewer: Viewer,
-    Path(raw): Path<String>,
-    Query(query): Query<WaveQuery>,
-) -> PageResult {
-    let id = parse_id(&raw, "task list id")?;
-    let wave = parse_present(&query.wave, |w| {
+fn parse_wave(raw: &Option<String>) -> Result<Option<i64>, PageError> {
+    parse_present(raw, |w| {
         w.parse::<i64>()
             .map_err(|_| invalid("wave", "must be a wave number"))
-    })?;
-    let status = parse_present(&query.status, |s| {
+    })
+}
+
+fn parse_status(raw: &Option<String>) -> Result<Option<&'static str>, PageError> {
+    parse_present(raw, |s| {
         pages::TASK_ORDER
             .into_iter()
             .find(|word| *word == s)
@@ -45,11 +46,21 @@ pub async fn task_list(
                     "must be one of pending, running, done, failed, abandoned",
                 )
             })
-    })?;
+    })
+}
+
+pub async fn task_list(
+    viewer: Viewer,
+    Path(raw): Path<String>,
+    Query(query): Query<WaveQuery>,
+) -> PageResult {
+    let id = parse_id(&raw, "task list id")?;
+    let wave = parse_wave(&query.wave)?;
+    let status = parse_status(&query.status)?;
     let cursor = query.cursor.as_deref().filter(|c| !c.is_empty());
     let view = viewer
         .service()
-        .dashboard_task_list(&viewer.caller, id, wave, cursor)
+        .dashboard_task_list(&viewer.caller, id, wave, status, cursor)
         .await?;
     Ok(tasks::task_list_page(&view, wave, status, viewer.chrome()))
 }
@@ -65,7 +76,7 @@ pub async fn task(viewer: Viewer, Path((raw, task_id)): Path<(String, String)>) 
 
 /// `tasks` events: `{"wave": n|null, "tasks": [[task_id, status, category|null], ...]}`,
 /// the first with every task the page shows (a large list's: its page's, by
-/// `?cursor=`), later ones with the tasks that changed. Each poll reads the list's
+/// `?wave=`, `&status=` and `&cursor=`), later ones with the tasks that changed. Each poll reads the list's
 /// counters; the tasks are read only when they moved.
 pub async fn events(
     Viewer { state, caller }: Viewer,
@@ -74,6 +85,9 @@ pub async fn events(
 ) -> PageResult<impl IntoResponse> {
     let id = parse_id(&raw, "task list id")?;
     let cursor = query.cursor.filter(|c| !c.is_empty());
+    let wave = parse_wave(&query.wave)?;
+    let status = parse_status(&query.status)?;
+    let wave = wave.map(|w| (w, status));
     state
         .service
         .dashboard_task_list_marker(&caller, id)
@@ -104,7 +118,7 @@ pub async fn events(
                 if seen.marker != Some(marker) {
                     let (states, wave) = match state
                         .service
-                        .dashboard_task_states(&caller, id, seen.cursor.as_deref())
+                        .dashboard_task_states(&caller, id, wave, seen.cursor.as_deref())
                         .await
                     {
                         Ok(s) => s,

@@ -184,3 +184,137 @@ async fn task_names_follow_the_order_asked(app: TestApp) {
 }
 
 both_backends!(task_names_follow_the_order_asked);
+
+/// 450 tasks in three waves, interleaved in list order: wave 2 holds the 250
+/// tasks `t{i}` with `i % 9 < 5`, wave 1 those with 5 or 6, wave 3 the rest;
+/// wave 2's `t9` needs wave 1's `t5`.
+fn interleaved() -> Value {
+    let tasks: Vec<Value> = (0..450)
+        .map(|i| {
+            let wave = match i % 9 {
+                0..5 => 2,
+                5 | 6 => 1,
+                _ => 3,
+            };
+            let deps: Vec<&str> = if i == 9 { vec!["t5"] } else { vec![] };
+            json!({
+                "task_id": format!("t{i}"), "assigned_persona": "dev",
+                "parallel_group": wave, "depends_on": deps, "reads": [],
+                "writes": [format!("t{i}.rs")], "description": format!("task {i}"),
+            })
+        })
+        .collect();
+    json!({"project_id": "big", "created_by": "pm", "tasks": tasks})
+}
+
+/// The `href` of the pager's link `rel` (`next`, `first`), unescaped.
+fn pager_link(html: &str, rel: &str) -> Option<String> {
+    let end = html.find(&format!("\" rel=\"{rel}\""))?;
+    let at = html[..end].rfind("href=\"").unwrap() + "href=\"".len();
+    Some(html[at..end].replace("&amp;", "&"))
+}
+
+async fn a_large_lists_wave_is_listed_a_page_at_a_time(app: TestApp) {
+    let response = app.post_json("/v1/task-lists", &interleaved()).await;
+    assert_eq!(response.status(), 201);
+    let list: Value = response.json().await.unwrap();
+    let id = list["id"].as_str().unwrap().to_owned();
+    // Wave 1's t5 fails (abandoning wave 2's t9); t6 is done.
+    for (task, end) in [("t5", "failed"), ("t6", "done")] {
+        let task = server_id(&list, task);
+        for status in ["running", end] {
+            let r = app
+                .patch_json(&format!("/v1/tasks/{task}"), &json!({"status": status}))
+                .await;
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        }
+    }
+    let wave2: Vec<String> = (0..450)
+        .filter(|i| i % 9 < 5)
+        .map(|i| format!("t{i}"))
+        .collect();
+
+    let first = page(&app, &format!("/ui/task-lists/{id}?wave=2")).await;
+    assert_eq!(rows(&first), wave2[..200]);
+    assert!(first.contains("<dt>Tasks</dt><dd>450</dd>"), "{first}");
+    // The opened wave's card is marked; the active one stays wave 1.
+    assert!(
+        first.contains("class=\"wave-card opened\" data-wave=\"2\""),
+        "{first}"
+    );
+    assert!(first.contains("class=\"wave-card active\" data-wave=\"1\""));
+    assert!(first.contains("<dd id=\"active-wave\" aria-live=\"polite\">1</dd>"));
+    // Listed, not drawn: the wave's box only, no node per task.
+    assert!(first.contains("not drawn task by task"), "{first}");
+    assert!(wave_box(&first, 2).contains("250 tasks"));
+    assert!(!first.contains("data-wave=\"1\" transform="));
+    assert_eq!(first.matches("data-task=").count(), 200);
+    // A dependency on another wave is named; so is a cascade's cause.
+    let at = first.find("data-task=\"t9\"").unwrap();
+    let row = &first[at..at + first[at..].find("</tr>").unwrap()];
+    assert!(row.contains("t5</"), "{row}");
+    assert!(first.contains(&format!(
+        "blocked by <a href=\"/ui/task-lists/{id}/tasks/t5\">"
+    )));
+    assert_eq!(pager_link(&first, "first"), None);
+    let next = pager_link(&first, "next").expect("a link to the wave's next page");
+    assert!(next.starts_with("?wave=2&cursor=p"), "{next}");
+    assert!(first.contains(&format!(
+        "data-events=\"/ui/task-lists/{id}/events?wave=2\""
+    )));
+
+    let second = page(&app, &format!("/ui/task-lists/{id}{next}")).await;
+    assert_eq!(rows(&second), wave2[200..]);
+    assert_eq!(pager_link(&second, "next"), None);
+    assert_eq!(pager_link(&second, "first").as_deref(), Some("?wave=2"));
+
+    // The second page's live stream starts with its own tasks only.
+    let response = app.get(&format!("/ui/task-lists/{id}/events{next}")).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("\n\n") {
+        let chunk = body.next().await.expect("an event").unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let last = wave2.last().unwrap();
+    assert!(
+        seen.contains(&format!("[\"{last}\",\"pending\",null]")),
+        "{seen}"
+    );
+    assert!(!seen.contains("\"t0\""), "{seen}");
+    drop(body);
+
+    // A status filters the wave; the next link keeps both.
+    let abandoned = page(
+        &app,
+        &format!("/ui/task-lists/{id}?wave=2&status=abandoned"),
+    )
+    .await;
+    assert_eq!(rows(&abandoned), ["t9"]);
+    let pending = page(&app, &format!("/ui/task-lists/{id}?wave=2&status=pending")).await;
+    let waiting: Vec<String> = wave2.iter().filter(|t| *t != "t9").cloned().collect();
+    assert_eq!(rows(&pending), waiting[..200]);
+    let next = pager_link(&pending, "next").unwrap();
+    assert!(
+        next.starts_with("?wave=2&status=pending&cursor=p"),
+        "{next}"
+    );
+    let rest = page(&app, &format!("/ui/task-lists/{id}{next}")).await;
+    assert_eq!(rows(&rest), waiting[200..]);
+    assert_eq!(
+        pager_link(&rest, "first").as_deref(),
+        Some("?wave=2&status=pending")
+    );
+
+    // An unknown wave lists nothing; a cursor that is not one is refused.
+    let none = page(&app, &format!("/ui/task-lists/{id}?wave=7")).await;
+    assert!(rows(&none).is_empty());
+    let response = app
+        .get(&format!("/ui/task-lists/{id}?wave=2&cursor=zz"))
+        .await;
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("cursor"));
+}
+
+both_backends!(a_large_lists_wave_is_listed_a_page_at_a_time);

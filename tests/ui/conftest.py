@@ -137,7 +137,9 @@ class Watched:
         failure = request.failure or ""
         # Navigating away aborts an open event stream and a favicon still loading:
         # the browser's doing, not a failure of the page.
-        if "ERR_ABORTED" in failure and request.url.endswith(("/events", "/icon.svg")):
+        # (An event stream's address may carry the page's query: `?wave=5`.)
+        path = request.url.split("?", 1)[0]
+        if "ERR_ABORTED" in failure and path.endswith(("/events", "/icon.svg")):
             return
         # Likewise a page's own background re-read (fetch) when a form navigates.
         if "ERR_ABORTED" in failure and request.resource_type == "fetch":

@@ -266,7 +266,11 @@ def test_large_list_is_summarised_per_wave(sqlite_server, browser, output):
     shot(page, output, "summary")
     page.locator(f'svg.dag g.wave-box[data-wave="3"]').click()
     expect(page).to_have_url(re.compile(r"\?wave=3$"))
-    expect(page.locator("svg.dag g.node")).to_have_count(100)
+    # A wave of a list this large is listed, not drawn task by task.
+    expect(page.locator("svg.dag g.node")).to_have_count(0)
+    expect(page.locator("#wave-listed")).to_contain_text("not drawn")
+    expect(page.locator("table.tasks tbody tr")).to_have_count(100)
+    expect(page.locator("table.tasks tbody tr").first).to_have_attribute("data-task", "W3-T0")
     shot(page, output, "wave-3")
     watched.assert_clean()
     context.close()

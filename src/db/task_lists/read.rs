@@ -35,6 +35,21 @@ impl Database {
         after: i32,
         limit: u32,
     ) -> DbResult<Option<TaskPage>> {
+        self.task_page(id, None, after, limit).await
+    }
+
+    /// The list with the `limit` tasks after position `after` (in submission
+    /// order) of wave `wave.0` only (in status `wave.1`, if given) or of every
+    /// wave, with their edges: one statement for the page's rows over an index
+    /// that leads with the list (and the wave), one for the edges of those rows
+    /// by their ids. `None` when the list does not exist.
+    pub(crate) async fn task_page(
+        &self,
+        id: Uuid,
+        wave: Option<(i64, Option<&str>)>,
+        after: i32,
+        limit: u32,
+    ) -> DbResult<Option<TaskPage>> {
         on_pool!(self, pool => {
             let Some(list) = sqlx::query_as::<_, TaskListRow>(
                 "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
@@ -45,36 +60,38 @@ impl Database {
             else {
                 return Ok(None);
             };
-            let mut rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 AND position > $2 \
-                 ORDER BY position LIMIT $3"
-            )))
-            .bind(id)
-            .bind(after)
-            .bind(i64::from(limit) + 1)
-            .fetch_all(pool)
-            .await?;
+            let mut q = sqlx::QueryBuilder::new(format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = "
+            ));
+            q.push_bind(id);
+            if let Some((wave, status)) = wave {
+                q.push(" AND parallel_group = ").push_bind(wave);
+                if let Some(status) = status {
+                    q.push(" AND status = ").push_bind(status.to_owned());
+                }
+            }
+            q.push(" AND position > ").push_bind(after);
+            q.push(" ORDER BY position LIMIT ").push_bind(i64::from(limit) + 1);
+            let mut rows: Vec<TaskRow> = q.build_query_as().fetch_all(pool).await?;
             let more = rows.len() > limit as usize;
             rows.truncate(limit as usize);
             let last_position = rows.last().map(|r| r.position);
-            let (first, last) = match (rows.first(), rows.last()) {
-                (Some(f), Some(l)) => (f.position, l.position),
-                _ => (0, -1),
-            };
             // The page's edges, named by the dependency's planner id (a dependency
             // may sit on another page).
-            let edges: Vec<(uuid::Uuid, String)> = sqlx::query_as(
-                "SELECT d.task_id, p.task_id FROM tasks t \
-                 JOIN task_dependencies d ON d.task_id = t.id \
-                 JOIN tasks p ON p.id = d.depends_on \
-                 WHERE t.task_list_id = $1 AND t.position BETWEEN $2 AND $3 \
-                 ORDER BY d.task_id, d.position",
-            )
-            .bind(id)
-            .bind(first)
-            .bind(last)
-            .fetch_all(pool)
-            .await?;
+            let edges: Vec<(uuid::Uuid, String)> = if rows.is_empty() {
+                Vec::new()
+            } else {
+                let mut q = sqlx::QueryBuilder::new(
+                    "SELECT d.task_id, p.task_id FROM task_dependencies d \
+                     JOIN tasks p ON p.id = d.depends_on WHERE d.task_id IN (",
+                );
+                let mut sep = q.separated(", ");
+                for r in &rows {
+                    sep.push_bind(r.id);
+                }
+                q.push(") ORDER BY d.task_id, d.position");
+                q.build_query_as().fetch_all(pool).await?
+            };
             let tasks = with_depends(rows, edges)?;
             Ok(Some(TaskPage {
                 list: TaskListRecord {

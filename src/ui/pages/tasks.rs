@@ -45,14 +45,17 @@ fn facts(list: &StoredTaskList, total: usize, active_wave: Option<i64>) -> Marku
 }
 
 /// One card per wave with its counts by status; app.js re-reads them on a change.
-fn wave_cards(waves: &[WaveSummary], active_wave: Option<i64>) -> Markup {
+/// `opened`: the wave a large list's page lists (`?wave=`), marked as the
+/// current one.
+fn wave_cards(waves: &[WaveSummary], active_wave: Option<i64>, opened: Option<i64>) -> Markup {
     html! {
         section aria-labelledby="waves-h" {
             h2 #waves-h { "Waves" }
             ol.waves #waves {
                 @for w in waves {
-                    li class={ "wave-card" @if active_wave == Some(w.wave) { " active" } } data-wave=(w.wave) {
-                        a href={ "?wave=" (w.wave) } { "Wave " (w.wave) }
+                    li class={ "wave-card" @if active_wave == Some(w.wave) { " active" } @if opened == Some(w.wave) { " opened" } } data-wave=(w.wave) {
+                        a href={ "?wave=" (w.wave) } aria-current=[(opened == Some(w.wave)).then_some("page")] { "Wave " (w.wave) }
+                        @if opened == Some(w.wave) { " " strong.opened { "open" } }
                         @if active_wave == Some(w.wave) { " " strong { "active" } }
                         ul.counts {
                             @for word in TASK_ORDER {
@@ -63,6 +66,23 @@ fn wave_cards(waves: &[WaveSummary], active_wave: Option<i64>) -> Markup {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The opened wave's status filter (`?wave=N&status=S`).
+fn status_form(wave: i64, status_filter: Option<&str>) -> Markup {
+    html! {
+        form.filters #wave-filter method="get" {
+            input type="hidden" name="wave" value=(wave);
+            label for="f-status" { "Status" }
+            select #f-status name="status" {
+                option value="" selected[status_filter.is_none()] { "any" }
+                @for word in TASK_ORDER {
+                    option value=(word) selected[status_filter == Some(word)] { (word) }
+                }
+            }
+            button type="submit" { "Filter" }
         }
     }
 }
@@ -124,23 +144,13 @@ fn whole_page(
     let body = html! {
         div #task-list data-events={ "/ui/task-lists/" (list.id) "/events" } {
             (facts(list, list.tasks.len(), view.active_wave))
-            (wave_cards(&waves, view.active_wave))
+            (wave_cards(&waves, view.active_wave, None))
             section aria-labelledby="dag-h" {
                 h2 #dag-h { "Graph" }
                 @match wave {
                     Some(w) => {
                         p { "Wave " (w) " alone, with the tasks of other waves it needs and that need it. " a href="?" { "Back to all waves" } }
-                        form.filters #wave-filter method="get" {
-                            input type="hidden" name="wave" value=(w);
-                            label for="f-status" { "Status" }
-                            select #f-status name="status" {
-                                option value="" selected[status_filter.is_none()] { "any" }
-                                @for word in TASK_ORDER {
-                                    option value=(word) selected[status_filter == Some(word)] { (word) }
-                                }
-                            }
-                            button type="submit" { "Filter" }
-                        }
+                        (status_form(w, status_filter))
                         (graph(dag::one_wave(view, w, status_filter)))
                     }
                     None if large => {
@@ -171,7 +181,9 @@ fn whole_page(
 }
 
 /// A large list: its waves from their counts (cards and the summary drawing),
-/// then one page of its tasks in submission order with a link to the next.
+/// then one page of its tasks in submission order with a link to the next —
+/// of every wave, or of the opened one (in the status asked), which is listed,
+/// not drawn task by task.
 fn paged_page(page: &TaskListPageView, chrome: Chrome) -> Markup {
     let list = &page.list;
     let title = format!("Task list {}", list.id);
@@ -181,32 +193,83 @@ fn paged_page(page: &TaskListPageView, chrome: Chrome) -> Markup {
             .find(|(i, _)| *i == id)
             .map(|(_, n)| n.as_str())
     };
-    let events = match &page.cursor {
-        Some(c) => format!("/ui/task-lists/{}/events?cursor={c}", list.id),
-        None => format!("/ui/task-lists/{}/events", list.id),
+    // The page's query without its cursor: what the pager and the live
+    // stream keep.
+    let query = match page.wave {
+        None => String::new(),
+        Some((w, None)) => format!("wave={w}"),
+        Some((w, Some(s))) => format!("wave={w}&status={s}"),
     };
+    let with_cursor = |cursor: Option<&str>| match (query.is_empty(), cursor) {
+        (true, None) => "?".to_owned(),
+        (true, Some(c)) => format!("?cursor={c}"),
+        (false, None) => format!("?{query}"),
+        (false, Some(c)) => format!("?{query}&cursor={c}"),
+    };
+    let events = match with_cursor(page.cursor.as_deref()).as_str() {
+        "?" => format!("/ui/task-lists/{}/events", list.id),
+        q => format!("/ui/task-lists/{}/events{q}", list.id),
+    };
+    let opened = page
+        .wave
+        .map(|(w, s)| (w, s, page.waves.iter().find(|x| x.wave == w)));
     let body = html! {
         div #task-list data-events=(events) {
             (facts(list, page.total as usize, page.active_wave))
-            (wave_cards(&page.waves, page.active_wave))
+            (wave_cards(&page.waves, page.active_wave, page.wave.map(|(w, _)| w)))
             section aria-labelledby="dag-h" {
                 h2 #dag-h { "Graph" }
-                p { (page.total) " tasks are too many to draw one by one: each wave below is summarised; open one to see its tasks." }
-                (graph(dag::summary(&page.waves, page.active_wave)))
+                @match opened {
+                    None => {
+                        p { (page.total) " tasks are too many to draw one by one: each wave below is summarised; open one to see its tasks." }
+                        (graph(dag::summary(&page.waves, page.active_wave)))
+                    }
+                    Some((w, status_filter, summary)) => {
+                        p #wave-listed {
+                            "Wave " (w) " of a list of " (page.total) " tasks is listed below, not drawn task by task. "
+                            a href="?" { "Back to all waves" }
+                        }
+                        (status_form(w, status_filter))
+                        @if let Some(summary) = summary {
+                            (graph(dag::summary(std::slice::from_ref(summary), page.active_wave)))
+                        }
+                    }
+                }
                 p.legend { (LEGEND) }
             }
             section aria-labelledby="tasks-h" {
-                h2 #tasks-h { "Tasks" }
-                p #tasks-page {
-                    (list.tasks.len()) " of the " (page.total) " tasks, in submission order"
-                    @if page.cursor.is_some() { " (a later page)" }
-                    "; open a wave above to see its tasks with their graph."
+                @match opened {
+                    None => {
+                        h2 #tasks-h { "Tasks" }
+                        p #tasks-page {
+                            (list.tasks.len()) " of the " (page.total) " tasks, in submission order"
+                            @if page.cursor.is_some() { " (a later page)" }
+                            "; open a wave above to see its tasks."
+                        }
+                    }
+                    Some((w, status_filter, summary)) => {
+                        @let of_wave = summary.map_or(0, |x| match status_filter {
+                            None => x.total(),
+                            Some(s) => x.count(s),
+                        });
+                        h2 #tasks-h {
+                            "Tasks of wave " (w)
+                            @if let Some(s) = status_filter { " that are " (s) }
+                        }
+                        p #tasks-page {
+                            (list.tasks.len()) " of the " (of_wave) " tasks of wave " (w)
+                            @if let Some(s) = status_filter { " that are " (s) }
+                            ", in submission order"
+                            @if page.cursor.is_some() { " (a later page)" }
+                            "."
+                        }
+                    }
                 }
                 (task_table(list.id, list.tasks.iter().enumerate(), &name))
                 nav.pager #task-pager aria-label="Task pages" {
-                    @if page.cursor.is_some() { a href="?" rel="first" { "First page" } " " }
+                    @if page.cursor.is_some() { a href=(with_cursor(None)) rel="first" { "First page" } " " }
                     @if let Some(next) = &list.next_cursor {
-                        a href={ "?cursor=" (next) } rel="next" { "Next " (DASHBOARD_PAGE_TASKS) " tasks" }
+                        a href=(with_cursor(Some(next))) rel="next" { "Next " (DASHBOARD_PAGE_TASKS) " tasks" }
                     } @else {
                         span.none { "No more tasks." }
                     }
