@@ -828,6 +828,11 @@ async fn task_writes_do_not_scan_a_list_not_yet_analysed() {
         let ready = get(&app, &format!("/v1/task-lists/{list}/ready?mode={mode}")).await;
         assert_eq!(ready["next"], "dispatch", "{mode}: {ready}");
     }
+    // The dashboard's page of one wave of the list, and of that wave's pending tasks.
+    for query in ["wave=2", "wave=2&status=pending&cursor=p10000"] {
+        let page = app.get(&format!("/ui/task-lists/{list}?{query}")).await;
+        assert_eq!(page.status(), 200, "{query}");
+    }
     // The list's event stream, from its first event.
     let mut events = app
         .client

@@ -77,13 +77,14 @@ impl Database {
             rows.truncate(limit as usize);
             let last_position = rows.last().map(|r| r.position);
             // The page's edges, named by the dependency's planner id (a dependency
-            // may sit on another page).
+            // may sit on another page): by primary key per edge, never a join a
+            // planner without statistics turns into a scan (docs/architecture.md).
             let edges: Vec<(uuid::Uuid, String)> = if rows.is_empty() {
                 Vec::new()
             } else {
                 let mut q = sqlx::QueryBuilder::new(
-                    "SELECT d.task_id, p.task_id FROM task_dependencies d \
-                     JOIN tasks p ON p.id = d.depends_on WHERE d.task_id IN (",
+                    "SELECT d.task_id, (SELECT p.task_id FROM tasks p WHERE p.id = d.depends_on) \
+                     FROM task_dependencies d WHERE d.task_id IN (",
                 );
                 let mut sep = q.separated(", ");
                 for r in &rows {
