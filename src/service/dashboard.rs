@@ -228,6 +228,28 @@ impl Service {
         ))
     }
 
+    /// The tasks a large list's page shows: [`DASHBOARD_PAGE_TASKS`] after
+    /// `cursor`, of the whole list or of wave `wave` (in its status, if given).
+    async fn dashboard_page_tasks(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        wave: Option<(i64, Option<&str>)>,
+        cursor: Option<&str>,
+    ) -> Result<StoredTaskList, ServiceError> {
+        match wave {
+            None => {
+                self.task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
+                    .await
+            }
+            Some(wave) => {
+                let after = super::task_lists::page_cursor(cursor)?;
+                self.task_page(caller, id, Some(wave), after, DASHBOARD_PAGE_TASKS)
+                    .await
+            }
+        }
+    }
+
     async fn dashboard_task_list_page(
         &self,
         caller: &Caller,
@@ -236,17 +258,7 @@ impl Service {
         wave: Option<(i64, Option<&'static str>)>,
         cursor: Option<&str>,
     ) -> Result<TaskListPageView, ServiceError> {
-        let list = match wave {
-            None => {
-                self.task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
-                    .await?
-            }
-            Some(wave) => {
-                let after = super::task_lists::page_cursor(cursor)?;
-                self.task_page(caller, id, Some(wave), after, DASHBOARD_PAGE_TASKS)
-                    .await?
-            }
-        };
+        let list = self.dashboard_page_tasks(caller, id, wave, cursor).await?;
         let mut waves: Vec<WaveSummary> = Vec::new();
         for (wave, status, n) in self.db.task_list_wave_counts(id).await? {
             let Some(status) = TaskStatus::parse(&status) else {
@@ -347,17 +359,7 @@ impl Service {
         let paged = (wave.is_none() && cursor.is_some())
             || self.db.task_count(id).await? > DRAWN_WHOLE_TASKS;
         let (tasks, wave) = if paged {
-            let page = match wave {
-                None => {
-                    self.task_list_page(caller, id, Some(DASHBOARD_PAGE_TASKS), cursor)
-                        .await?
-                }
-                Some(wave) => {
-                    let after = super::task_lists::page_cursor(cursor)?;
-                    self.task_page(caller, id, Some(wave), after, DASHBOARD_PAGE_TASKS)
-                        .await?
-                }
-            };
+            let page = self.dashboard_page_tasks(caller, id, wave, cursor).await?;
             let wave = self.db.task_list_active_wave(id).await?;
             let tasks = page
                 .tasks
