@@ -275,22 +275,6 @@ macro_rules! pipeline_walk {
     }};
 }
 
-/// The server ids' planner names of task `$id`'s dependencies, in the order given.
-/// Each name by a primary-key lookup per edge (a scalar subquery), never a join the
-/// planner may turn into a scan of `tasks` when it has no statistics yet (a list
-/// just created).
-macro_rules! read_depends_on {
-    ($conn:expr, $id:expr) => {
-        sqlx::query_scalar::<_, String>(
-            "SELECT (SELECT p.task_id FROM tasks p WHERE p.id = d.depends_on) \
-             FROM task_dependencies d WHERE d.task_id = $1 ORDER BY d.position",
-        )
-        .bind($id)
-        .fetch_all($conn)
-        .await?
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
 use super::readiness::{LapsedRow, Move};
-use super::task_lists::{TASK_COLUMNS, TaskRecord, TaskRow, now};
+use super::task_lists::{TASK_COLUMNS, TaskRecord, TaskRow, TaskRowDeps, now};
 use super::{Database, DbError, DbResult, retrying};
 use crate::domain::dispatch::{self, HeldByOther, ReadyMode, Remaining, TaskEventKind, TaskStatus};
 
@@ -147,7 +147,7 @@ pub(crate) const ACTIVE_WAVE: &str = "(SELECT MIN(w) FROM (\
 /// so a claim locks it and passes over tasks other claimers hold) and its update.
 /// Evaluates to the claimed row, if any.
 macro_rules! barrier_claim {
-    ($tx:ident, $list_id:expr, $persona:expr, $lock:expr, $at:expr, $holder:expr, $expires_at:expr) => {{
+    ($tx:ident, $list_id:expr, $persona:expr, $lock:expr, $deps:expr, $at:expr, $holder:expr, $expires_at:expr) => {{
         let persona: Option<&str> = $persona;
         let lock: &str = $lock;
         let for_persona = if persona.is_some() {
@@ -155,12 +155,13 @@ macro_rules! barrier_claim {
         } else {
             ""
         };
-        let mut claim = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+        let mut claim = sqlx::query_as::<_, TaskRowDeps>(sqlx::AssertSqlSafe(format!(
             "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
              started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
              WHERE id = (SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
              AND parallel_group = {ACTIVE_WAVE}{for_persona} ORDER BY position LIMIT 1{lock}) \
-             AND status = 'pending' RETURNING {TASK_COLUMNS}"
+             AND status = 'pending' RETURNING {TASK_COLUMNS}{}",
+            $deps
         )))
         .bind($list_id)
         .bind($at)
@@ -270,16 +271,17 @@ impl Database {
             let at = now();
             expire_lapsed!(self, tx, list_id, at);
             let expires_at = at + ask.lease;
+            let deps = self.depends_on_column();
             let stored = match ask.mode {
                 ReadyMode::Barrier => {
                     match barrier_claim!(
-                        tx, list_id, ask.persona, self.skip_locked(), at, ask.holder, expires_at
+                        tx, list_id, ask.persona, self.skip_locked(), deps, at, ask.holder, expires_at
                     ) {
                         // Every candidate was held by another claimer (Postgres): wait
                         // for them to commit and look again, so that "nothing ready"
                         // is never said of tasks still being claimed.
                         None if !self.skip_locked().is_empty() => barrier_claim!(
-                            tx, list_id, ask.persona, self.row_lock(), at, ask.holder, expires_at
+                            tx, list_id, ask.persona, self.row_lock(), deps, at, ask.holder, expires_at
                         ),
                         claimed => claimed,
                     }
@@ -322,11 +324,11 @@ impl Database {
                                 continue;
                             }
                         }
-                        claimed = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                        claimed = sqlx::query_as::<_, TaskRowDeps>(sqlx::AssertSqlSafe(format!(
                             "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
                              started_at = $2, claim_holder = $3, lease_expires_at = $4, \
                              updated_at = $2 WHERE id = $1 AND status = 'pending' \
-                             RETURNING {TASK_COLUMNS}"
+                             RETURNING {TASK_COLUMNS}{deps}"
                         )))
                         .bind(pick)
                         .bind(at)
@@ -381,19 +383,18 @@ impl Database {
                 })));
             };
             insert_event!(tx, TaskEvent {
-                task_id: stored.id,
+                task_id: stored.row.id,
                 task_list_id: list_id,
                 at,
                 kind: TaskEventKind::Claimed,
                 holder: Some(ask.holder),
                 from: TaskStatus::Pending,
                 to: TaskStatus::Running,
-                attempt: stored.attempts,
+                attempt: stored.row.attempts,
                 forced: false,
                 overrode: None,
                 lease_expires_at: Some(expires_at),
             });
-            let depends_on = read_depends_on!(&mut *tx, stored.id);
             // The counts with this claim, read before its counter row is updated:
             // the update is the last statement, so the stripe's row lock is held
             // for the commit only.
@@ -401,13 +402,13 @@ impl Database {
             remaining.pending = remaining.pending.saturating_sub(1);
             remaining.running += 1;
             apply_moves!(tx, list_id, &[Move {
-                position: stored.position,
+                position: stored.row.position,
                 from: TaskStatus::Pending,
                 to: TaskStatus::Running,
             }]);
             tx.commit().await?;
             Ok::<_, DbError>(Attempt::Settled(Some(ClaimOutcome::Claimed {
-                task: Box::new(stored.into_task(depends_on)?),
+                task: Box::new(stored.into_task()?),
                 remaining,
             })))
         })
@@ -439,10 +440,11 @@ impl Database {
             // The common case in one statement: the holder's live claim, renewed.
             let at = now();
             let expires_at = at + lease;
-            let renewed = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+            let deps = self.depends_on_column();
+            let renewed = sqlx::query_as::<_, TaskRowDeps>(sqlx::AssertSqlSafe(format!(
                 "UPDATE tasks SET lease_expires_at = $2, updated_at = $3 \
                  WHERE id = $1 AND status = 'running' AND claim_holder = $4 \
-                 AND lease_expires_at > $3 RETURNING {TASK_COLUMNS}"
+                 AND lease_expires_at > $3 RETURNING {TASK_COLUMNS}{deps}"
             )))
             .bind(id)
             .bind(expires_at)
@@ -453,20 +455,19 @@ impl Database {
             if let Some(stored) = renewed {
                 insert_event!(tx, TaskEvent {
                     task_id: id,
-                    task_list_id: stored.task_list_id,
+                    task_list_id: stored.row.task_list_id,
                     at,
                     kind: TaskEventKind::Renewed,
                     holder: Some(holder),
                     from: TaskStatus::Running,
                     to: TaskStatus::Running,
-                    attempt: stored.attempts,
+                    attempt: stored.row.attempts,
                     forced: false,
                     overrode: None,
                     lease_expires_at: Some(expires_at),
                 });
-                let depends_on = read_depends_on!(&mut *tx, id);
                 tx.commit().await?;
-                return Ok(HeartbeatOutcome::Renewed(Box::new(stored.into_task(depends_on)?)));
+                return Ok(HeartbeatOutcome::Renewed(Box::new(stored.into_task()?)));
             }
             // Otherwise decide on the locked row: not found, lapsed, not claimed
             // or held by another.
@@ -506,9 +507,9 @@ impl Database {
                 }
                 Some(_) => {
                     let expires_at = at + lease;
-                    let stored = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                    let stored = sqlx::query_as::<_, TaskRowDeps>(sqlx::AssertSqlSafe(format!(
                         "UPDATE tasks SET lease_expires_at = $2, updated_at = $3 \
-                         WHERE id = $1 RETURNING {TASK_COLUMNS}"
+                         WHERE id = $1 RETURNING {TASK_COLUMNS}{deps}"
                     )))
                     .bind(id)
                     .bind(expires_at)
@@ -528,8 +529,7 @@ impl Database {
                         overrode: None,
                         lease_expires_at: Some(expires_at),
                     });
-                    let depends_on = read_depends_on!(&mut *tx, id);
-                    HeartbeatOutcome::Renewed(Box::new(stored.into_task(depends_on)?))
+                    HeartbeatOutcome::Renewed(Box::new(stored.into_task()?))
                 }
             };
             tx.commit().await?;

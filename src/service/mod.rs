@@ -76,6 +76,7 @@ pub mod webhooks;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use uuid::Uuid;
 
 pub use caller::Caller;
 pub use error::{ErrorKind, GateRejection, ProblemCode, ProblemDetails, ServiceError};
@@ -108,6 +109,31 @@ pub struct Service {
     shutting_down: Arc<AtomicBool>,
     /// Submitted jobs are stored in groups (docs/jobs.md, "Group commit").
     submits: SubmitQueue,
+    /// Each task list's project, once read ([`Service::list_project`]).
+    list_projects: Arc<ListProjects>,
+}
+
+/// Task lists' projects as read (a list never changes project nor goes away), at
+/// most [`ListProjects::CAPACITY`]: when full it starts again empty, a read each
+/// for the lists still in use.
+#[derive(Default)]
+struct ListProjects(std::sync::Mutex<std::collections::HashMap<Uuid, Arc<str>>>);
+
+impl ListProjects {
+    const CAPACITY: usize = 65_536;
+
+    fn get(&self, id: Uuid) -> Option<Arc<str>> {
+        self.0.lock().ok()?.get(&id).cloned()
+    }
+
+    fn put(&self, id: Uuid, project: Arc<str>) {
+        if let Ok(mut known) = self.0.lock() {
+            if known.len() >= Self::CAPACITY {
+                known.clear();
+            }
+            known.insert(id, project);
+        }
+    }
 }
 
 impl Service {
@@ -119,6 +145,7 @@ impl Service {
             executors: Arc::new(executors),
             hub: Arc::new(JobsHub::default()),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            list_projects: Arc::default(),
         }
     }
 

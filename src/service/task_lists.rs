@@ -1,6 +1,8 @@
 //! Task lists and dispatch: gate (dry run), persist with the retry verdict, read,
 //! ready tasks, graph, task status changes with cascade-abandon.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -645,12 +647,26 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<(), ServiceError> {
-        let project_id = self
+        let project_id = self.list_project(id).await?;
+        caller.check_project(&project_id)
+    }
+
+    /// The project of list `id`, or 404. Remembered once read: a list is never
+    /// deleted nor moved to another project, so a claim or a status change on a
+    /// known list spends no round trip on it (docs/architecture.md, "Claims at
+    /// scale").
+    pub(super) async fn list_project(&self, id: Uuid) -> Result<Arc<str>, ServiceError> {
+        if let Some(project) = self.list_projects.get(id) {
+            return Ok(project);
+        }
+        let project: Arc<str> = self
             .db
             .task_list_project(id)
             .await?
-            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
-        caller.check_project(&project_id)
+            .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?
+            .into();
+        self.list_projects.put(id, project.clone());
+        Ok(project)
     }
 
     /// The stored list, if the caller may see its project.

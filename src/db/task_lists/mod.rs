@@ -167,6 +167,43 @@ pub(crate) struct TaskRow {
     pub(crate) lease_expires_at: Option<DateTime<Utc>>,
 }
 
+/// A task row with its dependencies' planner ids, read by the same statement (the
+/// column [`Database::depends_on_column`] adds) instead of a read of its own.
+#[derive(FromRow)]
+pub(crate) struct TaskRowDeps {
+    #[sqlx(flatten)]
+    pub(crate) row: TaskRow,
+    pub(crate) depends_on: Json<Vec<String>>,
+}
+
+impl TaskRowDeps {
+    pub(crate) fn into_task(self) -> DbResult<TaskRecord> {
+        self.row.into_task(self.depends_on.0)
+    }
+}
+
+impl super::Database {
+    /// A column for a statement on `tasks` (after [`TASK_COLUMNS`]): the planner
+    /// ids of the task's dependencies in their order, as a JSON array, each name by
+    /// a primary-key lookup per edge: never a join the planner may turn into a scan
+    /// of `tasks` when it has no statistics yet (a list just created). The two
+    /// engines name their JSON aggregate differently.
+    pub(crate) fn depends_on_column(&self) -> &'static str {
+        match self {
+            super::Database::Postgres(_) => {
+                ", (SELECT COALESCE(json_agg((SELECT p.task_id FROM tasks p \
+                 WHERE p.id = d.depends_on) ORDER BY d.position), '[]') \
+                 FROM task_dependencies d WHERE d.task_id = tasks.id) AS depends_on"
+            }
+            super::Database::Sqlite(_) => {
+                ", (SELECT json_group_array((SELECT p.task_id FROM tasks p \
+                 WHERE p.id = d.depends_on) ORDER BY d.position) \
+                 FROM task_dependencies d WHERE d.task_id = tasks.id) AS depends_on"
+            }
+        }
+    }
+}
+
 #[derive(FromRow)]
 pub(crate) struct EdgeRow {
     task_id: Uuid,

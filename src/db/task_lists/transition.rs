@@ -7,7 +7,9 @@
 use sqlx::QueryBuilder;
 use uuid::Uuid;
 
-use super::{EDGE_ROWS_PER_INSERT, TASK_COLUMNS, TaskChange, TaskRow, TransitionOutcome, now};
+use super::{
+    EDGE_ROWS_PER_INSERT, TASK_COLUMNS, TaskChange, TaskRow, TaskRowDeps, TransitionOutcome, now,
+};
 use crate::db::readiness::{LapsedRow, Move};
 use crate::db::task_claims::TaskEvent;
 use crate::db::{Database, DbError, DbResult, retrying};
@@ -44,10 +46,10 @@ impl Database {
     async fn transition_once(&self, id: Uuid, change: &TaskChange) -> DbResult<TransitionOutcome> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let lock = self.row_lock();
-            let Some(row) = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1{lock}"
-            )))
+            let (lock, deps) = (self.row_lock(), self.depends_on_column());
+            let Some(TaskRowDeps { row, depends_on }) = sqlx::query_as::<_, TaskRowDeps>(
+                sqlx::AssertSqlSafe(format!("SELECT {TASK_COLUMNS}{deps} FROM tasks WHERE id = $1{lock}")),
+            )
             .bind(id)
             .fetch_optional(&mut *tx)
             .await?
@@ -72,8 +74,7 @@ impl Database {
                     attempts: row.attempts,
                 }], at);
             }
-            let depends_on = read_depends_on!(&mut *tx, id);
-            let mut task = row.into_task(depends_on)?;
+            let mut task = row.into_task(depends_on.0)?;
             if lapsed {
                 task.status = TaskStatus::Pending;
                 task.lease = None;
