@@ -124,26 +124,17 @@ macro_rules! outbox_run_finished {
 /// terminal changes of one list take a per-list advisory lock here, at their very
 /// end, so the later of two concurrent last changes reads the other's committed
 /// counters (SQLite has one writer). It waits for nothing while it holds the lock.
-/// A list no enabled webhook may hear of skips all of it: one indexed read.
+/// A list no enabled webhook may hear of skips all of it.
 macro_rules! outbox_task_changed {
-    ($db:expr, $tx:expr, $list_id:expr, $task_id:expr, $to:expr, $at:expr) => {{
+    ($db:expr, $tx:expr, $list_id:expr, $task_id:expr, $to:expr, $at:expr, $heard_by:expr) => {{
         let list_id: uuid::Uuid = $list_id;
         let to: $crate::domain::dispatch::TaskStatus = $to;
         let failed = to == $crate::domain::dispatch::TaskStatus::Failed;
-        // The list's project, only when an enabled webhook may want its events: with
-        // none, a terminal change takes no lock and reads no counters here.
-        let row: Option<(String, Option<String>)> = if to.is_terminal() {
-            sqlx::query_as(
-                "SELECT l.project_id, l.team_pk FROM task_lists l WHERE l.id = $1 \
-                 AND EXISTS (SELECT 1 FROM webhooks w WHERE w.disabled_at IS NULL \
-                   AND (w.project_id IS NULL OR w.project_id = l.project_id))",
-            )
-            .bind(list_id)
-            .fetch_optional(&mut *$tx)
-            .await?
-        } else {
-            None
-        };
+        // `$heard_by`: the list's project and cycle when an enabled webhook may want
+        // its events, as the change's own `UPDATE` read them; with none, a terminal
+        // change takes no lock and reads no counters here.
+        let heard_by: Option<(String, Option<String>)> = $heard_by;
+        let row = heard_by.filter(|_| to.is_terminal());
         if let Some((project_id, team_pk)) = row {
             if matches!($db, $crate::db::Database::Postgres(_)) {
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")

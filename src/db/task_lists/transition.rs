@@ -17,6 +17,17 @@ use crate::domain::dispatch::{
     self, AbandonCategory, HolderCheck, TaskEventKind, TaskStatus, Transition,
 };
 
+/// The changed task as stored, with its list's project and cycle and whether an
+/// enabled webhook may hear of them.
+#[derive(sqlx::FromRow)]
+struct Changed {
+    #[sqlx(flatten)]
+    row: TaskRow,
+    project_id: String,
+    team_pk: Option<String>,
+    hooked: bool,
+}
+
 /// A descendant the cascade abandons, as locked.
 #[derive(sqlx::FromRow)]
 struct Descendant {
@@ -114,13 +125,18 @@ impl Database {
             let finishes = change.status.is_terminal();
             // Leaving `running` ends the claim; a claimed task only ever leaves it.
             // RETURNING: the answer shows exactly what is stored without re-reading.
-            let stored = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+            // And whether an enabled webhook may hear of the list (the outbox below),
+            // in the same round trip.
+            let Changed { row: stored, project_id, team_pk, hooked } =
+                sqlx::query_as::<_, Changed>(sqlx::AssertSqlSafe(format!(
                 "UPDATE tasks SET status = $2, abandon_category = $3, \
                  notes = COALESCE($4, notes), attempts = attempts + $5, \
                  started_at = CASE WHEN $6 THEN $8 ELSE started_at END, \
                  finished_at = CASE WHEN $7 THEN $8 ELSE finished_at END, \
                  lease_expires_at = NULL, \
-                 updated_at = $8 WHERE id = $1 RETURNING {TASK_COLUMNS}"
+                 updated_at = $8 WHERE id = $1 RETURNING {TASK_COLUMNS}, project_id, team_pk, \
+                 EXISTS (SELECT 1 FROM webhooks w WHERE w.disabled_at IS NULL \
+                   AND (w.project_id IS NULL OR w.project_id = tasks.project_id)) AS hooked"
             )))
             .bind(id)
             .bind(change.status.as_str())
@@ -249,7 +265,8 @@ impl Database {
             }
             // The counters last, in stripe order: see `readiness::stripe_deltas`.
             apply_moves!(tx, list_id, &moves);
-            outbox_task_changed!(self, tx, list_id, id, change.status, at);
+            let heard_by = hooked.then_some((project_id, team_pk));
+            outbox_task_changed!(self, tx, list_id, id, change.status, at, heard_by);
             tx.commit().await?;
             Ok::<_, DbError>(TransitionOutcome::Changed {
                 task: Box::new(stored.into_task(task.depends_on)?),
