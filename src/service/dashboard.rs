@@ -518,7 +518,6 @@ impl Service {
     pub async fn dashboard_job(&self, caller: &Caller, id: Uuid) -> Result<JobView, ServiceError> {
         let job = self.load_job(caller, id).await?;
         let l0s = self.db.refine_job_l0s(id).await?;
-        let l0s = l0s.into_iter().map(StoredL0::from).collect();
         let events = self.db.refine_job_log_times(id).await?;
         let log = timed_log(&job.log, events, job.finished_at.unwrap_or(job.updated_at));
         // Only a job in flight has calls asking for room (docs/jobs.md, "Rate limits").
@@ -563,13 +562,7 @@ impl Service {
             run_id: Some(id),
             ..JobFilter::default()
         };
-        let mut jobs: Vec<StoredJob> = self
-            .db
-            .refine_jobs(&filter, 1000, None)
-            .await?
-            .into_iter()
-            .map(StoredJob::from)
-            .collect();
+        let mut jobs = self.db.refine_jobs(&filter, 1000, None).await?;
         jobs.sort_by(|a, b| natural_cmp(&a.phase_id, &b.phase_id));
         Ok(RunView { run, jobs })
     }
