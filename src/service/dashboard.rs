@@ -625,7 +625,7 @@ impl Service {
             revision: stored.revision,
             metadata: serde_json::from_value(stored.metadata.clone()).ok(),
             raw: stored.metadata,
-            history: history.into_iter().map(StoredTrackEvent::from).collect(),
+            history,
         })
     }
 }
