@@ -839,20 +839,26 @@ pub struct BulkItem {
 }
 
 impl Service {
-    /// What `action` would do to each job or run, refusing what it would refuse
-    /// (the confirmation page): nothing changes.
-    pub async fn dashboard_bulk_preview(
+    /// Each job or run's row: refused as `action` would refuse it, else what it
+    /// would do (`act` false: the confirmation page, nothing changes) or what it
+    /// did, through the same use cases as REST (`cancel_refine_job`,
+    /// `retry_refine_job`, `cancel_refine_run`), each checked on its own.
+    pub async fn dashboard_bulk(
         &self,
         caller: &Caller,
         kind: BulkKind,
         action: BulkAction,
         ids: &[String],
+        act: bool,
     ) -> Vec<BulkItem> {
         let mut items = Vec::with_capacity(ids.len());
         for raw in ids {
             items.push(match self.bulk_subject(caller, kind, action, raw).await {
                 Err(e) => BulkItem::refused(raw, None, refusal_text(e)),
                 Ok((_, subject, Some(why))) => BulkItem::refused(raw, Some(subject), why),
+                Ok((id, before, None)) if act => {
+                    self.bulk_act(caller, kind, action, raw, id, before).await
+                }
                 Ok((_, subject, None)) => BulkItem::done(
                     raw,
                     subject,
@@ -869,55 +875,40 @@ impl Service {
         items
     }
 
-    /// Does `action` to each job or run through the same use cases as REST
-    /// (`cancel_refine_job`, `retry_refine_job`, `cancel_refine_run`), each
-    /// checked on its own.
-    pub async fn dashboard_bulk(
+    /// Does `action` to one job or run the action does not refuse.
+    async fn bulk_act(
         &self,
         caller: &Caller,
         kind: BulkKind,
         action: BulkAction,
-        ids: &[String],
-    ) -> Vec<BulkItem> {
-        let mut items = Vec::with_capacity(ids.len());
-        for raw in ids {
-            let (id, before) = match self.bulk_subject(caller, kind, action, raw).await {
-                Ok((id, before, None)) => (id, before),
-                Ok((_, before, Some(why))) => {
-                    items.push(BulkItem::refused(raw, Some(before), why));
-                    continue;
-                }
-                Err(e) => {
-                    items.push(BulkItem::refused(raw, None, refusal_text(e)));
-                    continue;
-                }
-            };
-            let done = match (kind, action) {
-                (BulkKind::Jobs, BulkAction::Cancel) => self
-                    .cancel_refine_job(caller, id)
-                    .await
-                    .map(|job| (BulkSubject::from(&job), None)),
-                (BulkKind::Runs, _) => self
-                    .cancel_refine_run(caller, id)
-                    .await
-                    .map(|run| (BulkSubject::from(&run), None)),
-                (BulkKind::Jobs, BulkAction::Retry) => self
-                    .retry_refine_job(caller, id)
-                    .await
-                    .map(|new| (before.clone(), Some(new.id))),
-            };
-            items.push(match done {
-                Ok((subject, Some(new))) => {
-                    BulkItem::done(raw, subject, format!("retried as job {new}"), Some(new))
-                }
-                Ok((subject, None)) => {
-                    let note = format!("cancel requested: now {}", subject.status.as_str());
-                    BulkItem::done(raw, subject, note, None)
-                }
-                Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
-            });
+        raw: &str,
+        id: Uuid,
+        before: BulkSubject,
+    ) -> BulkItem {
+        let done = match (kind, action) {
+            (BulkKind::Jobs, BulkAction::Cancel) => self
+                .cancel_refine_job(caller, id)
+                .await
+                .map(|job| (BulkSubject::from(&job), None)),
+            (BulkKind::Runs, _) => self
+                .cancel_refine_run(caller, id)
+                .await
+                .map(|run| (BulkSubject::from(&run), None)),
+            (BulkKind::Jobs, BulkAction::Retry) => self
+                .retry_refine_job(caller, id)
+                .await
+                .map(|new| (before.clone(), Some(new.id))),
+        };
+        match done {
+            Ok((subject, Some(new))) => {
+                BulkItem::done(raw, subject, format!("retried as job {new}"), Some(new))
+            }
+            Ok((subject, None)) => {
+                let note = format!("cancel requested: now {}", subject.status.as_str());
+                BulkItem::done(raw, subject, note, None)
+            }
+            Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
         }
-        items
     }
 
     /// The job or run `raw` names (its id parsed: a form's ids are raw text, and a
