@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use tokio::net::TcpListener;
 
-use crate::config::{ServeArgs, Settings};
+use crate::config::{LogFormat, ServeArgs, Settings};
 use args::{Cli, Command, McpArgs, TrackArgs};
 
 pub mod args;
@@ -172,10 +172,27 @@ fn fail(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
-    tokio::runtime::Builder::new_multi_thread()
+/// Starts the logs (and traces), then runs `main` on a new runtime; the runtime
+/// stops before the last spans go out (docs/observability.md).
+fn on_runtime<F>(log_format: LogFormat, main: impl FnOnce() -> F) -> ExitCode
+where
+    F: Future<Output = ExitCode>,
+{
+    let telemetry = match crate::telemetry::init(log_format) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(e),
+    };
+    let code = rt.block_on(main());
+    drop(rt);
+    telemetry.shutdown();
+    code
 }
 
 fn serve(args: &ServeArgs) -> ExitCode {
@@ -183,15 +200,7 @@ fn serve(args: &ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let telemetry = match crate::telemetry::init(settings.log_format) {
-        Ok(t) => t,
-        Err(e) => return fail(e),
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
-    let code = rt.block_on(async move {
+    on_runtime(settings.log_format, || async move {
         let db = match crate::service::open_database(&settings).await {
             Ok(db) => db,
             Err(e) => return fail(format!("cannot open the database: {e}")),
@@ -204,11 +213,7 @@ fn serve(args: &ServeArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }
-    });
-    // The last spans go out after the server stopped (docs/observability.md).
-    drop(rt);
-    telemetry.shutdown();
-    code
+    })
 }
 
 /// `plangate mcp [--read-only]`: the MCP tools over stdio (docs/mcp.md).
@@ -217,28 +222,20 @@ fn mcp(args: &McpArgs) -> ExitCode {
         Ok(resolved) => resolved,
         Err(e) => return fail(e),
     };
-    // Logs go to stderr (telemetry writes nowhere else): stdout is the protocol's.
-    let telemetry = match crate::telemetry::init(settings.log_format) {
-        Ok(t) => t,
-        Err(e) => return fail(e),
-    };
-    if let Some(path) = default_database {
-        // The agent's working directory is no place for it: say where it is.
-        tracing::info!(
-            database = %path.display(),
-            "no DATABASE_URL: using the SQLite file in the user's data directory"
-        );
-    }
     let surface = if args.read_only {
         crate::mcp::Surface::ReadOnly
     } else {
         crate::mcp::Surface::Full
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
-    let code = rt.block_on(async move {
+    // Logs go to stderr (telemetry writes nowhere else): stdout is the protocol's.
+    on_runtime(settings.log_format, || async move {
+        if let Some(path) = default_database {
+            // The agent's working directory is no place for it: say where it is.
+            tracing::info!(
+                database = %path.display(),
+                "no DATABASE_URL: using the SQLite file in the user's data directory"
+            );
+        }
         let db = match crate::service::open_database(&settings).await {
             Ok(db) => db,
             Err(e) => return fail(format!("cannot open the database: {e}")),
@@ -247,10 +244,7 @@ fn mcp(args: &McpArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         }
-    });
-    drop(rt);
-    telemetry.shutdown();
-    code
+    })
 }
 
 /// `plangate track import|show|step`: on the database `plangate mcp` would use, with
@@ -274,15 +268,7 @@ fn migrate(args: &ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let _telemetry = match crate::telemetry::init(settings.log_format) {
-        Ok(t) => t,
-        Err(e) => return fail(e),
-    };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(e) => return fail(e),
-    };
-    rt.block_on(async move {
+    on_runtime(settings.log_format, || async {
         match crate::service::open_database(&settings).await {
             Ok(db) => {
                 db.close().await;

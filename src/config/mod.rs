@@ -306,6 +306,12 @@ impl Settings {
                 ))?,
             };
 
+        // A flag or variable, else the file (each setting has its own default).
+        macro_rules! set {
+            ($name:ident) => {
+                args.$name.or(file.$name)
+            };
+        }
         let positive = |name: &'static str, value: Option<u64>, default: u64| {
             let v = value.unwrap_or(default);
             if v == 0 {
@@ -314,21 +320,9 @@ impl Settings {
                 Ok(v)
             }
         };
-        let workers = positive(
-            "PLANGATE_WORKERS",
-            args.workers.or(file.workers).map(u64::from),
-            4,
-        )?;
-        let lease = positive(
-            "PLANGATE_LEASE_SECS",
-            args.lease_secs.or(file.lease_secs),
-            60,
-        )?;
-        let heartbeat = positive(
-            "PLANGATE_HEARTBEAT_SECS",
-            args.heartbeat_secs.or(file.heartbeat_secs),
-            15,
-        )?;
+        let workers = positive("PLANGATE_WORKERS", set!(workers).map(u64::from), 4)?;
+        let lease = positive("PLANGATE_LEASE_SECS", set!(lease_secs), 60)?;
+        let heartbeat = positive("PLANGATE_HEARTBEAT_SECS", set!(heartbeat_secs), 15)?;
         if heartbeat >= lease {
             return Err(invalid(
                 "PLANGATE_HEARTBEAT_SECS",
@@ -339,32 +333,22 @@ impl Settings {
         }
         let reaper = positive(
             "PLANGATE_REAPER_INTERVAL_SECS",
-            args.reaper_interval_secs.or(file.reaper_interval_secs),
+            set!(reaper_interval_secs),
             5,
         )?;
         let max_attempts = positive(
             "PLANGATE_MAX_ATTEMPTS",
-            args.max_attempts.or(file.max_attempts).map(u64::from),
+            set!(max_attempts).map(u64::from),
             3,
         )?;
-        let shutdown_grace = args
-            .shutdown_grace_secs
-            .or(file.shutdown_grace_secs)
-            .unwrap_or(25);
-        let retention_days = positive(
-            "PLANGATE_RETENTION_DAYS",
-            args.retention_days.or(file.retention_days),
-            30,
-        )?;
+        let shutdown_grace = set!(shutdown_grace_secs).unwrap_or(25);
+        let retention_days = positive("PLANGATE_RETENTION_DAYS", set!(retention_days), 30)?;
         let request_timeout = positive(
             "PLANGATE_REQUEST_TIMEOUT_SECS",
-            args.request_timeout_secs.or(file.request_timeout_secs),
+            set!(request_timeout_secs),
             30,
         )?;
-        let body_limit = args
-            .body_limit_bytes
-            .or(file.body_limit_bytes)
-            .unwrap_or(DEFAULT_BODY_LIMIT);
+        let body_limit = set!(body_limit_bytes).unwrap_or(DEFAULT_BODY_LIMIT);
         if body_limit < 1024 {
             return Err(invalid(
                 "PLANGATE_BODY_LIMIT_BYTES",
@@ -373,15 +357,10 @@ impl Settings {
         }
         let max_gating_errors = positive(
             "PLANGATE_MAX_GATING_ERRORS",
-            args.max_gating_errors
-                .or(file.max_gating_errors)
-                .map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
+            set!(max_gating_errors).map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
             DEFAULT_MAX_ERRORS as u64,
         )?;
-        let gating_budget_bytes = args
-            .gating_budget_bytes
-            .or(file.gating_budget_bytes)
-            .unwrap_or(DEFAULT_GATING_BUDGET_BYTES);
+        let gating_budget_bytes = set!(gating_budget_bytes).unwrap_or(DEFAULT_GATING_BUDGET_BYTES);
         if gating_budget_bytes < 1024 {
             return Err(invalid(
                 "PLANGATE_GATING_BUDGET_BYTES",
@@ -405,10 +384,7 @@ impl Settings {
             })?,
         };
 
-        let l0_concurrency = args
-            .l0_concurrency
-            .or(file.l0_concurrency)
-            .unwrap_or(MAX_PARALLEL);
+        let l0_concurrency = set!(l0_concurrency).unwrap_or(MAX_PARALLEL);
         if !(1..=MAX_PARALLEL).contains(&l0_concurrency) {
             return Err(invalid(
                 "PLANGATE_L0_CONCURRENCY",

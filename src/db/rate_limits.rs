@@ -19,7 +19,9 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{Database, DbResult};
-use crate::domain::rate_limit::{Buckets, Cost, Learned, Limits, ProviderSignal, Rates};
+use crate::domain::rate_limit::{
+    Buckets, Cost, Learned, Limits, ProviderSignal, Rates, WaitingCall,
+};
 
 /// How long a grant waits for its call's job to ask again.
 pub const GRANT_TTL_MS: i64 = 600;
@@ -451,18 +453,6 @@ pub struct RateLimitRecord {
     pub projects: Vec<(String, u64, i64, i64)>,
 }
 
-/// A call waiting for room, as the dashboard lists it.
-#[derive(Debug, Clone)]
-pub struct WaitingCallRecord {
-    pub executor: String,
-    pub job_id: String,
-    pub assignment_id: String,
-    pub project_id: String,
-    pub waiting_since: Option<DateTime<Utc>>,
-    /// Another replica's admission granted its start: it starts at its next ask.
-    pub granted: bool,
-}
-
 impl Database {
     /// One admission on its own (the L0 gate runs the same step inside its
     /// transaction, after the budgets): registers the call as waiting unless it
@@ -477,7 +467,7 @@ impl Database {
     }
 
     /// The calls waiting for room (longest waiting first), at most `limit`.
-    pub async fn rate_waiting_calls(&self, limit: i64) -> DbResult<Vec<WaitingCallRecord>> {
+    pub async fn rate_waiting_calls(&self, limit: i64) -> DbResult<Vec<WaitingCall>> {
         let now = now_ms();
         let rows: Vec<WaitingRow> = on_pool!(self, pool => {
             sqlx::query_as(
@@ -497,10 +487,7 @@ impl Database {
     /// job page. An indexed read of that job's rows (`rate_limit_calls_job`), so
     /// it costs the same however long other jobs' queues are; a job has at most
     /// one waiting call per L0 it may start.
-    pub async fn rate_waiting_calls_of_job(
-        &self,
-        job_id: Uuid,
-    ) -> DbResult<Vec<WaitingCallRecord>> {
+    pub async fn rate_waiting_calls_of_job(&self, job_id: Uuid) -> DbResult<Vec<WaitingCall>> {
         let now = now_ms();
         let rows: Vec<WaitingRow> = on_pool!(self, pool => {
             sqlx::query_as(
@@ -725,11 +712,9 @@ impl Database {
 /// `(executor, id, project_id, job_id, waiting_since, state)` of a waiting call.
 type WaitingRow = (String, String, String, String, i64, String);
 
-fn waiting_record(
-    (executor, id, project_id, job_id, since, state): WaitingRow,
-) -> WaitingCallRecord {
+fn waiting_record((executor, id, project_id, job_id, since, state): WaitingRow) -> WaitingCall {
     let assignment_id = id.split_once(':').map_or(id.clone(), |(_, a)| a.to_owned());
-    WaitingCallRecord {
+    WaitingCall {
         executor,
         job_id,
         assignment_id,

@@ -16,8 +16,8 @@ use super::refine_jobs::{Created, NewRefineJob, budget_of};
 use super::task_lists::now;
 use super::{Database, DbError, DbResult, status_list};
 use crate::domain::job::JobStatus;
-use crate::domain::refine::{PhaseOutcome, merge_run};
-use crate::domain::usage::{Budget, UsageTotals};
+use crate::domain::refine::{PhaseOutcome, StoredRun, merge_run};
+use crate::domain::usage::Budget;
 
 pub struct NewRefineRun<'a> {
     pub id: Uuid,
@@ -31,29 +31,6 @@ pub struct NewRefineRun<'a> {
     pub jobs: Vec<NewRefineJob>,
     /// Applies to the whole run (its phase jobs carry it too).
     pub budget: Budget,
-}
-
-/// A refine run as stored (the API's shape is `service::refine_runs::RunRecord`).
-#[derive(Debug, Clone)]
-pub struct RunRecord {
-    pub id: Uuid,
-    /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
-    pub status: JobStatus,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    /// Phase id → its job, natural phase order.
-    pub phases: serde_json::Map<String, Value>,
-    pub created_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// Present once merged.
-    pub result: Option<Value>,
-    /// Changes when the run or any of its phase jobs changes.
-    pub version: i64,
-    /// What the L0 calls of all its phase jobs cost so far.
-    pub usage: UsageTotals,
-    /// The run's spending limits over all its phase jobs; null when none.
-    pub budget: Option<Budget>,
 }
 
 impl Database {
@@ -114,7 +91,7 @@ impl Database {
         }
     }
 
-    pub async fn refine_run(&self, id: Uuid) -> DbResult<Option<RunRecord>> {
+    pub async fn refine_run(&self, id: Uuid) -> DbResult<Option<StoredRun>> {
         type Row = (
             JobStatus,
             Option<String>,
@@ -167,7 +144,7 @@ impl Database {
             .collect();
         let version = self.refine_run_version(id).await?.map_or(0, |(v, _)| v);
         let usage = self.run_usage(id).await?;
-        Ok(Some(RunRecord {
+        Ok(Some(StoredRun {
             id,
             status,
             project_id,

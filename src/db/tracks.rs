@@ -3,14 +3,14 @@
 //! and the project the track belongs to (none: unrestricted callers only). Every
 //! write appends one row to the track's history in the same transaction.
 
-use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::FromRow;
 use sqlx::types::Json;
 
 use super::task_lists::now;
 use super::{Database, DbError, DbResult};
-use crate::domain::track_state::{CurrentStep, Step, StepOutcome, TrackEventAction, TrackStatus};
+use crate::domain::track_state::{
+    CurrentStep, Step, StepOutcome, StoredTrackEvent, TrackEventAction, TrackStatus,
+};
 
 /// A stored document, the revision it was read at and its project.
 #[derive(Debug, Clone)]
@@ -43,21 +43,6 @@ pub struct TrackEvent<'a> {
     pub notes: Option<&'a str>,
     pub commit_sha: Option<&'a str>,
     /// The track's status and current step after the write.
-    pub status: TrackStatus,
-    pub current_step: CurrentStep,
-}
-
-/// One stored history entry.
-#[derive(Debug, Clone, FromRow)]
-pub struct TrackEventRecord {
-    pub at: DateTime<Utc>,
-    pub revision: i64,
-    pub action: TrackEventAction,
-    pub step: Option<Step>,
-    pub outcome: Option<StepOutcome>,
-    pub agent: Option<String>,
-    pub notes: Option<String>,
-    pub commit_sha: Option<String>,
     pub status: TrackStatus,
     pub current_step: CurrentStep,
 }
@@ -179,7 +164,7 @@ impl Database {
 
     /// A track's history, oldest first (empty for a track written before history
     /// was kept, or one that does not exist: the caller reads the track first).
-    pub async fn track_history(&self, track_id: &str) -> DbResult<Vec<TrackEventRecord>> {
+    pub async fn track_history(&self, track_id: &str) -> DbResult<Vec<StoredTrackEvent>> {
         Ok(on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT at, revision, action, step, outcome, agent, notes, commit_sha, status, \

@@ -7,7 +7,7 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{Database, DbResult};
-use crate::domain::usage::UsageTotals;
+use crate::domain::usage::{UsageGroup, UsageTotals};
 
 /// The sums of a totals row, in the order of [`TOTALS`].
 type SumsRow = (i64, i64, i64, i64, i64, f64, i64, i64, i64);
@@ -31,18 +31,6 @@ fn totals(row: SumsRow) -> UsageTotals {
     UsageTotals::from_sums(
         calls, input, output, read, write, cost, unpriced, untracked, prompt,
     )
-}
-
-/// One executor and model's sums in a project.
-#[derive(Debug, Clone)]
-pub struct UsageGroupRecord {
-    /// The executor profile name.
-    pub executor: String,
-    /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
-    pub executor_kind: String,
-    /// The model as the calls reported it (null when none did).
-    pub model: Option<String>,
-    pub usage: UsageTotals,
 }
 
 /// `GET /v1/projects/{project_id}/usage` filters.
@@ -104,7 +92,7 @@ impl Database {
         &self,
         project_id: &str,
         filter: &UsageFilter,
-    ) -> DbResult<(UsageTotals, Vec<UsageGroupRecord>)> {
+    ) -> DbResult<(UsageTotals, Vec<UsageGroup>)> {
         type GroupRow = (
             String,
             String,
@@ -159,7 +147,7 @@ impl Database {
         });
         let groups = groups
             .into_iter()
-            .map(|g| UsageGroupRecord {
+            .map(|g| UsageGroup {
                 executor: g.0,
                 executor_kind: g.1,
                 model: g.2,

@@ -459,6 +459,18 @@ pub fn learn_from_headers(get: impl Fn(&str) -> Option<String>, now: DateTime<Ut
     }
 }
 
+/// A call waiting for room, as the dashboard lists it.
+#[derive(Debug, Clone)]
+pub struct WaitingCall {
+    pub executor: String,
+    pub job_id: String,
+    pub assignment_id: String,
+    pub project_id: String,
+    pub waiting_since: Option<DateTime<Utc>>,
+    /// Another replica's admission granted its start: it starts at its next ask.
+    pub granted: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,6 +171,18 @@ impl MetricModels {
     }
 }
 
+/// One executor and model's sums in a project.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UsageGroup {
+    /// The executor profile name.
+    pub executor: String,
+    /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
+    pub executor_kind: String,
+    /// The model as the calls reported it (null when none did).
+    pub model: Option<String>,
+    pub usage: UsageTotals,
+}
+
 /// Sums over many calls (a job, a run, a project).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, ToSchema)]
 pub struct UsageTotals {

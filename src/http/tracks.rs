@@ -167,17 +167,8 @@ async fn start_step(
     headers: HeaderMap,
     StoredJson(body): StoredJson<StepStart>,
 ) -> Result<Response, ApiError> {
-    let track = state
-        .service
-        .step_track(
-            &caller,
-            parse_track_id(&raw_id)?,
-            &raw_step,
-            StepWrite::Start { agent: &body.agent },
-            precondition(&headers),
-        )
-        .await?;
-    Ok(respond(StatusCode::OK, &track))
+    let write = StepWrite::Start { agent: &body.agent };
+    step(&state, &caller, &raw_id, &raw_step, write, &headers).await
 }
 
 /// Complete the current step with PASSED, FAILED or BLOCKED; the loop moves to the
@@ -203,15 +194,23 @@ async fn complete_step(
     headers: HeaderMap,
     StoredJson(body): StoredJson<Completion>,
 ) -> Result<Response, ApiError> {
+    let write = StepWrite::Complete(&body);
+    step(&state, &caller, &raw_id, &raw_step, write, &headers).await
+}
+
+/// Starts or completes `raw_step` of the track `raw_id`: the metadata after it.
+async fn step(
+    state: &AppState,
+    caller: &Caller,
+    raw_id: &str,
+    raw_step: &str,
+    write: StepWrite<'_>,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = parse_track_id(raw_id)?;
     let track = state
         .service
-        .step_track(
-            &caller,
-            parse_track_id(&raw_id)?,
-            &raw_step,
-            StepWrite::Complete(&body),
-            precondition(&headers),
-        )
+        .step_track(caller, id, raw_step, write, precondition(headers))
         .await?;
     Ok(respond(StatusCode::OK, &track))
 }

@@ -518,7 +518,6 @@ impl Service {
     pub async fn dashboard_job(&self, caller: &Caller, id: Uuid) -> Result<JobView, ServiceError> {
         let job = self.load_job(caller, id).await?;
         let l0s = self.db.refine_job_l0s(id).await?;
-        let l0s = l0s.into_iter().map(StoredL0::from).collect();
         let events = self.db.refine_job_log_times(id).await?;
         let log = timed_log(&job.log, events, job.finished_at.unwrap_or(job.updated_at));
         // Only a job in flight has calls asking for room (docs/jobs.md, "Rate limits").
@@ -563,13 +562,7 @@ impl Service {
             run_id: Some(id),
             ..JobFilter::default()
         };
-        let mut jobs: Vec<StoredJob> = self
-            .db
-            .refine_jobs(&filter, 1000, None)
-            .await?
-            .into_iter()
-            .map(StoredJob::from)
-            .collect();
+        let mut jobs = self.db.refine_jobs(&filter, 1000, None).await?;
         jobs.sort_by(|a, b| natural_cmp(&a.phase_id, &b.phase_id));
         Ok(RunView { run, jobs })
     }
@@ -632,7 +625,7 @@ impl Service {
             revision: stored.revision,
             metadata: serde_json::from_value(stored.metadata.clone()).ok(),
             raw: stored.metadata,
-            history: history.into_iter().map(StoredTrackEvent::from).collect(),
+            history,
         })
     }
 }
@@ -846,20 +839,26 @@ pub struct BulkItem {
 }
 
 impl Service {
-    /// What `action` would do to each job or run, refusing what it would refuse
-    /// (the confirmation page): nothing changes.
-    pub async fn dashboard_bulk_preview(
+    /// Each job or run's row: refused as `action` would refuse it, else what it
+    /// would do (`act` false: the confirmation page, nothing changes) or what it
+    /// did, through the same use cases as REST (`cancel_refine_job`,
+    /// `retry_refine_job`, `cancel_refine_run`), each checked on its own.
+    pub async fn dashboard_bulk(
         &self,
         caller: &Caller,
         kind: BulkKind,
         action: BulkAction,
         ids: &[String],
+        act: bool,
     ) -> Vec<BulkItem> {
         let mut items = Vec::with_capacity(ids.len());
         for raw in ids {
             items.push(match self.bulk_subject(caller, kind, action, raw).await {
                 Err(e) => BulkItem::refused(raw, None, refusal_text(e)),
                 Ok((_, subject, Some(why))) => BulkItem::refused(raw, Some(subject), why),
+                Ok((id, before, None)) if act => {
+                    self.bulk_act(caller, kind, action, raw, id, before).await
+                }
                 Ok((_, subject, None)) => BulkItem::done(
                     raw,
                     subject,
@@ -876,55 +875,40 @@ impl Service {
         items
     }
 
-    /// Does `action` to each job or run through the same use cases as REST
-    /// (`cancel_refine_job`, `retry_refine_job`, `cancel_refine_run`), each
-    /// checked on its own.
-    pub async fn dashboard_bulk(
+    /// Does `action` to one job or run the action does not refuse.
+    async fn bulk_act(
         &self,
         caller: &Caller,
         kind: BulkKind,
         action: BulkAction,
-        ids: &[String],
-    ) -> Vec<BulkItem> {
-        let mut items = Vec::with_capacity(ids.len());
-        for raw in ids {
-            let (id, before) = match self.bulk_subject(caller, kind, action, raw).await {
-                Ok((id, before, None)) => (id, before),
-                Ok((_, before, Some(why))) => {
-                    items.push(BulkItem::refused(raw, Some(before), why));
-                    continue;
-                }
-                Err(e) => {
-                    items.push(BulkItem::refused(raw, None, refusal_text(e)));
-                    continue;
-                }
-            };
-            let done = match (kind, action) {
-                (BulkKind::Jobs, BulkAction::Cancel) => self
-                    .cancel_refine_job(caller, id)
-                    .await
-                    .map(|job| (BulkSubject::from(&job), None)),
-                (BulkKind::Runs, _) => self
-                    .cancel_refine_run(caller, id)
-                    .await
-                    .map(|run| (BulkSubject::from(&run), None)),
-                (BulkKind::Jobs, BulkAction::Retry) => self
-                    .retry_refine_job(caller, id)
-                    .await
-                    .map(|new| (before.clone(), Some(new.id))),
-            };
-            items.push(match done {
-                Ok((subject, Some(new))) => {
-                    BulkItem::done(raw, subject, format!("retried as job {new}"), Some(new))
-                }
-                Ok((subject, None)) => {
-                    let note = format!("cancel requested: now {}", subject.status.as_str());
-                    BulkItem::done(raw, subject, note, None)
-                }
-                Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
-            });
+        raw: &str,
+        id: Uuid,
+        before: BulkSubject,
+    ) -> BulkItem {
+        let done = match (kind, action) {
+            (BulkKind::Jobs, BulkAction::Cancel) => self
+                .cancel_refine_job(caller, id)
+                .await
+                .map(|job| (BulkSubject::from(&job), None)),
+            (BulkKind::Runs, _) => self
+                .cancel_refine_run(caller, id)
+                .await
+                .map(|run| (BulkSubject::from(&run), None)),
+            (BulkKind::Jobs, BulkAction::Retry) => self
+                .retry_refine_job(caller, id)
+                .await
+                .map(|new| (before.clone(), Some(new.id))),
+        };
+        match done {
+            Ok((subject, Some(new))) => {
+                BulkItem::done(raw, subject, format!("retried as job {new}"), Some(new))
+            }
+            Ok((subject, None)) => {
+                let note = format!("cancel requested: now {}", subject.status.as_str());
+                BulkItem::done(raw, subject, note, None)
+            }
+            Err(e) => BulkItem::refused(raw, Some(before), refusal_text(e)),
         }
-        items
     }
 
     /// The job or run `raw` names (its id parsed: a form's ids are raw text, and a

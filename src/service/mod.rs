@@ -49,7 +49,7 @@
 //!   `dashboard_task_list`, `dashboard_task_list_marker`, `dashboard_task_states`,
 //!   `dashboard_task`, `dashboard_jobs`, `dashboard_job`, `dashboard_runs`,
 //!   `dashboard_run`, `dashboard_tracks`, `dashboard_track`, `dashboard_live_marker`,
-//!   `dashboard_bulk_preview`, `dashboard_bulk`.
+//!   `dashboard_bulk` (its preview too).
 //! - rate limits ([`rate_limits`]): `rate_limits`, `set_rate_limit`.
 //! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
 //! - webhooks ([`webhooks`]): `create_webhook`, `webhooks`, `webhook`,

@@ -49,31 +49,9 @@ pub struct ProjectStatus {
     pub waves: Vec<WaveCounts>,
 }
 
-use crate::db::usage::{self as rows, UsageFilter};
+use crate::db::usage::UsageFilter;
+pub use crate::domain::usage::UsageGroup;
 use crate::domain::usage::UsageTotals;
-
-/// One executor and model's sums in a project.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct UsageGroup {
-    /// The executor profile name.
-    pub executor: String,
-    /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
-    pub executor_kind: String,
-    /// The model as the calls reported it (null when none did).
-    pub model: Option<String>,
-    pub usage: UsageTotals,
-}
-
-impl From<rows::UsageGroupRecord> for UsageGroup {
-    fn from(row: rows::UsageGroupRecord) -> Self {
-        UsageGroup {
-            executor: row.executor,
-            executor_kind: row.executor_kind,
-            model: row.model,
-            usage: row.usage,
-        }
-    }
-}
 
 /// The window and cycle of a usage report.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -198,10 +176,7 @@ impl Service {
             since: query.since,
             until: query.until,
             usage,
-            by_executor_model: by_executor_model
-                .into_iter()
-                .map(UsageGroup::from)
-                .collect(),
+            by_executor_model,
         })
     }
 

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 use crate::db::rate_limits::RateLimitRecord;
 use crate::domain::rate_limit::Limits;
+pub use crate::domain::rate_limit::WaitingCall;
 
 /// Every executor a rate limit applies to (`GET /v1/rate-limits`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -51,30 +52,6 @@ pub struct RateLimitProject {
     pub started_last_minute: i64,
 }
 
-/// A call waiting for room (the dashboard's list).
-#[derive(Debug, Clone)]
-pub struct WaitingCall {
-    pub executor: String,
-    pub job_id: String,
-    pub assignment_id: String,
-    pub project_id: String,
-    pub waiting_since: Option<chrono::DateTime<chrono::Utc>>,
-    pub granted: bool,
-}
-
-impl From<crate::db::rate_limits::WaitingCallRecord> for WaitingCall {
-    fn from(w: crate::db::rate_limits::WaitingCallRecord) -> Self {
-        WaitingCall {
-            executor: w.executor,
-            job_id: w.job_id,
-            assignment_id: w.assignment_id,
-            project_id: w.project_id,
-            waiting_since: w.waiting_since,
-            granted: w.granted,
-        }
-    }
-}
-
 /// The calls the dashboard lists at most.
 const WAITING_SHOWN: i64 = 200;
 
@@ -95,7 +72,6 @@ impl Service {
                 None => true,
                 Some(_) => !w.project_id.is_empty() && caller.may_access(&w.project_id),
             })
-            .map(WaitingCall::from)
             .collect();
         Ok((limits, waiting))
     }
@@ -106,13 +82,7 @@ impl Service {
         &self,
         job_id: uuid::Uuid,
     ) -> Result<Vec<WaitingCall>, ServiceError> {
-        Ok(self
-            .db
-            .rate_waiting_calls_of_job(job_id)
-            .await?
-            .into_iter()
-            .map(WaitingCall::from)
-            .collect())
+        Ok(self.db.rate_waiting_calls_of_job(job_id).await?)
     }
 
     /// The executors a rate limit may apply to: configured ones and those whose

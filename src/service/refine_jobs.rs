@@ -15,15 +15,13 @@ use super::submission::{
 };
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::config::Settings;
-use crate::db::refine_jobs::{Created, JobFilter, JobRecord, NewRefineJob, RetryInsert};
+use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, RetryInsert};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
 use crate::jobs::request::StoredRequest;
 
-mod shapes;
-
-pub use shapes::{JobError, JobProgress, StoredJob, StoredL0};
+pub use crate::domain::refine::{JobError, JobProgress, StoredJob, StoredL0};
 
 const MAX_PAGE_SIZE: u32 = 100;
 const DEFAULT_PAGE_SIZE: u32 = 20;
@@ -144,15 +142,6 @@ impl RefineJobCreate {
     }
 }
 
-/// A create's answer from what storage did with it.
-fn accepted(created: Created<JobRecord>) -> Result<Accepted<StoredJob>, ServiceError> {
-    let accepted = Accepted::from_created(created)?;
-    Ok(Accepted {
-        value: accepted.value.into(),
-        replayed: accepted.replayed,
-    })
-}
-
 impl Service {
     /// Parses and checks a create: nothing is queued unless all of it is usable.
     fn parse_create(
@@ -266,7 +255,9 @@ impl Service {
         if let Some(key) = &key
             && let Some(first) = self.db.refine_job_by_key(key.as_stored()).await?
         {
-            return accepted(self.db.replay(first, Some(&create.request_hash)).await?);
+            return Accepted::from_created(
+                self.db.replay(first, Some(&create.request_hash)).await?,
+            );
         }
         self.check_daily_limit(create.project_id.as_ref()).await?;
         let created = self
@@ -277,7 +268,7 @@ impl Service {
             metrics::counter!("refine_jobs_created_total").increment(1);
             self.wake_workers();
         }
-        accepted(created)
+        Accepted::from_created(created)
     }
 
     /// The job, if the caller may see its project.
@@ -286,7 +277,7 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<StoredJob, ServiceError> {
-        let job = self.db.refine_job(id).await?.map(StoredJob::from);
+        let job = self.db.refine_job(id).await?;
         caller.visible(job, "refine job", &id.to_string(), |j| {
             j.project_id.as_deref()
         })
@@ -356,13 +347,7 @@ impl Service {
             team_pk: filter_id("team_pk", query.team_pk)?,
             allowed_projects: caller.allowed_projects().map(<[String]>::to_vec),
         };
-        let mut jobs: Vec<StoredJob> = self
-            .db
-            .refine_jobs(&filter, page_size + 1, after)
-            .await?
-            .into_iter()
-            .map(StoredJob::from)
-            .collect();
+        let mut jobs = self.db.refine_jobs(&filter, page_size + 1, after).await?;
         let next_page_token = if jobs.len() > page_size as usize {
             jobs.truncate(page_size as usize);
             jobs.last().map(|j| j.id.to_string())
@@ -404,7 +389,7 @@ impl Service {
     ) -> Result<Vec<StoredL0>, ServiceError> {
         self.load_job(caller, id).await?;
         let l0s = self.db.refine_job_l0s(id).await?;
-        Ok(l0s.into_iter().map(StoredL0::from).collect())
+        Ok(l0s)
     }
 
     /// The job's events after `last_event_id` (raw, as a transport received it;
@@ -573,7 +558,7 @@ impl Service {
             RetryInsert::Inserted(created) => {
                 metrics::counter!("refine_jobs_created_total").increment(1);
                 self.wake_workers();
-                Ok((*created).into())
+                Ok(*created)
             }
             RetryInsert::AlreadyRetried(retry) => Err(not_retryable(format!(
                 "the job was retried already by job {retry}: follow that one \

@@ -1,8 +1,6 @@
 //! Refine runs: split a whole plan into one refine job per phase, run them in
 //! parallel on the worker pool (any replica), merge once when the last one ends.
 
-use chrono::{DateTime, Utc};
-use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -13,58 +11,12 @@ use super::submission::{
 };
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::refine_jobs::NewRefineJob;
-use crate::db::refine_runs::{self as rows, NewRefineRun};
+use crate::db::refine_runs::NewRefineRun;
 use crate::domain::ids::Ident;
-use crate::domain::job::JobStatus;
 use crate::domain::refine::RunRequest;
+pub use crate::domain::refine::StoredRun;
 use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
-use crate::domain::usage::{Budget, UsageTotals};
 use crate::jobs::request::StoredRequest;
-
-/// A refine run as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredRun {
-    pub id: Uuid,
-    /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
-    pub status: JobStatus,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub executor: String,
-    /// Phase id → its job, natural phase order.
-    #[schema(value_type = Object)]
-    pub phases: serde_json::Map<String, Value>,
-    pub created_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// Present once merged.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub result: Option<Value>,
-    /// Changes when the run or any of its phase jobs changes.
-    pub version: i64,
-    /// What the L0 calls of all its phase jobs cost so far.
-    pub usage: UsageTotals,
-    /// The run's spending limits over all its phase jobs; null when none.
-    pub budget: Option<Budget>,
-}
-
-impl From<rows::RunRecord> for StoredRun {
-    fn from(row: rows::RunRecord) -> Self {
-        StoredRun {
-            id: row.id,
-            status: row.status,
-            project_id: row.project_id,
-            team_pk: row.team_pk,
-            executor: row.executor,
-            phases: row.phases,
-            created_at: row.created_at,
-            finished_at: row.finished_at,
-            result: row.result,
-            version: row.version,
-            usage: row.usage,
-            budget: row.budget,
-        }
-    }
-}
 
 // The shape for the OpenAPI document: `Service::create_refine_run` reads the raw
 // body itself so that every parse failure is a `FATAL: failed to parse request body`.
@@ -104,7 +56,7 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<StoredRun, ServiceError> {
-        let run = self.db.refine_run(id).await?.map(StoredRun::from);
+        let run = self.db.refine_run(id).await?;
         caller.visible(run, "refine run", &id.to_string(), |r| {
             r.project_id.as_deref()
         })

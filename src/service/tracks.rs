@@ -4,7 +4,6 @@
 //! a stale one is `stale_etag`; without, the change is re-applied to the newest
 //! document (re-checking the transition), so no concurrent write is lost.
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -12,12 +11,13 @@ use utoipa::ToSchema;
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::DbError;
 use crate::db::task_lists::now;
-use crate::db::tracks::{StoredTrack, TrackEvent, TrackEventRecord, WriteOutcome};
+use crate::db::tracks::{StoredTrack, TrackEvent, WriteOutcome};
 use crate::domain::ids::Ident;
 use crate::domain::storable::find_nul;
+pub use crate::domain::track_state::StoredTrackEvent;
 use crate::domain::track_state::{
-    self, CheckpointStatus, Completion, CurrentStep, Metadata, Step, StepOutcome, TrackError,
-    TrackErrorCode, TrackEventAction, TrackId, TrackStatus, TransitionCode, TransitionError,
+    self, CheckpointStatus, Completion, CurrentStep, Metadata, Step, TrackError, TrackErrorCode,
+    TrackEventAction, TrackId, TrackStatus, TransitionCode, TransitionError,
 };
 
 /// Compare-and-set retries for writers that pinned no revision.
@@ -68,50 +68,6 @@ pub struct TrackSummary {
     pub revision: i64,
     /// e.g. `["start PLAN"]`; empty for a closed track.
     pub legal_next: Vec<String>,
-}
-
-/// One entry of a track's history: what a write of its document did.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredTrackEvent {
-    pub at: DateTime<Utc>,
-    /// The document revision (`ETag`) this write made.
-    pub revision: i64,
-    pub action: TrackEventAction,
-    /// `started` / `completed`: the step.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<Step>,
-    /// `completed`: the verdict.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub outcome: Option<StepOutcome>,
-    /// `started`: the agent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
-    /// `completed`: the verdict's notes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub notes: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit_sha: Option<String>,
-    /// The track's status after the write.
-    pub status: TrackStatus,
-    /// The track's current step after the write.
-    pub current_step: CurrentStep,
-}
-
-impl From<TrackEventRecord> for StoredTrackEvent {
-    fn from(e: TrackEventRecord) -> Self {
-        StoredTrackEvent {
-            at: e.at,
-            revision: e.revision,
-            action: e.action,
-            step: e.step,
-            outcome: e.outcome,
-            agent: e.agent,
-            notes: e.notes,
-            commit_sha: e.commit_sha,
-            status: e.status,
-            current_step: e.current_step,
-        }
-    }
 }
 
 /// `GET /v1/tracks/{id}/history`.
@@ -412,7 +368,7 @@ impl Service {
         let events = self.db.track_history(id.as_str()).await?;
         Ok(TrackHistory {
             track_id: id.to_string(),
-            events: events.into_iter().map(StoredTrackEvent::from).collect(),
+            events,
         })
     }
 

@@ -40,21 +40,20 @@ fn form(kind: BulkKind, raw: &str) -> PageResult<(BulkAction, Vec<String>)> {
 
 /// The confirmation (`GET`, the list's form as a query): nothing changes.
 pub async fn confirm(viewer: &Viewer, kind: BulkKind, query: &str) -> PageResult {
-    let (action, ids) = form(kind, query)?;
-    let items = viewer
-        .service()
-        .dashboard_bulk_preview(&viewer.caller, kind, action, &ids)
-        .await;
-    Ok(bulk_page(kind, action, &items, false, viewer.chrome()))
+    bulk(viewer, kind, query, false).await
 }
 
 /// The action (`POST`, the confirmation's form): what was done, what was
 /// refused, and why.
 pub async fn act(viewer: &Viewer, kind: BulkKind, body: &str) -> PageResult {
-    let (action, ids) = form(kind, body)?;
+    bulk(viewer, kind, body, true).await
+}
+
+async fn bulk(viewer: &Viewer, kind: BulkKind, form_text: &str, act: bool) -> PageResult {
+    let (action, ids) = form(kind, form_text)?;
     let items = viewer
         .service()
-        .dashboard_bulk(&viewer.caller, kind, action, &ids)
+        .dashboard_bulk(&viewer.caller, kind, action, &ids, act)
         .await;
-    Ok(bulk_page(kind, action, &items, true, viewer.chrome()))
+    Ok(bulk_page(kind, action, &items, act, viewer.chrome()))
 }

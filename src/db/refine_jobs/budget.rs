@@ -23,7 +23,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{Fenced, JobLease, LeaseLost, PendingProgress, ProgressRecord};
+use super::{Fenced, JobLease, JobProgress, LeaseLost, PendingProgress};
 use crate::db::Database;
 use crate::db::rate_limits::{RateAsk, RateVerdict};
 use crate::db::task_lists::now;
@@ -55,7 +55,7 @@ impl BudgetScopes {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Gated {
     /// The L0's start is stored (with its reservation): start it.
-    Started(ProgressRecord),
+    Started(JobProgress),
     /// Ask again once a running call ends (a budget), or after this long (a rate
     /// limit, whose queue keeps the call's place).
     Wait(Option<std::time::Duration>),
@@ -164,7 +164,7 @@ impl Database {
         lease: JobLease,
         attempt: i32,
         assignment_id: &str,
-        progress: ProgressRecord,
+        progress: JobProgress,
         scopes: &BudgetScopes,
         rate: Option<&RateAsk>,
     ) -> Fenced<Gated> {

@@ -7,7 +7,7 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{PendingProgress, ProgressRecord, add_count, budget_of, state_event};
+use super::{JobProgress, PendingProgress, add_count, budget_of, state_event};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::{
@@ -60,7 +60,7 @@ pub struct ClaimedJob {
     /// L0s whose outcome is stored, natural order.
     pub finished: Vec<FinishedL0>,
     /// Its L0s by status as claimed (the worker's writes move it on).
-    pub progress: ProgressRecord,
+    pub progress: JobProgress,
     pub cancel_requested: bool,
     pub project_id: Option<String>,
     /// The job's (or its run's) budget, if it has one.
@@ -252,12 +252,12 @@ impl Database {
                 .await?
             })
         };
-        let mut progress = ProgressRecord {
+        let mut progress = JobProgress {
             l0_total: i64::from(row.l0_total),
-            ..ProgressRecord::default()
+            ..JobProgress::default()
         };
         if !rows.is_empty() {
-            progress = ProgressRecord::default();
+            progress = JobProgress::default();
             for (_, status, _) in &rows {
                 add_count(&mut progress, *status, 1);
             }

@@ -115,7 +115,6 @@ mod read;
 mod retention;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::FromRow;
 use sqlx::types::Json;
@@ -123,7 +122,7 @@ use uuid::Uuid;
 
 use super::DbResult;
 use crate::domain::job::JobStatus;
-use crate::domain::refine::{L0ErrorCode, L0Status};
+use crate::domain::refine::{JobError, JobProgress, L0ErrorCode, L0Status, StoredJob, StoredL0};
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
 pub use budget::{BudgetScopes, BudgetState, Gated};
@@ -166,67 +165,6 @@ pub enum Created<T> {
     Existing(T),
     /// The key was used before with another body.
     KeyReused,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ProgressRecord {
-    pub l0_total: i64,
-    pub l0_running: i64,
-    /// Valid answers.
-    pub l0_succeeded: i64,
-    /// Answers that failed validation or were for another assignment.
-    pub l0_invalid: i64,
-    /// No answer (spawn error, timeout, non-zero exit with no output, cancelled).
-    pub l0_failed: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobErrorRecord {
-    /// `lease_expired`, `internal`, …
-    pub code: String,
-    pub message: String,
-}
-
-/// A refine job as stored (the API's shape is `service::refine_jobs::JobRecord`).
-#[derive(Debug, Clone)]
-pub struct JobRecord {
-    pub id: Uuid,
-    /// Always `refine`.
-    pub kind: String,
-    pub status: JobStatus,
-    pub phase_id: String,
-    pub run_id: Option<Uuid>,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    /// The executor profile name the job runs with.
-    pub executor: String,
-    /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
-    pub executor_kind: String,
-    pub created_at: DateTime<Utc>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub cancel_requested_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub updated_at: DateTime<Utc>,
-    /// Attempts started so far (a hand-back at shutdown is not charged).
-    pub attempt: i32,
-    pub max_attempts: i32,
-    pub progress: ProgressRecord,
-    /// The job log, in order: one line per L0 verdict, work-package conflict or warning.
-    pub log: Vec<String>,
-    pub result: Option<Value>,
-    pub phase_refined_path: Option<String>,
-    pub error: Option<JobErrorRecord>,
-    /// Bumped by every change; the `id` of the job's last event.
-    pub version: i64,
-    /// What its L0 calls cost so far (for a run's phase job: this job's calls).
-    pub usage: UsageTotals,
-    /// Its spending limits; null when the request set none. A run's phase jobs
-    /// show the run's budget, which applies to the whole run.
-    pub budget: Option<Budget>,
-    /// The job this one retries.
-    pub retry_of: Option<Uuid>,
-    /// The job that retries this one.
-    pub retried_by: Option<Uuid>,
 }
 
 /// A budget from its stored columns (`None` when nothing is limited).
@@ -282,13 +220,13 @@ const JOB_COLUMNS: &str = "id, kind, status, phase_id, run_id, project_id, team_
      (SELECT r.id FROM refine_jobs r WHERE r.retry_of = refine_jobs.id) AS retried_by";
 
 impl RawJobRow {
-    fn into_job(self, mut progress: ProgressRecord, usage: UsageTotals) -> DbResult<JobRecord> {
+    fn into_job(self, mut progress: JobProgress, usage: UsageTotals) -> DbResult<StoredJob> {
         progress.l0_total = i64::from(self.l0_total);
-        let error = self.error_code.map(|code| JobErrorRecord {
+        let error = self.error_code.map(|code| JobError {
             code,
             message: self.error_message.unwrap_or_default(),
         });
-        Ok(JobRecord {
+        Ok(StoredJob {
             status: self.status,
             id: self.id,
             kind: self.kind,
@@ -323,38 +261,6 @@ impl RawJobRow {
     }
 }
 
-/// One L0's record.
-#[derive(Debug, Clone)]
-pub struct L0Record {
-    pub assignment_id: String,
-    /// 1-based batch number.
-    pub batch: i32,
-    pub status: L0Status,
-    /// The job attempt that ran it last.
-    pub attempt: i32,
-    /// How many times an L0 process/call was started for it (1 unless a crash
-    /// interrupted it before its outcome was stored).
-    pub starts: i32,
-    /// Executor tries of the last start (transient errors retried).
-    pub tries: i32,
-    pub project_id: Option<String>,
-    pub team_pk: Option<String>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub exit_code: Option<i32>,
-    /// Why it was not valid.
-    pub error: Option<String>,
-    /// The typed cause of a failure a client can act on.
-    pub error_code: Option<L0ErrorCode>,
-    /// The start of its answer (or stderr when it gave none).
-    pub output_excerpt: Option<String>,
-    /// What the call cost (all its tries); null until its outcome is stored.
-    pub usage: Option<L0Usage>,
-    /// The size of the prompt sent, in bytes (the prompt names the task file,
-    /// never inlines it); null until its outcome is stored.
-    pub prompt_bytes: Option<i64>,
-}
-
 #[derive(FromRow)]
 struct L0Row {
     assignment_id: String,
@@ -381,7 +287,7 @@ struct L0Row {
     prompt_bytes: Option<i64>,
 }
 
-impl From<L0Row> for L0Record {
+impl From<L0Row> for StoredL0 {
     fn from(r: L0Row) -> Self {
         let usage = r.usage_source.map(|source| L0Usage {
             input_tokens: r.input_tokens,
@@ -392,7 +298,7 @@ impl From<L0Row> for L0Record {
             model: r.usage_model,
             source: UsageSource::parse(&source).unwrap_or_default(),
         });
-        L0Record {
+        StoredL0 {
             assignment_id: r.assignment_id,
             batch: r.batch,
             status: r.status,
@@ -438,12 +344,12 @@ pub struct JobFilter {
     pub allowed_projects: Option<Vec<String>>,
 }
 
-pub(crate) fn add_count(p: &mut ProgressRecord, status: L0Status, n: i64) {
+pub(crate) fn add_count(p: &mut JobProgress, status: L0Status, n: i64) {
     p.l0_total += n;
     p.count(status, n);
 }
 
-impl ProgressRecord {
+impl JobProgress {
     fn count(&mut self, status: L0Status, n: i64) {
         match status {
             L0Status::Pending => {}

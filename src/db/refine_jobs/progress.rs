@@ -14,7 +14,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::{Fenced, JobLease, LeaseLost, ProgressRecord};
+use super::{Fenced, JobLease, JobProgress, LeaseLost};
 use crate::db::Database;
 use crate::db::task_lists::now;
 use crate::domain::refine::{L0ErrorCode, L0Status};
@@ -104,7 +104,7 @@ macro_rules! progress_of {
         .bind($job_id)
         .fetch_all(&mut *$tx)
         .await?;
-        let mut p = $crate::db::refine_jobs::ProgressRecord::default();
+        let mut p = $crate::db::refine_jobs::JobProgress::default();
         for (status, n) in rows {
             $crate::db::refine_jobs::add_count(&mut p, status, n);
         }
@@ -167,12 +167,7 @@ impl PendingProgress {
 
     /// A batch's L0s are about to start: their rows go `running` and `starts`
     /// counts them, one `progress` event each. Returns the job's progress after it.
-    pub fn start(
-        &mut self,
-        ids: &[String],
-        attempt: i32,
-        progress: ProgressRecord,
-    ) -> ProgressRecord {
+    pub fn start(&mut self, ids: &[String], attempt: i32, progress: JobProgress) -> JobProgress {
         let at = now();
         let progress = progress.started(ids.len());
         for id in ids {
@@ -194,8 +189,8 @@ impl PendingProgress {
         l0s: Vec<L0Ended>,
         log: &[String],
         new_lines: &[String],
-        progress: ProgressRecord,
-    ) -> ProgressRecord {
+        progress: JobProgress,
+    ) -> JobProgress {
         let at = now();
         let progress = progress.ended(l0s.iter().map(|l| l.status));
         for l0 in &l0s {

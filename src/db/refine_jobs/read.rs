@@ -7,8 +7,8 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{
-    JOB_COLUMNS, JobEvent, JobFilter, JobRecord, L0_COLUMNS, L0Record, L0Row, ProgressRecord,
-    RawJobRow, add_count,
+    JOB_COLUMNS, JobEvent, JobFilter, JobProgress, L0_COLUMNS, L0Row, RawJobRow, StoredJob,
+    StoredL0, add_count,
 };
 use crate::db::{Database, DbResult, status_list};
 use crate::domain::job::JobStatus;
@@ -16,7 +16,7 @@ use crate::domain::refine::L0Status;
 use crate::domain::usage::UsageTotals;
 
 impl Database {
-    pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<JobRecord>> {
+    pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<StoredJob>> {
         let row: Option<RawJobRow> = on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {JOB_COLUMNS} FROM refine_jobs WHERE id = $1"
@@ -46,7 +46,7 @@ impl Database {
         filter: &JobFilter,
         limit: u32,
         after: Option<Uuid>,
-    ) -> DbResult<Vec<JobRecord>> {
+    ) -> DbResult<Vec<StoredJob>> {
         let rows: Vec<RawJobRow> = on_pool!(self, pool => {
             let mut q =
                 QueryBuilder::new(format!("SELECT {JOB_COLUMNS} FROM refine_jobs WHERE TRUE"));
@@ -98,7 +98,7 @@ impl Database {
             q.push(") GROUP BY job_id, status");
             q.build_query_as().fetch_all(pool).await?
         });
-        let mut progress: HashMap<Uuid, ProgressRecord> = HashMap::new();
+        let mut progress: HashMap<Uuid, JobProgress> = HashMap::new();
         for (id, status, n) in counts {
             add_count(progress.entry(id).or_default(), status, n);
         }
@@ -180,7 +180,7 @@ impl Database {
     }
 
     /// Per-L0 records in natural assignment order (`position`).
-    pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<L0Record>> {
+    pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<StoredL0>> {
         let rows: Vec<L0Row> = on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {L0_COLUMNS} FROM refine_l0_runs WHERE job_id = $1 ORDER BY position"
@@ -189,7 +189,7 @@ impl Database {
             .fetch_all(pool)
             .await?
         });
-        Ok(rows.into_iter().map(L0Record::from).collect())
+        Ok(rows.into_iter().map(StoredL0::from).collect())
     }
 
     /// Jobs by status (the `refine_jobs` gauge; `queued` is the queue depth).

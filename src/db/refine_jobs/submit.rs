@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use super::{Created, JobRecord, NewRefineJob, ProgressRecord, budget_of};
+use super::{Created, JobProgress, NewRefineJob, StoredJob, budget_of};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
@@ -134,7 +134,7 @@ impl Database {
         new: &NewRefineJob,
         at: DateTime<Utc>,
         inserted: bool,
-    ) -> DbResult<Created<JobRecord>> {
+    ) -> DbResult<Created<StoredJob>> {
         if inserted {
             return Ok(Created::New(as_inserted(new, at)));
         }
@@ -166,7 +166,7 @@ impl Database {
         &self,
         first: KeyedJob,
         request_hash: Option<&str>,
-    ) -> DbResult<Created<JobRecord>> {
+    ) -> DbResult<Created<StoredJob>> {
         if first.request_hash.as_deref() != request_hash {
             return Ok(Created::KeyReused);
         }
@@ -210,7 +210,7 @@ impl SubmitQueue {
     /// Stores `job` (with the jobs submitted at the same moment). With an
     /// idempotency key the unique constraint decides: a second create with the same
     /// key finds the first instead of inserting.
-    pub async fn create(&self, job: NewRefineJob) -> DbResult<Created<JobRecord>> {
+    pub async fn create(&self, job: NewRefineJob) -> DbResult<Created<StoredJob>> {
         let writer = self.writer.get_or_init(|| {
             // Started on first use, inside the runtime that serves the creates; they
             // end when the last queue handle is dropped.
@@ -298,8 +298,8 @@ pub async fn store_group(
 
 /// The job as `insert_jobs!` just wrote it (what reading it back would return: the
 /// insert is its whole state, so the create answers without a second round trip).
-fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> JobRecord {
-    JobRecord {
+fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> StoredJob {
+    StoredJob {
         id: new.id,
         kind: "refine".to_owned(),
         status: JobStatus::Queued,
@@ -316,9 +316,9 @@ fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> JobRecord {
         updated_at: at,
         attempt: 0,
         max_attempts: i32::try_from(new.max_attempts).unwrap_or(i32::MAX),
-        progress: ProgressRecord {
+        progress: JobProgress {
             l0_total: i64::try_from(new.l0s.len()).unwrap_or(i64::MAX),
-            ..ProgressRecord::default()
+            ..JobProgress::default()
         },
         log: Vec::new(),
         result: None,
@@ -339,7 +339,7 @@ fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> JobRecord {
 /// What storing a retry came to.
 #[derive(Debug)]
 pub enum RetryInsert {
-    Inserted(Box<JobRecord>),
+    Inserted(Box<StoredJob>),
     /// The job was retried before: the retry's id.
     AlreadyRetried(Uuid),
     /// The job to retry is gone (deleted by retention meanwhile).

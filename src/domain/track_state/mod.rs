@@ -160,6 +160,33 @@ crate::domain::wire_strings!(TrackEventAction, "track event action", column {
     Completed => "completed",
 });
 
+/// One entry of a track's history: what a write of its document did.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+pub struct StoredTrackEvent {
+    pub at: DateTime<Utc>,
+    /// The document revision (`ETag`) this write made.
+    pub revision: i64,
+    pub action: TrackEventAction,
+    /// `started` / `completed`: the step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
+    /// `completed`: the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<StepOutcome>,
+    /// `started`: the agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `completed`: the verdict's notes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_sha: Option<String>,
+    /// The track's status after the write.
+    pub status: TrackStatus,
+    /// The track's current step after the write.
+    pub current_step: CurrentStep,
+}
+
 /// The track's overall status. Older spellings (`NEW`, `pending`, `IN_PROGRESS`,
 /// `done`, …) are read as these four.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]

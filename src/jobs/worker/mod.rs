@@ -29,11 +29,11 @@ use crate::agents::{Executor, Executors};
 use crate::config::Settings;
 use crate::db::notify::Notice;
 use crate::db::refine_jobs::{
-    ClaimFor, ClaimedJob, Finish, JobEnd, JobLease, LeaseLost, PendingProgress, ProgressRecord,
+    ClaimFor, ClaimedJob, Finish, JobEnd, JobLease, LeaseLost, PendingProgress,
 };
 use crate::db::{Database, DbError};
 use crate::domain::job::JobStatus;
-use crate::domain::refine::RefineOutput;
+use crate::domain::refine::{JobProgress, RefineOutput};
 use crate::domain::usage::MetricModels;
 use crate::telemetry;
 
@@ -324,7 +324,7 @@ fn prepare(
 /// What running the engine came to, with the sink's state after it.
 struct Ran {
     outcome: Result<(RefineOutput, Vec<String>), Stop>,
-    progress: ProgressRecord,
+    progress: JobProgress,
     /// The writes to store with the job's end.
     pending: PendingProgress,
     /// The heartbeat found the lease taken: nothing more may be written.

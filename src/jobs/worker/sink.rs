@@ -14,10 +14,11 @@ use super::{Pool, retry_db};
 use crate::agents::{Executor, RateFeedback};
 use crate::db::rate_limits::RateAsk;
 use crate::db::refine_jobs::{
-    BudgetScopes, ClaimedJob, Gated, JobLease, L0Ended, LeaseLost, PendingProgress, ProgressRecord,
+    BudgetScopes, ClaimedJob, Gated, JobLease, L0Ended, LeaseLost, PendingProgress,
 };
 use crate::db::{Database, DbError};
 use crate::domain::rate_limit::{Cost, Limits, ProviderSignal, estimated_cost};
+use crate::domain::refine::JobProgress;
 use crate::domain::refine::{Classified, L0Outcome};
 use crate::domain::usage::{
     Budget, BudgetQuestion, BudgetVerdict, MetricModels, ScopeLimit, decide, utc_day_start,
@@ -53,7 +54,7 @@ pub(super) struct DbSink {
     /// The per-call ceiling of the job's executor (`[budgets.max_call_cost_usd]`).
     call_ceiling_usd: Option<f64>,
     /// Its L0s by status: as claimed, then as this worker's writes left them.
-    pub(super) progress: ProgressRecord,
+    pub(super) progress: JobProgress,
     /// Writes held back, and when they must be stored.
     pub(super) pending: PendingProgress,
     due: Option<tokio::time::Instant>,

@@ -1,5 +1,6 @@
-//! The JSON a refine job is shown as (REST, MCP and the dashboard), apart from the
-//! stored rows in `db/` so that storage can change without changing the API.
+//! The refine jobs, L0 records and refine runs as stored and as shown (REST, MCP
+//! and the dashboard): one type each, which `db/` builds from its rows (so storage
+//! can change without changing these) and the API serializes as they are.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -7,9 +8,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::db::refine_jobs as rows;
+use super::{L0ErrorCode, L0Status};
 use crate::domain::job::JobStatus;
-use crate::domain::refine::{L0ErrorCode, L0Status};
 use crate::domain::usage::{Budget, L0Usage, UsageTotals};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
@@ -113,79 +113,28 @@ pub struct StoredL0 {
     pub prompt_bytes: Option<i64>,
 }
 
-impl From<rows::ProgressRecord> for JobProgress {
-    fn from(p: rows::ProgressRecord) -> Self {
-        JobProgress {
-            l0_total: p.l0_total,
-            l0_running: p.l0_running,
-            l0_succeeded: p.l0_succeeded,
-            l0_invalid: p.l0_invalid,
-            l0_failed: p.l0_failed,
-        }
-    }
-}
-
-impl From<rows::JobErrorRecord> for JobError {
-    fn from(e: rows::JobErrorRecord) -> Self {
-        JobError {
-            code: e.code,
-            message: e.message,
-        }
-    }
-}
-
-impl From<rows::JobRecord> for StoredJob {
-    fn from(row: rows::JobRecord) -> Self {
-        StoredJob {
-            id: row.id,
-            kind: row.kind,
-            status: row.status,
-            phase_id: row.phase_id,
-            run_id: row.run_id,
-            project_id: row.project_id,
-            team_pk: row.team_pk,
-            executor: row.executor,
-            executor_kind: row.executor_kind,
-            created_at: row.created_at,
-            started_at: row.started_at,
-            cancel_requested_at: row.cancel_requested_at,
-            finished_at: row.finished_at,
-            updated_at: row.updated_at,
-            attempt: row.attempt,
-            max_attempts: row.max_attempts,
-            progress: row.progress.into(),
-            log: row.log,
-            result: row.result,
-            phase_refined_path: row.phase_refined_path,
-            error: row.error.map(JobError::from),
-            version: row.version,
-            usage: row.usage,
-            budget: row.budget,
-            retry_of: row.retry_of,
-            retried_by: row.retried_by,
-        }
-    }
-}
-
-impl From<rows::L0Record> for StoredL0 {
-    fn from(row: rows::L0Record) -> Self {
-        StoredL0 {
-            assignment_id: row.assignment_id,
-            batch: row.batch,
-            status: row.status,
-            attempt: row.attempt,
-            starts: row.starts,
-            tries: row.tries,
-            project_id: row.project_id,
-            team_pk: row.team_pk,
-            started_at: row.started_at,
-            finished_at: row.finished_at,
-            exit_code: row.exit_code,
-            error_code: row.error_code,
-            error: row.error,
-            output_excerpt: row.output_excerpt,
-            usage: row.usage,
-            prompt_bytes: row.prompt_bytes,
-        }
-    }
+/// A refine run as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredRun {
+    pub id: Uuid,
+    /// `running`, `cancelling`, `succeeded`, `failed` or `cancelled`.
+    pub status: JobStatus,
+    pub project_id: Option<String>,
+    pub team_pk: Option<String>,
+    pub executor: String,
+    /// Phase id → its job, natural phase order.
+    #[schema(value_type = Object)]
+    pub phases: serde_json::Map<String, Value>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Present once merged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    /// Changes when the run or any of its phase jobs changes.
+    pub version: i64,
+    /// What the L0 calls of all its phase jobs cost so far.
+    pub usage: UsageTotals,
+    /// The run's spending limits over all its phase jobs; null when none.
+    pub budget: Option<Budget>,
 }
