@@ -6,14 +6,16 @@
 //! and every late completion is refused with 409.
 
 use std::collections::HashSet;
+use std::fs::File;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use tokio::process::{Child, Command};
 use tokio::sync::RwLock;
 
-use crate::common::process::ServerProcess;
 use crate::common::{Backend, FreshDatabase};
 
 const TASKS: usize = 10_000;
@@ -25,28 +27,86 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// For the whole run; a debug build on a loaded 2-core machine.
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// A `plangate serve` process logging to a file in `dir`, once it is ready.
-async fn start_server(name: &str, url: &str, dir: &std::path::Path) -> ServerProcess {
-    let log = dir.join(format!(
-        "server-{name}-{}.log",
-        uuid::Uuid::new_v4().simple()
-    ));
-    let server = ServerProcess::spawn(name, url, log, |command| {
-        command.env("PLANGATE_BODY_LIMIT_BYTES", "67108864");
-    })
-    .await;
-    let deadline = Instant::now() + START_TIMEOUT;
-    let client = reqwest::Client::new();
-    while !client
-        .get(format!("{}/readyz", server.base))
-        .send()
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(Instant::now() < deadline, "server {name} never ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// A `plangate serve` process logging to a file in `dir`.
+struct Server {
+    child: Option<Child>,
+    base: String,
+    log: std::path::PathBuf,
+}
+
+impl Server {
+    async fn start(name: &str, url: &str, dir: &std::path::Path) -> Server {
+        let log = dir.join(format!(
+            "server-{name}-{}.log",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let out = File::create(&log).expect("server log");
+        let err = out.try_clone().expect("server log");
+        let child = Command::new(env!("CARGO_BIN_EXE_plangate"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("DATABASE_URL", url)
+            .env("PLANGATE_BIND", "127.0.0.1:0")
+            .env("PLANGATE_LOG_FORMAT", "json")
+            .env("PLANGATE_BODY_LIMIT_BYTES", "67108864")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn plangate");
+        let mut server = Server {
+            child: Some(child),
+            base: String::new(),
+            log,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while server.base.is_empty() {
+            for line in std::fs::read_to_string(&server.log)
+                .unwrap_or_default()
+                .lines()
+            {
+                if let Ok(v) = serde_json::from_str::<Value>(line)
+                    && v["message"] == "plangate listening"
+                {
+                    server.base = format!("http://{}", v["address"].as_str().unwrap());
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server {name} did not start:\n{}",
+                std::fs::read_to_string(&server.log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let client = reqwest::Client::new();
+        while !client
+            .get(format!("{}/readyz", server.base))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            assert!(Instant::now() < deadline, "server {name} never ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server
     }
-    server
+
+    /// SIGKILL, then reap.
+    async fn sigkill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.start_kill().expect("SIGKILL");
+        child.wait().await.expect("reap");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
 }
 
 /// 10 waves; each task after the first depends on one task of the wave before.
@@ -179,10 +239,10 @@ async fn claimer(me: usize, list_id: String, bases: Bases, done_count: Arc<Atomi
 async fn sixty_four_claimers_survive_a_kill(backend: Backend) {
     let db = FreshDatabase::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut a = start_server("A", &db.url, dir.path()).await;
+    let mut a = Server::start("A", &db.url, dir.path()).await;
     // SQLite is single-node (docs/deployment.md): a second replica only on Postgres.
     let b = match backend {
-        Backend::Postgres => Some(start_server("B", &db.url, dir.path()).await),
+        Backend::Postgres => Some(Server::start("B", &db.url, dir.path()).await),
         Backend::Sqlite => None,
     };
     let client = reqwest::Client::new();
@@ -230,7 +290,7 @@ async fn sixty_four_claimers_survive_a_kill(backend: Backend) {
         }
         // The same file, a new process.
         None => {
-            let restarted = start_server("A2", &db.url, dir.path()).await;
+            let restarted = Server::start("A2", &db.url, dir.path()).await;
             *bases.write().await = vec![restarted.base.clone()];
             restarted
         }

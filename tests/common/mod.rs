@@ -267,21 +267,32 @@ impl TestApp {
     ) -> Value {
         let body =
             serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-        let mut request = self
-            .client
-            .post(self.url(path))
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        let response = request.send().await.expect("POST /mcp");
+        let response = self.mcp_post(path, token, &body).await;
         let status = response.status().as_u16();
         assert!(status < 500, "{method}: status {status}");
         let message: Value = response.json().await.expect("JSON-RPC answer");
         assert_eq!(message["jsonrpc"], "2.0", "{message}");
         assert_eq!(message["id"], 7, "{message}");
         message
+    }
+
+    /// A JSON-RPC message POSTed to an MCP endpoint as a client sends it (accepting
+    /// JSON or an event stream), as `token` if any.
+    pub async fn mcp_post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(self.url(path))
+            .header("accept", "application/json, text/event-stream")
+            .json(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("POST /mcp")
     }
 
     /// An MCP `tools/call` on `path` as `token`: whether it is a tool error, and
@@ -578,6 +589,18 @@ pub async fn refused_from_headers(
         "{method} {path}: {answer}"
     );
     answer
+}
+
+/// Assert a response is a 422 `code` problem saying its body did not parse (the
+/// `FATAL: failed to parse` line of docs/spec/refine.md); return it.
+pub async fn expect_unparsed_body(response: reqwest::Response, code: &str) -> Value {
+    let problem = expect_problem(response, 422, code).await;
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("FATAL: failed to parse request body: "),
+        "{problem}"
+    );
+    problem
 }
 
 /// Assert a response is problem+json with the given status and code; return it.

@@ -29,27 +29,6 @@ impl ServerProcess {
         log: PathBuf,
         env: &[(&str, &str)],
     ) -> ServerProcess {
-        ServerProcess::spawn(name, db_url, log, |command| {
-            command
-                .env("PLANGATE_CONFIG", config)
-                .env("PLANGATE_LEASE_SECS", "3")
-                .env("PLANGATE_HEARTBEAT_SECS", "1")
-                .env("PLANGATE_REAPER_INTERVAL_SECS", "1");
-            for (k, v) in env {
-                command.env(k, v);
-            }
-        })
-        .await
-    }
-
-    /// `plangate` on `db_url`, logging JSON to `log`, with only `PATH` from this
-    /// environment and what `configure` adds; returns once it logs where it listens.
-    pub async fn spawn(
-        name: &str,
-        db_url: &str,
-        log: PathBuf,
-        configure: impl FnOnce(&mut Command),
-    ) -> ServerProcess {
         let out = File::create(&log).expect("server log");
         let err = out.try_clone().expect("server log");
         let mut command = Command::new(env!("CARGO_BIN_EXE_plangate"));
@@ -58,9 +37,15 @@ impl ServerProcess {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("DATABASE_URL", db_url)
             .env("PLANGATE_BIND", "127.0.0.1:0")
+            .env("PLANGATE_CONFIG", config)
+            .env("PLANGATE_LEASE_SECS", "3")
+            .env("PLANGATE_HEARTBEAT_SECS", "1")
+            .env("PLANGATE_REAPER_INTERVAL_SECS", "1")
             .env("PLANGATE_LOG_FORMAT", "json")
             .env("RUST_LOG", "info");
-        configure(&mut command);
+        for (k, v) in env {
+            command.env(k, v);
+        }
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
