@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 
 use crate::agents::{Executor, Executors};
 use crate::config::Settings;
+use crate::domain::job::L0State;
 use crate::domain::refine::{
     Classified, PhaseContext, assignments_from_value, merge_phase_results, parse_context,
     parse_plan, plan_from_value, split_plan,
@@ -69,13 +70,11 @@ impl JobSink for TerminalSink {
         }
         for f in finished {
             let n = self.done.fetch_add(1, Ordering::SeqCst) + 1;
-            let status = match f.classified {
-                Classified::Valid(_) => "valid",
-                Classified::Invalid(_) => "invalid",
-                Classified::Mismatch { .. } => "mismatch",
-                Classified::Failed(_) => "failed",
-                Classified::NotStarted(_) => "not started",
-            };
+            let status = match &f.classified {
+                Classified::NotStarted(_) => L0State::NotStarted,
+                classified => L0State::Status(classified.status()),
+            }
+            .as_str();
             eprintln!(
                 "{}[{n}/{}] L0 {} {status} in {:.1} s",
                 self.prefix,

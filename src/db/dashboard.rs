@@ -8,7 +8,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{Database, DbResult};
-use crate::domain::job::{JobSummary, RunSummary};
+use crate::domain::dispatch::TaskStatus;
+use crate::domain::job::{JobState, JobStatus, JobSummary, RunSummary};
 
 /// One task list and how many of its tasks are in each status.
 #[derive(Debug, Clone)]
@@ -19,7 +20,7 @@ pub struct ListCounts {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     /// `(status, count)`.
-    pub counts: Vec<(String, i64)>,
+    pub counts: Vec<(TaskStatus, i64)>,
 }
 
 /// What a live task-list page polls: see [`Database::task_list_marker`].
@@ -45,8 +46,8 @@ fn state_sql() -> String {
 /// Filters of the dashboard's job list.
 #[derive(Debug, Default, Clone)]
 pub struct JobListFilter {
-    /// A status, or `degraded`; `succeeded` then means succeeded and not degraded.
-    pub status: Option<String>,
+    /// A state: a status, or `degraded`; `succeeded` then means succeeded and not degraded.
+    pub status: Option<JobState>,
     /// An id (the job's, or its run's) or a piece of a phase or project id.
     pub search: Option<String>,
     pub project_id: Option<String>,
@@ -78,16 +79,16 @@ macro_rules! push_job_filter {
     ($q:ident, $filter:expr, $status:expr) => {{
         let filter: &JobListFilter = $filter;
         if $status {
-            match filter.status.as_deref() {
+            match filter.status {
                 None => {}
-                Some("degraded") => {
+                Some(JobState::Degraded) => {
                     $q.push(format!(" AND status = 'succeeded' AND {NOT_VALID} > 0"));
                 }
-                Some("succeeded") => {
+                Some(JobState::Succeeded) => {
                     $q.push(format!(" AND status = 'succeeded' AND {NOT_VALID} = 0"));
                 }
                 Some(s) => {
-                    $q.push(" AND status = ").push_bind(s.to_owned());
+                    $q.push(" AND status = ").push_bind(s);
                 }
             }
         }
@@ -175,7 +176,7 @@ impl Database {
         if lists.is_empty() {
             return Ok(Vec::new());
         }
-        let counts: Vec<(Uuid, String, i64)> = on_pool!(self, pool => {
+        let counts: Vec<(Uuid, TaskStatus, i64)> = on_pool!(self, pool => {
             let mut q = QueryBuilder::new(
                 "SELECT task_list_id, status, COUNT(*) FROM tasks WHERE task_list_id IN (",
             );
@@ -193,7 +194,7 @@ impl Database {
                     counts: counts
                         .iter()
                         .filter(|(list, _, _)| *list == id)
-                        .map(|(_, s, n)| (s.clone(), *n))
+                        .map(|(_, s, n)| (*s, *n))
                         .collect(),
                     id,
                     project_id,
@@ -210,7 +211,7 @@ impl Database {
         &self,
         runs: bool,
         allowed: Option<&[String]>,
-    ) -> DbResult<Vec<(String, i64)>> {
+    ) -> DbResult<Vec<(JobStatus, i64)>> {
         let table = if runs { "refine_runs" } else { "refine_jobs" };
         Ok(on_pool!(self, pool => {
             let mut q =
@@ -265,7 +266,10 @@ impl Database {
     /// A list's tasks counted by wave and status: `(wave, status, count)`, waves
     /// ascending. An aggregate over the `(task_list_id, parallel_group, status)`
     /// index (an index-only read; no task row is loaded).
-    pub async fn task_list_wave_counts(&self, list_id: Uuid) -> DbResult<Vec<(i64, String, i64)>> {
+    pub async fn task_list_wave_counts(
+        &self,
+        list_id: Uuid,
+    ) -> DbResult<Vec<(i64, TaskStatus, i64)>> {
         Ok(on_pool!(self, pool => {
             sqlx::query_as(
                 "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE task_list_id = $1 \
@@ -357,7 +361,7 @@ impl Database {
 
     /// `(state, count)` of the jobs `filter` matches, whatever its status: a
     /// success with failed L0 calls counts as `degraded` (docs/jobs.md, "Lifecycle").
-    pub async fn job_state_counts(&self, filter: &JobListFilter) -> DbResult<Vec<(String, i64)>> {
+    pub async fn job_state_counts(&self, filter: &JobListFilter) -> DbResult<Vec<(JobState, i64)>> {
         Ok(on_pool!(self, pool => {
             let mut q = QueryBuilder::new(format!(
                 "SELECT state, COUNT(*) FROM (SELECT {} AS state FROM refine_jobs WHERE TRUE",

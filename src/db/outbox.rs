@@ -47,7 +47,7 @@ macro_rules! outbox_enqueue {
                         .push_bind(*hook)
                         .push_bind(event.id)
                         .push_bind(event.event_type.as_str())
-                        .push_bind("pending")
+                        .push_bind($crate::domain::webhooks::DeliveryState::Pending)
                         .push_bind(0i32)
                         .push_bind(0i32)
                         .push_bind(event.at)

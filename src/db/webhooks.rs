@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult};
+use crate::domain::webhooks::DeliveryState;
 
 /// A stored webhook (secrets included: the service decides what to show).
 #[derive(Debug, Clone, FromRow)]
@@ -48,8 +49,7 @@ pub struct DeliveryRecord {
     pub event_id: Uuid,
     #[sqlx(rename = "type")]
     pub event_type: String,
-    /// `pending`, `delivered` or `failed`.
-    pub state: String,
+    pub state: DeliveryState,
     pub attempts: i32,
     pub last_status_code: Option<i32>,
     pub last_error: Option<String>,
@@ -344,27 +344,44 @@ impl Database {
         result: &AttemptResult,
     ) -> DbResult<bool> {
         let at = now();
-        let (state, status, error, next, failed): (&str, Option<u16>, Option<&str>, _, i32) =
-            match result {
-                AttemptResult::Delivered { status } => ("delivered", Some(*status), None, None, 0),
-                AttemptResult::Failed {
-                    status,
-                    error,
-                    retry_in,
-                } => match retry_in {
-                    Some(wait) => (
-                        "pending",
-                        *status,
-                        Some(error.as_str()),
-                        Some(at + chrono(*wait)),
-                        1,
-                    ),
-                    None => ("failed", *status, Some(error.as_str()), None, 1),
-                },
-                AttemptResult::Gone { reason } => {
-                    ("failed", Some(410), Some(reason.as_str()), None, 1)
-                }
-            };
+        let (state, status, error, next, failed): (
+            DeliveryState,
+            Option<u16>,
+            Option<&str>,
+            _,
+            i32,
+        ) = match result {
+            AttemptResult::Delivered { status } => {
+                (DeliveryState::Delivered, Some(*status), None, None, 0)
+            }
+            AttemptResult::Failed {
+                status,
+                error,
+                retry_in,
+            } => match retry_in {
+                Some(wait) => (
+                    DeliveryState::Pending,
+                    *status,
+                    Some(error.as_str()),
+                    Some(at + chrono(*wait)),
+                    1,
+                ),
+                None => (
+                    DeliveryState::Failed,
+                    *status,
+                    Some(error.as_str()),
+                    None,
+                    1,
+                ),
+            },
+            AttemptResult::Gone { reason } => (
+                DeliveryState::Failed,
+                Some(410),
+                Some(reason.as_str()),
+                None,
+                1,
+            ),
+        };
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             let n = sqlx::query(

@@ -376,7 +376,7 @@ pub enum JobState {
     Cancelled,
 }
 
-crate::domain::wire_strings!(JobState, "job state", {
+crate::domain::wire_strings!(JobState, "job state", column {
     Queued => "queued",
     Running => "running",
     Cancelling => "cancelling",

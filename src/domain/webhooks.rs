@@ -14,6 +14,24 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 use uuid::Uuid;
 
+/// Where one event's delivery to one webhook stands: waiting for its next
+/// attempt, delivered, or failed (its schedule spent, or the webhook disabled).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    Pending,
+    Delivered,
+    Failed,
+}
+
+crate::domain::wire_strings!(DeliveryState, "delivery state", column {
+    Pending => "pending",
+    Delivered => "delivered",
+    Failed => "failed",
+});
+
 /// What a webhook can subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {

@@ -24,6 +24,16 @@ macro_rules! wire_strings {
             }
         }
 
+        impl $crate::domain::wire_strings::WireEnum for $ty {
+            fn all() -> &'static [Self] {
+                &Self::ALL
+            }
+
+            fn as_wire(self) -> &'static str {
+                self.as_str()
+            }
+        }
+
         impl ::std::fmt::Display for $ty {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(self.as_str())
@@ -112,6 +122,15 @@ macro_rules! wire_strings {
     };
 }
 pub(crate) use wire_strings;
+
+/// What [`wire_strings!`] gives every enum, for code generic over them (the
+/// dashboard lists counts by state in the enum's order, whichever enum it is).
+pub trait WireEnum: Copy + PartialEq + 'static {
+    /// Every variant, in declaration order.
+    fn all() -> &'static [Self];
+    /// The wire (serde) name.
+    fn as_wire(self) -> &'static str;
+}
 
 /// An unknown string for a wire enum (e.g. `?mode=` or a `status` field), naming the
 /// accepted values so a 400/422 message is actionable.

@@ -4,6 +4,7 @@
 //! Made only when traces are on: without them an L0 gets `Span::none()`.
 
 use crate::agents::{Cancelled, Executor, L0Run};
+use crate::domain::job::L0State;
 use crate::domain::refine::{L0Outcome, classify};
 use crate::telemetry;
 
@@ -59,7 +60,7 @@ pub fn record_l0(
     let run = match run {
         Ok(run) => run,
         Err(Cancelled) => {
-            span.record("plangate.l0.outcome", "cancelled");
+            span.record("plangate.l0.outcome", L0State::Cancelled.as_str());
             return;
         }
     };

@@ -9,7 +9,7 @@ use crate::db::dashboard::{JobListFilter, ListCounts, LiveTable};
 use crate::db::refine_jobs::JobFilter;
 use crate::db::task_lists::dispatch_view;
 use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
-use crate::domain::job::{JobStatus, JobSummary, RunSummary};
+use crate::domain::job::{JobState, JobStatus, JobSummary, RunSummary};
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
 use crate::service::tracks::StoredTrackEvent;
@@ -30,8 +30,8 @@ pub const OVERVIEW_LISTS: u32 = 200;
 pub struct Overview {
     /// Projects in natural order, each with its cycles (`None` = project-wide).
     pub projects: Vec<ProjectSummary>,
-    pub job_counts: Vec<(String, i64)>,
-    pub run_counts: Vec<(String, i64)>,
+    pub job_counts: Vec<(JobState, i64)>,
+    pub run_counts: Vec<(JobStatus, i64)>,
 }
 
 pub struct ProjectSummary {
@@ -50,7 +50,7 @@ pub struct TaskListSummary {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     /// `(status, count)`.
-    pub counts: Vec<(String, i64)>,
+    pub counts: Vec<(TaskStatus, i64)>,
 }
 
 impl From<ListCounts> for TaskListSummary {
@@ -150,10 +150,10 @@ impl WaveSummary {
         self.counts.iter().map(|(_, n)| n).sum()
     }
 
-    pub fn count(&self, status: &str) -> i64 {
+    pub fn count(&self, status: TaskStatus) -> i64 {
         self.counts
             .iter()
-            .find(|(s, _)| s.as_str() == status)
+            .find(|(s, _)| *s == status)
             .map_or(0, |(_, n)| *n)
     }
 }
@@ -171,7 +171,7 @@ pub struct TaskListPageView {
     pub names: Vec<(Uuid, String)>,
     /// The wave opened (`?wave=`) and the status its tasks are filtered by
     /// (`&status=`): the page lists that wave's tasks only.
-    pub wave: Option<(i64, Option<&'static str>)>,
+    pub wave: Option<(i64, Option<TaskStatus>)>,
 }
 
 /// The task-list page's data: a small list (or one wave opened) whole, a
@@ -211,7 +211,7 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         wave: Option<i64>,
-        status: Option<&'static str>,
+        status: Option<TaskStatus>,
         cursor: Option<&str>,
     ) -> Result<TaskListShown, ServiceError> {
         self.check_list_visible(caller, id).await?;
@@ -234,7 +234,7 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-        wave: Option<(i64, Option<&str>)>,
+        wave: Option<(i64, Option<TaskStatus>)>,
         cursor: Option<&str>,
     ) -> Result<StoredTaskList, ServiceError> {
         match wave {
@@ -244,6 +244,8 @@ impl Service {
             }
             Some(wave) => {
                 let after = super::task_lists::page_cursor(cursor)?;
+                let (wave, status) = wave;
+                let wave = (wave, status.map(TaskStatus::as_str));
                 self.task_page(caller, id, Some(wave), after, DASHBOARD_PAGE_TASKS)
                     .await
             }
@@ -255,15 +257,12 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         total: u64,
-        wave: Option<(i64, Option<&'static str>)>,
+        wave: Option<(i64, Option<TaskStatus>)>,
         cursor: Option<&str>,
     ) -> Result<TaskListPageView, ServiceError> {
         let list = self.dashboard_page_tasks(caller, id, wave, cursor).await?;
         let mut waves: Vec<WaveSummary> = Vec::new();
         for (wave, status, n) in self.db.task_list_wave_counts(id).await? {
-            let Some(status) = TaskStatus::parse(&status) else {
-                continue;
-            };
             match waves.last_mut() {
                 Some(w) if w.wave == wave => w.counts.push((status, n)),
                 _ => waves.push(WaveSummary {
@@ -352,7 +351,7 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-        wave: Option<(i64, Option<&str>)>,
+        wave: Option<(i64, Option<TaskStatus>)>,
         cursor: Option<&str>,
     ) -> Result<(Vec<TaskState>, Option<i64>), ServiceError> {
         self.check_list_visible(caller, id).await?;
@@ -395,24 +394,12 @@ impl Service {
     }
 }
 
-/// The states the job list filters and counts by: the statuses, and `degraded`
-/// (a success with failed L0 calls; `succeeded` then means a clean one).
-pub const JOB_STATES: [&str; 7] = {
-    use crate::domain::job::JobState;
-    let mut words = [""; JobState::ALL.len()];
-    let mut i = 0;
-    while i < words.len() {
-        words[i] = JobState::ALL[i].as_str();
-        i += 1;
-    }
-    words
-};
-
 /// The job list's query, as parsed from a form.
 #[derive(Debug, Default, Clone)]
 pub struct JobQuery {
-    /// One of [`JOB_STATES`].
-    pub status: Option<&'static str>,
+    /// A status, or `degraded` (a success with failed L0 calls; `succeeded`
+    /// then means a clean one).
+    pub status: Option<JobState>,
     /// An id, or a piece of a phase or project id.
     pub search: Option<String>,
     pub project_id: Option<String>,
@@ -454,7 +441,7 @@ impl Service {
             .date
             .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc());
         let filter = JobListFilter {
-            status: query.status.map(str::to_owned),
+            status: query.status,
             search: query.search.clone(),
             project_id: query.project_id.clone(),
             created_from: day,
@@ -482,7 +469,7 @@ impl Service {
 pub struct JobList {
     pub page: Page<JobSummary>,
     pub usage: std::collections::HashMap<Uuid, crate::domain::usage::UsageTotals>,
-    pub counts: Vec<(String, i64)>,
+    pub counts: Vec<(JobState, i64)>,
 }
 
 pub struct JobView {

@@ -16,7 +16,8 @@ use super::{Caller, ProblemCode, Service, ServiceError};
 use crate::db::webhooks::{DeliveryRecord, NewWebhook, WebhookRecord};
 use crate::domain::ids::Ident;
 use crate::domain::webhooks::{
-    ROTATION_OVERLAP, Subscription, UrlRefusal, check_target, ip_literal, secret_from, url_host,
+    DeliveryState, ROTATION_OVERLAP, Subscription, UrlRefusal, check_target, ip_literal,
+    secret_from, url_host,
 };
 
 /// Deliveries a list shows at most (newest first).
@@ -84,7 +85,7 @@ pub struct Delivery {
     #[serde(rename = "type")]
     pub event_type: String,
     /// `pending`, `delivered` or `failed` (schedule spent, or the webhook disabled).
-    pub state: String,
+    pub state: DeliveryState,
     pub attempts: i32,
     pub last_status_code: Option<i32>,
     pub last_error: Option<String>,
@@ -102,7 +103,7 @@ impl From<DeliveryRecord> for Delivery {
             webhook_id: d.webhook_id,
             event_id: d.event_id,
             event_type: d.event_type,
-            next_attempt_at: (d.state == "pending")
+            next_attempt_at: (d.state == DeliveryState::Pending)
                 .then_some(d.next_attempt_at)
                 .flatten(),
             state: d.state,

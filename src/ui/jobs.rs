@@ -14,7 +14,8 @@ use super::error::{PageError, PageResult};
 use super::extract::{Viewer, invalid, parse_id, parse_present, present};
 use super::live::sse;
 use super::pages::jobs as page;
-use crate::service::dashboard::{BulkKind, JOB_STATES, JobQuery};
+use crate::domain::job::JobState;
+use crate::service::dashboard::{BulkKind, JobQuery};
 
 #[derive(Deserialize)]
 pub struct JobsForm {
@@ -29,10 +30,10 @@ impl JobsForm {
     fn query(&self) -> PageResult<JobQuery> {
         Ok(JobQuery {
             status: parse_present(&self.status, |s| {
-                JOB_STATES
-                    .into_iter()
-                    .find(|state| *state == s)
-                    .ok_or_else(|| invalid("status", &format!("one of {}", JOB_STATES.join(", "))))
+                JobState::parse(s).ok_or_else(|| {
+                    let words = JobState::ALL.map(JobState::as_str);
+                    invalid("status", &format!("one of {}", words.join(", ")))
+                })
             })?,
             search: present(&self.q).map(str::to_owned),
             project_id: present(&self.project).map(str::to_owned),

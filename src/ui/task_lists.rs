@@ -9,7 +9,8 @@ use serde::Deserialize;
 use super::error::{PageError, PageResult};
 use super::extract::{Viewer, invalid, parse_id, parse_present};
 use super::live::{LIVE_POLL, sse};
-use super::pages::{self, tasks};
+use super::pages::tasks;
+use crate::domain::dispatch::TaskStatus;
 use crate::service::dashboard::{TaskListMarker, TaskState};
 
 #[derive(Deserialize)]
@@ -35,17 +36,12 @@ fn parse_wave(raw: &Option<String>) -> Result<Option<i64>, PageError> {
     })
 }
 
-fn parse_status(raw: &Option<String>) -> Result<Option<&'static str>, PageError> {
+fn parse_status(raw: &Option<String>) -> Result<Option<TaskStatus>, PageError> {
     parse_present(raw, |s| {
-        pages::TASK_ORDER
-            .into_iter()
-            .find(|word| *word == s)
-            .ok_or_else(|| {
-                invalid(
-                    "status",
-                    "must be one of pending, running, done, failed, abandoned",
-                )
-            })
+        TaskStatus::parse(s).ok_or_else(|| {
+            let words = TaskStatus::ALL.map(TaskStatus::as_str);
+            invalid("status", &format!("must be one of {}", words.join(", ")))
+        })
     })
 }
 

@@ -2,8 +2,7 @@
 //! dashboard's task-list page"): a list of more than 300 tasks shows its waves
 //! counted and its tasks 200 a page, with a link to the next page.
 
-use crate::common::TestApp;
-use futures::StreamExt;
+use crate::common::{TestApp, sse};
 use serde_json::{Value, json};
 
 /// Three waves of 150: wave 2's task `t{i}` needs wave 1's `t{i - 150}`.
@@ -137,14 +136,7 @@ async fn a_large_list_is_summarised_per_wave_and_paged(app: TestApp) {
     assert_eq!(next_link(&third), None);
 
     // The second page's live stream starts with its own tasks only.
-    let response = app.get(&format!("/ui/task-lists/{id}/events{next}")).await;
-    assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let mut seen = String::new();
-    while !seen.contains("\n\n") {
-        let chunk = body.next().await.expect("an event").unwrap();
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let seen = sse::first_frame(&app, &format!("/ui/task-lists/{id}/events{next}")).await;
     assert!(seen.contains("[\"t200\",\"pending\",null]"), "{seen}");
     assert!(!seen.contains("\"t0\""), "{seen}");
 
@@ -269,21 +261,13 @@ async fn a_large_lists_wave_is_listed_a_page_at_a_time(app: TestApp) {
     assert_eq!(pager_link(&second, "first").as_deref(), Some("?wave=2"));
 
     // The second page's live stream starts with its own tasks only.
-    let response = app.get(&format!("/ui/task-lists/{id}/events{next}")).await;
-    assert_eq!(response.status(), 200);
-    let mut body = response.bytes_stream();
-    let mut seen = String::new();
-    while !seen.contains("\n\n") {
-        let chunk = body.next().await.expect("an event").unwrap();
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    let seen = sse::first_frame(&app, &format!("/ui/task-lists/{id}/events{next}")).await;
     let last = wave2.last().unwrap();
     assert!(
         seen.contains(&format!("[\"{last}\",\"pending\",null]")),
         "{seen}"
     );
     assert!(!seen.contains("\"t0\""), "{seen}");
-    drop(body);
 
     // A status filters the wave; the next link keeps both.
     let abandoned = page(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::common::{Backend, TestApp, expect_problem, server_id, spawn_app};
+use crate::common::{Backend, TestApp, expect_problem, server_id, spawn_app, sse};
 
 /// An open stream and what it has buffered of its next frame.
 struct Stream {
@@ -17,22 +17,9 @@ struct Stream {
 
 impl Stream {
     async fn open(app: &TestApp, list: &str, last_event_id: Option<&str>) -> Stream {
-        let mut request = app
-            .client
-            .get(app.url(&format!("/v1/task-lists/{list}/events")));
-        if let Some(id) = last_event_id {
-            request = request.header("last-event-id", id);
-        }
-        let response = request.send().await.unwrap();
-        assert_eq!(response.status(), 200);
-        assert!(
-            response.headers()["content-type"]
-                .to_str()
-                .unwrap()
-                .starts_with("text/event-stream")
-        );
+        let path = format!("/v1/task-lists/{list}/events");
         Stream {
-            body: response,
+            body: sse::open(app, &path, last_event_id).await,
             buffer: String::new(),
         }
     }
@@ -43,12 +30,7 @@ impl Stream {
             loop {
                 if let Some(end) = self.buffer.find("\n\n") {
                     let frame: String = self.buffer.drain(..end + 2).collect();
-                    let field = |name: &str| {
-                        frame
-                            .lines()
-                            .find_map(|l| l.strip_prefix(&format!("{name}:")))
-                            .map(|v| v.trim().to_owned())
-                    };
+                    let field = |name: &str| sse::field(&frame, name);
                     if field("event").as_deref() != Some("task") {
                         continue; // a keep-alive comment
                     }
@@ -93,12 +75,7 @@ async fn claim_and_finish_are_streamed(backend: Backend) {
     let a = server_id(&list, "A");
     let mut stream = Stream::open(reader, list_id, None).await;
 
-    let claim = app
-        .post_json(
-            &format!("/v1/task-lists/{list_id}/claim"),
-            &json!({"holder": "agent-1"}),
-        )
-        .await;
+    let claim = app.claim(list_id, &json!({"holder": "agent-1"})).await;
     assert_eq!(claim.status(), 200);
     let (claimed_id, claimed) = stream.next().await;
     assert_eq!(claimed["kind"], "claimed", "{claimed}");
@@ -133,12 +110,7 @@ async fn claim_and_finish_are_streamed(backend: Backend) {
     // were sent (as concurrent writers do) is still sent.
     let late_id = uuid::Uuid::now_v7();
     let b = server_id(&list, "B");
-    let claim_b = app
-        .post_json(
-            &format!("/v1/task-lists/{list_id}/claim"),
-            &json!({"holder": "agent-2"}),
-        )
-        .await;
+    let claim_b = app.claim(list_id, &json!({"holder": "agent-2"})).await;
     assert_eq!(claim_b.status(), 200);
     let (_, claimed_b) = stream.next().await;
     assert_eq!(claimed_b["task"], b.as_str(), "{claimed_b}");

@@ -75,12 +75,7 @@ async fn tokens_are_checked_as_on_v1(app: TestApp) {
         ] {
             let response = post_raw(&app, path, token, list.clone()).await;
             // The reason, where clients that drop a 401's body still see it (RFC 6750).
-            let challenge = response
-                .headers()
-                .get("www-authenticate")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
+            let challenge = crate::common::header(&response, "www-authenticate");
             assert!(
                 challenge.starts_with("Bearer realm=\"plangate\""),
                 "{challenge}"

@@ -512,34 +512,19 @@ const JSON_ROUTES: &[(&str, &str)] = &[
 ];
 
 async fn every_json_route_answers_bad_bodies_with_problems(app: TestApp) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     for (method, path) in JSON_ROUTES {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let malformed = app
-            .client
-            .request(method.clone(), app.url(path))
-            .header("content-type", "application/json")
-            .body("{,")
-            .send()
-            .await
-            .unwrap();
+            .send_body(method.clone(), path, "application/json", "{,")
+            .await;
         expect_problem(malformed, 400, "malformed_json").await;
         let not_json = app
-            .client
-            .request(method.clone(), app.url(path))
-            .header("content-type", "text/plain")
-            .body("{}")
-            .send()
-            .await
-            .unwrap();
+            .send_body(method.clone(), path, "text/plain", "{}")
+            .await;
         expect_problem(not_json, 415, "unsupported_media_type").await;
         let wrong_shape = app
-            .client
-            .request(method.clone(), app.url(path))
-            .json(&serde_json::json!([1, 2, 3]))
-            .send()
-            .await
-            .unwrap();
+            .send_json(method.clone(), path, &serde_json::json!([1, 2, 3]))
+            .await;
         let status = wrong_shape.status().as_u16();
         assert!((400..500).contains(&status), "{method} {path}: {status}");
         assert_eq!(
@@ -548,23 +533,7 @@ async fn every_json_route_answers_bad_bodies_with_problems(app: TestApp) {
             "{method} {path}"
         );
         // Over the limit, announced by Content-Length: answered before the body.
-        let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n",
-            17 * 1024 * 1024
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.unwrap();
-        assert!(
-            answer.starts_with("HTTP/1.1 413"),
-            "{method} {path}: {answer}"
-        );
-        assert!(
-            answer.contains("application/problem+json"),
-            "{method} {path}: {answer}"
-        );
+        crate::common::refused_from_headers(&app, method.as_str(), path, 17 * 1024 * 1024).await;
         // A method the route does not have.
         let wrong_method = app.client.delete(app.url(path)).send().await.unwrap();
         expect_problem(wrong_method, 405, "method_not_allowed").await;

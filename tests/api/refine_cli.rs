@@ -27,6 +27,23 @@ fn plangate() -> Command {
     command
 }
 
+/// `plangate refine` on the example P2 context and plan into `run_dir`, with
+/// `--config config` if given and `--executor executor`.
+fn refine_p2(run_dir: &Path, config: Option<&Path>, executor: &str) -> Command {
+    let mut command = plangate();
+    command.args([
+        "refine".as_ref(),
+        examples().join("context_P2.json").as_os_str(),
+        examples().join("refined_plan.json").as_os_str(),
+        run_dir.as_os_str(),
+    ]);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    command.args(["--executor", executor]);
+    command
+}
+
 fn run(command: &mut Command) -> (i32, String, String) {
     let Output {
         status,
@@ -165,16 +182,7 @@ fn refine_with_a_command_executor_from_the_config() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "");
     let run_dir = dir.path().join("run");
-    let (code, stdout, stderr) = run(plangate().args([
-        "refine".as_ref(),
-        examples().join("context_P2.json").as_os_str(),
-        examples().join("refined_plan.json").as_os_str(),
-        run_dir.as_os_str(),
-        "--config".as_ref(),
-        cfg.as_os_str(),
-        "--executor".as_ref(),
-        "fake".as_ref(),
-    ]));
+    let (code, stdout, stderr) = run(&mut refine_p2(&run_dir, Some(&cfg), "fake"));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     for id in ["P2-A1", "P2-A2", "P2-A10"] {
         let progress: Vec<&str> = stderr
@@ -198,16 +206,7 @@ fn refine_with_a_command_executor_from_the_config() {
 
     // Every L0 failing: CRITICAL lines on stdout, the job still finishes.
     let run_dir = dir.path().join("run-failing");
-    let (code, stdout, stderr) = run(plangate().args([
-        "refine".as_ref(),
-        examples().join("context_P2.json").as_os_str(),
-        examples().join("refined_plan.json").as_os_str(),
-        run_dir.as_os_str(),
-        "--config".as_ref(),
-        cfg.as_os_str(),
-        "--executor".as_ref(),
-        "failing".as_ref(),
-    ]));
+    let (code, stdout, stderr) = run(&mut refine_p2(&run_dir, Some(&cfg), "failing"));
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     for id in ["P2-A1", "P2-A2", "P2-A10"] {
         let line = format!("CRITICAL: L0 for {id} failed — proceeding with N-1 suggestions");
@@ -229,17 +228,7 @@ fn refine_prints_as_it_goes() {
     let dir = tempfile::tempdir().unwrap();
     // One L0 at a time: three batches of one 1-second L0.
     let cfg = config(dir.path(), "l0_concurrency = 1");
-    let mut child = plangate()
-        .args([
-            "refine".as_ref(),
-            examples().join("context_P2.json").as_os_str(),
-            examples().join("refined_plan.json").as_os_str(),
-            dir.path().join("run").as_os_str(),
-            "--config".as_ref(),
-            cfg.as_os_str(),
-            "--executor".as_ref(),
-            "slow".as_ref(),
-        ])
+    let mut child = refine_p2(&dir.path().join("run"), Some(&cfg), "slow")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -343,17 +332,8 @@ fn refine_rejects_an_unknown_executor() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "");
     let run_dir = dir.path().join("run");
-    for extra in [vec![], vec!["--config".as_ref(), cfg.as_os_str()]] {
-        let (code, stdout, stderr) = run(plangate()
-            .args([
-                "refine".as_ref(),
-                examples().join("context_P2.json").as_os_str(),
-                examples().join("refined_plan.json").as_os_str(),
-                run_dir.as_os_str(),
-                "--executor".as_ref(),
-                "nope".as_ref(),
-            ])
-            .args(extra));
+    for config in [None, Some(cfg.as_path())] {
+        let (code, stdout, stderr) = run(&mut refine_p2(&run_dir, config, "nope"));
         assert_eq!(code, 2, "stdout {stdout} stderr {stderr}");
         assert!(stderr.contains("unknown executor \"nope\""), "{stderr}");
         assert!(!run_dir.exists(), "nothing written");

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::{Backend, TestApp, expect_problem, max_concurrency, spawn_app_with};
+use crate::common::{Backend, TestApp, expect_problem, max_concurrency, spawn_app_with, sse};
 use futures::StreamExt as _;
 use plangate::config::{ExecutorKind, ExecutorProfile};
 use serde_json::{Value, json};
@@ -442,20 +442,8 @@ async fn wait_returns_when_the_job_changes(app: TestApp, _dirs: Dirs) {
 
 /// Reads a whole SSE stream into `(id, event, data)` triples.
 async fn read_events(app: &TestApp, id: &str, last: Option<i64>) -> Vec<(i64, String, Value)> {
-    let mut request = app
-        .client
-        .get(app.url(&format!("/v1/refine-jobs/{id}/events")));
-    if let Some(last) = last {
-        request = request.header("Last-Event-ID", last.to_string());
-    }
-    let response = request.send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
+    let path = format!("/v1/refine-jobs/{id}/events");
+    let response = sse::open(app, &path, last.map(|l| l.to_string()).as_deref()).await;
     let mut text = String::new();
     let mut stream = response.bytes_stream();
     let reading = async {
@@ -469,13 +457,7 @@ async fn read_events(app: &TestApp, id: &str, last: Option<i64>) -> Vec<(i64, St
     text.split("\n\n")
         .filter(|block| block.contains("data:"))
         .map(|block| {
-            let field = |name: &str| {
-                block
-                    .lines()
-                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
-                    .map(|v| v.trim().to_owned())
-                    .unwrap_or_default()
-            };
+            let field = |name: &str| sse::field(block, name).unwrap_or_default();
             (
                 field("id").parse().unwrap(),
                 field("event"),
@@ -777,31 +759,14 @@ async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dir
     let malformed = app
         .post_body("/v1/refine-jobs", "application/json", "{\"context\": [")
         .await;
-    let problem = expect_problem(malformed, 422, "invalid_context").await;
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("FATAL: failed to parse request body: ")
-    );
+    crate::common::expect_unparsed_body(malformed, "invalid_context").await;
     let text = app
         .post_body("/v1/refine-jobs", "text/plain", good.to_string())
         .await;
     expect_problem(text, 415, "unsupported_media_type").await;
     // A 20 MB context is over the 16 MiB body limit: answered from the headers,
     // before the body is sent (a client still writing would see the close).
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let head = format!(
-        "POST /v1/refine-jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n",
-        20 * 1024 * 1024
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    assert!(answer.contains("application/problem+json"), "{answer}");
+    crate::common::refused_from_headers(&app, "POST", "/v1/refine-jobs", 20 * 1024 * 1024).await;
 
     let page: Value = app.get_json("/v1/refine-jobs").await;
     assert!(

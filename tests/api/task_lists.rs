@@ -206,18 +206,13 @@ async fn validate_refuses_malformed_requests(app: TestApp) {
     assert_eq!(nested.headers()["content-type"], "application/problem+json");
     // Over the 16 MiB default limit: the answer comes from the headers alone, before
     // the body is sent (a client still writing would see the connection close).
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let head = format!(
-        "POST /v1/task-lists/validate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n",
-        17 * 1024 * 1024
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
-    assert!(answer.contains("application/problem+json"), "{answer}");
+    let answer = crate::common::refused_from_headers(
+        &app,
+        "POST",
+        "/v1/task-lists/validate",
+        17 * 1024 * 1024,
+    )
+    .await;
     assert!(answer.contains("\"code\":\"body_too_large\""), "{answer}");
     // A chunked body (no length up front) is cut at the same limit by the extractor.
     // The server answers and closes while the client may still be writing, so under

@@ -30,14 +30,7 @@ fn updating() -> bool {
 /// The JSON-RPC answer to `tools/list` on `/mcp`, as its raw body and parsed.
 async fn tools_list(app: &TestApp) -> (String, Value) {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
-    let response = app
-        .client
-        .post(app.url("/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .json(&body)
-        .send()
-        .await
-        .expect("POST /mcp");
+    let response = app.mcp_post("/mcp", None, &body).await;
     assert_eq!(response.status(), 200);
     let text = response.text().await.expect("tools/list body");
     let message: Value = serde_json::from_str(&text).expect("tools/list JSON");

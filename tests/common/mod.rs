@@ -3,6 +3,7 @@
 //! one way to run a test on both back-ends, [`both_backends!`].
 
 pub mod process;
+pub mod sse;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -154,12 +155,29 @@ impl TestApp {
     }
 
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.send_json(reqwest::Method::POST, path, body).await
+    }
+
+    /// `method path` with a JSON body.
+    pub async fn send_json(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
+        let what = method.to_string();
         self.client
-            .post(self.url(path))
+            .request(method, self.url(path))
             .json(body)
             .send()
             .await
-            .expect("POST")
+            .expect(&what)
+    }
+
+    /// `POST /v1/task-lists/{list_id}/claim` with `body`.
+    pub async fn claim(&self, list_id: &str, body: &Value) -> reqwest::Response {
+        self.post_json(&format!("/v1/task-lists/{list_id}/claim"), body)
+            .await
     }
 
     /// POST a body sent as is, under the given content type.
@@ -169,13 +187,26 @@ impl TestApp {
         content_type: &str,
         body: impl Into<reqwest::Body>,
     ) -> reqwest::Response {
+        self.send_body(reqwest::Method::POST, path, content_type, body)
+            .await
+    }
+
+    /// `method path` with a body sent as is, under the given content type.
+    pub async fn send_body(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        let what = method.to_string();
         self.client
-            .post(self.url(path))
+            .request(method, self.url(path))
             .header("content-type", content_type)
             .body(body)
             .send()
             .await
-            .expect("POST")
+            .expect(&what)
     }
 
     /// Long-polls a refine job until it is terminal (or 120 s pass).
@@ -236,21 +267,32 @@ impl TestApp {
     ) -> Value {
         let body =
             serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-        let mut request = self
-            .client
-            .post(self.url(path))
-            .header("accept", "application/json, text/event-stream")
-            .json(&body);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        let response = request.send().await.expect("POST /mcp");
+        let response = self.mcp_post(path, token, &body).await;
         let status = response.status().as_u16();
         assert!(status < 500, "{method}: status {status}");
         let message: Value = response.json().await.expect("JSON-RPC answer");
         assert_eq!(message["jsonrpc"], "2.0", "{message}");
         assert_eq!(message["id"], 7, "{message}");
         message
+    }
+
+    /// A JSON-RPC message POSTed to an MCP endpoint as a client sends it (accepting
+    /// JSON or an event stream), as `token` if any.
+    pub async fn mcp_post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: &Value,
+    ) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(self.url(path))
+            .header("accept", "application/json, text/event-stream")
+            .json(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("POST /mcp")
     }
 
     /// An MCP `tools/call` on `path` as `token`: whether it is a tool error, and
@@ -277,12 +319,7 @@ impl TestApp {
     }
 
     pub async fn patch_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
-        self.client
-            .patch(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .expect("PATCH")
+        self.send_json(reqwest::Method::PATCH, path, body).await
     }
 
     /// Another server (replica) on this one's database, with its own settings
@@ -515,6 +552,57 @@ pub fn server_id(list: &serde_json::Value, local: &str) -> String {
         .to_owned()
 }
 
+/// A response's header as text; empty when it is absent or not text.
+pub fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `method path` announcing (by `Content-Length`) a JSON body of `length` bytes,
+/// sent over a raw connection that never writes the body: the server must answer
+/// 413 problem+json from the headers alone. The raw answer.
+pub async fn refused_from_headers(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    length: usize,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {length}\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 413"),
+        "{method} {path}: {answer}"
+    );
+    assert!(
+        answer.contains("application/problem+json"),
+        "{method} {path}: {answer}"
+    );
+    answer
+}
+
+/// Assert a response is a 422 `code` problem saying its body did not parse (the
+/// `FATAL: failed to parse` line of docs/spec/refine.md); return it.
+pub async fn expect_unparsed_body(response: reqwest::Response, code: &str) -> Value {
+    let problem = expect_problem(response, 422, code).await;
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.starts_with("FATAL: failed to parse request body: "),
+        "{problem}"
+    );
+    problem
+}
+
 /// Assert a response is problem+json with the given status and code; return it.
 pub async fn expect_problem(
     response: reqwest::Response,
@@ -527,13 +615,10 @@ pub async fn expect_problem(
         "status of {}",
         response.url()
     );
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(
+        header(&response, "content-type"),
+        "application/problem+json"
+    );
     let body: serde_json::Value = response.json().await.expect("problem body");
     assert_eq!(body["code"], code, "problem: {body}");
     assert_eq!(body["status"], status);

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,3 +158,15 @@ class Watched:
     def assert_clean(self):
         assert not self.problems, "\n".join(self.problems)
         assert not self.dialogs, f"dialogs opened: {self.dialogs}"
+
+
+@contextmanager
+def watched_page(browser, **options):
+    """A page in a new browser context (with `options`), watched: once the
+    block ends the page must have had no problem, and the context closes."""
+    context = browser.new_context(**options)
+    page = context.new_page()
+    watched = Watched(page)
+    yield page, watched
+    watched.assert_clean()
+    context.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from conftest import Watched, start_server, stop_server
+from conftest import Watched, start_server, stop_server, watched_page
 from plangate_server import task
 
 XSS_DESCRIPTION = "<img src=x onerror=alert(1)>"
@@ -97,6 +97,22 @@ def run_plan():
     return {"task": "Build it.", "phases": phases, "assignments": assignments}
 
 
+def new_track(server, track_id, **fields):
+    """PUT a new feature track `track_id`, with `fields` (a description, say)."""
+    server.ok("PUT", f"/v1/tracks/{track_id}", {
+        "track_id": track_id, "type": "feature", "status": "new", **fields,
+        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
+
+
+def run_step(server, track_id, step, agent, outcome, notes=None):
+    """Start a track's `step` as `agent`, then complete it with `outcome` (and `notes`)."""
+    server.ok("POST", f"/v1/tracks/{track_id}/steps/{step}/start", {"agent": agent})
+    body = {"outcome": outcome}
+    if notes:
+        body["notes"] = notes
+    server.ok("POST", f"/v1/tracks/{track_id}/steps/{step}/complete", body)
+
+
 def wait_for(predicate, timeout=30.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -137,11 +153,8 @@ def test_every_page_loads_cleanly(server, browser, output, backend):
              what="the builtin job to finish")
     wait_for(lambda: server.ok("GET", f"/v1/refine-runs/{run['id']}")["status"] in ("succeeded", "failed"),
              what="the run to merge")
-    server.ok("PUT", "/v1/tracks/auth-cache", {
-        "track_id": "auth-cache", "type": "feature", "status": "new",
-        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
-    server.ok("POST", "/v1/tracks/auth-cache/steps/PLAN/start", {"agent": "planner"})
-    server.ok("POST", "/v1/tracks/auth-cache/steps/PLAN/complete", {"outcome": "PASSED"})
+    new_track(server, "auth-cache")
+    run_step(server, "auth-cache", "PLAN", "planner", "PASSED")
 
     context = browser.new_context()
     page = context.new_page()
@@ -209,126 +222,113 @@ def test_every_page_loads_cleanly(server, browser, output, backend):
 def test_dag_follows_status_changes_live(server, browser, output, backend):
     listing = create_list(server)
     ids = task_ids(listing)
-    context = browser.new_context()
-    page = context.new_page()
-    watched = Watched(page)
-    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
-    nodes = page.locator("svg.dag g.node")
-    expect(nodes).to_have_count(len(TASKS))
-    for t in TASKS:
-        node = page.locator(f'svg.dag g.node[data-task="{t["task_id"]}"]')
-        expect(node).to_have_class(re.compile(r"\bst-pending\b"))
-        expect(node.locator("text.st")).to_have_text("pending")
-    expect(page.locator(f'svg.dag g.node[data-task="R3"] text.review')).to_have_text("review")
-    expect(page.locator("#active-wave")).to_have_text("1")
-    shot(page, output, "task-list-before")
+    with watched_page(browser) as (page, watched):
+        page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+        nodes = page.locator("svg.dag g.node")
+        expect(nodes).to_have_count(len(TASKS))
+        for t in TASKS:
+            node = page.locator(f'svg.dag g.node[data-task="{t["task_id"]}"]')
+            expect(node).to_have_class(re.compile(r"\bst-pending\b"))
+            expect(node.locator("text.st")).to_have_text("pending")
+        expect(page.locator(f'svg.dag g.node[data-task="R3"] text.review')).to_have_text("review")
+        expect(page.locator("#active-wave")).to_have_text("1")
+        shot(page, output, "task-list-before")
 
-    # A marker that a reload would wipe.
-    page.evaluate("window.__still_here = true")
-    page.wait_for_function("document.getElementById('task-list').dataset.live === '1'")
-    server.ok("PATCH", f"/v1/tasks/{ids['T1']}", {"status": "running"})
-    t1 = page.locator(f'svg.dag g.node[data-task="T1"]')
-    expect(t1).to_have_class(re.compile(r"\bst-running\b"))
-    expect(t1.locator("text.st")).to_have_text("running")
+        # A marker that a reload would wipe.
+        page.evaluate("window.__still_here = true")
+        page.wait_for_function("document.getElementById('task-list').dataset.live === '1'")
+        server.ok("PATCH", f"/v1/tasks/{ids['T1']}", {"status": "running"})
+        t1 = page.locator(f'svg.dag g.node[data-task="T1"]')
+        expect(t1).to_have_class(re.compile(r"\bst-running\b"))
+        expect(t1.locator("text.st")).to_have_text("running")
 
-    server.ok("PATCH", f"/v1/tasks/{ids['T1']}", {"status": "failed"})
-    server.ok("PATCH", f"/v1/tasks/{ids['T2']}", {"status": "running"})
-    server.ok("PATCH", f"/v1/tasks/{ids['T2']}", {"status": "done"})
-    expect(t1.locator("text.st")).to_have_text("failed")
-    # T1's failure cascades: T3 and its review R3 are abandoned, category blocked.
-    for dependent in ("T3", "R3"):
-        node = page.locator(f'svg.dag g.node[data-task="{dependent}"]')
-        expect(node).to_have_class(re.compile(r"\bst-abandoned\b"))
-        expect(node.locator("text.st")).to_have_text("abandoned: blocked")
-    expect(page.locator(f'svg.dag g.node[data-task="T2"] text.st')).to_have_text("done")
-    expect(page.locator('tr[data-task="T2"] .st')).to_have_text("done")
-    expect(page.locator("#active-wave")).to_have_text("2")
-    expect(page.locator(f'svg.dag g.wave[data-wave="2"]')).to_have_class(re.compile(r"\bactive\b"))
-    expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("failed")
-    expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("done")
-    assert page.evaluate("window.__still_here === true"), "the page reloaded"
-    shot(page, output, "task-list-after")
-    watched.assert_clean()
-    context.close()
+        server.ok("PATCH", f"/v1/tasks/{ids['T1']}", {"status": "failed"})
+        server.ok("PATCH", f"/v1/tasks/{ids['T2']}", {"status": "running"})
+        server.ok("PATCH", f"/v1/tasks/{ids['T2']}", {"status": "done"})
+        expect(t1.locator("text.st")).to_have_text("failed")
+        # T1's failure cascades: T3 and its review R3 are abandoned, category blocked.
+        for dependent in ("T3", "R3"):
+            node = page.locator(f'svg.dag g.node[data-task="{dependent}"]')
+            expect(node).to_have_class(re.compile(r"\bst-abandoned\b"))
+            expect(node.locator("text.st")).to_have_text("abandoned: blocked")
+        expect(page.locator(f'svg.dag g.node[data-task="T2"] text.st')).to_have_text("done")
+        expect(page.locator('tr[data-task="T2"] .st')).to_have_text("done")
+        expect(page.locator("#active-wave")).to_have_text("2")
+        expect(page.locator(f'svg.dag g.wave[data-wave="2"]')).to_have_class(re.compile(r"\bactive\b"))
+        expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("failed")
+        expect(page.locator('#waves li[data-wave="1"]')).to_contain_text("done")
+        assert page.evaluate("window.__still_here === true"), "the page reloaded"
+        shot(page, output, "task-list-after")
 
 
 def test_large_list_is_summarised_per_wave(sqlite_server, browser, output):
     server = sqlite_server
     tasks = [task(f"W{w}-T{i}", w, [f"W{w-1}-T{i}"] if w > 1 else []) for w in range(1, 5) for i in range(100)]
     listing = create_list(server, tasks=tasks)
-    context = browser.new_context()
-    page = context.new_page()
-    watched = Watched(page)
-    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
-    expect(page.locator("svg.dag g.node")).to_have_count(0)
-    expect(page.locator("svg.dag.summary g.wave-box")).to_have_count(4)
-    expect(page.locator(f'svg.dag g.wave-box[data-wave="3"]')).to_contain_text("pending: 100")
-    shot(page, output, "summary")
-    page.locator(f'svg.dag g.wave-box[data-wave="3"]').click()
-    expect(page).to_have_url(re.compile(r"\?wave=3$"))
-    # A wave of a list this large is listed, not drawn task by task.
-    expect(page.locator("svg.dag g.node")).to_have_count(0)
-    expect(page.locator("#wave-listed")).to_contain_text("not drawn")
-    expect(page.locator("table.tasks tbody tr")).to_have_count(100)
-    expect(page.locator("table.tasks tbody tr").first).to_have_attribute("data-task", "W3-T0")
-    shot(page, output, "wave-3")
-    watched.assert_clean()
-    context.close()
+    with watched_page(browser) as (page, watched):
+        page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+        expect(page.locator("svg.dag g.node")).to_have_count(0)
+        expect(page.locator("svg.dag.summary g.wave-box")).to_have_count(4)
+        expect(page.locator(f'svg.dag g.wave-box[data-wave="3"]')).to_contain_text("pending: 100")
+        shot(page, output, "summary")
+        page.locator(f'svg.dag g.wave-box[data-wave="3"]').click()
+        expect(page).to_have_url(re.compile(r"\?wave=3$"))
+        # A wave of a list this large is listed, not drawn task by task.
+        expect(page.locator("svg.dag g.node")).to_have_count(0)
+        expect(page.locator("#wave-listed")).to_contain_text("not drawn")
+        expect(page.locator("table.tasks tbody tr")).to_have_count(100)
+        expect(page.locator("table.tasks tbody tr").first).to_have_attribute("data-task", "W3-T0")
+        shot(page, output, "wave-3")
 
 
 def test_job_page_shows_the_log_live_and_cancels(server, browser, output, backend):
     # Both back-ends: on Postgres the live log and the cancel travel through LISTEN/NOTIFY.
-    context = browser.new_context()
-    page = context.new_page()
-    watched = Watched(page)
+    with watched_page(browser) as (page, watched):
+        # A slow fixture L0 (1.2 s each, one at a time): the page must follow it.
+        job = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1", "P1-A2", "P1-A3"], executor="slow"))
+        page.goto(server.base + f"/ui/jobs/{job['id']}")
+        page.evaluate("window.__still_here = true")
+        first_state = page.locator("#job-state").inner_text()
+        assert first_state in ("queued", "running"), first_state
+        expect(page.locator("#log li").first).to_be_visible(timeout=20_000)
+        seen_running = page.locator("#job-state").inner_text()
+        expect(page.locator("#job-state")).to_have_text("succeeded", timeout=60_000)
+        final = server.ok("GET", f"/v1/refine-jobs/{job['id']}")
+        assert final["status"] == "succeeded"
+        expect(page.locator("#log li")).to_have_count(len(final["log"]))
+        assert page.locator("#log li .line").all_inner_texts() == final["log"], "log lines verbatim and in order"
+        expect(page.locator("pre.result")).to_contain_text('"schema_version"')
+        assert page.evaluate("window.__still_here === true"), "the page reloaded"
+        assert seen_running in ("queued", "running", "succeeded")
+        shot(page, output, "job-succeeded")
+        # The page re-reads its details once the job ends; let that finish first.
+        page.wait_for_load_state("networkidle")
+        expect(page.locator("#log li")).to_have_count(len(final["log"]))
+        # Plain-text L0 output reports no usage: every figure says "unknown" (the
+        # details were re-read live, without a reload), the totals count 3 unpriced.
+        assert final["usage"]["cost_usd"] is None and final["usage"]["unpriced_calls"] == 3
+        for assignment in ("P1-A1", "P1-A2", "P1-A3"):
+            row = page.locator(f'tr[data-assignment="{assignment}"]')
+            for cell in ("l0-input", "l0-output", "l0-cost", "l0-model", "l0-source"):
+                expect(row.locator(f"td.{cell}")).to_have_text("unknown")
+        expect(page.locator("#usage-cost")).to_have_text("unknown ($0.00 known)")
+        expect(page.locator("#usage-unpriced")).to_have_text("3")
+        expect(page.locator("#usage-tokens")).to_contain_text("over 3 L0 calls; 3 reported no tokens")
+        assert page.evaluate("window.__still_here === true"), "the page reloaded"
 
-    # A slow fixture L0 (1.2 s each, one at a time): the page must follow it.
-    job = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1", "P1-A2", "P1-A3"], executor="slow"))
-    page.goto(server.base + f"/ui/jobs/{job['id']}")
-    page.evaluate("window.__still_here = true")
-    first_state = page.locator("#job-state").inner_text()
-    assert first_state in ("queued", "running"), first_state
-    expect(page.locator("#log li").first).to_be_visible(timeout=20_000)
-    seen_running = page.locator("#job-state").inner_text()
-    expect(page.locator("#job-state")).to_have_text("succeeded", timeout=60_000)
-    final = server.ok("GET", f"/v1/refine-jobs/{job['id']}")
-    assert final["status"] == "succeeded"
-    expect(page.locator("#log li")).to_have_count(len(final["log"]))
-    assert page.locator("#log li .line").all_inner_texts() == final["log"], "log lines verbatim and in order"
-    expect(page.locator("pre.result")).to_contain_text('"schema_version"')
-    assert page.evaluate("window.__still_here === true"), "the page reloaded"
-    assert seen_running in ("queued", "running", "succeeded")
-    shot(page, output, "job-succeeded")
-    # The page re-reads its details once the job ends; let that finish first.
-    page.wait_for_load_state("networkidle")
-    expect(page.locator("#log li")).to_have_count(len(final["log"]))
-    # Plain-text L0 output reports no usage: every figure says "unknown" (the
-    # details were re-read live, without a reload), the totals count 3 unpriced.
-    assert final["usage"]["cost_usd"] is None and final["usage"]["unpriced_calls"] == 3
-    for assignment in ("P1-A1", "P1-A2", "P1-A3"):
-        row = page.locator(f'tr[data-assignment="{assignment}"]')
-        for cell in ("l0-input", "l0-output", "l0-cost", "l0-model", "l0-source"):
-            expect(row.locator(f"td.{cell}")).to_have_text("unknown")
-    expect(page.locator("#usage-cost")).to_have_text("unknown ($0.00 known)")
-    expect(page.locator("#usage-unpriced")).to_have_text("3")
-    expect(page.locator("#usage-tokens")).to_contain_text("over 3 L0 calls; 3 reported no tokens")
-    assert page.evaluate("window.__still_here === true"), "the page reloaded"
-
-    # Cancel from the page.
-    hang = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="hang"))
-    wait_for(lambda: server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "running",
-             what="the hanging job to run")
-    page.goto(server.base + f"/ui/jobs/{hang['id']}")
-    expect(page.locator("#job-state")).to_have_text("running")
-    shot(page, output, "job-running")
-    page.get_by_role("button", name="Cancel this job…").click()
-    page.get_by_role("button", name="Yes, cancel this job").click()
-    expect(page.locator("#job-state")).to_have_text(re.compile("cancelling|cancelled"))
-    expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
-    assert server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "cancelled"
-    shot(page, output, "job-cancelled")
-    watched.assert_clean()
-    context.close()
+        # Cancel from the page.
+        hang = server.ok("POST", "/v1/refine-jobs", phase_body(["P1-A1"], executor="hang"))
+        wait_for(lambda: server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "running",
+                 what="the hanging job to run")
+        page.goto(server.base + f"/ui/jobs/{hang['id']}")
+        expect(page.locator("#job-state")).to_have_text("running")
+        shot(page, output, "job-running")
+        page.get_by_role("button", name="Cancel this job…").click()
+        page.get_by_role("button", name="Yes, cancel this job").click()
+        expect(page.locator("#job-state")).to_have_text(re.compile("cancelling|cancelled"))
+        expect(page.locator("#job-state")).to_have_text("cancelled", timeout=30_000)
+        assert server.ok("GET", f"/v1/refine-jobs/{hang['id']}")["status"] == "cancelled"
+        shot(page, output, "job-cancelled")
 
 
 def test_job_and_run_pages_show_usage_and_cost(server, browser, output, backend):
@@ -346,79 +346,70 @@ def test_job_and_run_pages_show_usage_and_cost(server, browser, output, backend)
     run = wait_for(lambda: (lambda r: r if r["status"] in ("succeeded", "failed") else None)(
         server.ok("GET", f"/v1/refine-runs/{run['id']}")), what="the cj run to merge")
 
-    context = browser.new_context()
-    page = context.new_page()
-    watched = Watched(page)
+    with watched_page(browser) as (page, watched):
+        def row(assignment):
+            return page.locator(f'tr[data-assignment="{assignment}"]')
 
-    def row(assignment):
-        return page.locator(f'tr[data-assignment="{assignment}"]')
+        def expect_row(assignment, input_tokens, output_tokens, cost, model, source):
+            r = row(assignment)
+            expect(r.locator("td.l0-input")).to_have_text(input_tokens)
+            expect(r.locator("td.l0-output")).to_have_text(output_tokens)
+            expect(r.locator("td.l0-cost")).to_have_text(cost)
+            expect(r.locator("td.l0-model")).to_have_text(model)
+            expect(r.locator("td.l0-source")).to_have_text(source)
 
-    def expect_row(assignment, input_tokens, output_tokens, cost, model, source):
-        r = row(assignment)
-        expect(r.locator("td.l0-input")).to_have_text(input_tokens)
-        expect(r.locator("td.l0-output")).to_have_text(output_tokens)
-        expect(r.locator("td.l0-cost")).to_have_text(cost)
-        expect(r.locator("td.l0-model")).to_have_text(model)
-        expect(r.locator("td.l0-source")).to_have_text(source)
+        # Reported by the agent: $0.0123 a call, 1000 in / 200 out (+5 / 7 cache).
+        page.goto(server.base + f"/ui/jobs/{reported['id']}")
+        assignments = server.ok("GET", f"/v1/refine-jobs/{reported['id']}/assignments")
+        assert [(a["assignment_id"], a["usage"]["cost_usd"], a["usage"]["source"]) for a in assignments] == [
+            ("P1-A1", 0.0123, "reported"), ("P1-A2", 0.0123, "reported")], "the API says what the page shows"
+        for assignment in ("P1-A1", "P1-A2"):
+            expect_row(assignment, "1,000", "200", "$0.0123", "claude-fake", "reported")
+            expect(row(assignment).locator("td.l0-input")).to_have_attribute("title", "cache: 5 read, 7 written")
+        assert reported["usage"]["cost_usd"] == pytest.approx(0.0246)
+        expect(page.locator("#usage-tokens")).to_have_text(
+            "2,000 input, 400 output (cache: 10 read, 14 written) over 2 L0 calls")
+        expect(page.locator("#usage-cost")).to_have_text("$0.0246")
+        expect(page.locator("#usage-unpriced")).to_have_text("0")
+        shot(page, output, "job-usage-reported")
 
-    # Reported by the agent: $0.0123 a call, 1000 in / 200 out (+5 / 7 cache).
-    page.goto(server.base + f"/ui/jobs/{reported['id']}")
-    assignments = server.ok("GET", f"/v1/refine-jobs/{reported['id']}/assignments")
-    assert [(a["assignment_id"], a["usage"]["cost_usd"], a["usage"]["source"]) for a in assignments] == [
-        ("P1-A1", 0.0123, "reported"), ("P1-A2", 0.0123, "reported")], "the API says what the page shows"
-    for assignment in ("P1-A1", "P1-A2"):
-        expect_row(assignment, "1,000", "200", "$0.0123", "claude-fake", "reported")
-        expect(row(assignment).locator("td.l0-input")).to_have_attribute("title", "cache: 5 read, 7 written")
-    assert reported["usage"]["cost_usd"] == pytest.approx(0.0246)
-    expect(page.locator("#usage-tokens")).to_have_text(
-        "2,000 input, 400 output (cache: 10 read, 14 written) over 2 L0 calls")
-    expect(page.locator("#usage-cost")).to_have_text("$0.0246")
-    expect(page.locator("#usage-unpriced")).to_have_text("0")
-    shot(page, output, "job-usage-reported")
+        # No cost reported, the model is in the price table: 1 M in at $1 + 100 k out at $2.
+        page.goto(server.base + f"/ui/jobs/{priced['id']}")
+        expect_row("P1-A1", "1,000,000", "100,000", "$1.20", "claude-fake", "priced")
+        expect(page.locator("#usage-cost")).to_have_text("$1.20")
+        expect(page.locator("#usage-unpriced")).to_have_text("0")
 
-    # No cost reported, the model is in the price table: 1 M in at $1 + 100 k out at $2.
-    page.goto(server.base + f"/ui/jobs/{priced['id']}")
-    expect_row("P1-A1", "1,000,000", "100,000", "$1.20", "claude-fake", "priced")
-    expect(page.locator("#usage-cost")).to_have_text("$1.20")
-    expect(page.locator("#usage-unpriced")).to_have_text("0")
+        # No cost reported, no price for the model: unknown, not $0.
+        page.goto(server.base + f"/ui/jobs/{unpriced['id']}")
+        assert unpriced["usage"]["cost_usd"] is None and unpriced["usage"]["unpriced_calls"] == 1
+        expect_row("P1-A1", "1,000", "200", "unknown", "claude-unpriced", "reported")
+        expect(page.locator("#usage-cost")).to_have_text("unknown ($0.00 known)")
+        expect(page.locator("#usage-unpriced")).to_have_text("1")
+        shot(page, output, "job-usage-unpriced")
 
-    # No cost reported, no price for the model: unknown, not $0.
-    page.goto(server.base + f"/ui/jobs/{unpriced['id']}")
-    assert unpriced["usage"]["cost_usd"] is None and unpriced["usage"]["unpriced_calls"] == 1
-    expect_row("P1-A1", "1,000", "200", "unknown", "claude-unpriced", "reported")
-    expect(page.locator("#usage-cost")).to_have_text("unknown ($0.00 known)")
-    expect(page.locator("#usage-unpriced")).to_have_text("1")
-    shot(page, output, "job-usage-unpriced")
-
-    # The run: its totals over both phases, and each phase job's cost.
-    page.goto(server.base + f"/ui/runs/{run['id']}")
-    assert run["usage"]["calls"] == 2, run["usage"]
-    expect(page.locator("#usage-tokens")).to_have_text(
-        "2,000 input, 400 output (cache: 10 read, 14 written) over 2 L0 calls")
-    expect(page.locator("#usage-cost")).to_have_text("$0.0246")
-    expect(page.locator("#usage-unpriced")).to_have_text("0")
-    expect(page.locator("td.phase-cost")).to_have_text(["$0.0123", "$0.0123"])
-    shot(page, output, "run-usage")
-    watched.assert_clean()
-    context.close()
+        # The run: its totals over both phases, and each phase job's cost.
+        page.goto(server.base + f"/ui/runs/{run['id']}")
+        assert run["usage"]["calls"] == 2, run["usage"]
+        expect(page.locator("#usage-tokens")).to_have_text(
+            "2,000 input, 400 output (cache: 10 read, 14 written) over 2 L0 calls")
+        expect(page.locator("#usage-cost")).to_have_text("$0.0246")
+        expect(page.locator("#usage-unpriced")).to_have_text("0")
+        expect(page.locator("td.phase-cost")).to_have_text(["$0.0123", "$0.0123"])
+        shot(page, output, "run-usage")
 
 
 def test_hostile_values_render_as_text(server, browser, output, backend):
     # Both back-ends: each stores and returns the text its own way.
     listing = create_list(server, team=XSS_TEAM)
-    context = browser.new_context()
-    page = context.new_page()
-    watched = Watched(page)
-    for name, path in (("overview", "/ui/"), ("task-list", f"/ui/task-lists/{listing['id']}")):
-        page.goto(server.base + path)
-        page.wait_for_timeout(300)
-        shot(page, output, name)
-        expect(page.locator("main")).to_contain_text(XSS_TEAM)
-        assert page.locator("main img").count() == 0
-        assert page.locator("main script").count() == 0
-    expect(page.locator('tr[data-task="T4"] td.desc')).to_have_text(XSS_DESCRIPTION)
-    watched.assert_clean()
-    context.close()
+    with watched_page(browser) as (page, watched):
+        for name, path in (("overview", "/ui/"), ("task-list", f"/ui/task-lists/{listing['id']}")):
+            page.goto(server.base + path)
+            page.wait_for_timeout(300)
+            shot(page, output, name)
+            expect(page.locator("main")).to_contain_text(XSS_TEAM)
+            assert page.locator("main img").count() == 0
+            assert page.locator("main script").count() == 0
+        expect(page.locator('tr[data-task="T4"] td.desc')).to_have_text(XSS_DESCRIPTION)
 
 
 class EvilSite(http.server.BaseHTTPRequestHandler):
@@ -554,38 +545,34 @@ def test_failure_reason_and_cause_within_two_clicks(server, browser, output, bac
     server.ok(
         "PATCH", f"/v1/tasks/{ids['T1']}", {"status": "failed", "notes": reason, "holder": "agent-7"}
     )
-    context = browser.new_context()
-    page = context.new_page()
-    watched = Watched(page)
-    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
-    # Zero clicks: the reason is in T1's row; T3's row names its cause.
-    expect(page.locator('tr[data-task="T1"] td.why')).to_contain_text(reason)
-    expect(page.locator('tr[data-task="T3"] td.why')).to_contain_text("blocked by T1")
-    shot(page, output, "task-list-with-reasons")
+    with watched_page(browser) as (page, watched):
+        page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+        # Zero clicks: the reason is in T1's row; T3's row names its cause.
+        expect(page.locator('tr[data-task="T1"] td.why')).to_contain_text(reason)
+        expect(page.locator('tr[data-task="T3"] td.why')).to_contain_text("blocked by T1")
+        shot(page, output, "task-list-with-reasons")
 
-    # One click: the failed task's own page shows the reason and its history.
-    page.locator('tr[data-task="T1"] th a').click()
-    expect(page.locator("h1")).to_have_text("Task T1")
-    expect(page.locator("#task-facts dd.notes")).to_have_text(reason)
-    expect(page.locator("#task-facts dd.abandoned-by")).to_contain_text("T3")
-    history = page.locator("table.history tbody tr")
-    expect(history.first).to_contain_text("claimed")
-    expect(history.first).to_contain_text("agent-7")
-    expect(history.last).to_contain_text("failed")
-    expect(page.locator('table.history tr[data-kind="status_changed"]').first).to_be_visible()
-    shot(page, output, "failed-task")
+        # One click: the failed task's own page shows the reason and its history.
+        page.locator('tr[data-task="T1"] th a').click()
+        expect(page.locator("h1")).to_have_text("Task T1")
+        expect(page.locator("#task-facts dd.notes")).to_have_text(reason)
+        expect(page.locator("#task-facts dd.abandoned-by")).to_contain_text("T3")
+        history = page.locator("table.history tbody tr")
+        expect(history.first).to_contain_text("claimed")
+        expect(history.first).to_contain_text("agent-7")
+        expect(history.last).to_contain_text("failed")
+        expect(page.locator('table.history tr[data-kind="status_changed"]').first).to_be_visible()
+        shot(page, output, "failed-task")
 
-    # From an abandoned task: two clicks reach its cause and the cause's reason.
-    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
-    page.locator('tr[data-task="R3"] th a').click()
-    expect(page.locator("h1")).to_have_text("Task R3")
-    expect(page.locator("#task-facts dd.cause")).to_contain_text(reason)
-    page.locator("#task-facts dd.cause a").click()
-    expect(page.locator("h1")).to_have_text("Task T1")
-    expect(page.locator("#task-facts dd.notes")).to_have_text(reason)
-    shot(page, output, "cause-of-abandoned")
-    watched.assert_clean()
-    context.close()
+        # From an abandoned task: two clicks reach its cause and the cause's reason.
+        page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+        page.locator('tr[data-task="R3"] th a').click()
+        expect(page.locator("h1")).to_have_text("Task R3")
+        expect(page.locator("#task-facts dd.cause")).to_contain_text(reason)
+        page.locator("#task-facts dd.cause a").click()
+        expect(page.locator("h1")).to_have_text("Task T1")
+        expect(page.locator("#task-facts dd.notes")).to_have_text(reason)
+        shot(page, output, "cause-of-abandoned")
 
 
 def test_track_keeps_failed_evaluation_and_description(server, browser, output, backend):
@@ -593,50 +580,40 @@ def test_track_keeps_failed_evaluation_and_description(server, browser, output, 
     # notes after FIX and after the evaluation starts again; the description shows.
     description = "Per-tenant token cache with eviction"
     verdict = "integration tests red: cache never evicts"
-    server.ok("PUT", "/v1/tracks/cache-fix", {
-        "track_id": "cache-fix", "type": "feature", "status": "new", "description": description,
-        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
+    new_track(server, "cache-fix", description=description)
     steps = [("PLAN", "PASSED", None), ("EVALUATE_PLAN", "PASSED", None), ("EXECUTE", "PASSED", None),
              ("EVALUATE_EXECUTION", "FAILED", verdict), ("FIX", "PASSED", "evict on write")]
     for step, outcome, notes in steps:
-        server.ok("POST", f"/v1/tracks/cache-fix/steps/{step}/start", {"agent": "agent-1"})
-        body = {"outcome": outcome}
-        if notes:
-            body["notes"] = notes
-        server.ok("POST", f"/v1/tracks/cache-fix/steps/{step}/complete", body)
-    context = browser.new_context()
-    page = context.new_page()
-    watched = Watched(page)
-    page.goto(server.base + "/ui/tracks")
-    expect(page.locator("table.tracks")).to_contain_text(description)
-    page.goto(server.base + "/ui/tracks/cache-fix")
-    expect(page.locator("#track-description")).to_have_text(description)
-    expect(page.locator("#fix-cycles")).to_have_text("1 of 3 used")
-    row = page.locator("table.checkpoints tr", has_text="EVALUATE_EXECUTION")
-    expect(row.locator("td.notes")).to_contain_text(verdict)
-    expect(row.locator("td.notes")).to_contain_text("previous attempt")
-    history = page.locator("#track-history tbody tr")
-    # Newest first: FIX completed, FIX started, the FAILED verdict, ...
-    expect(history).to_have_count(11)
-    expect(page.locator("#history-missing")).to_have_count(0)
-    shot(page, output, "track-after-fix")
+        run_step(server, "cache-fix", step, "agent-1", outcome, notes)
+    with watched_page(browser) as (page, watched):
+        page.goto(server.base + "/ui/tracks")
+        expect(page.locator("table.tracks")).to_contain_text(description)
+        page.goto(server.base + "/ui/tracks/cache-fix")
+        expect(page.locator("#track-description")).to_have_text(description)
+        expect(page.locator("#fix-cycles")).to_have_text("1 of 3 used")
+        row = page.locator("table.checkpoints tr", has_text="EVALUATE_EXECUTION")
+        expect(row.locator("td.notes")).to_contain_text(verdict)
+        expect(row.locator("td.notes")).to_contain_text("previous attempt")
+        history = page.locator("#track-history tbody tr")
+        # Newest first: FIX completed, FIX started, the FAILED verdict, ...
+        expect(history).to_have_count(11)
+        expect(page.locator("#history-missing")).to_have_count(0)
+        shot(page, output, "track-after-fix")
 
-    # Starting the evaluation again replaces the verdict in the document: the
-    # history still has it, with its notes, two clicks from the track list.
-    server.ok("POST", "/v1/tracks/cache-fix/steps/EVALUATE_EXECUTION/start", {"agent": "agent-2"})
-    page.goto(server.base + "/ui/tracks")
-    page.get_by_role("link", name="cache-fix").click()
-    expect(row.locator("td.notes")).not_to_contain_text(verdict)
-    expect(history).to_have_count(12)
-    expect(history.nth(0)).to_contain_text("started EVALUATE_EXECUTION")
-    expect(history.nth(0)).to_contain_text("agent-2")
-    failed = page.locator("#track-history tr.ev-completed", has_text="FAILED")
-    expect(failed).to_have_count(1)
-    expect(failed.locator("td.notes")).to_have_text(verdict)
-    expect(failed).to_contain_text("FIX, in_progress")
-    shot(page, output, "track-re-evaluating")
-    watched.assert_clean()
-    context.close()
+        # Starting the evaluation again replaces the verdict in the document: the
+        # history still has it, with its notes, two clicks from the track list.
+        server.ok("POST", "/v1/tracks/cache-fix/steps/EVALUATE_EXECUTION/start", {"agent": "agent-2"})
+        page.goto(server.base + "/ui/tracks")
+        page.get_by_role("link", name="cache-fix").click()
+        expect(row.locator("td.notes")).not_to_contain_text(verdict)
+        expect(history).to_have_count(12)
+        expect(history.nth(0)).to_contain_text("started EVALUATE_EXECUTION")
+        expect(history.nth(0)).to_contain_text("agent-2")
+        failed = page.locator("#track-history tr.ev-completed", has_text="FAILED")
+        expect(failed).to_have_count(1)
+        expect(failed.locator("td.notes")).to_have_text(verdict)
+        expect(failed).to_contain_text("FIX, in_progress")
+        shot(page, output, "track-re-evaluating")
 
 
 RTL = "rtl-\u202egnp.exe"
@@ -678,40 +655,35 @@ def test_long_and_hostile_strings_keep_the_layout(server, browser, output, backe
     ids = task_ids(listing)
     server.ok("PATCH", f"/v1/tasks/{ids['rtl']}", {"status": "running"})
     server.ok("PATCH", f"/v1/tasks/{ids['rtl']}", {"status": "failed", "notes": RTL})
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    watched = Watched(page)
+    with watched_page(browser, viewport={"width": 1280, "height": 900}) as (page, watched):
+        page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+        expect(page.locator("#task-list")).to_have_attribute("data-live", "1")
+        assert fits(page), page.evaluate("document.documentElement.scrollWidth")
+        page.screenshot(path=str(output / "task-list.png"))  # the 10 KB word makes full pages slow
+        # The long id is cut inside its node and whole in the node's title.
+        for task_id in (long_id, long_review):
+            node = page.locator(f'svg.dag g.node[data-task="{task_id}"]')
+            box = node.locator("rect").bounding_box()
+            tid = node.locator("text.tid").bounding_box()
+            assert tid["x"] + tid["width"] <= box["x"] + box["width"], (task_id, tid, box)
+        long_node = page.locator(f'svg.dag g.node[data-task="{long_id}"]')
+        assert long_id in long_node.locator("title").text_content()
+        assert long_node.locator("text.tid").text_content().endswith("…")
+        review = page.locator(f'svg.dag g.node[data-task="{long_review}"]')
+        tid, label = review.locator("text.tid").bounding_box(), review.locator("text.review").bounding_box()
+        assert tid["x"] + tid["width"] <= label["x"], (tid, label)
+        # Every place the override is shown isolates it.
+        for selector in ('tr[data-task="rtl"] td.desc', 'tr[data-task="rtl"] td.why'):
+            assert isolated(page, selector, RTL), selector
+        assert isolated(page, "table.tasks", RTL)
 
-    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
-    expect(page.locator("#task-list")).to_have_attribute("data-live", "1")
-    assert fits(page), page.evaluate("document.documentElement.scrollWidth")
-    page.screenshot(path=str(output / "task-list.png"))  # the 10 KB word makes full pages slow
-    # The long id is cut inside its node and whole in the node's title.
-    for task_id in (long_id, long_review):
-        node = page.locator(f'svg.dag g.node[data-task="{task_id}"]')
-        box = node.locator("rect").bounding_box()
-        tid = node.locator("text.tid").bounding_box()
-        assert tid["x"] + tid["width"] <= box["x"] + box["width"], (task_id, tid, box)
-    long_node = page.locator(f'svg.dag g.node[data-task="{long_id}"]')
-    assert long_id in long_node.locator("title").text_content()
-    assert long_node.locator("text.tid").text_content().endswith("…")
-    review = page.locator(f'svg.dag g.node[data-task="{long_review}"]')
-    tid, label = review.locator("text.tid").bounding_box(), review.locator("text.review").bounding_box()
-    assert tid["x"] + tid["width"] <= label["x"], (tid, label)
-    # Every place the override is shown isolates it.
-    for selector in ('tr[data-task="rtl"] td.desc', 'tr[data-task="rtl"] td.why'):
-        assert isolated(page, selector, RTL), selector
-    assert isolated(page, "table.tasks", RTL)
-
-    page.locator(f'tr[data-task="{long_id}"] th a').click()
-    expect(page.locator("#task-facts dd.desc")).to_contain_text("AAAA")
-    assert fits(page), page.evaluate("document.documentElement.scrollWidth")
-    page.screenshot(path=str(output / "long-task.png"))  # the 10 KB word makes full pages slow
-    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
-    page.locator('tr[data-task="rtl"] th a').click()
-    for selector in ("#task-facts dd.notes", "#task-facts dd.desc"):
-        assert isolated(page, selector, RTL), selector
-    assert fits(page)
-    page.screenshot(path=str(output / "rtl-task.png"))  # the 10 KB word makes full pages slow
-    watched.assert_clean()
-    context.close()
+        page.locator(f'tr[data-task="{long_id}"] th a').click()
+        expect(page.locator("#task-facts dd.desc")).to_contain_text("AAAA")
+        assert fits(page), page.evaluate("document.documentElement.scrollWidth")
+        page.screenshot(path=str(output / "long-task.png"))  # the 10 KB word makes full pages slow
+        page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+        page.locator('tr[data-task="rtl"] th a').click()
+        for selector in ("#task-facts dd.notes", "#task-facts dd.desc"):
+            assert isolated(page, selector, RTL), selector
+        assert fits(page)
+        page.screenshot(path=str(output / "rtl-task.png"))  # the 10 KB word makes full pages slow

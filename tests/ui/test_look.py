@@ -13,8 +13,8 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
-from conftest import Watched, start_server, stop_server
-from test_dashboard import phase_body, run_plan, shot, task, task_ids, wait_for
+from conftest import Watched, start_server, stop_server, watched_page
+from test_dashboard import new_track, phase_body, run_plan, run_step, shot, task, task_ids, wait_for
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
@@ -120,12 +120,8 @@ def build_world(server) -> dict[str, str]:
                  what="a job to finish")
     wait_for(lambda: server.ok("GET", f"/v1/refine-runs/{run['id']}")["status"] in ("succeeded", "failed"),
              what="the run to merge")
-    server.ok("PUT", "/v1/tracks/look-track", {
-        "track_id": "look-track", "type": "feature", "status": "new",
-        "description": "Dark mode and small screens",
-        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
-    server.ok("POST", "/v1/tracks/look-track/steps/PLAN/start", {"agent": "planner"})
-    server.ok("POST", "/v1/tracks/look-track/steps/PLAN/complete", {"outcome": "PASSED"})
+    new_track(server, "look-track", description="Dark mode and small screens")
+    run_step(server, "look-track", "PLAN", "planner", "PASSED")
     pages = {
         "overview": "/ui/",
         "tasks-12": f"/ui/task-lists/{small['id']}",
@@ -188,66 +184,58 @@ def serious(page) -> list[str]:
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_axe_finds_nothing_serious_in_either_theme(world, browser, output, scheme):
     server, pages = world
-    context = browser.new_context(viewport=DESKTOP, color_scheme=scheme)
-    page = context.new_page()
-    watched = Watched(page)
-    problems = {}
-    for name, path in pages.items():
-        page.goto(server.base + path)
-        settle(page)
-        background = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
-        assert (background == "rgb(13, 17, 23)") == (scheme == "dark"), (name, background)
-        found = serious(page) + page.evaluate(SVG_CONTRAST)
-        if found:
-            problems[name] = found
-        shot(page, output, name)
-    assert not problems, problems
-    watched.assert_clean()
-    context.close()
+    with watched_page(browser, viewport=DESKTOP, color_scheme=scheme) as (page, watched):
+        problems = {}
+        for name, path in pages.items():
+            page.goto(server.base + path)
+            settle(page)
+            background = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+            assert (background == "rgb(13, 17, 23)") == (scheme == "dark"), (name, background)
+            found = serious(page) + page.evaluate(SVG_CONTRAST)
+            if found:
+                problems[name] = found
+            shot(page, output, name)
+        assert not problems, problems
 
 
 def test_no_page_is_wider_than_a_phone(world, browser, output):
     server, pages = world
-    context = browser.new_context(viewport=PHONE)
-    page = context.new_page()
-    watched = Watched(page)
-    wide = {}
-    for name, path in pages.items():
-        page.goto(server.base + path)
-        settle(page)
-        width = page.evaluate("document.documentElement.scrollWidth")
-        if width > PHONE["width"]:
-            wide[name] = width
-        page.screenshot(path=str(output / f"{name}.png"))
-    assert not wide, wide
-    # Tables scroll inside focusable, named regions; long ids are cut, whole in
-    # their title and whole again while focused.
-    page.goto(server.base + pages["jobs"])
-    region = page.locator(".table-scroll").first
-    expect(region).to_have_attribute("tabindex", "0")
-    expect(region).to_have_attribute("role", "region")
-    expect(region).to_have_attribute("aria-label", "Refine jobs")
-    assert region.evaluate("r => r.scrollWidth > r.clientWidth"), "the table does not scroll inside"
-    job_id = page.locator("table.jobs tbody tr").first.get_attribute("data-job")
-    code = page.locator("table.jobs tbody tr").first.locator("code.id")
-    expect(code).to_have_attribute("title", job_id)
-    cut = code.evaluate("c => c.scrollWidth > c.clientWidth")
-    assert cut, "a 36-character id should be cut at 390 px"
-    # From the region, Tab reaches the first row's link (after its bulk-selection
-    # checkbox): its id shows whole.
-    region.focus()
-    link = code.locator("xpath=ancestor::a")
-    for _ in range(3):
-        page.keyboard.press("Tab")
-        if link.evaluate("a => a === document.activeElement"):
-            break
-    expect(link).to_be_focused()
-    assert code.evaluate("c => c.scrollWidth <= c.clientWidth"), "the focused id is still cut"
-    page.goto(server.base + pages["job"])
-    expect(page.locator("pre.result")).to_have_attribute("tabindex", "0")
-    expect(page.locator("ol.log")).to_have_attribute("tabindex", "0")
-    watched.assert_clean()
-    context.close()
+    with watched_page(browser, viewport=PHONE) as (page, watched):
+        wide = {}
+        for name, path in pages.items():
+            page.goto(server.base + path)
+            settle(page)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            if width > PHONE["width"]:
+                wide[name] = width
+            page.screenshot(path=str(output / f"{name}.png"))
+        assert not wide, wide
+        # Tables scroll inside focusable, named regions; long ids are cut, whole in
+        # their title and whole again while focused.
+        page.goto(server.base + pages["jobs"])
+        region = page.locator(".table-scroll").first
+        expect(region).to_have_attribute("tabindex", "0")
+        expect(region).to_have_attribute("role", "region")
+        expect(region).to_have_attribute("aria-label", "Refine jobs")
+        assert region.evaluate("r => r.scrollWidth > r.clientWidth"), "the table does not scroll inside"
+        job_id = page.locator("table.jobs tbody tr").first.get_attribute("data-job")
+        code = page.locator("table.jobs tbody tr").first.locator("code.id")
+        expect(code).to_have_attribute("title", job_id)
+        cut = code.evaluate("c => c.scrollWidth > c.clientWidth")
+        assert cut, "a 36-character id should be cut at 390 px"
+        # From the region, Tab reaches the first row's link (after its bulk-selection
+        # checkbox): its id shows whole.
+        region.focus()
+        link = code.locator("xpath=ancestor::a")
+        for _ in range(3):
+            page.keyboard.press("Tab")
+            if link.evaluate("a => a === document.activeElement"):
+                break
+        expect(link).to_be_focused()
+        assert code.evaluate("c => c.scrollWidth <= c.clientWidth"), "the focused id is still cut"
+        page.goto(server.base + pages["job"])
+        expect(page.locator("pre.result")).to_have_attribute("tabindex", "0")
+        expect(page.locator("ol.log")).to_have_attribute("tabindex", "0")
 
 
 def test_theme_toggle_persists(world, browser, output):
@@ -402,49 +390,45 @@ def test_dag_highlights_dependencies_and_routes_edges(world, browser, output):
     for t in tasks:
         if t["parallel_group"] <= 6:
             set_status(server, ids, t["task_id"], "running", "done")
-    context = browser.new_context(viewport=DESKTOP)
-    page = context.new_page()
-    watched = Watched(page)
-    page.goto(server.base + f"/ui/task-lists/{listing['id']}")
-    settle(page)
-    geometry = page.evaluate(SEGMENTS)
-    assert geometry["nodes"] == 80
-    assert geometry["edges"] == edge_count(tasks)
-    assert geometry["crossings"] == [], geometry["crossings"][:10]
+    with watched_page(browser, viewport=DESKTOP) as (page, watched):
+        page.goto(server.base + f"/ui/task-lists/{listing['id']}")
+        settle(page)
+        geometry = page.evaluate(SEGMENTS)
+        assert geometry["nodes"] == 80
+        assert geometry["edges"] == edge_count(tasks)
+        assert geometry["crossings"] == [], geometry["crossings"][:10]
 
-    # The active wave is scrolled into view; the waves beside it are named.
-    expect(page.locator("#active-wave")).to_have_text("7")
-    scroller = page.locator("#dag-scroll")
-    active = page.locator('svg.dag g.wave[data-wave="7"] rect.wave-bg')
-    view, box = scroller.bounding_box(), active.bounding_box()
-    assert view["x"] <= box["x"] and box["x"] + box["width"] <= view["x"] + view["width"], (view, box)
-    expect(page.locator("#dag-offscreen")).to_contain_text(re.compile(r"waves 1–\d+ are to the left"))
-    shot(page, output, "active-wave-in-view")
-    scroller.evaluate("s => { s.scrollLeft = 0; }")
-    expect(page.locator("#dag-offscreen")).to_have_text(
-        re.compile(r"^waves \d+–10 are to the right: scroll the graph to see them\.$"))
+        # The active wave is scrolled into view; the waves beside it are named.
+        expect(page.locator("#active-wave")).to_have_text("7")
+        scroller = page.locator("#dag-scroll")
+        active = page.locator('svg.dag g.wave[data-wave="7"] rect.wave-bg')
+        view, box = scroller.bounding_box(), active.bounding_box()
+        assert view["x"] <= box["x"] and box["x"] + box["width"] <= view["x"] + view["width"], (view, box)
+        expect(page.locator("#dag-offscreen")).to_contain_text(re.compile(r"waves 1–\d+ are to the left"))
+        shot(page, output, "active-wave-in-view")
+        scroller.evaluate("s => { s.scrollLeft = 0; }")
+        expect(page.locator("#dag-offscreen")).to_have_text(
+            re.compile(r"^waves \d+–10 are to the right: scroll the graph to see them\.$"))
 
-    # Hover: w5-0 needs w4-0, w4-3 and w3-5; w6-0, w6-5 and w7-3 need it.
-    node = page.locator('svg.dag g.node[data-task="w5-0"]')
-    node.scroll_into_view_if_needed()
-    node.hover()
-    trace = page.locator("#dag-trace")
-    expect(trace).to_have_text("w5-0 depends on w3-5, w4-0, w4-3; needed by w6-0, w6-5, w7-3")
-    for dep in ("w4-0", "w4-3", "w3-5"):
-        expect(page.locator(f'svg.dag g.node[data-task="{dep}"]')).to_have_class(re.compile(r"\bhl-dep\b"))
-    for needed in ("w6-0", "w6-5", "w7-3"):
-        expect(page.locator(f'svg.dag g.node[data-task="{needed}"]')).to_have_class(re.compile(r"\bhl-needed\b"))
-    expect(page.locator("svg.dag .edges path.hl")).to_have_count(6)
-    expect(page.locator('svg.dag g.node[data-task="w5-1"]')).not_to_have_class(re.compile(r"\bhl-"))
-    shot(page, output, "hover-highlight")
+        # Hover: w5-0 needs w4-0, w4-3 and w3-5; w6-0, w6-5 and w7-3 need it.
+        node = page.locator('svg.dag g.node[data-task="w5-0"]')
+        node.scroll_into_view_if_needed()
+        node.hover()
+        trace = page.locator("#dag-trace")
+        expect(trace).to_have_text("w5-0 depends on w3-5, w4-0, w4-3; needed by w6-0, w6-5, w7-3")
+        for dep in ("w4-0", "w4-3", "w3-5"):
+            expect(page.locator(f'svg.dag g.node[data-task="{dep}"]')).to_have_class(re.compile(r"\bhl-dep\b"))
+        for needed in ("w6-0", "w6-5", "w7-3"):
+            expect(page.locator(f'svg.dag g.node[data-task="{needed}"]')).to_have_class(re.compile(r"\bhl-needed\b"))
+        expect(page.locator("svg.dag .edges path.hl")).to_have_count(6)
+        expect(page.locator('svg.dag g.node[data-task="w5-1"]')).not_to_have_class(re.compile(r"\bhl-"))
+        shot(page, output, "hover-highlight")
 
-    # Keyboard: focusing a node's link traces it too; the first wave needs nothing.
-    page.mouse.move(0, 0)
-    page.locator('svg.dag a:has(g[data-task="w1-2"])').focus()
-    expect(trace).to_have_text("w1-2 depends on nothing; needed by w2-2, w2-7")
-    expect(page.locator('svg.dag g.node[data-task="w2-7"]')).to_have_class(re.compile(r"\bhl-needed\b"))
-    watched.assert_clean()
-    context.close()
+        # Keyboard: focusing a node's link traces it too; the first wave needs nothing.
+        page.mouse.move(0, 0)
+        page.locator('svg.dag a:has(g[data-task="w1-2"])').focus()
+        expect(trace).to_have_text("w1-2 depends on nothing; needed by w2-2, w2-7")
+        expect(page.locator('svg.dag g.node[data-task="w2-7"]')).to_have_class(re.compile(r"\bhl-needed\b"))
 
 
 def test_opened_wave_of_a_large_list_is_listed_with_a_status_filter(world, browser, output):

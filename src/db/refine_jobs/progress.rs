@@ -171,7 +171,8 @@ impl PendingProgress {
         let at = now();
         let progress = progress.started(ids.len());
         for id in ids {
-            let data = json!({"assignment_id": id, "status": "running", "progress": progress});
+            let data =
+                json!({"assignment_id": id, "status": L0Status::Running, "progress": progress});
             self.events.push(("progress", data, at));
         }
         self.started.push(StartedBatch {

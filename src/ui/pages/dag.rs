@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 
 use super::class_word;
+use crate::domain::dispatch::TaskStatus;
 use crate::service::dashboard::{TaskListView, WaveSummary};
 
 /// Above this many tasks a full drawing is unreadable: summarise per wave.
@@ -216,13 +217,13 @@ pub fn full(view: &TaskListView) -> Markup {
 /// One wave alone, in a grid, with the tasks of other waves its edges come
 /// from (left) and go to (right). `status` keeps only the wave's tasks in that
 /// status, and the edges and outside tasks they have.
-pub fn one_wave(view: &TaskListView, wave: i64, status: Option<&str>) -> Markup {
+pub fn one_wave(view: &TaskListView, wave: i64, status: Option<TaskStatus>) -> Markup {
     let tasks = &view.list.tasks;
     let shown: Vec<usize> = waves(view)
         .remove(&wave)
         .unwrap_or_default()
         .into_iter()
-        .filter(|&i| status.is_none_or(|s| tasks[i].status.as_str() == s))
+        .filter(|&i| status.is_none_or(|s| tasks[i].status == s))
         .collect();
     let is_shown = {
         let mut v = vec![false; tasks.len()];
@@ -326,7 +327,7 @@ pub fn one_wave(view: &TaskListView, wave: i64, status: Option<&str>) -> Markup 
 pub fn summary(waves: &[WaveSummary], active_wave: Option<i64>) -> Markup {
     const BOX_W: i64 = 200;
     const LINE: i64 = 18;
-    let lines = 2 + super::TASK_ORDER.len() as i64;
+    let lines = 2 + TaskStatus::ALL.len() as i64;
     let box_h = lines * LINE + 12;
     let width = PAD * 2 + waves.len().max(1) as i64 * (BOX_W + GAP_X) - GAP_X;
     let height = box_h + PAD * 2;
@@ -347,8 +348,8 @@ pub fn summary(waves: &[WaveSummary], active_wave: Option<i64>) -> Markup {
                         rect width=(BOX_W) height=(box_h) rx="8" {}
                         text.wave-label x="10" y=(LINE) { "wave " (wave) @if active { " (active)" } }
                         text x="10" y=(2 * LINE) { (w.total()) " tasks" }
-                        @for (k, word) in super::TASK_ORDER.iter().enumerate() {
-                            text class={ "count st-" (word) } x="10" y=((3 + k as i64) * LINE) { (word) ": " (w.count(word)) }
+                        @for (k, state) in TaskStatus::ALL.into_iter().enumerate() {
+                            text class={ "count st-" (state) } x="10" y=((3 + k as i64) * LINE) { (state) ": " (w.count(state)) }
                         }
                     }
                 }

@@ -8,16 +8,16 @@ use super::usage::{self, l0_cells, totals_facts};
 use super::{
     Chrome, Section, heads, id_code, layout, live_badge, opt_time, status as status_badge, time,
 };
-use crate::domain::job::{JobStatus, L0State, RunSummary, degraded_note, retry_refusal};
+use crate::domain::job::{JobState, JobStatus, L0State, RunSummary, degraded_note, retry_refusal};
+use crate::domain::refine::L0Status;
 use crate::service::dashboard::{
-    BulkAction, BulkItem, BulkKind, JOB_STATES, JobList, JobQuery, JobView, Page, RunView,
-    StoredJob, StoredL0,
+    BulkAction, BulkItem, BulkKind, JobList, JobQuery, JobView, Page, RunView, StoredJob, StoredL0,
 };
 use crate::service::rate_limits::WaitingCall;
 
 /// The list's query as a URL query, with `status` replaced by `status` (the
 /// count links) and the page cursor `before`.
-fn query_string(query: &JobQuery, status: Option<&str>, before: Option<uuid::Uuid>) -> String {
+fn query_string(query: &JobQuery, status: Option<JobState>, before: Option<uuid::Uuid>) -> String {
     let mut parts = Vec::new();
     if let Some(s) = status {
         parts.push(format!("status={s}"));
@@ -85,8 +85,8 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
             label for="f-status" { "State" }
             select #f-status name="status" {
                 option value="" selected[query.status.is_none()] { "any" }
-                @for word in JOB_STATES {
-                    option value=(word) selected[query.status == Some(word)] { (word) }
+                @for state in JobState::ALL {
+                    option value=(state) selected[query.status == Some(state)] { (state) }
                 }
             }
             label for="f-project" { "Project" }
@@ -101,11 +101,11 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
             nav.state-counts aria-label="Jobs by state" {
                 ul.counts #job-counts {
                     li { a href={ "/ui/jobs?" (query_string(query, None, None)) } aria-current=[query.status.is_none().then_some("true")] { "all " span.n { (total) } } }
-                    @for word in JOB_STATES {
-                        @let n = list.counts.iter().find(|(s, _)| s == word).map_or(0, |(_, n)| *n);
-                        li data-state=(word) {
-                            a href={ "/ui/jobs?" (query_string(query, Some(word), None)) } aria-current=[(query.status == Some(word)).then_some("true")] {
-                                (status_badge(word)) " " span.n { (n) }
+                    @for state in JobState::ALL {
+                        @let n = list.counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n);
+                        li data-state=(state) {
+                            a href={ "/ui/jobs?" (query_string(query, Some(state), None)) } aria-current=[(query.status == Some(state)).then_some("true")] {
+                                (status_badge(state.as_str())) " " span.n { (n) }
                             }
                         }
                     }
@@ -177,7 +177,7 @@ fn duration(l0: &StoredL0) -> String {
             let ms = (f - s).num_milliseconds().max(0);
             format!("{}.{:03} s", ms / 1000, ms % 1000)
         }
-        (Some(_), None) => "running".to_owned(),
+        (Some(_), None) => L0Status::Running.as_str().to_owned(),
         _ => "—".to_owned(),
     }
 }

@@ -14,6 +14,7 @@ use axum::response::{Html, IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{DOCTYPE, Markup, html};
 
+use crate::domain::wire_strings::WireEnum;
 use crate::service::dashboard::{Overview, TaskListSummary};
 
 /// Which top-level section a page belongs to (marked `aria-current="page"`).
@@ -148,30 +149,17 @@ pub fn opt_time(at: Option<&DateTime<Utc>>) -> Markup {
     }
 }
 
-/// `status n` pairs in a fixed order, as text.
-pub fn counts(pairs: &[(String, i64)], order: &[&str]) -> Markup {
-    let mut sorted: Vec<&(String, i64)> = pairs.iter().collect();
-    sorted.sort_by_key(|(s, _)| order.iter().position(|o| o == s).unwrap_or(order.len()));
+/// `status n` pairs in their enum's order, as text.
+pub fn counts<S: WireEnum>(pairs: &[(S, i64)]) -> Markup {
     html! {
         ul.counts {
-            @for (word, n) in sorted {
-                li { (status(word)) " " span.n { (n) } }
+            @for (state, n) in sorted(pairs) {
+                li { (status(state.as_wire())) " " span.n { (n) } }
             }
             @if pairs.is_empty() { li.none { "none" } }
         }
     }
 }
-
-pub const TASK_ORDER: [&str; 5] = ["pending", "running", "done", "failed", "abandoned"];
-pub const JOB_ORDER: [&str; 7] = [
-    "queued",
-    "running",
-    "cancelling",
-    "succeeded",
-    "degraded",
-    "failed",
-    "cancelled",
-];
 
 /// Whether the page is live: the script turns it to "live" once its event
 /// stream is up, "disconnected" when it drops. Without the
@@ -193,7 +181,7 @@ fn list_row(list: &TaskListSummary) -> Markup {
             td { bdi { (list.created_by) } }
             td { (time(&list.created_at)) }
             td.num { (total) }
-            td { (counts(&list.counts, &TASK_ORDER)) }
+            td { (counts(&list.counts)) }
         }
     }
 }
@@ -205,15 +193,15 @@ pub fn overview_page(overview: &Overview, chrome: Chrome) -> Markup {
         section aria-labelledby="jobs-h" {
             h2 #jobs-h { "Refine jobs by state" }
             ul.counts {
-                @for (word, n) in sorted(&overview.job_counts, &JOB_ORDER) {
-                    li { a href={ "/ui/jobs?status=" (word) } { (status(word)) " " span.n { (n) } } }
+                @for (state, n) in sorted(&overview.job_counts) {
+                    li { a href={ "/ui/jobs?status=" (state) } { (status(state.as_str())) " " span.n { (n) } } }
                 }
                 @if overview.job_counts.is_empty() { li.none { "no refine jobs" } }
             }
             h2 { "Refine runs by status" }
             ul.counts {
-                @for (word, n) in sorted(&overview.run_counts, &JOB_ORDER) {
-                    li { a href="/ui/runs" { (status(word)) " " span.n { (n) } } }
+                @for (state, n) in sorted(&overview.run_counts) {
+                    li { a href="/ui/runs" { (status(state.as_str())) " " span.n { (n) } } }
                 }
                 @if overview.run_counts.is_empty() { li.none { "no refine runs" } }
             }
@@ -250,9 +238,10 @@ pub fn overview_page(overview: &Overview, chrome: Chrome) -> Markup {
     layout("Overview", Section::Overview, chrome, body)
 }
 
-fn sorted<'a>(pairs: &'a [(String, i64)], order: &[&str]) -> Vec<(&'a str, i64)> {
-    let mut v: Vec<(&str, i64)> = pairs.iter().map(|(s, n)| (s.as_str(), *n)).collect();
-    v.sort_by_key(|(s, _)| order.iter().position(|o| o == s).unwrap_or(order.len()));
+/// `(state, n)` pairs in the order the enum declares its states.
+fn sorted<S: WireEnum>(pairs: &[(S, i64)]) -> Vec<(S, i64)> {
+    let mut v = pairs.to_vec();
+    v.sort_by_key(|(s, _)| S::all().iter().position(|o| o == s));
     v
 }
 

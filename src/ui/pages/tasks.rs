@@ -4,9 +4,8 @@
 use maud::{Markup, html};
 
 use super::dag::{self, MAX_DRAWN_NODES, status_text};
-use super::{
-    Chrome, Section, TASK_ORDER, class_word, heads, id_code, layout, opt_time, status, time,
-};
+use super::{Chrome, Section, class_word, heads, id_code, layout, opt_time, status, time};
+use crate::domain::dispatch::TaskStatus;
 use crate::service::dashboard::{
     DASHBOARD_PAGE_TASKS, StoredTask, StoredTaskList, TaskDetailView, TaskListPageView,
     TaskListShown, TaskListView, WaveSummary, wave_summaries,
@@ -17,7 +16,7 @@ use crate::service::dashboard::{
 pub fn task_list_page(
     shown: &TaskListShown,
     wave: Option<i64>,
-    status_filter: Option<&str>,
+    status_filter: Option<TaskStatus>,
     chrome: Chrome,
 ) -> Markup {
     match shown {
@@ -58,9 +57,9 @@ fn wave_cards(waves: &[WaveSummary], active_wave: Option<i64>, opened: Option<i6
                         @if opened == Some(w.wave) { " " strong.opened { "open" } }
                         @if active_wave == Some(w.wave) { " " strong { "active" } }
                         ul.counts {
-                            @for word in TASK_ORDER {
-                                @let n = w.count(word);
-                                @if n > 0 { li { (status(word)) " " span.n { (n) } } }
+                            @for state in TaskStatus::ALL {
+                                @let n = w.count(state);
+                                @if n > 0 { li { (status(state.as_str())) " " span.n { (n) } } }
                             }
                         }
                     }
@@ -71,15 +70,15 @@ fn wave_cards(waves: &[WaveSummary], active_wave: Option<i64>, opened: Option<i6
 }
 
 /// The opened wave's status filter (`?wave=N&status=S`).
-fn status_form(wave: i64, status_filter: Option<&str>) -> Markup {
+fn status_form(wave: i64, status_filter: Option<TaskStatus>) -> Markup {
     html! {
         form.filters #wave-filter method="get" {
             input type="hidden" name="wave" value=(wave);
             label for="f-status" { "Status" }
             select #f-status name="status" {
                 option value="" selected[status_filter.is_none()] { "any" }
-                @for word in TASK_ORDER {
-                    option value=(word) selected[status_filter == Some(word)] { (word) }
+                @for state in TaskStatus::ALL {
+                    option value=(state) selected[status_filter == Some(state)] { (state) }
                 }
             }
             button type="submit" { "Filter" }
@@ -124,11 +123,11 @@ fn task_table<'a>(
 }
 
 /// `wave`: the one wave to open (`?wave=N`), if any; `status`: only the tasks
-/// in that status (`&status=failed`, one of [`TASK_ORDER`]).
+/// in that status (`&status=failed`, one of [`TaskStatus`]).
 fn whole_page(
     view: &TaskListView,
     wave: Option<i64>,
-    status_filter: Option<&str>,
+    status_filter: Option<TaskStatus>,
     chrome: Chrome,
 ) -> Markup {
     let list = &view.list;
@@ -171,7 +170,7 @@ fn whole_page(
                 } @else {
                     (task_table(list.id, list.tasks.iter().enumerate().filter(|(_, task)| {
                         wave.is_none_or(|w| w == task.parallel_group)
-                            && status_filter.is_none_or(|s| s == task.status.as_str())
+                            && status_filter.is_none_or(|s| s == task.status)
                     }), &name))
                 }
             }
