@@ -683,6 +683,8 @@ def test_long_and_hostile_strings_keep_the_layout(server, browser, output, backe
         page.screenshot(path=str(output / "long-task.png"))  # the 10 KB word makes full pages slow
         page.goto(server.base + f"/ui/task-lists/{listing['id']}")
         page.locator('tr[data-task="rtl"] th a').click()
+        # The task page, not the list still on screen before the navigation ends.
+        expect(page.locator("#task-facts dd.notes")).to_be_visible()
         for selector in ("#task-facts dd.notes", "#task-facts dd.desc"):
             assert isolated(page, selector, RTL), selector
         assert fits(page)
