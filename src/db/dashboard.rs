@@ -240,14 +240,7 @@ impl Database {
     /// (docs/architecture.md, "Claims at scale").
     pub async fn task_list_marker(&self, list_id: Uuid) -> DbResult<TaskListMarker> {
         Ok(on_pool!(self, pool => {
-            let counts: (i64, i64, i64, i64, i64) = sqlx::query_as(
-                "SELECT COALESCE(SUM(pending), 0), COALESCE(SUM(running), 0), \
-                 COALESCE(SUM(done), 0), COALESCE(SUM(failed), 0), COALESCE(SUM(abandoned), 0) \
-                 FROM task_list_counts WHERE task_list_id = $1",
-            )
-            .bind(list_id)
-            .fetch_one(pool)
-            .await?;
+            let counts = read_count_sums!(pool, list_id);
             let lease: Option<DateTime<Utc>> = sqlx::query_scalar(
                 "SELECT lease_expires_at FROM tasks WHERE task_list_id = $1 \
                  AND status = 'running' ORDER BY lease_expires_at DESC LIMIT 1",
@@ -264,8 +257,8 @@ impl Database {
     }
 
     /// A list's tasks counted by wave and status: `(wave, status, count)`, waves
-    /// ascending. An aggregate over the `(task_list_id, parallel_group, status)`
-    /// index (an index-only read; no task row is loaded).
+    /// ascending. An aggregate over the `tasks_by_list_wave_status` index (an
+    /// index-only read; no task row is loaded).
     pub async fn task_list_wave_counts(
         &self,
         list_id: Uuid,
@@ -282,11 +275,11 @@ impl Database {
     }
 
     /// The `limit` tasks of wave `wave` of a list (in status `status`, if given)
-    /// after position `after`, in list order, with their edges: through the
-    /// `(task_list_id, parallel_group, position)` index (or, with a status, the
-    /// `(task_list_id, parallel_group, status)` one), never the whole list
-    /// (docs/architecture.md, "The dashboard's task-list page"). `None` when the
-    /// list does not exist.
+    /// after position `after`, in list order, with their edges: a range of the
+    /// `tasks_by_list_wave_status` index, never the whole list (docs/architecture.md,
+    /// "The dashboard's task-list page"); without a status, Postgres orders the
+    /// wave's entries (the index keeps positions in order per status). `None` when
+    /// the list does not exist.
     pub async fn task_list_wave_page(
         &self,
         list_id: Uuid,
@@ -302,7 +295,7 @@ impl Database {
     /// The barrier's active wave of a list (the lowest wave holding a pending or
     /// running task) from the claims' indexes; `None` when nothing is left.
     pub async fn task_list_active_wave(&self, list_id: Uuid) -> DbResult<Option<i64>> {
-        let sql = format!("SELECT {}", crate::db::task_claims::ACTIVE_WAVE);
+        let sql = format!("SELECT {}", self.active_wave());
         Ok(on_pool!(self, pool => {
             sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(list_id)

@@ -9,7 +9,6 @@
 #[macro_use]
 mod tx;
 
-pub mod dashboard;
 pub mod notify;
 // Before the modules whose transactions store webhook events (its macros).
 #[macro_use]
@@ -21,13 +20,14 @@ pub mod rate_limits;
 #[macro_use]
 pub mod refine_jobs;
 pub mod refine_runs;
-// Before `task_claims` and `task_lists`, which use its macros.
+// Before `task_claims`, `task_lists` and `dashboard`, which use its macros.
 #[macro_use]
 pub mod readiness;
 // Before `task_lists`, whose transition uses its macros.
 #[macro_use]
 pub mod task_claims;
 pub mod task_lists;
+pub mod dashboard;
 pub mod tracks;
 pub mod ui_sessions;
 pub mod usage;

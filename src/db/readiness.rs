@@ -105,8 +105,16 @@ macro_rules! apply_moves {
 /// The list's tasks by status ([`Remaining`](crate::domain::dispatch::Remaining))
 /// from its counter rows, read through `$conn`.
 macro_rules! read_counts {
+    ($conn:expr, $list_id:expr) => {
+        $crate::db::readiness::remaining(read_count_sums!($conn, $list_id))
+    };
+}
+
+/// The 16 counter rows of list `$list_id` summed: `(pending, running, done,
+/// failed, abandoned)`.
+macro_rules! read_count_sums {
     ($conn:expr, $list_id:expr) => {{
-        let counts: (i64, i64, i64, i64, i64) = sqlx::query_as(
+        let sums: (i64, i64, i64, i64, i64) = sqlx::query_as(
             "SELECT COALESCE(SUM(pending), 0), COALESCE(SUM(running), 0), \
              COALESCE(SUM(done), 0), COALESCE(SUM(failed), 0), COALESCE(SUM(abandoned), 0) \
              FROM task_list_counts WHERE task_list_id = $1",
@@ -114,7 +122,7 @@ macro_rules! read_counts {
         .bind($list_id)
         .fetch_one($conn)
         .await?;
-        $crate::db::readiness::remaining(counts)
+        sums
     }};
 }
 
@@ -246,7 +254,7 @@ macro_rules! pipeline_walk {
         'walk: loop {
             let batch: Vec<$ty> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {} FROM tasks \
-                 WHERE task_list_id = $1 AND status = 'pending' AND unmet_deps = 0 \
+                 WHERE task_list_id = $1 AND status = 'pending' AND unblocked \
                  AND (parallel_group, position) > ($2, $3) \
                  ORDER BY parallel_group, position LIMIT {}",
                 $columns,

@@ -135,19 +135,43 @@ pub enum HeartbeatOutcome {
 
 /// The barrier's active wave of list `$1` as a scalar subquery: the lowest wave
 /// holding a pending or running task — the first entry of `tasks_pending_by_wave`
-/// and the lowest wave among the running tasks (as many as are in flight).
-pub(crate) const ACTIVE_WAVE: &str = "(SELECT MIN(w) FROM (\
-     SELECT w FROM (SELECT parallel_group AS w FROM tasks \
-     WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
-     UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks \
-     WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r) a)";
+/// and the lowest wave among the running tasks (as many as are in flight), each
+/// read after `FROM tasks` and `$pending`/`$running` (an index hint or nothing).
+macro_rules! active_wave_sql {
+    ($pending:literal, $running:literal) => {
+        concat!(
+            "(SELECT MIN(w) FROM (SELECT w FROM (SELECT parallel_group AS w FROM tasks",
+            $pending,
+            " WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
+             UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks",
+            $running,
+            " WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r) a)"
+        )
+    };
+}
+
+impl Database {
+    /// [`active_wave_sql!`] for this back-end. SQLite keeps no statistics, and its
+    /// planner preferred the covering wave index, walking every finished task of
+    /// the list's earlier waves before the first pending one; `INDEXED BY` names
+    /// the partial indexes (an error, not a slow plan, if one ever stops applying).
+    pub(crate) fn active_wave(&self) -> &'static str {
+        match self {
+            Database::Postgres(_) => active_wave_sql!("", ""),
+            Database::Sqlite(_) => active_wave_sql!(
+                " INDEXED BY tasks_pending_by_wave",
+                " INDEXED BY tasks_running_by_lease"
+            ),
+        }
+    }
+}
 
 /// Claims the first pending task of list `$list_id`'s active wave (for `$persona`,
 /// if given) in list order, in one statement: the pick (read with `$lock` appended,
 /// so a claim locks it and passes over tasks other claimers hold) and its update.
 /// Evaluates to the claimed row, if any.
 macro_rules! barrier_claim {
-    ($tx:ident, $list_id:expr, $persona:expr, $lock:expr, $deps:expr, $at:expr, $holder:expr, $expires_at:expr) => {{
+    ($tx:ident, $list_id:expr, $persona:expr, $lock:expr, $active_wave:expr, $deps:expr, $at:expr, $holder:expr, $expires_at:expr) => {{
         let persona: Option<&str> = $persona;
         let lock: &str = $lock;
         let for_persona = if persona.is_some() {
@@ -159,9 +183,9 @@ macro_rules! barrier_claim {
             "UPDATE tasks SET status = 'running', attempts = attempts + 1, \
              started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
              WHERE id = (SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
-             AND parallel_group = {ACTIVE_WAVE}{for_persona} ORDER BY position LIMIT 1{lock}) \
+             AND parallel_group = {}{for_persona} ORDER BY position LIMIT 1{lock}) \
              AND status = 'pending' RETURNING {TASK_COLUMNS}{}",
-            $deps
+            $active_wave, $deps
         )))
         .bind($list_id)
         .bind($at)
@@ -275,13 +299,13 @@ impl Database {
             let stored = match ask.mode {
                 ReadyMode::Barrier => {
                     match barrier_claim!(
-                        tx, list_id, ask.persona, self.skip_locked(), deps, at, ask.holder, expires_at
+                        tx, list_id, ask.persona, self.skip_locked(), self.active_wave(), deps, at, ask.holder, expires_at
                     ) {
                         // Every candidate was held by another claimer (Postgres): wait
                         // for them to commit and look again, so that "nothing ready"
                         // is never said of tasks still being claimed.
                         None if !self.skip_locked().is_empty() => barrier_claim!(
-                            tx, list_id, ask.persona, self.row_lock(), deps, at, ask.holder, expires_at
+                            tx, list_id, ask.persona, self.row_lock(), self.active_wave(), deps, at, ask.holder, expires_at
                         ),
                         claimed => claimed,
                     }
@@ -352,7 +376,8 @@ impl Database {
                     (Some(_), ReadyMode::Barrier) => {
                         let any: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                             "SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
-                             AND parallel_group = {ACTIVE_WAVE} LIMIT 1"
+                             AND parallel_group = {} LIMIT 1",
+                            self.active_wave()
                         )))
                         .bind(list_id)
                         .fetch_optional(&mut *tx)

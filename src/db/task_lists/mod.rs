@@ -33,8 +33,9 @@ use crate::domain::dispatch::{
 };
 use crate::domain::gating::Task;
 
-/// Rows per multi-row INSERT: 17 columns × 1000 rows stays under both engines'
-/// bind-parameter limits (SQLite 32766, Postgres 65535).
+/// Rows per multi-row INSERT on SQLite: 17 columns × 1000 rows stays under its
+/// bind-parameter limit (32766). Postgres binds whole columns as arrays instead
+/// (`create.rs`, `InsertRows`).
 pub(super) const TASK_ROWS_PER_INSERT: usize = 1000;
 pub(crate) const EDGE_ROWS_PER_INSERT: usize = 5000;
 

@@ -8,7 +8,6 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{EDGE_ROWS_PER_INSERT, TASK_COLUMNS, TaskRecord, TaskRow, with_depends};
-use crate::db::task_claims::ACTIVE_WAVE;
 use crate::db::{Database, DbResult};
 use crate::domain::dispatch::{ReadyMode, Remaining};
 
@@ -40,7 +39,7 @@ impl Database {
             let (wave, rows) = match mode {
                 ReadyMode::Barrier => {
                     let wave: Option<i64> =
-                        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {ACTIVE_WAVE}")))
+                        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {}", self.active_wave())))
                             .bind(id)
                             .fetch_one(pool)
                             .await?;

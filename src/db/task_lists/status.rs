@@ -10,8 +10,11 @@ impl Database {
     /// agent that names a cycle must not read the project's counts as its own).
     ///
     /// Counted in the database (a project can hold a year of lists): one row per
-    /// `(wave, status)` from an index-only scan of `tasks_by_project_team_status`
-    /// (migration 0005), expanded here, instead of one row per task. Only an empty
+    /// `(wave, status)`, expanded here, instead of one row per task. The project's
+    /// lists come from `task_lists_by_project` and each list's tasks from an
+    /// index-only read of `tasks_by_list_wave_status`
+    /// (migration 0023: `tasks` keeps no index by project, one fewer entry per
+    /// task write). Only an empty
     /// answer asks whether the project (a task list or a team) or the cycle (a team
     /// or a task list stamped with it) exists.
     pub async fn status_rows(
@@ -22,16 +25,18 @@ impl Database {
         let (counts, project_known, cycle_known): (Vec<(i64, String, i64)>, bool, bool) = on_pool!(self, pool => {
             let counts: Vec<(i64, String, i64)> = match team_pk {
                 Some(team) => sqlx::query_as(
-                    "SELECT parallel_group, status, COUNT(*) FROM tasks \
-                     WHERE project_id = $1 AND team_pk = $2 GROUP BY parallel_group, status",
+                    "SELECT t.parallel_group, t.status, COUNT(*) FROM task_lists l \
+                     JOIN tasks t ON t.task_list_id = l.id \
+                     WHERE l.project_id = $1 AND l.team_pk = $2 GROUP BY t.parallel_group, t.status",
                 )
                 .bind(project_id)
                 .bind(team)
                 .fetch_all(pool)
                 .await?,
                 None => sqlx::query_as(
-                    "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE project_id = $1 \
-                     GROUP BY parallel_group, status",
+                    "SELECT t.parallel_group, t.status, COUNT(*) FROM task_lists l \
+                     JOIN tasks t ON t.task_list_id = l.id \
+                     WHERE l.project_id = $1 GROUP BY t.parallel_group, t.status",
                 )
                 .bind(project_id)
                 .fetch_all(pool)

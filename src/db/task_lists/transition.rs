@@ -125,8 +125,8 @@ impl Database {
             let finishes = change.status.is_terminal();
             // Leaving `running` ends the claim; a claimed task only ever leaves it.
             // RETURNING: the answer shows exactly what is stored without re-reading.
-            // And whether an enabled webhook may hear of the list (the outbox below),
-            // in the same round trip.
+            // And, for a terminal change (the only kind the outbox below writes),
+            // whether an enabled webhook may hear of the list, in the same round trip.
             let Changed { row: stored, project_id, team_pk, hooked } =
                 sqlx::query_as::<_, Changed>(sqlx::AssertSqlSafe(format!(
                 "UPDATE tasks SET status = $2, abandon_category = $3, \
@@ -135,7 +135,7 @@ impl Database {
                  finished_at = CASE WHEN $7 THEN $8 ELSE finished_at END, \
                  lease_expires_at = NULL, \
                  updated_at = $8 WHERE id = $1 RETURNING {TASK_COLUMNS}, project_id, team_pk, \
-                 EXISTS (SELECT 1 FROM webhooks w WHERE w.disabled_at IS NULL \
+                 $7 AND EXISTS (SELECT 1 FROM webhooks w WHERE w.disabled_at IS NULL \
                    AND (w.project_id IS NULL OR w.project_id = tasks.project_id)) AS hooked"
             )))
             .bind(id)
