@@ -167,11 +167,14 @@ async fn refine_one(
     Ok((path, output.result))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The command's runtime, or `None` once the failure is printed under `command`.
+fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
+    let built = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .build();
+    built
+        .map_err(|e| eprintln!("{command}: cannot start the runtime: {e}"))
+        .ok()
 }
 
 /// `plangate refine`.
@@ -196,12 +199,8 @@ pub fn refine(
             return EXIT_USAGE;
         }
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(message) => {
-            eprintln!("plangate refine: {message}");
-            return EXIT_USAGE;
-        }
+    let Some(rt) = runtime("plangate refine") else {
+        return EXIT_USAGE;
     };
     let usage = Arc::new(Mutex::new(UsageTotals::default()));
     let result = rt.block_on(refine_one(
@@ -292,12 +291,8 @@ pub fn refine_run(
             return EXIT_FAILED;
         }
     }
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(message) => {
-            eprintln!("plangate refine-run: {message}");
-            return EXIT_USAGE;
-        }
+    let Some(rt) = runtime("plangate refine-run") else {
+        return EXIT_USAGE;
     };
     let started = Instant::now();
     let phases = contexts.len();
