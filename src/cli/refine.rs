@@ -177,6 +177,11 @@ fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
         .ok()
 }
 
+/// The command's input, or `None` once its error is printed.
+fn reported<T>(input: Result<T, String>) -> Option<T> {
+    input.map_err(|message| eprintln!("{message}")).ok()
+}
+
 /// `plangate refine`.
 pub fn refine(
     settings: &Settings,
@@ -192,12 +197,8 @@ pub fn refine(
             .map_err(|e| e.to_string())?;
         Ok::<_, String>((context, plan, executor(settings, executor_name)?))
     })();
-    let (context, plan, executor) = match input {
-        Ok(v) => v,
-        Err(message) => {
-            eprintln!("{message}");
-            return EXIT_USAGE;
-        }
+    let Some((context, plan, executor)) = reported(input) else {
+        return EXIT_USAGE;
     };
     let Some(rt) = runtime("plangate refine") else {
         return EXIT_USAGE;
@@ -253,12 +254,8 @@ pub fn refine_run(
         };
         Ok::<_, String>((plan, assignments, executor(settings, executor_name)?))
     })();
-    let (plan, assignments, executor) = match input {
-        Ok(v) => v,
-        Err(message) => {
-            eprintln!("{message}");
-            return EXIT_USAGE;
-        }
+    let Some((plan, assignments, executor)) = reported(input) else {
+        return EXIT_USAGE;
     };
     let split = split_plan(&plan, &assignments);
     for id in &split.unassigned {
