@@ -218,9 +218,7 @@ pub(crate) async fn run(
     req: &L0Request,
     cancel: &CancellationToken,
 ) -> Result<L0Run, Cancelled> {
-    if cancel.is_cancelled() {
-        return Err(Cancelled);
-    }
+    // `Executor::run` has refused an already cancelled call.
     let failed = |reason: String| L0Run {
         outcome: L0Outcome::Failed(reason),
         exit_code: None,

@@ -330,9 +330,7 @@ impl HttpConfig {
         req: &L0Request,
         cancel: &CancellationToken,
     ) -> Result<L0Run, Cancelled> {
-        if cancel.is_cancelled() {
-            return Err(Cancelled);
-        }
+        // `Executor::run` has refused an already cancelled call.
         let deadline = Instant::now() + self.timeout;
         let timed_out = || format!("timed out after {} s", self.timeout.as_secs_f64());
         let mut last_transient: Option<String> = None;

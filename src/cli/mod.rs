@@ -21,51 +21,35 @@ pub fn run(cli: Cli) -> ExitCode {
         None => serve(&cli.serve),
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Migrate(args)) => migrate(&args),
-        Some(Command::Validate(args)) => {
-            let status = validate::run(
-                &args.file,
-                args.existing_files.as_deref(),
-                args.repo.as_deref(),
-                args.format,
-                &mut std::io::stdout().lock(),
-                &mut std::io::stderr().lock(),
-            );
-            ExitCode::from(u8::try_from(status).unwrap_or(2))
-        }
-        Some(Command::Plan(args)) => {
-            let status = plan::run(
-                &args.file,
-                args.format,
-                args.completed_tracks.as_deref(),
-                &mut std::io::stdout().lock(),
-                &mut std::io::stderr().lock(),
-            );
-            ExitCode::from(u8::try_from(status).unwrap_or(2))
-        }
-        Some(Command::Refine(args)) => {
-            let Some(settings) = cli_settings(&cli.serve, args.config.clone()) else {
-                return ExitCode::from(2);
-            };
-            let status = refine::refine(
-                &settings,
-                &args.context_file,
-                &args.refined_plan_file,
-                &args.run_dir,
-                args.executor.as_deref(),
-            );
-            ExitCode::from(u8::try_from(status).unwrap_or(2))
-        }
+        Some(Command::Validate(args)) => exit(validate::run(
+            &args.file,
+            args.existing_files.as_deref(),
+            args.repo.as_deref(),
+            args.format,
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr().lock(),
+        )),
+        Some(Command::Plan(args)) => exit(plan::run(
+            &args.file,
+            args.format,
+            args.completed_tracks.as_deref(),
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr().lock(),
+        )),
+        Some(Command::Refine(args)) => with_settings(&cli.serve, args.config.clone(), |settings| {
+            let plan = &args.refined_plan_file;
+            let executor = args.executor.as_deref();
+            refine::refine(settings, &args.context_file, plan, &args.run_dir, executor)
+        }),
         Some(Command::RefineRun(args)) => {
-            let Some(settings) = cli_settings(&cli.serve, args.config.clone()) else {
-                return ExitCode::from(2);
-            };
-            let status = refine::refine_run(
-                &settings,
-                &args.plan_file,
-                &args.run_dir,
-                args.executor.as_deref(),
-            );
-            ExitCode::from(u8::try_from(status).unwrap_or(2))
+            with_settings(&cli.serve, args.config.clone(), |settings| {
+                refine::refine_run(
+                    settings,
+                    &args.plan_file,
+                    &args.run_dir,
+                    args.executor.as_deref(),
+                )
+            })
         }
         Some(Command::Health(args)) => {
             let outcome = crate::config::probe_address(args.bind.clone(), args.config.as_deref())
@@ -111,6 +95,20 @@ fn cli_settings(env: &ServeArgs, config: Option<std::path::PathBuf>) -> Option<S
     }
 }
 
+/// A command's status as the process's exit code (2 when it does not fit a byte).
+fn exit(status: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(status).unwrap_or(2))
+}
+
+/// Runs an in-process command with [`cli_settings`]; 2 when they do not resolve.
+fn with_settings(
+    env: &ServeArgs,
+    config: Option<std::path::PathBuf>,
+    run: impl FnOnce(&Settings) -> i32,
+) -> ExitCode {
+    exit(cli_settings(env, config).map_or(2, |settings| run(&settings)))
+}
+
 /// Parses the command line and the `PLANGATE_*` environment. A malformed variable
 /// is an error that names the variable (clap alone names the flag it stands for).
 pub fn parse() -> Result<Cli, ExitCode> {
@@ -122,7 +120,7 @@ pub fn parse() -> Result<Cli, ExitCode> {
         }
         None => {
             let _ = error.print();
-            ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2))
+            exit(error.exit_code())
         }
     })
 }

@@ -25,9 +25,8 @@ pub enum PlanFormat {
     Json,
 }
 
-pub const EXIT_VALID: i32 = 0;
-pub const EXIT_INVALID: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
+// The same statuses as `plangate validate`.
+pub use super::validate::{EXIT_INVALID, EXIT_USAGE, EXIT_VALID};
 
 pub fn run(
     file: &Path,

@@ -167,11 +167,19 @@ async fn refine_one(
     Ok((path, output.result))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
+/// The command's runtime, or `None` once the failure is printed under `command`.
+fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
+    let built = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .build();
+    built
+        .map_err(|e| eprintln!("{command}: cannot start the runtime: {e}"))
+        .ok()
+}
+
+/// The command's input, or `None` once its error is printed.
+fn reported<T>(input: Result<T, String>) -> Option<T> {
+    input.map_err(|message| eprintln!("{message}")).ok()
 }
 
 /// `plangate refine`.
@@ -189,19 +197,11 @@ pub fn refine(
             .map_err(|e| e.to_string())?;
         Ok::<_, String>((context, plan, executor(settings, executor_name)?))
     })();
-    let (context, plan, executor) = match input {
-        Ok(v) => v,
-        Err(message) => {
-            eprintln!("{message}");
-            return EXIT_USAGE;
-        }
+    let Some((context, plan, executor)) = reported(input) else {
+        return EXIT_USAGE;
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(message) => {
-            eprintln!("plangate refine: {message}");
-            return EXIT_USAGE;
-        }
+    let Some(rt) = runtime("plangate refine") else {
+        return EXIT_USAGE;
     };
     let usage = Arc::new(Mutex::new(UsageTotals::default()));
     let result = rt.block_on(refine_one(
@@ -254,12 +254,8 @@ pub fn refine_run(
         };
         Ok::<_, String>((plan, assignments, executor(settings, executor_name)?))
     })();
-    let (plan, assignments, executor) = match input {
-        Ok(v) => v,
-        Err(message) => {
-            eprintln!("{message}");
-            return EXIT_USAGE;
-        }
+    let Some((plan, assignments, executor)) = reported(input) else {
+        return EXIT_USAGE;
     };
     let split = split_plan(&plan, &assignments);
     for id in &split.unassigned {
@@ -292,12 +288,8 @@ pub fn refine_run(
             return EXIT_FAILED;
         }
     }
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(message) => {
-            eprintln!("plangate refine-run: {message}");
-            return EXIT_USAGE;
-        }
+    let Some(rt) = runtime("plangate refine-run") else {
+        return EXIT_USAGE;
     };
     let started = Instant::now();
     let phases = contexts.len();

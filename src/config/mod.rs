@@ -664,39 +664,27 @@ mod tests {
     fn bad_values_fail_with_the_setting_name() {
         let bad =
             |args: ServeArgs, f: &str| Settings::merge(&args, file(f)).unwrap_err().to_string();
-        assert!(
-            bad(
-                ServeArgs {
-                    bind: Some("nowhere".into()),
-                    ..Default::default()
-                },
-                ""
-            )
-            .contains("PLANGATE_BIND")
-        );
-        assert!(
-            bad(
-                ServeArgs {
-                    database_url: Some("mysql://x".into()),
-                    ..Default::default()
-                },
-                ""
-            )
-            .contains("DATABASE_URL")
-        );
+        let bind = ServeArgs {
+            bind: Some("nowhere".into()),
+            ..Default::default()
+        };
+        assert!(bad(bind, "").contains("PLANGATE_BIND"));
+        let mysql = ServeArgs {
+            database_url: Some("mysql://x".into()),
+            ..Default::default()
+        };
+        assert!(bad(mysql, "").contains("DATABASE_URL"));
         assert!(bad(ServeArgs::default(), "workers = 0").contains("PLANGATE_WORKERS"));
         assert!(
             bad(ServeArgs::default(), "lease_secs = 10\nheartbeat_secs = 10")
                 .contains("PLANGATE_HEARTBEAT_SECS")
         );
         assert!(bad(ServeArgs::default(), "default_executor = \"nope\"").contains("nope"));
-        let short = bad(
-            ServeArgs {
-                api_tokens: Some("secret-short".into()),
-                ..Default::default()
-            },
-            "",
-        );
+        let tokens = ServeArgs {
+            api_tokens: Some("secret-short".into()),
+            ..Default::default()
+        };
+        let short = bad(tokens, "");
         assert!(short.contains("PLANGATE_API_TOKENS") && !short.contains("secret-short"));
     }
 

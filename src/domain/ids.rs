@@ -41,17 +41,28 @@ pub struct Ident(String);
 /// (`#[schema(value_type = Ident)]`): the rule above, exactly.
 impl utoipa::PartialSchema for Ident {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{ObjectBuilder, Type};
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .description(Some(
-                "An identifier: 1 to 256 characters, not only whitespace, no control characters.",
-            ))
-            .min_length(Some(1))
-            .max_length(Some(MAX_IDENT_CHARS))
-            .pattern(Some(IDENT_PATTERN))
-            .into()
+        id_schema(
+            "An identifier: 1 to 256 characters, not only whitespace, no control characters.",
+            MAX_IDENT_CHARS,
+            IDENT_PATTERN,
+        )
     }
+}
+
+/// The OpenAPI schema of a string id: what it is, its longest length and its pattern.
+pub(crate) fn id_schema(
+    description: &str,
+    max_length: usize,
+    pattern: &str,
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+        .min_length(Some(1))
+        .max_length(Some(max_length))
+        .pattern(Some(pattern))
+        .into()
 }
 
 impl utoipa::ToSchema for Ident {}

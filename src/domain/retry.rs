@@ -42,29 +42,20 @@ pub fn verdict(synthesis_failure: bool, rejections: u32) -> RetryVerdict {
 mod tests {
     use super::*;
 
+    /// A DAG_INVALID gets one retry, then escalates (attempts stay capped at 2); a
+    /// synthesis failure escalates at once.
     #[test]
-    fn first_dag_invalid_gets_a_retry() {
-        let v = verdict(false, 1);
-        assert_eq!((v.attempt, v.escalate, v.escalation), (1, false, None));
-    }
-
-    #[test]
-    fn second_dag_invalid_escalates() {
-        let v = verdict(false, 2);
-        assert_eq!(
-            (v.attempt, v.escalate, v.escalation),
-            (2, true, Some(Escalation::DagInvalid))
-        );
-        assert_eq!(verdict(false, 7).attempt, 2);
-    }
-
-    #[test]
-    fn synthesis_failure_escalates_at_once() {
-        let v = verdict(true, 1);
-        assert_eq!(
-            (v.attempt, v.escalate, v.escalation),
-            (1, true, Some(Escalation::SynthesisFailure))
-        );
+    fn verdicts() {
+        use Escalation::{DagInvalid, SynthesisFailure};
+        for (synthesis_failed, attempt, expected) in [
+            (false, 1, (1, false, None)),
+            (false, 2, (2, true, Some(DagInvalid))),
+            (false, 7, (2, true, Some(DagInvalid))),
+            (true, 1, (1, true, Some(SynthesisFailure))),
+        ] {
+            let v = verdict(synthesis_failed, attempt);
+            assert_eq!((v.attempt, v.escalate, v.escalation), expected);
+        }
         assert_eq!(
             serde_json::to_value(Escalation::SynthesisFailure).unwrap(),
             "synthesis-failure"

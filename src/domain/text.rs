@@ -106,3 +106,50 @@ pub fn cycle_message(path: &[String], member_count: usize) -> String {
         )
     }
 }
+
+/// How a task's field errors name it: `'t-1' (index 0)`, or `at index 0` before
+/// it has a usable id.
+pub fn task_label(id: Option<&str>, index: usize) -> String {
+    match id {
+        Some(id) => format!("{} (index {index})", quote(id)),
+        None => format!("at index {index}"),
+    }
+}
+
+/// The `missing_field` message both engines give for the task `label` names.
+pub fn missing_field_message(label: &str, field: &str, expected: &str) -> String {
+    format!("task {label} is missing required field '{field}'; add it as {expected}")
+}
+
+/// The `invalid_field` message both engines give for the task `label` names.
+pub fn invalid_field_message(label: &str, field: &str, expected: &str, found: &str) -> String {
+    format!("task {label} has an invalid '{field}': expected {expected}, got {found}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quote_escapes_like_python_repr() {
+        assert_eq!(quote("t-3"), "'t-3'");
+        assert_eq!(quote("1.1"), "'1.1'");
+        assert_eq!(quote("a\0b"), "'a\\x00b'");
+        assert_eq!(quote("it's\n"), "\"it's\\n\"");
+        assert_eq!(quote("it's \"x\""), "'it\\'s \"x\"'");
+        assert_eq!(quote("back\\slash"), "'back\\\\slash'");
+        assert_eq!(quote("\u{85}\u{2028}"), "'\\x85\\u2028'");
+        assert_eq!(quote("é"), "'é'");
+    }
+
+    #[test]
+    fn quote_truncates_long_text_at_a_char_boundary() {
+        for (long, bytes) in [("é".repeat(500), 1000), ("é".repeat(5000), 10000)] {
+            let shown = quote(&long);
+            assert!(shown.len() < 300, "{}", shown.len());
+            assert!(shown.ends_with(&format!("…' ({bytes} bytes)")), "{shown}");
+        }
+        let exact = "x".repeat(MAX_SHOWN_BYTES);
+        assert_eq!(quote(&exact), format!("'{exact}'"));
+    }
+}

@@ -179,53 +179,6 @@ pub struct GatingProblem {
     pub field: Option<String>,
 }
 
-/// The answers a JSON-body route can give before its handler runs (malformed JSON,
-/// a body over the limit, a body that is not JSON), documented once for all of them.
-pub struct JsonBodyRejections;
-
-impl utoipa::IntoResponses for JsonBodyRejections {
-    fn responses() -> std::collections::BTreeMap<
-        String,
-        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
-    > {
-        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-        [
-            ("400", "Malformed JSON"),
-            ("413", "Body over the limit"),
-            ("415", "Body is not application/json"),
-        ]
-        .into_iter()
-        .map(|(status, description)| {
-            let content = ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name("Problem")))
-                .build();
-            let response = ResponseBuilder::new()
-                .description(description)
-                .content(PROBLEM_JSON, content)
-                .build();
-            (status.to_owned(), response.into())
-        })
-        .collect()
-    }
-}
-
-/// The 403 of every operation that acts on a project: the token is limited to other
-/// projects (`forbidden_project`). Add it to the `responses` of such operations.
-pub struct ForbiddenProject;
-
-impl utoipa::IntoResponses for ForbiddenProject {
-    fn responses() -> std::collections::BTreeMap<
-        String,
-        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
-    > {
-        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-        let content = ContentBuilder::new()
-            .schema(Some(Ref::from_schema_name("Problem")))
-            .build();
-        let response = ResponseBuilder::new()
-            .description("The token is limited to other projects (`forbidden_project`)")
-            .content(PROBLEM_JSON, content)
-            .build();
-        [("403".to_owned(), response.into())].into_iter().collect()
-    }
-}
+// Declared with the other shared problem answers; named here, beside `Problem`,
+// where every operation imports them from.
+pub use super::responses::{ForbiddenProject, JsonBodyRejections};

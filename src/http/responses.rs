@@ -35,6 +35,17 @@ macro_rules! problem_sets {
 }
 
 problem_sets! {
+    /// The answers a JSON-body route can give before its handler runs (malformed
+    /// JSON, a body over the limit, a body that is not JSON), documented once.
+    JsonBodyRejections {
+        "400" => "Malformed JSON",
+        "413" => "Body over the limit",
+        "415" => "Body is not application/json",
+    }
+    /// The 403 of every operation that acts on a project: the token is limited to
+    /// other projects (`forbidden_project`). Add it to the `responses` of such
+    /// operations.
+    ForbiddenProject { "403" => "The token is limited to other projects (`forbidden_project`)" }
     /// A route that reads or writes the database.
     DatabaseUnavailable { "503" => "Database unavailable" }
     /// A route on one refine job whose own 400 says more than the id.

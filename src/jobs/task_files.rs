@@ -40,13 +40,7 @@ impl TaskDir {
         private_dir(root)?;
         sweep(root);
         let lock_path = root.join(format!("{worker_id}.lock"));
-        let lock = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&lock_path)
-            .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
+        let lock = create_private(&lock_path)?;
         if !try_lock(&lock) {
             return Err(format!("cannot lock {}", lock_path.display()));
         }
@@ -70,13 +64,7 @@ impl TaskDir {
         let path = self.own.join(format!("{job_id}.md"));
         // A copy left by an earlier run of the job in this process is replaced.
         let _ = std::fs::remove_file(&path);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let mut file = create_private(&path)?;
         file.write_all(text.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         Ok(path)
@@ -93,6 +81,17 @@ impl Drop for TaskDir {
         let _ = std::fs::remove_dir_all(&self.own);
         let _ = std::fs::remove_file(&self.lock_path);
     }
+}
+
+/// A new file only this user can read or write; never through a symlink.
+fn create_private(path: &Path) -> Result<File, String> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))
 }
 
 /// `root` exists as a directory (created 0700 when missing), is no symlink, is

@@ -302,12 +302,7 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<TaskListView, ServiceError> {
-        let list = self
-            .db
-            .task_list(id)
-            .await?
-            .ok_or_else(|| not_found("task list", id))?;
-        caller.check_optional_project(Some(&list.project_id))?;
+        let list = self.visible_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let active_wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
         let depends_on = view.into_iter().map(|t| t.depends_on).collect();
@@ -367,12 +362,7 @@ impl Service {
                 .collect::<Vec<_>>();
             (tasks, wave)
         } else {
-            let list = self
-                .db
-                .task_list(id)
-                .await?
-                .ok_or_else(|| not_found("task list", id))?;
-            caller.check_project(&list.project_id)?;
+            let list = self.visible_list(caller, id).await?;
             let view = dispatch_view(&list.tasks);
             let wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
             let tasks = list
@@ -639,12 +629,7 @@ impl Service {
         list_id: Uuid,
         task_id: &str,
     ) -> Result<TaskDetailView, ServiceError> {
-        let list = self
-            .db
-            .task_list(list_id)
-            .await?
-            .ok_or_else(|| not_found("task list", list_id))?;
-        caller.check_optional_project(Some(&list.project_id))?;
+        let list = self.visible_list(caller, list_id).await?;
         let list = StoredTaskList::from(list);
         let task = list
             .tasks

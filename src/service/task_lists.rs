@@ -679,8 +679,7 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<TaskListRecord, ServiceError> {
-        let list = self.read_list(id).await?;
-        caller.check_project(&list.project_id)?;
+        let list = self.visible_list(caller, id).await?;
         let lapsed = dispatch::expired_leases(
             list.tasks.iter().map(|t| (t.status, t.lease.as_ref())),
             crate::db::task_lists::now(),
@@ -692,6 +691,18 @@ impl Service {
             self.hub.task_list_changed(&self.db, id);
         }
         self.read_list(id).await
+    }
+
+    /// The stored list as read (no lapsed lease expired), if the caller may see
+    /// its project.
+    pub(super) async fn visible_list(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+    ) -> Result<TaskListRecord, ServiceError> {
+        let list = self.read_list(id).await?;
+        caller.check_project(&list.project_id)?;
+        Ok(list)
     }
 
     async fn read_list(&self, id: Uuid) -> Result<TaskListRecord, ServiceError> {

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 
 use super::text::{Found, describe_bad_id, id_problem, quote};
 use super::{Code, Task, Violation};
+use crate::domain::text::{invalid_field_message, missing_field_message, task_label};
 
 /// A task list read from JSON, shape problems included; validate it with
 /// [`super::TaskListSource::Parsed`].
@@ -546,10 +547,7 @@ struct ShapeReport<'a> {
 impl ShapeReport<'_> {
     /// `'t-1' (index 0)`, or `at index 0` without a usable id.
     fn label(&self) -> String {
-        match self.id {
-            Some(id) => format!("{} (index {})", quote(id), self.index),
-            None => format!("at index {}", self.index),
-        }
+        task_label(self.id, self.index)
     }
 
     /// `'t-1'`, or `at index 0`: the `{id!r}` of the spec's parallel_group messages.
@@ -561,18 +559,12 @@ impl ShapeReport<'_> {
     }
 
     fn missing(&mut self, field: &str, expected: &str) {
-        let body = format!(
-            "task {} is missing required field '{field}'; add it as {expected}",
-            self.label()
-        );
+        let body = missing_field_message(&self.label(), field, expected);
         self.push(Code::MissingField, body, field);
     }
 
     fn invalid(&mut self, field: &str, expected: &str, found: &str) {
-        let body = format!(
-            "task {} has an invalid '{field}': expected {expected}, got {found}",
-            self.label()
-        );
+        let body = invalid_field_message(&self.label(), field, expected, found);
         self.push(Code::InvalidField, body, field);
     }
 

@@ -100,28 +100,6 @@ impl Found {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::text::MAX_SHOWN_BYTES;
-
-    #[test]
-    fn quote_escapes_like_python_repr() {
-        assert_eq!(quote("t-3"), "'t-3'");
-        assert_eq!(quote("a\0b"), "'a\\x00b'");
-        assert_eq!(quote("it's\n"), "\"it's\\n\"");
-        assert_eq!(quote("it's \"x\""), "'it\\'s \"x\"'");
-        assert_eq!(quote("back\\slash"), "'back\\\\slash'");
-        assert_eq!(quote("\u{85}\u{2028}"), "'\\x85\\u2028'");
-        assert_eq!(quote("é"), "'é'");
-    }
-
-    #[test]
-    fn quote_truncates_long_text_at_a_char_boundary() {
-        let long = "é".repeat(5000);
-        let shown = quote(&long);
-        assert!(shown.len() < 300, "{}", shown.len());
-        assert!(shown.ends_with("…' (10000 bytes)"), "{shown}");
-        let exact = "x".repeat(MAX_SHOWN_BYTES);
-        assert_eq!(quote(&exact), format!("'{exact}'"));
-    }
 
     #[test]
     fn id_rules() {

@@ -205,16 +205,30 @@ fn yaml_list_field(out: &mut String, indent: &str, key: &str, items: &[String]) 
     out.push('\n');
 }
 
+/// The `dag:` member `key`: `[]` when empty, else (after `gap`) one `- ` entry per
+/// item, written by `entry`.
+fn yaml_items<T>(
+    out: &mut String,
+    key: &str,
+    gap: &str,
+    items: &[T],
+    mut entry: impl FnMut(&mut String, &T),
+) {
+    if items.is_empty() {
+        let _ = writeln!(out, "  {key}: []");
+        return;
+    }
+    let _ = writeln!(out, "{gap}  {key}:");
+    for item in items {
+        out.push_str("    - ");
+        entry(out, item);
+    }
+}
+
 fn render_yaml(dag: &Dag, out: &mut String) {
     const FIELD: &str = "      ";
     out.push_str("```yaml\ndag:\n");
-    if dag.nodes.is_empty() {
-        out.push_str("  nodes: []\n");
-    } else {
-        out.push_str("  nodes:\n");
-    }
-    for node in &dag.nodes {
-        out.push_str("    - ");
+    yaml_items(out, "nodes", "", &dag.nodes, |out, node| {
         yaml_field(out, "", "id", &node.id);
         yaml_field(out, FIELD, "name", &node.name);
         yaml_field(out, FIELD, "type", node.r#type.as_str());
@@ -234,25 +248,34 @@ fn render_yaml(dag: &Dag, out: &mut String) {
         if let Some(skip) = &node.skip {
             yaml_field(out, FIELD, "skip", skip);
         }
-    }
-    if dag.parallel_groups.is_empty() {
-        out.push_str("  parallel_groups: []\n");
-    } else {
-        out.push_str("\n  parallel_groups:\n");
-    }
-    for group in &dag.parallel_groups {
-        out.push_str("    - ");
-        yaml_field(out, "", "id", &group.id);
-        yaml_list_field(out, FIELD, "tasks", &group.tasks);
-        let _ = writeln!(out, "{FIELD}conflict_free: {}", group.conflict_free);
-        if let Some(shared) = &group.shared_resources {
-            yaml_list_field(out, FIELD, "shared_resources", shared);
-        }
-        if let Some(strategy) = &group.coordination_strategy {
-            yaml_field(out, FIELD, "coordination_strategy", strategy);
-        }
-    }
+    });
+    yaml_items(
+        out,
+        "parallel_groups",
+        "\n",
+        &dag.parallel_groups,
+        |out, group| {
+            yaml_field(out, "", "id", &group.id);
+            yaml_list_field(out, FIELD, "tasks", &group.tasks);
+            let _ = writeln!(out, "{FIELD}conflict_free: {}", group.conflict_free);
+            if let Some(shared) = &group.shared_resources {
+                yaml_list_field(out, FIELD, "shared_resources", shared);
+            }
+            if let Some(strategy) = &group.coordination_strategy {
+                yaml_field(out, FIELD, "coordination_strategy", strategy);
+            }
+        },
+    );
     out.push_str("```\n");
+}
+
+/// Each node's position in `dag.nodes`, by id.
+fn node_positions(dag: &Dag) -> HashMap<&str, usize> {
+    dag.nodes
+        .iter()
+        .enumerate()
+        .map(|(position, node)| (node.id.as_str(), position))
+        .collect()
 }
 
 /// A Mermaid label: one line, with `#`, `"`, `<`, `>` as entity codes.
@@ -271,12 +294,7 @@ fn mermaid_label(text: &str) -> String {
 }
 
 fn render_mermaid(dag: &Dag, out: &mut String) {
-    let position_of: HashMap<&str, usize> = dag
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(position, node)| (node.id.as_str(), position))
-        .collect();
+    let position_of = node_positions(dag);
     out.push_str("```mermaid\nflowchart TD\n");
     let mut grouped = vec![false; dag.nodes.len()];
     for (number, group) in dag.parallel_groups.iter().enumerate() {
@@ -537,12 +555,7 @@ enum PlanSection {
 }
 
 fn read_progress(lines: &[&str], dag: &Dag) -> Result<Progress, PlanError> {
-    let position_of: HashMap<&str, usize> = dag
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(position, node)| (node.id.as_str(), position))
-        .collect();
+    let position_of = node_positions(dag);
     let mut marks: Vec<Option<(ProgressStatus, usize)>> = vec![None; dag.nodes.len()];
     let mut discovered_work = Vec::new();
     let mut section = PlanSection::Other;

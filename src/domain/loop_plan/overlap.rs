@@ -338,6 +338,11 @@ pub fn parse_tracks_md(text: &str) -> Result<Vec<CompletedTrack>, PlanError> {
 mod tests {
     use super::*;
 
+    /// `path` alone is found as a deliverable of the `track`-th track.
+    fn assert_owns(index: &DeliverableIndex, path: &str, track: usize) {
+        assert_eq!(index.find(&[path.to_owned()], "x"), Some((track, path)));
+    }
+
     fn track(id: &str, deliverables: &[&str]) -> CompletedTrack {
         CompletedTrack {
             id: id.to_owned(),
@@ -354,18 +359,9 @@ mod tests {
         ];
         let index = DeliverableIndex::new(&tracks);
         let files = |f: &[&str]| f.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        assert_eq!(
-            index.find(&files(&["src/tenancy/model.py"]), "x"),
-            Some((0, "src/tenancy/model.py"))
-        );
-        assert_eq!(
-            index.find(&files(&["src/auth/cache.py"]), "x"),
-            Some((1, "src/auth/cache.py"))
-        );
-        assert_eq!(
-            index.find(&files(&["lib/x.rs"]), "x"),
-            Some((1, "lib/x.rs"))
-        );
+        assert_owns(&index, "src/tenancy/model.py", 0);
+        assert_owns(&index, "src/auth/cache.py", 1);
+        assert_owns(&index, "lib/x.rs", 1);
         // Paths are case-sensitive and must be whole tokens.
         assert_eq!(index.find(&files(&["SRC/tenancy/model.py"]), "x"), None);
         assert_eq!(index.find(&files(&["tenancy/model.py"]), "x"), None);
@@ -453,15 +449,8 @@ mod tests {
             ]
         );
         let index = DeliverableIndex::new(&tracks);
-        let files = |f: &[&str]| f.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        assert_eq!(
-            index.find(&files(&["src/auth/jwt.py"]), "x"),
-            Some((0, "src/auth/jwt.py"))
-        );
-        assert_eq!(
-            index.find(&files(&["src/tenancy/scope.py"]), "x"),
-            Some((1, "src/tenancy/scope.py"))
-        );
+        assert_owns(&index, "src/auth/jwt.py", 0);
+        assert_owns(&index, "src/tenancy/scope.py", 1);
         // A task named like a completed track overlaps it.
         assert_eq!(index.find(&[], "Audit  log"), Some((2, "Audit  log")));
         assert_eq!(index.find(&[], "Audit log v2"), None);

@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 use super::rules::parse_duration_minutes;
 use super::text::{describe, id_problem, quote};
 use super::{LoopPlanRequest, PlanCode, PlanError, PlanErrorKind, PlanViolation, TaskType};
+use crate::domain::text::{invalid_field_message, missing_field_message, task_label};
 
 /// Reads a request from JSON text. Errors name the line.
 pub fn parse_request_json(text: &str) -> Result<LoopPlanRequest, PlanError> {
@@ -216,26 +217,15 @@ struct Report<'a> {
 }
 
 impl Report<'_> {
-    fn label(&self) -> String {
-        match &self.id {
-            Some(id) => format!("{} (index {})", quote(id), self.index),
-            None => format!("at index {}", self.index),
-        }
-    }
-
     fn missing(&mut self, field: &str, expected: &str) {
-        let body = format!(
-            "task {} is missing required field '{field}'; add it as {expected}",
-            self.label()
-        );
+        let label = task_label(self.id.as_deref(), self.index);
+        let body = missing_field_message(&label, field, expected);
         self.push(PlanCode::MissingField, body, field);
     }
 
     fn invalid(&mut self, field: &str, expected: &str, found: &str) {
-        let body = format!(
-            "task {} has an invalid '{field}': expected {expected}, got {found}",
-            self.label()
-        );
+        let label = task_label(self.id.as_deref(), self.index);
+        let body = invalid_field_message(&label, field, expected, found);
         self.push(PlanCode::InvalidField, body, field);
     }
 

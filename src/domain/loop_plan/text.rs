@@ -50,17 +50,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quote_escapes_and_truncates() {
-        assert_eq!(quote("1.1"), "'1.1'");
-        assert_eq!(quote("a\0b"), "'a\\x00b'");
-        assert_eq!(quote("it's\n"), "\"it's\\n\"");
-        let long = "é".repeat(500);
-        let shown = quote(&long);
-        assert!(shown.ends_with("…' (1000 bytes)"), "{shown}");
-        assert!(shown.len() < 300);
-    }
-
-    #[test]
     fn one_line_replaces_breaks() {
         assert_eq!(one_line("a\nb\u{2028}c\td"), "a b c d");
         assert_eq!(one_line("plain"), "plain");

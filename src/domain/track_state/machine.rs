@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::{CheckpointStatus, CurrentStep, Metadata, Step, StepOutcome, TrackStatus};
+use super::{CheckpointStatus, CurrentStep, LoopState, Metadata, Step, StepOutcome, TrackStatus};
 use crate::domain::loop_plan::text::quote;
 
 /// The body of `POST /v1/tracks/{id}/steps/{step}/start`.
@@ -316,32 +316,21 @@ pub fn complete_step(
         }
         (Step::BusinessSync, StepOutcome::Passed) => finish(&mut next),
         (Step::EvaluatePlan, StepOutcome::Failed) => {
-            let loop_state = &mut next.loop_state;
-            loop_state.plan_revision_count = loop_state.plan_revision_count.saturating_add(1);
-            if loop_state.plan_revision_count >= loop_state.max_plan_revisions {
-                let reason = format!(
-                    "plan_revision_count reached max_plan_revisions ({})",
-                    loop_state.max_plan_revisions
-                );
-                loop_state.step_status = CheckpointStatus::Failed;
-                block(&mut next, step, &reason, completion, now);
-            } else {
-                advance(&mut next, Step::Plan);
-            }
+            let names = ("plan_revision_count", "max_plan_revisions");
+            let rounds: Rounds = |s| (&mut s.plan_revision_count, s.max_plan_revisions);
+            retry_or_block(
+                &mut next,
+                (step, Step::Plan),
+                rounds,
+                names,
+                completion,
+                now,
+            );
         }
         (Step::EvaluateExecution, StepOutcome::Failed) => {
-            let loop_state = &mut next.loop_state;
-            loop_state.fix_cycle_count = loop_state.fix_cycle_count.saturating_add(1);
-            if loop_state.fix_cycle_count >= loop_state.max_fix_cycles {
-                let reason = format!(
-                    "fix_cycle_count reached max_fix_cycles ({})",
-                    loop_state.max_fix_cycles
-                );
-                loop_state.step_status = CheckpointStatus::Failed;
-                block(&mut next, step, &reason, completion, now);
-            } else {
-                advance(&mut next, Step::Fix);
-            }
+            let names = ("fix_cycle_count", "max_fix_cycles");
+            let rounds: Rounds = |s| (&mut s.fix_cycle_count, s.max_fix_cycles);
+            retry_or_block(&mut next, (step, Step::Fix), rounds, names, completion, now);
         }
         (Step::Execute, StepOutcome::Failed) => advance(&mut next, Step::Fix),
         // No FAILED edge: the step stays current and can be started again.
@@ -373,6 +362,31 @@ fn record(meta: &mut Metadata, step: Step, completion: &Completion, now: DateTim
     }
     if let Some(commit) = &completion.last_commit {
         checkpoint.last_commit = Some(commit.clone());
+    }
+}
+
+/// A loop's round counter and its limit.
+type Rounds = fn(&mut LoopState) -> (&mut u32, u32);
+
+/// A failed evaluation counts one more round: back to `retry`, unless the count
+/// (`counter` gives it and its limit; `names` theirs) reaches its limit, which
+/// fails the step and blocks the track.
+fn retry_or_block(
+    meta: &mut Metadata,
+    (step, retry): (Step, Step),
+    counter: Rounds,
+    (count_name, limit_name): (&str, &str),
+    completion: &Completion,
+    now: DateTime<Utc>,
+) {
+    let (count, limit) = counter(&mut meta.loop_state);
+    *count = count.saturating_add(1);
+    if *count >= limit {
+        let reason = format!("{count_name} reached {limit_name} ({limit})");
+        meta.loop_state.step_status = CheckpointStatus::Failed;
+        block(meta, step, &reason, completion, now);
+    } else {
+        advance(meta, retry);
     }
 }
 

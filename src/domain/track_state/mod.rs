@@ -237,16 +237,11 @@ pub const TRACK_ID_PATTERN: &str = "^[A-Za-z0-9_-][A-Za-z0-9._-]*$";
 /// The OpenAPI schema of track ids (`value_type = TrackId`): the rule, exactly.
 impl utoipa::PartialSchema for TrackId {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{ObjectBuilder, Type};
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .description(Some(
-                "A track id: 1 to 128 of A-Z, a-z, 0-9, `.`, `_`, `-`, not starting with `.`.",
-            ))
-            .min_length(Some(1))
-            .max_length(Some(MAX_TRACK_ID_BYTES))
-            .pattern(Some(TRACK_ID_PATTERN))
-            .into()
+        crate::domain::ids::id_schema(
+            "A track id: 1 to 128 of A-Z, a-z, 0-9, `.`, `_`, `-`, not starting with `.`.",
+            MAX_TRACK_ID_BYTES,
+            TRACK_ID_PATTERN,
+        )
     }
 }
 
