@@ -9,8 +9,8 @@
 //! them is `crate::cli::args`), `file` the TOML file, `tokens` the API tokens; this
 //! module merges them into [`Settings`].
 
-mod edge;
 mod file;
+mod perimeter;
 mod serve_args;
 mod tokens;
 
@@ -24,8 +24,8 @@ use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
 use crate::domain::usage::Prices;
 
 pub use crate::db::{DatabaseKind, SqliteSync};
-pub use edge::*;
 pub use file::*;
+pub use perimeter::*;
 pub use serve_args::*;
 use tokens::parse_tokens;
 pub use tokens::{ApiToken, MIN_TOKEN_LEN, TokenEntry};
@@ -68,7 +68,7 @@ pub struct Settings {
     /// `[rate_limits.EXECUTOR]`, checked: each names a non-builtin profile.
     pub rate_limits: BTreeMap<String, crate::domain::rate_limit::Limits>,
     /// Allowed origins and hosts, connection limits, dashboard sessions.
-    pub edge: EdgeSettings,
+    pub perimeter: PerimeterSettings,
     /// Webhook deliveries (docs/configuration.md, "Webhooks").
     pub webhooks: WebhookSettings,
 }
@@ -274,7 +274,7 @@ impl Settings {
 
     pub fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
         // First, while `file` is whole.
-        let edge = EdgeSettings::merge(args, &file)?;
+        let perimeter = PerimeterSettings::merge(args, &file)?;
         let bind = parse_bind(args.bind.clone().or(file.bind))?;
         let database_url = args
             .database_url
@@ -520,7 +520,7 @@ impl Settings {
             prices: file.prices,
             budgets: file.budgets,
             rate_limits,
-            edge,
+            perimeter,
             webhooks,
         })
     }

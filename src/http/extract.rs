@@ -172,7 +172,7 @@ pub struct Path<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct Query<T>(pub T);
 
-/// The `{id}` of a route with that one path parameter, parsed at the edge by the
+/// The `{id}` of a route with that one path parameter, parsed in the adapter by the
 /// service's rule (400 `invalid_path` or `invalid_track_id`, the same text on
 /// every transport), so a handler passes the use case a typed id.
 macro_rules! path_id {

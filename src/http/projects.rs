@@ -127,7 +127,7 @@ async fn list_teams(
     ))
 }
 
-/// The `{project_id}` path segment, checked at the edge (422 naming `project_id`),
+/// The `{project_id}` path segment, checked in the adapter (422 naming `project_id`),
 /// after the request's other parts as before: the use cases take an [`Ident`].
 fn project(raw: &str) -> Result<Ident, ApiError> {
     Ok(Ident::parse("project_id", raw).map_err(crate::service::ServiceError::from)?)
