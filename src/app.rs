@@ -24,11 +24,11 @@ pub fn router(state: AppState) -> Router {
         .route("/", axum::routing::get(root))
         .fallback(http::middleware::not_found)
         .method_not_allowed_fallback(http::middleware::method_not_allowed);
-    // Inside auth: a refused caller takes nothing from the gating budget.
+    // Inside auth: a refused caller takes nothing from the gating memory.
     let router = router
         .layer(axum::middleware::from_fn_with_state(
-            http::gating_budget::GatingBudget::new(&state.settings),
-            http::gating_budget::charge_large_bodies,
+            http::gating_memory::GatingMemory::new(&state.settings),
+            http::gating_memory::charge_large_bodies,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -53,8 +53,9 @@ pub struct Settings {
     pub body_limit: usize,
     /// Errors (and warnings) a gating answer lists; the counts cover all.
     pub max_gating_errors: usize,
-    /// Bytes of large gating bodies in memory at once (`http::gating_budget`).
-    pub gating_budget_bytes: u64,
+    /// Bytes of large gating bodies in memory at once (`http::gating_memory`); the
+    /// operator sets it as `gating_budget_bytes` (`PLANGATE_GATING_BUDGET_BYTES`).
+    pub gating_memory_bytes: u64,
     /// When an SQLite commit waits for the disk (docs/configuration.md).
     pub sqlite_synchronous: SqliteSync,
     /// Concurrent L0s per job, `1..=MAX_PARALLEL`.
@@ -224,7 +225,7 @@ fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 
 /// Bytes of large task-list bodies gated at once: four lists at the default body
 /// limit (docs/configuration.md).
-pub const DEFAULT_GATING_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_GATING_MEMORY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Where the server listens unless told otherwise.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
@@ -360,8 +361,8 @@ impl Settings {
             set!(max_gating_errors).map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
             DEFAULT_MAX_ERRORS as u64,
         )?;
-        let gating_budget_bytes = set!(gating_budget_bytes).unwrap_or(DEFAULT_GATING_BUDGET_BYTES);
-        if gating_budget_bytes < 1024 {
+        let gating_memory_bytes = set!(gating_budget_bytes).unwrap_or(DEFAULT_GATING_MEMORY_BYTES);
+        if gating_memory_bytes < 1024 {
             return Err(invalid(
                 "PLANGATE_GATING_BUDGET_BYTES",
                 "must be at least 1024",
@@ -511,7 +512,7 @@ impl Settings {
             request_timeout: Duration::from_secs(request_timeout),
             body_limit,
             sqlite_synchronous,
-            gating_budget_bytes,
+            gating_memory_bytes,
             max_gating_errors: usize::try_from(max_gating_errors).unwrap_or(usize::MAX),
             l0_concurrency,
             prompt_template,

@@ -6,7 +6,7 @@ pub mod auth;
 pub mod connections;
 mod doc;
 pub mod extract;
-pub mod gating_budget;
+pub mod gating_memory;
 pub mod loop_plans;
 pub mod middleware;
 pub mod ops;
