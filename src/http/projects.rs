@@ -8,7 +8,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, StoredJson};
+use super::extract::{Json, Path, Query, StorableJson};
 use super::responses::DatabaseUnavailable;
 use crate::domain::ids::Ident;
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
@@ -100,7 +100,7 @@ async fn create_team(
     State(state): State<AppState>,
     caller: Caller,
     Path(project_id): Path<String>,
-    StoredJson(team): StoredJson<NewTeam>,
+    StorableJson(team): StorableJson<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
     let team = state
         .service
