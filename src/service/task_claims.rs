@@ -217,10 +217,7 @@ fn claim_answer(tasks: &[StoredTask], mode: ReadyMode, claimed: Option<usize>) -
     let view = dispatch_view(tasks);
     let ready = dispatch::ready(mode, &view);
     let mut next = next_answer(tasks, &view, &ready);
-    let task = claimed
-        .and_then(|i| tasks.get(i))
-        .cloned()
-        .map(StoredTask::from);
+    let task = claimed.and_then(|i| tasks.get(i)).cloned();
     if task.is_some() {
         next.next = Next::Dispatch;
         next.retry_after_s = None;
@@ -272,7 +269,7 @@ impl Service {
             ClaimOutcome::Claimed { task, remaining } => {
                 self.hub.task_list_changed(&self.db, list_id);
                 Ok(ClaimResponse {
-                    task: Some((*task).into()),
+                    task: Some(*task),
                     next: NextAnswer {
                         next: Next::Dispatch,
                         in_flight: remaining.running,
@@ -336,7 +333,7 @@ impl Service {
             }
         }
         match self.db.heartbeat_task(id, holder.as_str(), lease).await? {
-            HeartbeatOutcome::Renewed(task) => Ok((*task).into()),
+            HeartbeatOutcome::Renewed(task) => Ok(*task),
             HeartbeatOutcome::NotFound => Err(ServiceError::not_found("task", &id.to_string())),
             HeartbeatOutcome::HeldByOther(held) => Err(held_by_other(held)),
             HeartbeatOutcome::NotClaimed(status) => Err(ServiceError::conflict(

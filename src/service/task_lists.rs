@@ -813,7 +813,7 @@ impl Service {
             TransitionOutcome::Changed { task, cascaded } => {
                 self.hub.task_list_changed(&self.db, task.task_list_id);
                 Ok(TaskUpdated {
-                    task: (*task).into(),
+                    task: *task,
                     cascaded,
                 })
             }
