@@ -24,11 +24,11 @@ pub fn router(state: AppState) -> Router {
         .route("/", axum::routing::get(root))
         .fallback(http::middleware::not_found)
         .method_not_allowed_fallback(http::middleware::method_not_allowed);
-    // Inside auth: a refused caller takes nothing from the gating budget.
+    // Inside auth: a refused caller takes nothing from the gating memory.
     let router = router
         .layer(axum::middleware::from_fn_with_state(
-            http::gating_budget::GatingBudget::new(&state.settings),
-            http::gating_budget::charge_large_bodies,
+            http::gating_memory::GatingMemory::new(&state.settings),
+            http::gating_memory::charge_large_bodies,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -38,10 +38,10 @@ pub fn router(state: AppState) -> Router {
         // with the dashboard's error page.
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(
-                http::edge::EdgePolicy::new(&state.settings)
+                http::perimeter::PerimeterPolicy::new(&state.settings)
                     .with_page_refusal(ui::pages::error_page),
             ),
-            http::edge::refuse_foreign_pages,
+            http::perimeter::refuse_foreign_pages,
         ));
     http::middleware::stack(router, &state.settings).with_state(state)
 }
@@ -83,7 +83,7 @@ pub async fn serve(
     let started = Instant::now();
     let mut settings = settings;
     // The address actually bound (port 0 picks one): the server's own origins
-    // carry its port (docs/configuration.md, "Edges").
+    // carry its port (docs/configuration.md, "Perimeter").
     settings.bind = listener.local_addr()?;
     let settings = Arc::new(settings);
     if settings.api_tokens.is_empty() {

@@ -37,7 +37,7 @@ pub struct FileConfig {
     pub gating_budget_bytes: Option<u64>,
     pub l0_concurrency: Option<usize>,
     pub prompt_template: Option<PathBuf>,
-    /// The edges (docs/configuration.md, "Edges").
+    /// The perimeter (docs/configuration.md, "Perimeter").
     pub allowed_origins: Option<Vec<String>>,
     pub allowed_hosts: Option<Vec<String>>,
     pub header_read_timeout_secs: Option<u64>,

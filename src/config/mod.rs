@@ -9,8 +9,8 @@
 //! them is `crate::cli::args`), `file` the TOML file, `tokens` the API tokens; this
 //! module merges them into [`Settings`].
 
-mod edge;
 mod file;
+mod perimeter;
 mod serve_args;
 mod tokens;
 
@@ -24,8 +24,8 @@ use crate::domain::refine::{DEFAULT_PROMPT_TEMPLATE, MAX_PARALLEL};
 use crate::domain::usage::Prices;
 
 pub use crate::db::{DatabaseKind, SqliteSync};
-pub use edge::*;
 pub use file::*;
+pub use perimeter::*;
 pub use serve_args::*;
 use tokens::parse_tokens;
 pub use tokens::{ApiToken, MIN_TOKEN_LEN, TokenEntry};
@@ -53,8 +53,9 @@ pub struct Settings {
     pub body_limit: usize,
     /// Errors (and warnings) a gating answer lists; the counts cover all.
     pub max_gating_errors: usize,
-    /// Bytes of large gating bodies in memory at once (`http::gating_budget`).
-    pub gating_budget_bytes: u64,
+    /// Bytes of large gating bodies in memory at once (`http::gating_memory`); the
+    /// operator sets it as `gating_budget_bytes` (`PLANGATE_GATING_BUDGET_BYTES`).
+    pub gating_memory_bytes: u64,
     /// When an SQLite commit waits for the disk (docs/configuration.md).
     pub sqlite_synchronous: SqliteSync,
     /// Concurrent L0s per job, `1..=MAX_PARALLEL`.
@@ -68,7 +69,7 @@ pub struct Settings {
     /// `[rate_limits.EXECUTOR]`, checked: each names a non-builtin profile.
     pub rate_limits: BTreeMap<String, crate::domain::rate_limit::Limits>,
     /// Allowed origins and hosts, connection limits, dashboard sessions.
-    pub edge: EdgeSettings,
+    pub perimeter: PerimeterSettings,
     /// Webhook deliveries (docs/configuration.md, "Webhooks").
     pub webhooks: WebhookSettings,
 }
@@ -224,7 +225,7 @@ fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 
 /// Bytes of large task-list bodies gated at once: four lists at the default body
 /// limit (docs/configuration.md).
-pub const DEFAULT_GATING_BUDGET_BYTES: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_GATING_MEMORY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Where the server listens unless told otherwise.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
@@ -274,7 +275,7 @@ impl Settings {
 
     pub fn merge(args: &ServeArgs, file: FileConfig) -> Result<Self, ConfigError> {
         // First, while `file` is whole.
-        let edge = EdgeSettings::merge(args, &file)?;
+        let perimeter = PerimeterSettings::merge(args, &file)?;
         let bind = parse_bind(args.bind.clone().or(file.bind))?;
         let database_url = args
             .database_url
@@ -360,8 +361,8 @@ impl Settings {
             set!(max_gating_errors).map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
             DEFAULT_MAX_ERRORS as u64,
         )?;
-        let gating_budget_bytes = set!(gating_budget_bytes).unwrap_or(DEFAULT_GATING_BUDGET_BYTES);
-        if gating_budget_bytes < 1024 {
+        let gating_memory_bytes = set!(gating_budget_bytes).unwrap_or(DEFAULT_GATING_MEMORY_BYTES);
+        if gating_memory_bytes < 1024 {
             return Err(invalid(
                 "PLANGATE_GATING_BUDGET_BYTES",
                 "must be at least 1024",
@@ -511,7 +512,7 @@ impl Settings {
             request_timeout: Duration::from_secs(request_timeout),
             body_limit,
             sqlite_synchronous,
-            gating_budget_bytes,
+            gating_memory_bytes,
             max_gating_errors: usize::try_from(max_gating_errors).unwrap_or(usize::MAX),
             l0_concurrency,
             prompt_template,
@@ -520,7 +521,7 @@ impl Settings {
             prices: file.prices,
             budgets: file.budgets,
             rate_limits,
-            edge,
+            perimeter,
             webhooks,
         })
     }

@@ -8,9 +8,11 @@ use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
 use super::readiness::{LapsedRow, Move};
-use super::task_lists::{TASK_COLUMNS, TaskRecord, TaskRow, TaskRowDeps, now};
+use super::task_lists::{TASK_COLUMNS, TaskRow, TaskRowDeps, now};
 use super::{Database, DbError, DbResult, retrying};
-use crate::domain::dispatch::{self, HeldByOther, ReadyMode, Remaining, TaskEventKind, TaskStatus};
+use crate::domain::dispatch::{
+    self, HeldByOther, ReadyMode, Remaining, StoredTask, TaskEventKind, TaskStatus,
+};
 
 /// Appends one [`TaskEvent`] to a task's history inside transaction `$tx`.
 macro_rules! insert_event {
@@ -112,7 +114,7 @@ pub struct ClaimAsk<'a> {
 pub enum ClaimOutcome {
     /// The task now held, and the list's tasks by status after the claim.
     Claimed {
-        task: Box<TaskRecord>,
+        task: Box<StoredTask>,
         remaining: Remaining,
     },
     /// No task for this claim.
@@ -126,7 +128,7 @@ pub enum ClaimOutcome {
 }
 
 pub enum HeartbeatOutcome {
-    Renewed(Box<TaskRecord>),
+    Renewed(Box<StoredTask>),
     /// The task holds no live claim (never claimed, finished, or its lease lapsed).
     NotClaimed(TaskStatus),
     HeldByOther(HeldByOther),
@@ -442,7 +444,7 @@ impl Database {
     /// Expires the lapsed leases of a list (lazily, when a read saw one); returns
     /// how many. Exactly once: each lapsed task is locked (Postgres; SQLite's write
     /// lock) and changed by one writer, a second finds it pending.
-    pub async fn expire_leases(&self, list_id: Uuid) -> DbResult<usize> {
+    pub async fn expire_claims(&self, list_id: Uuid) -> DbResult<usize> {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             let at = now();

@@ -1,5 +1,6 @@
-//! Identifiers clients send (project ids, team_pks, creators): parsed once at the
-//! edge so that storage and logs never see an empty, huge or control-laden string.
+//! Identifiers clients send (project ids, team_pks, creators): parsed once where
+//! they enter (the adapters) so that storage and logs never see an empty, huge or
+//! control-laden string.
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! The accept loop (docs/configuration.md, "Edges"): what idle, silent or
+//! The accept loop (docs/configuration.md, "Perimeter"): what idle, silent or
 //! half-sent connections may hold, and for how long.
 //!
 //! `axum::serve` gives hyper no timer and keeps every connection it accepts, so
@@ -66,10 +66,10 @@ pub struct ConnectionLimits {
 impl ConnectionLimits {
     pub fn from_settings(settings: &Settings) -> Self {
         ConnectionLimits {
-            header_read_timeout: settings.edge.header_read_timeout,
-            idle_timeout: settings.edge.idle_timeout,
+            header_read_timeout: settings.perimeter.header_read_timeout,
+            idle_timeout: settings.perimeter.idle_timeout,
             max_connections: settings
-                .edge
+                .perimeter
                 .max_connections
                 .unwrap_or_else(|| default_max_connections(open_file_limit(), settings)),
         }

@@ -82,23 +82,23 @@ impl<T: serde::Serialize> IntoResponse for Json<T> {
 /// (Postgres cannot store it; see `domain::storable`) with 422 `invalid_field`
 /// naming it, before the handler runs.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StoredJson<T>(pub T);
+pub struct StorableJson<T>(pub T);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJson<T> {
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StorableJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let StoredJsonAsSent(value, _) = StoredJsonAsSent::from_request(request, state).await?;
-        Ok(StoredJson(value))
+        let StorableJsonAsSent(value, _) = StorableJsonAsSent::from_request(request, state).await?;
+        Ok(StorableJson(value))
     }
 }
 
-/// [`StoredJson`] and the body as sent, for a use case that hashes it (an
+/// [`StorableJson`] and the body as sent, for a use case that hashes it (an
 /// idempotent create compares a retry's body with the first one's).
 #[derive(Debug, Clone)]
-pub struct StoredJsonAsSent<T>(pub T, pub Bytes);
+pub struct StorableJsonAsSent<T>(pub T, pub Bytes);
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJsonAsSent<T> {
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StorableJsonAsSent<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
@@ -122,7 +122,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for StoredJsonAsSent<T>
             })?;
         refuse_nul(&body)?;
         let value = parse_json(&body)?;
-        Ok(StoredJsonAsSent(value, body))
+        Ok(StorableJsonAsSent(value, body))
     }
 }
 
@@ -172,7 +172,7 @@ pub struct Path<T>(pub T);
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct Query<T>(pub T);
 
-/// The `{id}` of a route with that one path parameter, parsed at the edge by the
+/// The `{id}` of a route with that one path parameter, parsed in the adapter by the
 /// service's rule (400 `invalid_path` or `invalid_track_id`, the same text on
 /// every transport), so a handler passes the use case a typed id.
 macro_rules! path_id {

@@ -5,12 +5,12 @@
 pub mod auth;
 pub mod connections;
 mod doc;
-pub mod edge;
 pub mod extract;
-pub mod gating_budget;
+pub mod gating_memory;
 pub mod loop_plans;
 pub mod middleware;
 pub mod ops;
+pub mod perimeter;
 pub mod problem;
 pub mod projects;
 pub mod rate_limits;

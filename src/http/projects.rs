@@ -8,7 +8,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, StoredJson};
+use super::extract::{Json, Path, Query, StorableJson};
 use super::responses::DatabaseUnavailable;
 use crate::domain::ids::Ident;
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
@@ -100,7 +100,7 @@ async fn create_team(
     State(state): State<AppState>,
     caller: Caller,
     Path(project_id): Path<String>,
-    StoredJson(team): StoredJson<NewTeam>,
+    StorableJson(team): StorableJson<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
     let team = state
         .service
@@ -127,7 +127,7 @@ async fn list_teams(
     ))
 }
 
-/// The `{project_id}` path segment, checked at the edge (422 naming `project_id`),
+/// The `{project_id}` path segment, checked in the adapter (422 naming `project_id`),
 /// after the request's other parts as before: the use cases take an [`Ident`].
 fn project(raw: &str) -> Result<Ident, ApiError> {
     Ok(Ident::parse("project_id", raw).map_err(crate::service::ServiceError::from)?)

@@ -7,7 +7,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, StoredJson};
+use super::extract::{Json, Path, StorableJson};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::rate_limits::{RateLimitEntry, RateLimits};
 
@@ -51,7 +51,7 @@ async fn set_rate_limit(
     State(state): State<AppState>,
     caller: Caller,
     Path(executor): Path<String>,
-    StoredJson(body): StoredJson<Value>,
+    StorableJson(body): StorableJson<Value>,
 ) -> Result<Json<RateLimitEntry>, ApiError> {
     Ok(Json(
         state

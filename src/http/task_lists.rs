@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, StoredJsonAsSent};
+use super::extract::{Json, Path, Query, StorableJsonAsSent};
 use super::responses::{DatabaseUnavailable, NoSuchList};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
 use crate::domain::gating::ValidationReport;
@@ -87,7 +87,7 @@ async fn create_task_list(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    StoredJsonAsSent(request, body): StoredJsonAsSent<CreateTaskListRequest>,
+    StorableJsonAsSent(request, body): StorableJsonAsSent<CreateTaskListRequest>,
 ) -> Result<Response, ApiError> {
     let key = headers.get("idempotency-key").map(HeaderValue::as_bytes);
     let created = state

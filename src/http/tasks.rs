@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, StoredJson};
+use super::extract::{Json, Path, StorableJson};
 use super::responses::{HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::task_claims::{HeartbeatRequest, TaskHistory};
@@ -68,7 +68,7 @@ async fn update_task(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<Uuid>,
-    StoredJson(update): StoredJson<TaskUpdate>,
+    StorableJson(update): StorableJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
     Ok(Json(
         state
@@ -140,7 +140,7 @@ async fn update_task_in_list(
     State(state): State<AppState>,
     caller: Caller,
     Path(path): Path<InList>,
-    StoredJson(update): StoredJson<TaskUpdate>,
+    StorableJson(update): StorableJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
     Ok(Json(
         state

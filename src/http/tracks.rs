@@ -14,7 +14,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
 use super::auth::Caller;
-use super::extract::{Json, Path, Query, StoredJson, TrackPath};
+use super::extract::{Json, Path, Query, StorableJson, TrackPath};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
@@ -91,7 +91,7 @@ async fn put_track(
     TrackPath(id): TrackPath,
     Query(query): Query<ImportQuery>,
     headers: HeaderMap,
-    StoredJson(document): StoredJson<Value>,
+    StorableJson(document): StorableJson<Value>,
 ) -> Result<Response, ApiError> {
     let track = state
         .service
@@ -165,7 +165,7 @@ async fn start_step(
     caller: Caller,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
-    StoredJson(body): StoredJson<StepStart>,
+    StorableJson(body): StorableJson<StepStart>,
 ) -> Result<Response, ApiError> {
     let write = StepWrite::Start { agent: &body.agent };
     step(&state, &caller, &raw_id, &raw_step, write, &headers).await
@@ -192,7 +192,7 @@ async fn complete_step(
     caller: Caller,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
-    StoredJson(body): StoredJson<Completion>,
+    StorableJson(body): StorableJson<Completion>,
 ) -> Result<Response, ApiError> {
     let write = StepWrite::Complete(&body);
     step(&state, &caller, &raw_id, &raw_step, write, &headers).await

@@ -1,5 +1,5 @@
 //! What a refine job stores as its request, and the server-side paths it may name.
-//! The HTTP layer validates a submission into a [`StoredRequest`]; a worker (maybe
+//! The HTTP layer validates a submission into a [`JobRequest`]; a worker (maybe
 //! on another replica, maybe after a restart) turns it back into a [`RefineJob`].
 
 use std::path::{Component, Path, PathBuf};
@@ -13,7 +13,7 @@ use super::task_files::TaskDir;
 use crate::domain::refine::{context_from_value, plan_from_value};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StoredRequest {
+pub struct JobRequest {
     /// The phase context as submitted (unknown keys kept).
     pub context: Value,
     pub refined_plan: Option<Value>,
@@ -40,7 +40,7 @@ impl Drop for JobFiles {
     }
 }
 
-impl StoredRequest {
+impl JobRequest {
     pub fn parse(value: &Value) -> Result<Self, String> {
         serde_json::from_value(value.clone()).map_err(|e| format!("stored request: {e}"))
     }

@@ -45,7 +45,7 @@ fn endpoint(
         .with_sse_keep_alive(None)
         .with_max_request_body_bytes(settings.body_limit)
         // `Host` and `Origin` are checked for every route, this one included, by
-        // `http::edge` (configurable, and exempting nothing the SDK would need).
+        // `http::perimeter` (configurable, and exempting nothing the SDK would need).
         .disable_allowed_hosts();
     StreamableHttpService::new(
         move || Ok(server.clone()),

@@ -14,7 +14,7 @@
 //!   field the same way on each transport.
 //! - Ids are typed: a use case takes a [`uuid::Uuid`], a
 //!   [`crate::domain::track_state::TrackId`] or a [`task_refs::TaskRef`] its
-//!   transport parsed at the edge, with [`parse_id`] or [`tracks::parse_track_id`]
+//!   transport parsed in the adapter, with [`parse_id`] or [`tracks::parse_track_id`]
 //!   for the ids a person types, so a bad one is the same `invalid_path` (or
 //!   `invalid_track_id`) problem on REST, MCP and the CLI. The dashboard's bulk
 //!   actions take the form's ids as text, so that each bad one is refused on its

@@ -19,7 +19,7 @@ use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, RetryInsert};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{context_from_value, is_valid_id, plan_from_value};
-use crate::jobs::request::StoredRequest;
+use crate::jobs::request::JobRequest;
 
 pub use crate::domain::refine::{JobError, JobProgress, StoredJob, StoredL0};
 
@@ -107,7 +107,7 @@ pub struct JobStreamEvent {
 /// A create, parsed once from the body as sent: typed, checked, ready to insert.
 struct RefineJobCreate {
     context: crate::domain::refine::PhaseContext,
-    request: StoredRequest,
+    request: JobRequest,
     executor: std::sync::Arc<crate::agents::Executor>,
     project_id: Option<Ident>,
     team_pk: Option<Ident>,
@@ -195,7 +195,7 @@ impl Service {
 
         let request_hash = body_hash(&body);
         Ok(RefineJobCreate {
-            request: StoredRequest {
+            request: JobRequest {
                 context: context_value.clone(),
                 refined_plan: Some(plan_value.clone()),
                 task_file_path,
@@ -507,7 +507,7 @@ impl Service {
         }
         let gone = || ServiceError::not_found("refine job", &id.to_string());
         let request = self.db.refine_job_request(id).await?.ok_or_else(gone)?;
-        let stored: StoredRequest = serde_json::from_value(request.clone()).map_err(|e| {
+        let stored: JobRequest = serde_json::from_value(request.clone()).map_err(|e| {
             ServiceError::new(
                 ErrorKind::Internal,
                 ProblemCode::Internal,

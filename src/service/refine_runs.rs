@@ -16,7 +16,7 @@ use crate::domain::ids::Ident;
 use crate::domain::refine::RunRequest;
 pub use crate::domain::refine::StoredRun;
 use crate::domain::refine::{assignments_from_value, plan_from_value, split_plan};
-use crate::jobs::request::StoredRequest;
+use crate::jobs::request::JobRequest;
 
 // The shape for the OpenAPI document: `Service::create_refine_run` reads the raw
 // body itself so that every parse failure is a `FATAL: failed to parse request body`.
@@ -173,7 +173,7 @@ impl Service {
             .contexts
             .iter()
             .map(|context| {
-                let request = StoredRequest {
+                let request = JobRequest {
                     context: context.to_value(),
                     refined_plan: Some(plan_for_jobs.clone()),
                     task_file_path: None,

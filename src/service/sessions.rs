@@ -88,14 +88,14 @@ impl Service {
         let Some(token) = token_matching(presented, &self.settings.api_tokens) else {
             return Ok(None);
         };
-        let ttl = self.settings.edge.session_ttl.as_secs();
+        let ttl = self.settings.perimeter.session_ttl.as_secs();
         let cookie_value = random_id();
         self.db
             .insert_ui_session(
                 &id_hash(&cookie_value),
                 &token_digest(token),
                 unix_now(),
-                expiry_after(self.settings.edge.session_ttl),
+                expiry_after(self.settings.perimeter.session_ttl),
             )
             .await?;
         Ok(Some(NewSession {

@@ -160,7 +160,7 @@ pub(super) fn key_reused() -> ServiceError {
 }
 
 /// An `{id}` that must be a UUID; 400 `invalid_path` naming what it is. Adapters
-/// parse at the edge with it, so the use cases take typed ids.
+/// parse with it, so the use cases take typed ids.
 pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, ServiceError> {
     raw.parse().map_err(|_| {
         ServiceError::bad_request(

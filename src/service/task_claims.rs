@@ -10,9 +10,9 @@ use super::task_lists::{StoredTask, held_by_other};
 use super::task_refs::TaskRef;
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::task_claims::{ClaimAsk, ClaimOutcome, HeartbeatOutcome, TaskEventRecord};
-use crate::db::task_lists::{TaskRecord, dispatch_view, now};
+use crate::db::task_lists::{dispatch_view, now};
 use crate::domain::dispatch::{
-    self, BlockedBy, DispatchTask, Lease, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining,
+    self, BlockedBy, DispatchTask, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining,
     TaskEventKind, TaskStatus, WAIT_RETRY_SECS,
 };
 use crate::domain::ids::Ident;
@@ -20,23 +20,6 @@ use crate::domain::ids::Ident;
 /// Lease of a claim or heartbeat that names none: long enough for a step of real
 /// work, short enough that a dead agent's task comes back within minutes.
 pub const DEFAULT_LEASE_SECS: u64 = 300;
-
-/// Who holds a running task, and until when.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct TaskClaim {
-    pub holder: String,
-    /// Renew before this (heartbeat), or the task goes back to `pending`.
-    pub lease_expires_at: DateTime<Utc>,
-}
-
-impl From<Lease> for TaskClaim {
-    fn from(l: Lease) -> Self {
-        TaskClaim {
-            holder: l.holder,
-            lease_expires_at: l.expires_at,
-        }
-    }
-}
 
 /// What to do after this answer; part of every ready and claim answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -73,7 +56,7 @@ pub struct BlockedTaskView {
 
 /// `next` for a list, its dispatch view and the ready answer computed on them.
 pub(super) fn next_answer(
-    tasks: &[TaskRecord],
+    tasks: &[StoredTask],
     view: &[DispatchTask],
     ready: &Ready,
 ) -> NextAnswer {
@@ -86,8 +69,8 @@ pub(super) fn next_answer(
         .collect();
     let earliest_lease_s = tasks
         .iter()
-        .filter_map(|t| t.lease.as_ref())
-        .map(|l| u64::try_from((l.expires_at - at).num_seconds().max(0)).unwrap_or(0) + 1)
+        .filter_map(|t| t.claim.as_ref())
+        .map(|c| u64::try_from((c.lease_expires_at - at).num_seconds().max(0)).unwrap_or(0) + 1)
         .min();
     let step = dispatch::next_step(view, &upstream, ready, earliest_lease_s);
     let local = |i: usize| tasks.get(i).map(|t| t.task_id.clone());
@@ -230,14 +213,11 @@ fn lease(lease_s: Option<u32>) -> Result<chrono::Duration, ServiceError> {
 }
 
 /// The claim's answer on the list as it stands after it.
-fn claim_answer(tasks: &[TaskRecord], mode: ReadyMode, claimed: Option<usize>) -> ClaimResponse {
+fn claim_answer(tasks: &[StoredTask], mode: ReadyMode, claimed: Option<usize>) -> ClaimResponse {
     let view = dispatch_view(tasks);
     let ready = dispatch::ready(mode, &view);
     let mut next = next_answer(tasks, &view, &ready);
-    let task = claimed
-        .and_then(|i| tasks.get(i))
-        .cloned()
-        .map(StoredTask::from);
+    let task = claimed.and_then(|i| tasks.get(i)).cloned();
     if task.is_some() {
         next.next = Next::Dispatch;
         next.retry_after_s = None;
@@ -289,7 +269,7 @@ impl Service {
             ClaimOutcome::Claimed { task, remaining } => {
                 self.hub.task_list_changed(&self.db, list_id);
                 Ok(ClaimResponse {
-                    task: Some((*task).into()),
+                    task: Some(*task),
                     next: NextAnswer {
                         next: Next::Dispatch,
                         in_flight: remaining.running,
@@ -353,7 +333,7 @@ impl Service {
             }
         }
         match self.db.heartbeat_task(id, holder.as_str(), lease).await? {
-            HeartbeatOutcome::Renewed(task) => Ok((*task).into()),
+            HeartbeatOutcome::Renewed(task) => Ok(*task),
             HeartbeatOutcome::NotFound => Err(ServiceError::not_found("task", &id.to_string())),
             HeartbeatOutcome::HeldByOther(held) => Err(held_by_other(held)),
             HeartbeatOutcome::NotClaimed(status) => Err(ServiceError::conflict(

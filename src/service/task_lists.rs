@@ -25,10 +25,11 @@ use crate::domain::ids::Ident;
 use crate::domain::retry;
 use crate::telemetry;
 
-use super::task_claims::{NextAnswer, TaskClaim, next_answer};
+use super::task_claims::{NextAnswer, next_answer};
 use super::task_refs::TaskRef;
-use crate::db::task_lists::{TaskListRecord, TaskRecord};
+use crate::db::task_lists::TaskListRecord;
 use crate::domain::dispatch::HeldByOther;
+pub use crate::domain::dispatch::StoredTask;
 
 /// Notes are free text for people; the bound keeps rows small. Characters (what
 /// JSON Schema's `maxLength` counts), so the OpenAPI document states it exactly.
@@ -57,49 +58,6 @@ pub const MAX_PAGE_TASKS: u32 = 1000;
 /// before paging existed); larger ones answer their first page.
 pub const WHOLE_LIST_TASKS: u64 = 10_000;
 
-/// A task as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredTask {
-    /// Server-assigned id (use it with `PATCH /v1/tasks/{id}`).
-    pub id: Uuid,
-    pub task_list_id: Uuid,
-    /// The synthesis-local id the planner gave.
-    pub task_id: String,
-    pub assigned_persona: String,
-    /// The wave.
-    pub parallel_group: i64,
-    pub status: TaskStatus,
-    /// Synthesis-local ids of the tasks this one depends on (duplicates removed).
-    pub depends_on: Vec<String>,
-    pub reads: Vec<String>,
-    pub writes: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reviews: Option<String>,
-    pub description: String,
-    /// Fields of the submitted task that plangate does not interpret, as given.
-    #[schema(value_type = Object)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub abandon_category: Option<AbandonCategory>,
-    /// For a cascade-abandoned task: the server id of the task whose failure caused it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_task_id: Option<Uuid>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub notes: Option<String>,
-    /// `running` transitions so far.
-    pub attempts: i32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// Who holds this running task and until when (docs/api.md "Claims"); absent
-    /// when nobody claimed it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub claim: Option<TaskClaim>,
-}
-
 impl From<TaskListRecord> for StoredTaskList {
     fn from(r: TaskListRecord) -> Self {
         StoredTaskList {
@@ -108,36 +66,8 @@ impl From<TaskListRecord> for StoredTaskList {
             team_pk: r.team_pk,
             created_by: r.created_by,
             created_at: r.created_at,
-            tasks: r.tasks.into_iter().map(StoredTask::from).collect(),
+            tasks: r.tasks,
             next_cursor: None,
-        }
-    }
-}
-
-impl From<TaskRecord> for StoredTask {
-    fn from(r: TaskRecord) -> Self {
-        StoredTask {
-            id: r.id,
-            task_list_id: r.task_list_id,
-            task_id: r.task_id,
-            assigned_persona: r.assigned_persona,
-            parallel_group: r.parallel_group,
-            status: r.status,
-            depends_on: r.depends_on,
-            reads: r.reads,
-            writes: r.writes,
-            reviews: r.reviews,
-            description: r.description,
-            extra: r.extra,
-            abandon_category: r.abandon_category,
-            upstream_task_id: r.upstream_task_id,
-            notes: r.notes,
-            attempts: r.attempts,
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-            claim: r.lease.map(TaskClaim::from),
         }
     }
 }
@@ -603,12 +533,12 @@ impl Service {
         let mut page = self.read_page(id, wave, after, limit).await?;
         caller.check_project(&page.list.project_id)?;
         let at = crate::db::task_lists::now();
-        let lapsed = dispatch::expired_leases(
-            page.list.tasks.iter().map(|t| (t.status, t.lease.as_ref())),
+        let lapsed = dispatch::expired_claims(
+            page.list.tasks.iter().map(|t| (t.status, t.claim.as_ref())),
             at,
         );
         if !lapsed.is_empty() {
-            if self.db.expire_leases(id).await? > 0 {
+            if self.db.expire_claims(id).await? > 0 {
                 self.hub.task_list_changed(&self.db, id);
             }
             page = self.read_page(id, wave, after, limit).await?;
@@ -680,14 +610,14 @@ impl Service {
         id: Uuid,
     ) -> Result<TaskListRecord, ServiceError> {
         let list = self.visible_list(caller, id).await?;
-        let lapsed = dispatch::expired_leases(
-            list.tasks.iter().map(|t| (t.status, t.lease.as_ref())),
+        let lapsed = dispatch::expired_claims(
+            list.tasks.iter().map(|t| (t.status, t.claim.as_ref())),
             crate::db::task_lists::now(),
         );
         if lapsed.is_empty() {
             return Ok(list);
         }
-        if self.db.expire_leases(id).await? > 0 {
+        if self.db.expire_claims(id).await? > 0 {
             self.hub.task_list_changed(&self.db, id);
         }
         self.read_list(id).await
@@ -751,7 +681,7 @@ impl Service {
         // first (docs/api.md "Claims") and the list read again.
         let mut read = self.ready_read(caller, id, mode).await?;
         if read.earliest_lease.is_some_and(|e| e <= now()) {
-            if self.db.expire_leases(id).await? > 0 {
+            if self.db.expire_claims(id).await? > 0 {
                 self.hub.task_list_changed(&self.db, id);
             }
             read = self.ready_read(caller, id, mode).await?;
@@ -779,7 +709,7 @@ impl Service {
                     remaining,
                     blocked: Vec::new(),
                 },
-                tasks: read.tasks.into_iter().map(StoredTask::from).collect(),
+                tasks: read.tasks,
             });
         }
         // Nothing ready or running: the list is finished or blocked, and saying
@@ -791,7 +721,7 @@ impl Service {
         let tasks = ready
             .tasks
             .iter()
-            .filter_map(|&i| list.tasks.get(i).cloned().map(StoredTask::from))
+            .filter_map(|&i| list.tasks.get(i).cloned())
             .collect();
         Ok(ReadyResponse {
             mode,
@@ -894,7 +824,7 @@ impl Service {
             TransitionOutcome::Changed { task, cascaded } => {
                 self.hub.task_list_changed(&self.db, task.task_list_id);
                 Ok(TaskUpdated {
-                    task: (*task).into(),
+                    task: *task,
                     cascaded,
                 })
             }

@@ -174,7 +174,7 @@ crate::domain::wire_strings!(StepAction {
 });
 
 /// A track id from a transport (path segment, tool argument); 400 `invalid_track_id`
-/// saying what is wrong. Adapters parse at the edge, the use cases take [`TrackId`].
+/// saying what is wrong. Adapters parse it, the use cases take [`TrackId`].
 pub fn parse_track_id(raw: &str) -> Result<TrackId, ServiceError> {
     TrackId::parse(raw)
         .map_err(|e| ServiceError::bad_request(ProblemCode::InvalidTrackId, e.message))

@@ -74,7 +74,7 @@ fn parse_picture(markdown: &str) -> Picture {
     picture
 }
 
-/// `src/http/edge.rs` → its module path (`http`, `edge`); `mod.rs`, `lib.rs` and
+/// `src/http/perimeter.rs` → its module path (`http`, `perimeter`); `mod.rs`, `lib.rs` and
 /// `main.rs` name their directory.
 fn module_path(file: &str) -> Vec<String> {
     let rel = file.strip_prefix("src/").unwrap_or(file);

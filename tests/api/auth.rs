@@ -460,7 +460,7 @@ mod sessions {
     async fn an_expired_session_is_refused(backend: Backend) {
         let app = crate::common::spawn_app_with(backend, |s| {
             s.api_tokens = vec![ApiToken::unrestricted(ADMIN)];
-            s.edge.session_ttl = std::time::Duration::from_secs(1);
+            s.perimeter.session_ttl = std::time::Duration::from_secs(1);
         })
         .await;
         let cookie = login(&app, ADMIN).await;

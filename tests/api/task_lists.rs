@@ -978,11 +978,11 @@ async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Ba
 /// they are read (docs/api.md, "Bounded gating answers"): while a client holds
 /// most of it (headers sent, half its body not), another large list waits, then
 /// answers 503 `server_busy` with `Retry-After`; once the first is answered, the
-/// budget is back. Small bodies never wait.
-async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
+/// gating memory is back. Small bodies never wait.
+async fn large_gating_bodies_share_the_gating_memory(backend: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let app = crate::common::spawn_app_with(backend, |s| s.gating_budget_bytes = 400 * 1024).await;
-    // About 300 KiB: over the 256 KiB a body may have without asking the budget.
+    let app = crate::common::spawn_app_with(backend, |s| s.gating_memory_bytes = 400 * 1024).await;
+    // About 300 KiB: over the 256 KiB a body may have without asking the gating memory.
     let tasks: Vec<Value> = (0..1000)
         .map(|i| {
             let mut t = task(&format!("t{i}"), "p", 1, &[], &[], &[&format!("f{i}.py")]);
@@ -1033,7 +1033,7 @@ async fn large_gating_bodies_share_a_memory_budget(backend: Backend) {
             .contains("PLANGATE_GATING_BUDGET_BYTES"),
         "{problem}"
     );
-    // A small list does not wait for the budget.
+    // A small list does not wait for the gating memory.
     let small = app
         .post_json("/v1/task-lists/validate", &json!({"tasks": diamond()}))
         .await;
@@ -1103,7 +1103,7 @@ async fn lists_come_in_pages_on_request(app: TestApp) {
 
 both_backends!(
     lists_come_in_pages_on_request,
-    large_gating_bodies_share_a_memory_budget,
+    large_gating_bodies_share_the_gating_memory,
     rejected_large_lists_answer_the_first_errors_and_the_counts,
     validate_reports_every_violation_in_gate_order,
     validate_refuses_malformed_requests,

@@ -9,8 +9,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{
-    EDGE_ROWS_PER_INSERT, Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey,
-    TASK_ROWS_PER_INSERT, TaskListKey, TaskListRecord, TaskRecord, now,
+    EDGE_ROWS_PER_INSERT, Keyed, KeyedOutcome, NewTaskList, StoredTask, StoredTaskListKey,
+    TASK_ROWS_PER_INSERT, TaskListKey, TaskListRecord, now,
 };
 use crate::db::readiness::initial_counts;
 use crate::db::{Database, DbError, DbResult};
@@ -135,7 +135,7 @@ impl Database {
             .tasks
             .iter()
             .zip(ids)
-            .map(|(task, id)| TaskRecord {
+            .map(|(task, id)| StoredTask {
                 id,
                 task_list_id: list_id,
                 task_id: task.task_id.clone(),
@@ -156,7 +156,7 @@ impl Database {
                 finished_at: None,
                 created_at,
                 updated_at: created_at,
-                lease: None,
+                claim: None,
                 last_holder: None,
             })
             .collect();

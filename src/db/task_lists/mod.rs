@@ -29,7 +29,8 @@ use uuid::Uuid;
 
 use super::{DbError, DbResult};
 use crate::domain::dispatch::{
-    AbandonCategory, DispatchTask, HeldByOther, IllegalTransition, Lease, StatusScope, TaskStatus,
+    AbandonCategory, DispatchTask, HeldByOther, IllegalTransition, StatusScope, StoredTask,
+    TaskClaim, TaskStatus,
 };
 use crate::domain::gating::Task;
 
@@ -93,44 +94,7 @@ pub struct TaskListRecord {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     /// In submission order.
-    pub tasks: Vec<TaskRecord>,
-}
-
-#[derive(Debug, Clone)]
-/// A stored task with its current status.
-pub struct TaskRecord {
-    /// Server-assigned id (use it with `PATCH /v1/tasks/{id}`).
-    pub id: Uuid,
-    pub task_list_id: Uuid,
-    /// The synthesis-local id the planner gave.
-    pub task_id: String,
-    pub assigned_persona: String,
-    /// The wave.
-    pub parallel_group: i64,
-    pub status: TaskStatus,
-    /// Synthesis-local ids of the tasks this one depends on (duplicates removed).
-    pub depends_on: Vec<String>,
-    pub reads: Vec<String>,
-    pub writes: Vec<String>,
-    pub reviews: Option<String>,
-    pub description: String,
-    /// Fields of the submitted task that plangate does not interpret, as given.
-    pub extra: serde_json::Map<String, serde_json::Value>,
-    pub abandon_category: Option<AbandonCategory>,
-    /// For a cascade-abandoned task: the server id of the task whose failure caused it.
-    pub upstream_task_id: Option<Uuid>,
-    pub notes: Option<String>,
-    /// `running` transitions so far.
-    pub attempts: i32,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    /// The live claim of a running task (docs/api.md "Claims").
-    pub lease: Option<Lease>,
-    /// Whose claim the task had when it finished (kept after the lease ends), so a
-    /// late holder cannot take another holder's completion for its own.
-    pub last_holder: Option<String>,
+    pub tasks: Vec<StoredTask>,
 }
 
 #[derive(FromRow)]
@@ -178,7 +142,7 @@ pub(crate) struct TaskRowDeps {
 }
 
 impl TaskRowDeps {
-    pub(crate) fn into_task(self) -> DbResult<TaskRecord> {
+    pub(crate) fn into_task(self) -> DbResult<StoredTask> {
         self.row.into_task(self.depends_on.0)
     }
 }
@@ -224,7 +188,7 @@ impl TaskRow {
             && self.lease_expires_at.is_some_and(|e| e <= at)
     }
 
-    pub(crate) fn into_task(self, depends_on: Vec<String>) -> DbResult<TaskRecord> {
+    pub(crate) fn into_task(self, depends_on: Vec<String>) -> DbResult<StoredTask> {
         let status = TaskStatus::parse(&self.status).ok_or_else(|| {
             DbError::Corrupt(format!("task {} has status {:?}", self.id, self.status))
         })?;
@@ -234,7 +198,7 @@ impl TaskRow {
                 DbError::Corrupt(format!("task {} has abandon_category {text:?}", self.id))
             })?),
         };
-        Ok(TaskRecord {
+        Ok(StoredTask {
             id: self.id,
             task_list_id: self.task_list_id,
             task_id: self.task_id,
@@ -255,10 +219,10 @@ impl TaskRow {
             finished_at: self.finished_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
-            lease: match (&self.claim_holder, self.lease_expires_at) {
-                (Some(holder), Some(expires_at)) => Some(Lease {
+            claim: match (&self.claim_holder, self.lease_expires_at) {
+                (Some(holder), Some(lease_expires_at)) => Some(TaskClaim {
                     holder: holder.clone(),
-                    expires_at,
+                    lease_expires_at,
                 }),
                 _ => None,
             },
@@ -268,7 +232,7 @@ impl TaskRow {
 }
 
 /// Tasks of one list with their edges resolved, in submission order.
-pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<TaskRecord>> {
+pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<StoredTask>> {
     let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
     // An edge to a task outside the list cannot be written (same-list insert), but
     // stored data is read defensively.
@@ -284,7 +248,7 @@ pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<
 pub(crate) fn with_depends(
     rows: Vec<TaskRow>,
     edges: impl IntoIterator<Item = (Uuid, String)>,
-) -> DbResult<Vec<TaskRecord>> {
+) -> DbResult<Vec<StoredTask>> {
     let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
     for (task, dep) in edges {
         depends.entry(task).or_default().push(dep);
@@ -298,7 +262,7 @@ pub(crate) fn with_depends(
 }
 
 /// The dispatch read model (indices into `tasks`) the pure rules work on.
-pub fn dispatch_view(tasks: &[TaskRecord]) -> Vec<DispatchTask> {
+pub fn dispatch_view(tasks: &[StoredTask]) -> Vec<DispatchTask> {
     let index: HashMap<&str, usize> = tasks
         .iter()
         .enumerate()
@@ -331,7 +295,7 @@ pub struct TaskChange {
 
 pub enum TransitionOutcome {
     Changed {
-        task: Box<TaskRecord>,
+        task: Box<StoredTask>,
         /// Server ids of the dependents this change abandoned.
         cascaded: Vec<Uuid>,
     },

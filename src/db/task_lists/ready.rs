@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::QueryBuilder;
 use uuid::Uuid;
 
-use super::{EDGE_ROWS_PER_INSERT, TASK_COLUMNS, TaskRecord, TaskRow, with_depends};
+use super::{EDGE_ROWS_PER_INSERT, StoredTask, TASK_COLUMNS, TaskRow, with_depends};
 use crate::db::{Database, DbResult};
 use crate::domain::dispatch::{ReadyMode, Remaining};
 
@@ -17,7 +17,7 @@ pub struct ReadyRead {
     /// Barrier: the active wave; pipeline: the lowest wave offered.
     pub wave: Option<i64>,
     /// Offered tasks: barrier in list order, pipeline in `(wave, list)` order.
-    pub tasks: Vec<TaskRecord>,
+    pub tasks: Vec<StoredTask>,
     pub remaining: Remaining,
     /// The soonest lease of a running task to run out.
     pub earliest_lease: Option<DateTime<Utc>>,

@@ -88,14 +88,14 @@ impl Database {
             let mut task = row.into_task(depends_on.0)?;
             if lapsed {
                 task.status = TaskStatus::Pending;
-                task.lease = None;
+                task.claim = None;
                 task.last_holder = None;
                 task.updated_at = at;
             }
             let current = task.status;
             // A live claim's holder; for a finished task, whoever held it last when
             // the change names a holder (an unnamed repeat stays idempotent).
-            let live_holder = task.lease.as_ref().map(|l| l.holder.as_str()).or_else(|| {
+            let live_holder = task.claim.as_ref().map(|c| c.holder.as_str()).or_else(|| {
                 let named = change.holder.is_some() && task.status.is_terminal();
                 task.last_holder.as_deref().filter(|_| named)
             });

@@ -34,24 +34,25 @@ crate::domain::wire_strings!(TaskEventKind, "task event kind", column {
 pub const MAX_LEASE_SECS: u64 = 86_400;
 
 /// Who holds a running task, and until when.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lease {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct TaskClaim {
     pub holder: String,
-    pub expires_at: DateTime<Utc>,
+    /// Renew before this (heartbeat), or the task goes back to `pending`.
+    pub lease_expires_at: DateTime<Utc>,
 }
 
-/// Indices of the running tasks whose lease has expired at `now`: they go back to
-/// `pending` so another agent can claim them. A task without a lease (dispatched
-/// with a plain status change) never expires.
-pub fn expired_leases<'a>(
-    tasks: impl IntoIterator<Item = (TaskStatus, Option<&'a Lease>)>,
+/// Indices of the running tasks whose claim's lease has expired at `now`: they go
+/// back to `pending` so another agent can claim them. A task without a claim
+/// (dispatched with a plain status change) never expires.
+pub fn expired_claims<'a>(
+    tasks: impl IntoIterator<Item = (TaskStatus, Option<&'a TaskClaim>)>,
     now: DateTime<Utc>,
 ) -> Vec<usize> {
     tasks
         .into_iter()
         .enumerate()
-        .filter(|(_, (status, lease))| {
-            *status == TaskStatus::Running && lease.is_some_and(|l| l.expires_at <= now)
+        .filter(|(_, (status, claim))| {
+            *status == TaskStatus::Running && claim.is_some_and(|c| c.lease_expires_at <= now)
         })
         .map(|(i, _)| i)
         .collect()
@@ -117,16 +118,16 @@ mod tests {
         Utc.timestamp_opt(1_700_000_000 + s, 0).unwrap()
     }
 
-    fn lease(holder: &str, s: i64) -> Lease {
-        Lease {
+    fn claim(holder: &str, s: i64) -> TaskClaim {
+        TaskClaim {
             holder: holder.into(),
-            expires_at: at(s),
+            lease_expires_at: at(s),
         }
     }
 
     #[test]
     fn only_running_tasks_with_a_lapsed_lease_expire() {
-        let (old, live) = (lease("a", 10), lease("b", 30));
+        let (old, live) = (claim("a", 10), claim("b", 30));
         let tasks = [
             (Running, Some(&old)),
             (Running, Some(&live)),
@@ -134,10 +135,10 @@ mod tests {
             (Done, Some(&old)),
             (Pending, None),
         ];
-        assert_eq!(expired_leases(tasks, at(20)), [0]);
+        assert_eq!(expired_claims(tasks, at(20)), [0]);
         // The instant of expiry counts as expired: the lease was "until" then.
-        assert_eq!(expired_leases(tasks, at(30)), [0, 1]);
-        assert!(expired_leases(tasks, at(0)).is_empty());
+        assert_eq!(expired_claims(tasks, at(30)), [0, 1]);
+        assert!(expired_claims(tasks, at(0)).is_empty());
     }
 
     #[test]

@@ -10,17 +10,19 @@ mod cascade;
 mod claim;
 mod next;
 mod ready;
+mod record;
 mod render;
 mod snapshot;
 mod status;
 
 pub use cascade::cascade;
 pub use claim::{
-    HeldByOther, HolderCheck, Lease, MAX_LEASE_SECS, TaskEventKind, check_holder, expired_leases,
-    pick_claim,
+    HeldByOther, HolderCheck, MAX_LEASE_SECS, TaskClaim, TaskEventKind, check_holder,
+    expired_claims, pick_claim,
 };
 pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
 pub use ready::{DispatchTask, Ready, ReadyMode, normalize_path, offer_writes, ready};
+pub use record::StoredTask;
 pub use render::{GraphFormat, GraphNode, render_graph};
 pub use snapshot::{StatusScope, StatusSnapshot, WaveCounts, snapshot};
 pub use status::{

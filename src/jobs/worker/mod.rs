@@ -23,7 +23,7 @@ use uuid::Uuid;
 use self::reaper::reaper;
 use self::sink::DbSink;
 use super::engine::{EngineConfig, RefineJob, Stop, Switches, outcome_from_value, run_refine};
-use super::request::{JobFiles, StoredRequest};
+use super::request::{JobFiles, JobRequest};
 use super::task_files::TaskDir;
 use crate::agents::{Executor, Executors};
 use crate::config::Settings;
@@ -307,7 +307,7 @@ fn prepare(
         .as_ref()
         .is_none_or(|e| e.kind() != "builtin")
         .then_some(&pool.task_dir);
-    let (refine_job, files) = StoredRequest::parse(&job.request)
+    let (refine_job, files) = JobRequest::parse(&job.request)
         .and_then(|r| r.into_job(job.lease.job_id, task_dir))
         .map_err(|message| ("invalid_request", message))?;
     let Some(executor) = executor else {

@@ -1,4 +1,4 @@
-//! The server's edges (docs/configuration.md, "Edges"): which web origins and host
+//! The server's perimeter (docs/configuration.md, "Perimeter"): which web origins and host
 //! names may reach it, how long a connection may sit idle or half-sent, how many
 //! connections it keeps, and how long a dashboard session lasts.
 
@@ -126,9 +126,9 @@ pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 60;
 /// Default dashboard session lifetime: a working day.
 pub const DEFAULT_SESSION_TTL_SECS: u64 = 12 * 3600;
 
-/// The edge settings, checked.
+/// The perimeter settings, checked.
 #[derive(Debug, Clone)]
-pub struct EdgeSettings {
+pub struct PerimeterSettings {
     /// Origins allowed besides the server's own (`http://127.0.0.1:PORT`, …).
     pub allowed_origins: Vec<WebOrigin>,
     /// Host names allowed on a loopback bind besides the loopback names.
@@ -140,9 +140,9 @@ pub struct EdgeSettings {
     pub session_ttl: Duration,
 }
 
-impl Default for EdgeSettings {
+impl Default for PerimeterSettings {
     fn default() -> Self {
-        EdgeSettings {
+        PerimeterSettings {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             header_read_timeout: Duration::from_secs(DEFAULT_HEADER_READ_TIMEOUT_SECS),
@@ -166,7 +166,7 @@ fn entries(from_args: &Option<String>, from_file: &Option<Vec<String>>) -> Vec<S
     }
 }
 
-impl EdgeSettings {
+impl PerimeterSettings {
     pub fn merge(args: &ServeArgs, file: &FileConfig) -> Result<Self, ConfigError> {
         let allowed_origins = entries(&args.allowed_origins, &file.allowed_origins)
             .iter()
@@ -212,7 +212,7 @@ impl EdgeSettings {
             }
             other => other,
         };
-        Ok(EdgeSettings {
+        Ok(PerimeterSettings {
             allowed_origins,
             allowed_hosts,
             header_read_timeout: seconds(
@@ -286,7 +286,7 @@ mod tests {
     #[test]
     fn bad_entries_name_their_variable() {
         let bad = |args: ServeArgs| {
-            EdgeSettings::merge(&args, &FileConfig::default())
+            PerimeterSettings::merge(&args, &FileConfig::default())
                 .unwrap_err()
                 .to_string()
         };
@@ -311,7 +311,7 @@ mod tests {
             })
             .contains("PLANGATE_MAX_CONNECTIONS")
         );
-        let ok = EdgeSettings::merge(
+        let ok = PerimeterSettings::merge(
             &ServeArgs {
                 allowed_origins: Some("https://plangate.example/, http://localhost:3000".into()),
                 ..Default::default()

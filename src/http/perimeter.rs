@@ -1,4 +1,4 @@
-//! Who may reach the server from a browser (docs/configuration.md, "Edges").
+//! Who may reach the server from a browser (docs/configuration.md, "Perimeter").
 //!
 //! A web page the user visits can send requests to `http://127.0.0.1:PORT` (its
 //! `Origin` is the page's) or, by DNS rebinding, to its own host name resolved to
@@ -27,7 +27,7 @@ use crate::service::ProblemCode;
 
 /// The origins and hosts one server accepts, fixed at start.
 #[derive(Debug, Clone)]
-pub struct EdgePolicy {
+pub struct PerimeterPolicy {
     origins: Vec<WebOrigin>,
     /// `Some` on a loopback bind: the configured hosts besides the loopback names.
     hosts: Option<Vec<AllowedHost>>,
@@ -39,7 +39,7 @@ pub struct EdgePolicy {
 /// Renders an HTML error page: status, title, detail.
 pub type PageRefusal = fn(StatusCode, &str, &str) -> Response;
 
-impl EdgePolicy {
+impl PerimeterPolicy {
     /// The server's own origins on the port it listens on (`settings.bind` is the
     /// bound address by the time the app is built), plus the configured ones.
     pub fn new(settings: &Settings) -> Self {
@@ -58,11 +58,11 @@ impl EdgePolicy {
             };
             origins.push(WebOrigin::http(&host, port));
         }
-        origins.extend(settings.edge.allowed_origins.iter().cloned());
+        origins.extend(settings.perimeter.allowed_origins.iter().cloned());
         let hosts = ip
             .is_loopback()
-            .then(|| settings.edge.allowed_hosts.clone());
-        EdgePolicy {
+            .then(|| settings.perimeter.allowed_hosts.clone());
+        PerimeterPolicy {
             origins,
             hosts,
             page_refusal: None,
@@ -100,7 +100,7 @@ fn is_probe(path: &str) -> bool {
 /// Refuses, before anything else runs, a request from a web page this server did
 /// not serve (see the module comment).
 pub async fn refuse_foreign_pages(
-    State(policy): State<Arc<EdgePolicy>>,
+    State(policy): State<Arc<PerimeterPolicy>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -141,7 +141,7 @@ pub async fn refuse_foreign_pages(
     next.run(request).await
 }
 
-impl EdgePolicy {
+impl PerimeterPolicy {
     fn refusal(&self, path: &str, code: ProblemCode, detail: &str) -> Response {
         // The dashboard answers people with HTML pages; everything else problem+json.
         if let Some(render) = self.page_refusal
@@ -162,14 +162,14 @@ mod tests {
     use super::*;
     use crate::config::{FileConfig, ServeArgs};
 
-    fn policy(bind: &str, origins: &str, hosts: &str) -> EdgePolicy {
+    fn policy(bind: &str, origins: &str, hosts: &str) -> PerimeterPolicy {
         let args = ServeArgs {
             bind: Some(bind.into()),
             allowed_origins: Some(origins.into()),
             allowed_hosts: Some(hosts.into()),
             ..Default::default()
         };
-        EdgePolicy::new(&Settings::merge(&args, FileConfig::default()).unwrap())
+        PerimeterPolicy::new(&Settings::merge(&args, FileConfig::default()).unwrap())
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The server's edges (docs/configuration.md, "Edges"): what a web page may not do
+//! The server's perimeter (docs/configuration.md, "Perimeter"): what a web page may not do
 //! to a local plangate (DNS rebinding, cross-origin requests), and what idle or
 //! half-sent connections may not do to it (exhaust its file descriptors, stay open
 //! forever). Real HTTP on a real port; the connection test runs the real binary
@@ -153,8 +153,8 @@ both_backends!(a_web_page_cannot_drive_a_local_server);
 /// configuration, and only what is configured.
 async fn configured_origins_and_hosts_are_allowed(backend: Backend) {
     let app = crate::common::spawn_app_with(backend, |s| {
-        s.edge.allowed_origins = vec![WebOrigin::parse("https://plangate.example").unwrap()];
-        s.edge.allowed_hosts = vec![AllowedHost {
+        s.perimeter.allowed_origins = vec![WebOrigin::parse("https://plangate.example").unwrap()];
+        s.perimeter.allowed_hosts = vec![AllowedHost {
             host: "box.lan".to_owned(),
             port: None,
         }];

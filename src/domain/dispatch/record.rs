@@ -1,0 +1,56 @@
+//! A task as stored and as shown (REST, MCP and the dashboard): one type, which
+//! `db/` builds from its rows and the API serializes as it is.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{AbandonCategory, TaskClaim, TaskStatus};
+
+/// A task as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTask {
+    /// Server-assigned id (use it with `PATCH /v1/tasks/{id}`).
+    pub id: Uuid,
+    pub task_list_id: Uuid,
+    /// The synthesis-local id the planner gave.
+    pub task_id: String,
+    pub assigned_persona: String,
+    /// The wave.
+    pub parallel_group: i64,
+    pub status: TaskStatus,
+    /// Synthesis-local ids of the tasks this one depends on (duplicates removed).
+    pub depends_on: Vec<String>,
+    pub reads: Vec<String>,
+    pub writes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviews: Option<String>,
+    pub description: String,
+    /// Fields of the submitted task that plangate does not interpret, as given.
+    #[schema(value_type = Object)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abandon_category: Option<AbandonCategory>,
+    /// For a cascade-abandoned task: the server id of the task whose failure caused it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_task_id: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// `running` transitions so far.
+    pub attempts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Who holds this running task and until when (docs/api.md "Claims"); absent
+    /// when nobody claimed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim: Option<TaskClaim>,
+    // Whose claim the task had when it finished (kept after the claim ends), so a
+    // late holder cannot take another holder's completion for its own. Not shown.
+    #[serde(skip)]
+    pub last_holder: Option<String>,
+}
