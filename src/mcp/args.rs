@@ -142,6 +142,9 @@ pub struct ReadyArgs {
     /// Long-poll.
     #[schemars(range(max = 30))]
     pub wait_seconds: Option<u64>,
+    /// Most tasks to list; more_ready says more are.
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::submission::{Accepted, ScopedKey, idempotency_key, key_reused};
 use super::{Caller, GateRejection, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::task_lists::{
-    Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey, TaskChange, TaskListKey,
+    Keyed, KeyedOutcome, NewTaskList, ReadyTake, StoredTaskListKey, TaskChange, TaskListKey,
     TransitionOutcome, dispatch_view, now,
 };
 use crate::domain::dispatch::{
@@ -191,7 +191,14 @@ pub struct ReadyResponse {
     /// task is offered in pipeline mode, or every task is terminal: read `next`
     /// for what to do.
     pub wave: Option<i64>,
+    /// Barrier: in list order; pipeline: in `(wave, list)` order. The first
+    /// `limit` of them, or all while at most 10,000 are ready (else the first
+    /// 1,000) without `limit`.
     pub tasks: Vec<StoredTask>,
+    /// `true` when more tasks are ready than `tasks` lists: claim (or start) these
+    /// and ask again for the next ones. Absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more_ready: bool,
     #[serde(flatten)]
     pub next: NextAnswer,
 }
@@ -569,15 +576,7 @@ impl Service {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<StoredTaskList, ServiceError> {
-        if let Some(limit) = limit
-            && !(1..=MAX_PAGE_TASKS).contains(&limit)
-        {
-            return Err(ServiceError::bad_request(
-                ProblemCode::InvalidQuery,
-                format!("limit must be between 1 and {MAX_PAGE_TASKS}, not {limit}"),
-            )
-            .field("limit"));
-        }
+        let limit = page_limit(limit)?;
         let after = page_cursor(cursor)?;
         if limit.is_none() && cursor.is_none() {
             self.check_list_visible(caller, id).await?;
@@ -710,9 +709,11 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         mode: ReadyMode,
+        limit: Option<u32>,
         wait: Option<u64>,
     ) -> Result<ReadyResponse, ServiceError> {
-        let answer = self.ready_now(caller, id, mode).await?;
+        let take = ready_take(limit)?;
+        let answer = self.ready_now(caller, id, mode, take).await?;
         let wait = wait.unwrap_or(0);
         if wait == 0 || answer.next.next != Next::Wait {
             return Ok(answer);
@@ -721,12 +722,12 @@ impl Service {
             std::time::Duration::from_secs(wait),
             |changed| changed == id,
             || async {
-                let answer = self.ready_now(caller, id, mode).await?;
+                let answer = self.ready_now(caller, id, mode, take).await?;
                 Ok::<_, ServiceError>(answer.next.next != Next::Wait)
             },
         )
         .await?;
-        self.ready_now(caller, id, mode).await
+        self.ready_now(caller, id, mode, take).await
     }
 
     async fn ready_now(
@@ -734,16 +735,17 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         mode: ReadyMode,
+        take: ReadyTake,
     ) -> Result<ReadyResponse, ServiceError> {
         // Indexed reads and the counters while work is ready or running
         // (docs/architecture.md, "Claims at scale"); a lease seen lapsed is expired
         // first (docs/api.md "Claims") and the list read again.
-        let mut read = self.ready_read(caller, id, mode).await?;
+        let mut read = self.ready_read(caller, id, mode, take).await?;
         if read.earliest_lease.is_some_and(|e| e <= now()) {
             if self.db.expire_leases(id).await? > 0 {
                 self.hub.task_list_changed(&self.db, id);
             }
-            read = self.ready_read(caller, id, mode).await?;
+            read = self.ready_read(caller, id, mode, take).await?;
         }
         let remaining = read.remaining;
         if !read.tasks.is_empty() || remaining.running > 0 {
@@ -769,6 +771,7 @@ impl Service {
                     blocked: Vec::new(),
                 },
                 tasks: read.tasks.into_iter().map(StoredTask::from).collect(),
+                more_ready: read.more,
             });
         }
         // Nothing ready or running: the list is finished or blocked, and saying
@@ -777,15 +780,19 @@ impl Service {
         let view = dispatch_view(&list.tasks);
         let ready = dispatch::ready(mode, &view);
         let next = next_answer(&list.tasks, &view, &ready);
+        let more_ready = ready.tasks.len() > take.whole as usize;
+        let shown = if more_ready { take.page } else { take.whole };
         let tasks = ready
             .tasks
             .iter()
+            .take(shown as usize)
             .filter_map(|&i| list.tasks.get(i).cloned().map(StoredTask::from))
             .collect();
         Ok(ReadyResponse {
             mode,
             wave: ready.wave,
             tasks,
+            more_ready,
             next,
         })
     }
@@ -795,10 +802,11 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         mode: ReadyMode,
+        take: ReadyTake,
     ) -> Result<crate::db::task_lists::ReadyRead, ServiceError> {
         let read = self
             .db
-            .ready_read(id, mode)
+            .ready_read(id, mode, take)
             .await?
             .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
         caller.check_project(&read.project_id)?;
@@ -895,6 +903,36 @@ impl Service {
             )
             .with_details(ProblemDetails::TaskTransition(illegal))),
         }
+    }
+}
+
+/// How many ready tasks an answer lists (docs/api.md, "Large ready sets"): the
+/// first `limit` (1 to [`MAX_PAGE_TASKS`]); without it all while at most
+/// [`WHOLE_LIST_TASKS`] are ready, as before there was a bound, else the first
+/// [`MAX_PAGE_TASKS`].
+pub(super) fn ready_take(limit: Option<u32>) -> Result<ReadyTake, ServiceError> {
+    Ok(match page_limit(limit)? {
+        None => ReadyTake {
+            whole: WHOLE_LIST_TASKS as u32,
+            page: MAX_PAGE_TASKS,
+        },
+        Some(limit) => ReadyTake {
+            whole: limit,
+            page: limit,
+        },
+    })
+}
+
+/// `?limit=` of a paged answer, refused (400 naming `limit`) outside 1 to
+/// [`MAX_PAGE_TASKS`].
+fn page_limit(limit: Option<u32>) -> Result<Option<u32>, ServiceError> {
+    match limit {
+        Some(limit) if !(1..=MAX_PAGE_TASKS).contains(&limit) => Err(ServiceError::bad_request(
+            ProblemCode::InvalidQuery,
+            format!("limit must be between 1 and {MAX_PAGE_TASKS}, not {limit}"),
+        )
+        .field("limit")),
+        limit => Ok(limit),
     }
 }
 
