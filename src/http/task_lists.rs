@@ -237,10 +237,15 @@ pub struct GraphQuery {
 }
 
 /// The DAG as Mermaid or Graphviz text, waves as ranks, statuses as classes.
+///
+/// A list of more than 10,000 tasks is drawn summarised: one node per wave (the
+/// first 400, then one for the later waves) with its tasks counted by status,
+/// edges joining consecutive waves; a comment on the second line says so. Page
+/// its tasks with `GET /v1/task-lists/{id}?limit=`.
 #[utoipa::path(get, path = "/v1/task-lists/{id}/graph", operation_id = "task_list_graph", tag = "task-lists",
     params(("id" = Uuid, Path, description = "Server id of the list"), GraphQuery),
     responses(
-        (status = 200, description = "The graph", body = String, content_type = "text/plain"),
+        (status = 200, description = "The graph: task by task, or for a list of more than 10,000 tasks wave by wave", body = String, content_type = "text/plain"),
         (status = 400, description = "Not a UUID or unknown format", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchList,

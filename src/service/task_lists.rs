@@ -15,8 +15,8 @@ use crate::db::task_lists::{
     TransitionOutcome, dispatch_view, now,
 };
 use crate::domain::dispatch::{
-    self, AbandonCategory, GraphFormat, GraphNode, Next, ReadyMode, TaskStatus, WAIT_RETRY_SECS,
-    render_graph,
+    self, AbandonCategory, GraphFormat, GraphNode, MAX_SUMMARY_WAVES, Next, ReadyMode, TaskStatus,
+    WAIT_RETRY_SECS, WaveSummaryGraph, WaveTally, render_graph, render_wave_summary,
 };
 use crate::domain::gating::{
     self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport, Violation,
@@ -820,6 +820,11 @@ impl Service {
         id: Uuid,
         format: GraphFormat,
     ) -> Result<String, ServiceError> {
+        self.check_list_visible(caller, id).await?;
+        let total = self.db.task_count(id).await?;
+        if total > WHOLE_LIST_TASKS {
+            return self.wave_summary_graph(id, format, total).await;
+        }
         let list = self.load_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let nodes: Vec<GraphNode> = list
@@ -835,6 +840,66 @@ impl Service {
             })
             .collect();
         Ok(render_graph(format, &nodes))
+    }
+
+    /// The graph of a list too large to draw task by task (docs/api.md, "Large
+    /// lists"): its first [`MAX_SUMMARY_WAVES`] waves counted by status from an
+    /// aggregate over an index that stops there, the later waves' tasks as the
+    /// counters' totals less those — never a task row. A lapsed lease is expired
+    /// first, as before any read of the list.
+    async fn wave_summary_graph(
+        &self,
+        id: Uuid,
+        format: GraphFormat,
+        total: u64,
+    ) -> Result<String, ServiceError> {
+        if self.db.earliest_lease(id).await?.is_some_and(|e| e <= now())
+            && self.db.expire_leases(id).await? > 0
+        {
+            self.hub.task_list_changed(&self.db, id);
+        }
+        // At most five statuses a wave: one wave more than drawn tells whether
+        // later waves exist, and every drawn wave is read whole.
+        let statuses = TaskStatus::ALL.len();
+        let rows = self
+            .db
+            .wave_counts(id, ((MAX_SUMMARY_WAVES + 1) * statuses) as i64)
+            .await?;
+        let mut waves: Vec<WaveTally> = Vec::new();
+        for (wave, status, n) in rows {
+            if waves.last().is_none_or(|w| w.wave != wave) {
+                waves.push(WaveTally {
+                    wave,
+                    counts: [0; 5],
+                });
+            }
+            if let Some(last) = waves.last_mut() {
+                last.counts[status.index()] = u64::try_from(n).unwrap_or(0);
+            }
+        }
+        // The later waves: the counters' totals less the drawn waves' (read a
+        // moment apart, so a change in between may move a task between counts).
+        let later = if waves.len() > MAX_SUMMARY_WAVES {
+            waves.truncate(MAX_SUMMARY_WAVES);
+            let all = self.db.tasks_by_status(id).await?;
+            let mut left = [all.pending, all.running, all.done, all.failed, all.abandoned];
+            for w in &waves {
+                for (l, n) in left.iter_mut().zip(w.counts) {
+                    *l = l.saturating_sub(n);
+                }
+            }
+            Some(left)
+        } else {
+            None
+        };
+        Ok(render_wave_summary(
+            format,
+            &WaveSummaryGraph {
+                total,
+                waves: &waves,
+                later,
+            },
+        ))
     }
 
     /// Change a task's status; `failed` or `abandoned` abandons every non-terminal

@@ -11,6 +11,7 @@ mod claim;
 mod next;
 mod ready;
 mod render;
+mod render_waves;
 mod snapshot;
 mod status;
 
@@ -22,6 +23,7 @@ pub use claim::{
 pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
 pub use ready::{DispatchTask, Ready, ReadyMode, normalize_path, offer_writes, ready};
 pub use render::{GraphFormat, GraphNode, render_graph};
+pub use render_waves::{MAX_SUMMARY_WAVES, WaveSummaryGraph, WaveTally, render_wave_summary};
 pub use snapshot::{StatusScope, StatusSnapshot, WaveCounts, snapshot};
 pub use status::{
     AbandonCategory, IllegalTransition, TaskStatus, Transition, allowed_targets, check_transition,
