@@ -93,8 +93,12 @@ struct Node {
 struct Counts<'a>(&'a [u64; 5]);
 
 impl Counts<'_> {
-    fn total(&self) -> u64 {
-        self.0.iter().sum()
+    /// `1 task`, `N tasks`.
+    fn total(&self) -> String {
+        match self.0.iter().sum::<u64>() {
+            1 => "1 task".to_owned(),
+            n => format!("{n} tasks"),
+        }
     }
 }
 
@@ -142,7 +146,7 @@ impl Summary<'_> {
             let counts = Counts(&n.counts);
             writeln!(
                 f,
-                "  {}[\"{}<br/>{} tasks<br/>{counts}\"]:::st_{}",
+                "  {}[\"{}<br/>{}<br/>{counts}\"]:::st_{}",
                 n.id,
                 n.title,
                 counts.total(),
@@ -178,7 +182,7 @@ impl Summary<'_> {
             let (fill, stroke) = colors(status);
             writeln!(
                 f,
-                "  {} [label=\"{}\\n{} tasks\\n{counts}\", class=\"{status}\", fillcolor=\"{fill}\", color=\"{stroke}\"];",
+                "  {} [label=\"{}\\n{}\\n{counts}\", class=\"{status}\", fillcolor=\"{fill}\", color=\"{stroke}\"];",
                 n.id,
                 n.title,
                 counts.total(),
