@@ -142,10 +142,6 @@ pub struct ReadyArgs {
     /// Long-poll.
     #[schemars(range(max = 30))]
     pub wait_seconds: Option<u64>,
-    // No description: tools/list stays under its 10 KB budget (docs/mcp.md
-    // says what `limit` and `more_ready` mean).
-    #[schemars(range(min = 1, max = 1000))]
-    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

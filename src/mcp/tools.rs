@@ -408,7 +408,9 @@ async fn ready_tasks(call: &Call<'_>, args: ReadyArgs) -> Result<Answer, Service
             caller,
             uuid_arg("task_list_id", &args.task_list_id, TASK_LIST_ID_HINT)?,
             args.mode.unwrap_or_default(),
-            args.limit,
+            // No `limit` argument: it does not fit the 10 KB tools/list budget
+            // (docs/mcp.md); the default bound applies.
+            None,
             args.wait_seconds
                 .map(|w| w.min(crate::service::MAX_WAIT_SECS)),
         )
