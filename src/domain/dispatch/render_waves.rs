@@ -56,7 +56,7 @@ pub fn render_wave_summary(format: GraphFormat, graph: &WaveSummaryGraph) -> Str
             counts,
         });
     }
-    let summary = Summary {
+    let summary = SummaryText {
         total: graph.total,
         nodes: &nodes,
     };
@@ -119,12 +119,12 @@ impl Display for Counts<'_> {
     }
 }
 
-struct Summary<'a> {
+struct SummaryText<'a> {
     total: u64,
     nodes: &'a [Node],
 }
 
-impl Summary<'_> {
+impl SummaryText<'_> {
     fn comment(&self) -> String {
         format!(
             "{} tasks in one node per wave, counted by status; edges join consecutive \
