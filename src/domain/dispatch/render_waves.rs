@@ -36,10 +36,10 @@ pub struct WaveSummaryGraph<'a> {
 /// and colours of the status that matters most, see [`shown_status`]), the
 /// later waves as one node, edges between consecutive nodes.
 pub fn render_wave_summary(format: GraphFormat, graph: &WaveSummaryGraph) -> String {
-    let mut nodes: Vec<Node> = graph
+    let mut nodes: Vec<WaveBox> = graph
         .waves
         .iter()
-        .map(|w| Node {
+        .map(|w| WaveBox {
             title: format!("Wave {}", w.wave),
             id: format!("w_{}", WaveId(w.wave)),
             counts: w.counts,
@@ -50,7 +50,7 @@ pub fn render_wave_summary(format: GraphFormat, graph: &WaveSummaryGraph) -> Str
             Some(last) => format!("After wave {}", last.wave),
             None => "Every wave".to_owned(),
         };
-        nodes.push(Node {
+        nodes.push(WaveBox {
             title,
             id: "w_later".to_owned(),
             counts,
@@ -82,7 +82,7 @@ pub fn shown_status(counts: &[u64; 5]) -> TaskStatus {
     .unwrap_or(TaskStatus::Done)
 }
 
-struct Node {
+struct WaveBox {
     title: String,
     id: String,
     counts: [u64; 5],
@@ -121,7 +121,7 @@ impl Display for Counts<'_> {
 
 struct SummaryText<'a> {
     total: u64,
-    nodes: &'a [Node],
+    nodes: &'a [WaveBox],
 }
 
 impl SummaryText<'_> {
