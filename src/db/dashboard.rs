@@ -257,21 +257,13 @@ impl Database {
     }
 
     /// A list's tasks counted by wave and status: `(wave, status, count)`, waves
-    /// ascending. An aggregate over the `tasks_by_list_wave_status` index (an
-    /// index-only read; no task row is loaded).
+    /// ascending, every wave ([`Database::wave_counts`] without a bound): an
+    /// aggregate over the `tasks_by_list_wave_status` index (index-only).
     pub async fn task_list_wave_counts(
         &self,
         list_id: Uuid,
     ) -> DbResult<Vec<(i64, TaskStatus, i64)>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE task_list_id = $1 \
-                 GROUP BY parallel_group, status ORDER BY parallel_group, status",
-            )
-            .bind(list_id)
-            .fetch_all(pool)
-            .await?
-        }))
+        self.wave_counts(list_id, i64::MAX).await
     }
 
     /// The `limit` tasks of wave `wave` of a list (in status `status`, if given)

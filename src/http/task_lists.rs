@@ -156,6 +156,11 @@ pub struct ReadyQuery {
     /// becomes ready or the list finishes, or this many seconds (at most 30) pass.
     #[param(minimum = 0, maximum = 30)]
     pub wait: Option<u64>,
+    /// Most tasks to list (1 to 1,000); `more_ready: true` says more are ready.
+    /// Without `limit` up to 10,000 ready tasks answer whole, more their first
+    /// 1,000.
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
 }
 
 /// Tasks ready to dispatch now, and what to do `next`.
@@ -163,11 +168,13 @@ pub struct ReadyQuery {
 /// `next` is `dispatch` (tasks are ready), `wait` (nothing ready, tasks running;
 /// `retry_after_s`, or long-poll with `?wait=`), `done` (every task terminal) or
 /// `blocked` (nothing will run any more: `blocked` names the tasks and why).
+/// A large ready set is listed in part (`limit`, `more_ready`): claim or start
+/// those tasks and ask again.
 #[utoipa::path(get, path = "/v1/task-lists/{id}/ready", operation_id = "ready_tasks", tag = "task-lists",
     params(("id" = Uuid, Path, description = "Server id of the list"), ReadyQuery),
     responses(
         (status = 200, description = "Ready tasks and `next`", body = ReadyResponse),
-        (status = 400, description = "Not a UUID, unknown mode, or `wait` over 30", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not a UUID, unknown mode, `wait` over 30, or `limit` out of range", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchList,
     ))]
@@ -187,7 +194,7 @@ async fn ready(
     Ok(Json(
         state
             .service
-            .ready_tasks(&caller, id, mode, query.wait)
+            .ready_tasks(&caller, id, mode, query.limit, query.wait)
             .await?,
     ))
 }
@@ -230,10 +237,15 @@ pub struct GraphQuery {
 }
 
 /// The DAG as Mermaid or Graphviz text, waves as ranks, statuses as classes.
+///
+/// A list of more than 10,000 tasks is drawn summarised: one node per wave (the
+/// first 400, then one for the later waves) with its tasks counted by status,
+/// edges joining consecutive waves; a comment on the second line says so. Page
+/// its tasks with `GET /v1/task-lists/{id}?limit=`.
 #[utoipa::path(get, path = "/v1/task-lists/{id}/graph", operation_id = "task_list_graph", tag = "task-lists",
     params(("id" = Uuid, Path, description = "Server id of the list"), GraphQuery),
     responses(
-        (status = 200, description = "The graph", body = String, content_type = "text/plain"),
+        (status = 200, description = "The graph: task by task, or for a list of more than 10,000 tasks wave by wave", body = String, content_type = "text/plain"),
         (status = 400, description = "Not a UUID or unknown format", body = Problem, content_type = "application/problem+json"),
         ForbiddenProject,
         NoSuchList,

@@ -408,6 +408,9 @@ async fn ready_tasks(call: &Call<'_>, args: ReadyArgs) -> Result<Answer, Service
             caller,
             uuid_arg("task_list_id", &args.task_list_id, TASK_LIST_ID_HINT)?,
             args.mode.unwrap_or_default(),
+            // No `limit` argument: it does not fit the 10 KB tools/list budget
+            // (docs/mcp.md); the default bound applies.
+            None,
             args.wait_seconds
                 .map(|w| w.min(crate::service::MAX_WAIT_SECS)),
         )
@@ -416,6 +419,9 @@ async fn ready_tasks(call: &Call<'_>, args: ReadyArgs) -> Result<Answer, Service
     let mut answer = with_next(&ready.next);
     answer["wave"] = json!(ready.wave);
     answer["tasks"] = json!(tasks);
+    if ready.more_ready {
+        answer["more_ready"] = Value::Bool(true);
+    }
     Ok(Answer::Json(answer))
 }
 

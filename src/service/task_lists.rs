@@ -11,12 +11,12 @@ use uuid::Uuid;
 use super::submission::{Accepted, ScopedKey, idempotency_key, key_reused};
 use super::{Caller, GateRejection, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::task_lists::{
-    Keyed, KeyedOutcome, NewTaskList, StoredTaskListKey, TaskChange, TaskListKey,
+    Keyed, KeyedOutcome, NewTaskList, ReadyTake, StoredTaskListKey, TaskChange, TaskListKey,
     TransitionOutcome, dispatch_view, now,
 };
 use crate::domain::dispatch::{
-    self, AbandonCategory, GraphFormat, GraphNode, Next, ReadyMode, TaskStatus, WAIT_RETRY_SECS,
-    render_graph,
+    self, AbandonCategory, GraphFormat, GraphNode, MAX_SUMMARY_WAVES, Next, ReadyMode, TaskStatus,
+    WAIT_RETRY_SECS, WaveSummaryGraph, WaveTally, render_graph, render_wave_summary,
 };
 use crate::domain::gating::{
     self, Outcome, ParsedTaskList, TaskListSource, Validation, ValidationReport, Violation,
@@ -121,7 +121,14 @@ pub struct ReadyResponse {
     /// task is offered in pipeline mode, or every task is terminal: read `next`
     /// for what to do.
     pub wave: Option<i64>,
+    /// Barrier: in list order; pipeline: in `(wave, list)` order. The first
+    /// `limit` of them, or all while at most 10,000 are ready (else the first
+    /// 1,000) without `limit`.
     pub tasks: Vec<StoredTask>,
+    /// `true` when more tasks are ready than `tasks` lists: claim (or start) these
+    /// and ask again for the next ones. Absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more_ready: bool,
     #[serde(flatten)]
     pub next: NextAnswer,
 }
@@ -499,15 +506,7 @@ impl Service {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<StoredTaskList, ServiceError> {
-        if let Some(limit) = limit
-            && !(1..=MAX_PAGE_TASKS).contains(&limit)
-        {
-            return Err(ServiceError::bad_request(
-                ProblemCode::InvalidQuery,
-                format!("limit must be between 1 and {MAX_PAGE_TASKS}, not {limit}"),
-            )
-            .field("limit"));
-        }
+        let limit = page_limit(limit)?;
         let after = page_cursor(cursor)?;
         if limit.is_none() && cursor.is_none() {
             self.check_list_visible(caller, id).await?;
@@ -651,9 +650,11 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         mode: ReadyMode,
+        limit: Option<u32>,
         wait: Option<u64>,
     ) -> Result<ReadyResponse, ServiceError> {
-        let answer = self.ready_now(caller, id, mode).await?;
+        let take = ready_take(limit)?;
+        let answer = self.ready_now(caller, id, mode, take).await?;
         let wait = wait.unwrap_or(0);
         if wait == 0 || answer.next.next != Next::Wait {
             return Ok(answer);
@@ -662,12 +663,12 @@ impl Service {
             std::time::Duration::from_secs(wait),
             |changed| changed == id,
             || async {
-                let answer = self.ready_now(caller, id, mode).await?;
+                let answer = self.ready_now(caller, id, mode, take).await?;
                 Ok::<_, ServiceError>(answer.next.next != Next::Wait)
             },
         )
         .await?;
-        self.ready_now(caller, id, mode).await
+        self.ready_now(caller, id, mode, take).await
     }
 
     async fn ready_now(
@@ -675,16 +676,17 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         mode: ReadyMode,
+        take: ReadyTake,
     ) -> Result<ReadyResponse, ServiceError> {
         // Indexed reads and the counters while work is ready or running
         // (docs/architecture.md, "Claims at scale"); a lease seen lapsed is expired
         // first (docs/api.md "Claims") and the list read again.
-        let mut read = self.ready_read(caller, id, mode).await?;
+        let mut read = self.ready_read(caller, id, mode, take).await?;
         if read.earliest_lease.is_some_and(|e| e <= now()) {
             if self.db.expire_claims(id).await? > 0 {
                 self.hub.task_list_changed(&self.db, id);
             }
-            read = self.ready_read(caller, id, mode).await?;
+            read = self.ready_read(caller, id, mode, take).await?;
         }
         let remaining = read.remaining;
         if !read.tasks.is_empty() || remaining.running > 0 {
@@ -710,6 +712,7 @@ impl Service {
                     blocked: Vec::new(),
                 },
                 tasks: read.tasks,
+                more_ready: read.more,
             });
         }
         // Nothing ready or running: the list is finished or blocked, and saying
@@ -718,15 +721,19 @@ impl Service {
         let view = dispatch_view(&list.tasks);
         let ready = dispatch::ready(mode, &view);
         let next = next_answer(&list.tasks, &view, &ready);
+        let more_ready = ready.tasks.len() > take.whole as usize;
+        let shown = if more_ready { take.page } else { take.whole };
         let tasks = ready
             .tasks
             .iter()
+            .take(shown as usize)
             .filter_map(|&i| list.tasks.get(i).cloned())
             .collect();
         Ok(ReadyResponse {
             mode,
             wave: ready.wave,
             tasks,
+            more_ready,
             next,
         })
     }
@@ -736,10 +743,11 @@ impl Service {
         caller: &Caller,
         id: Uuid,
         mode: ReadyMode,
+        take: ReadyTake,
     ) -> Result<crate::db::task_lists::ReadyRead, ServiceError> {
         let read = self
             .db
-            .ready_read(id, mode)
+            .ready_read(id, mode, take)
             .await?
             .ok_or_else(|| ServiceError::not_found("task list", &id.to_string()))?;
         caller.check_project(&read.project_id)?;
@@ -753,6 +761,11 @@ impl Service {
         id: Uuid,
         format: GraphFormat,
     ) -> Result<String, ServiceError> {
+        self.check_list_visible(caller, id).await?;
+        let total = self.db.task_count(id).await?;
+        if total > WHOLE_LIST_TASKS {
+            return self.wave_summary_graph(id, format, total).await;
+        }
         let list = self.load_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let nodes: Vec<GraphNode> = list
@@ -768,6 +781,66 @@ impl Service {
             })
             .collect();
         Ok(render_graph(format, &nodes))
+    }
+
+    /// The graph of a list too large to draw task by task (docs/api.md, "Large
+    /// lists"): its first [`MAX_SUMMARY_WAVES`] waves counted by status from an
+    /// aggregate over an index that stops there, the later waves' tasks as the
+    /// counters' totals less those — never a task row. A lapsed lease is expired
+    /// first, as before any read of the list.
+    async fn wave_summary_graph(
+        &self,
+        id: Uuid,
+        format: GraphFormat,
+        total: u64,
+    ) -> Result<String, ServiceError> {
+        if self.db.earliest_lease(id).await?.is_some_and(|e| e <= now())
+            && self.db.expire_claims(id).await? > 0
+        {
+            self.hub.task_list_changed(&self.db, id);
+        }
+        // At most five statuses a wave: one wave more than drawn tells whether
+        // later waves exist, and every drawn wave is read whole.
+        let statuses = TaskStatus::ALL.len();
+        let rows = self
+            .db
+            .wave_counts(id, ((MAX_SUMMARY_WAVES + 1) * statuses) as i64)
+            .await?;
+        let mut waves: Vec<WaveTally> = Vec::new();
+        for (wave, status, n) in rows {
+            if waves.last().is_none_or(|w| w.wave != wave) {
+                waves.push(WaveTally {
+                    wave,
+                    counts: [0; 5],
+                });
+            }
+            if let Some(last) = waves.last_mut() {
+                last.counts[status.index()] = u64::try_from(n).unwrap_or(0);
+            }
+        }
+        // The later waves: the counters' totals less the drawn waves' (read a
+        // moment apart, so a change in between may move a task between counts).
+        let later = if waves.len() > MAX_SUMMARY_WAVES {
+            waves.truncate(MAX_SUMMARY_WAVES);
+            let all = self.db.tasks_by_status(id).await?;
+            let mut left = [all.pending, all.running, all.done, all.failed, all.abandoned];
+            for w in &waves {
+                for (l, n) in left.iter_mut().zip(w.counts) {
+                    *l = l.saturating_sub(n);
+                }
+            }
+            Some(left)
+        } else {
+            None
+        };
+        Ok(render_wave_summary(
+            format,
+            &WaveSummaryGraph {
+                total,
+                waves: &waves,
+                later,
+            },
+        ))
     }
 
     /// Change a task's status; `failed` or `abandoned` abandons every non-terminal
@@ -836,6 +909,36 @@ impl Service {
             )
             .with_details(ProblemDetails::TaskTransition(illegal))),
         }
+    }
+}
+
+/// How many ready tasks an answer lists (docs/api.md, "Large ready sets"): the
+/// first `limit` (1 to [`MAX_PAGE_TASKS`]); without it all while at most
+/// [`WHOLE_LIST_TASKS`] are ready, as before there was a bound, else the first
+/// [`MAX_PAGE_TASKS`].
+pub(super) fn ready_take(limit: Option<u32>) -> Result<ReadyTake, ServiceError> {
+    Ok(match page_limit(limit)? {
+        None => ReadyTake {
+            whole: WHOLE_LIST_TASKS as u32,
+            page: MAX_PAGE_TASKS,
+        },
+        Some(limit) => ReadyTake {
+            whole: limit,
+            page: limit,
+        },
+    })
+}
+
+/// `?limit=` of a paged answer, refused (400 naming `limit`) outside 1 to
+/// [`MAX_PAGE_TASKS`].
+fn page_limit(limit: Option<u32>) -> Result<Option<u32>, ServiceError> {
+    match limit {
+        Some(limit) if !(1..=MAX_PAGE_TASKS).contains(&limit) => Err(ServiceError::bad_request(
+            ProblemCode::InvalidQuery,
+            format!("limit must be between 1 and {MAX_PAGE_TASKS}, not {limit}"),
+        )
+        .field("limit")),
+        limit => Ok(limit),
     }
 }
 

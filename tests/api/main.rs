@@ -10,6 +10,7 @@ mod common;
 mod agents;
 mod arrows;
 mod auth;
+mod bounded_answers;
 mod claims;
 mod claims_at_scale;
 mod concurrent_writes;

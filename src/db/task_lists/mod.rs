@@ -18,7 +18,7 @@ mod teams;
 mod transition;
 
 pub use read::TaskPage;
-pub use ready::ReadyRead;
+pub use ready::{ReadyRead, ReadyTake};
 
 use std::collections::HashMap;
 

@@ -14,16 +14,50 @@ pub struct TaskPage {
     pub last_position: Option<i32>,
 }
 use crate::db::{Database, DbResult};
+use crate::domain::dispatch::{Remaining, TaskStatus};
+use chrono::{DateTime, Utc};
 
 impl Database {
     /// How many tasks a list holds, from its counters.
     pub async fn task_count(&self, id: Uuid) -> DbResult<u64> {
-        let remaining = on_pool!(self, pool => { read_counts!(pool, id) });
+        let remaining = self.tasks_by_status(id).await?;
         Ok(remaining.pending
             + remaining.running
             + remaining.done
             + remaining.failed
             + remaining.abandoned)
+    }
+
+    /// A list's tasks by status, from its counters.
+    pub async fn tasks_by_status(&self, id: Uuid) -> DbResult<Remaining> {
+        Ok(on_pool!(self, pool => { read_counts!(pool, id) }))
+    }
+
+    /// The soonest lease of a list's running tasks to run out, from the
+    /// `tasks_running_by_lease` index.
+    pub async fn earliest_lease(&self, id: Uuid) -> DbResult<Option<DateTime<Utc>>> {
+        Ok(on_pool!(self, pool => { earliest_lease!(pool, id) }))
+    }
+
+    /// A list's tasks counted by wave and status, `(wave, status, count)` with
+    /// waves ascending, at most `max_rows` of them (the first waves'): an
+    /// aggregate over the `(task_list_id, parallel_group, status)` index (an
+    /// index-only read; no task row is loaded) that stops at the limit.
+    pub async fn wave_counts(
+        &self,
+        list_id: Uuid,
+        max_rows: i64,
+    ) -> DbResult<Vec<(i64, TaskStatus, i64)>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(
+                "SELECT parallel_group, status, COUNT(*) FROM tasks WHERE task_list_id = $1 \
+                 GROUP BY parallel_group, status ORDER BY parallel_group, status LIMIT $2",
+            )
+            .bind(list_id)
+            .bind(max_rows)
+            .fetch_all(pool)
+            .await?
+        }))
     }
 
     /// The list with the `limit` tasks after position `after` (in submission

@@ -1,15 +1,26 @@
 //! What a list offers now (`GET /v1/task-lists/{id}/ready`), read from the
 //! indexes and counters kept by every write (docs/architecture.md, "Claims at
 //! scale"): the active wave's pending tasks or the unblocked candidates, the
-//! counters and the earliest lease — never the whole list.
+//! counters and the earliest lease — never the whole list, and never more offered
+//! tasks than the answer holds (docs/api.md, "Large ready sets").
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use sqlx::QueryBuilder;
+use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
 use super::{EDGE_ROWS_PER_INSERT, StoredTask, TASK_COLUMNS, TaskRow, with_depends};
 use crate::db::{Database, DbResult};
 use crate::domain::dispatch::{ReadyMode, Remaining};
+
+/// How many offered tasks a ready read takes: all of them while there are at most
+/// `whole`, else the first `page` (with [`ReadyRead::more`] set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadyTake {
+    pub whole: u32,
+    pub page: u32,
+}
 
 /// The ready answer's facts, as read.
 pub struct ReadyRead {
@@ -18,15 +29,37 @@ pub struct ReadyRead {
     pub wave: Option<i64>,
     /// Offered tasks: barrier in list order, pipeline in `(wave, list)` order.
     pub tasks: Vec<StoredTask>,
+    /// More tasks are offered than `tasks` holds.
+    pub more: bool,
     pub remaining: Remaining,
     /// The soonest lease of a running task to run out.
     pub earliest_lease: Option<DateTime<Utc>>,
 }
 
+/// An offered task as the walk reads it: what ordering and the write race need,
+/// not the row (read afterwards for the tasks the answer holds only).
+#[derive(FromRow)]
+struct Offer {
+    id: Uuid,
+    parallel_group: i64,
+    position: i32,
+    writes: sqlx::types::Json<Vec<String>>,
+}
+
+/// Ids per statement when reading offered rows by primary key.
+const ROWS_PER_READ: usize = 1000;
+
 impl Database {
-    /// What list `id` offers under `mode`, by indexed reads (`None`: no such list).
-    /// Work in proportion to what is offered and running, not to the list.
-    pub async fn ready_read(&self, id: Uuid, mode: ReadyMode) -> DbResult<Option<ReadyRead>> {
+    /// What list `id` offers under `mode`, by indexed reads (`None`: no such list):
+    /// at most `take.whole + 1` offers are looked at and at most `take.whole` rows
+    /// read, so the work is bounded by the answer, not by the list or the wave.
+    pub async fn ready_read(
+        &self,
+        id: Uuid,
+        mode: ReadyMode,
+        take: ReadyTake,
+    ) -> DbResult<Option<ReadyRead>> {
+        let look = i64::from(take.whole) + 1;
         on_pool!(self, pool => {
             let Some(project_id) =
                 sqlx::query_scalar::<_, String>("SELECT project_id FROM task_lists WHERE id = $1")
@@ -36,43 +69,71 @@ impl Database {
             else {
                 return Ok(None);
             };
-            let (wave, rows) = match mode {
+            let (wave, offered): (Option<i64>, Vec<Uuid>) = match mode {
                 ReadyMode::Barrier => {
                     let wave: Option<i64> =
                         sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {}", self.active_wave())))
                             .bind(id)
                             .fetch_one(pool)
                             .await?;
-                    let rows = match wave {
+                    let offered = match wave {
                         None => Vec::new(),
-                        Some(wave) => sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                            "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 \
-                             AND status = 'pending' AND parallel_group = $2 ORDER BY position"
-                        )))
+                        // `tasks_pending_by_wave` in order, stopped by the LIMIT.
+                        Some(wave) => sqlx::query_scalar::<_, Uuid>(
+                            "SELECT id FROM tasks WHERE task_list_id = $1 \
+                             AND status = 'pending' AND parallel_group = $2 \
+                             ORDER BY position LIMIT $3",
+                        )
                         .bind(id)
                         .bind(wave)
+                        .bind(look)
                         .fetch_all(pool)
                         .await?,
                     };
-                    (wave, rows)
+                    (wave, offered)
                 }
                 ReadyMode::Pipeline => {
-                    let mut rows: Vec<TaskRow> = Vec::new();
+                    let mut offered: Vec<Uuid> = Vec::new();
+                    let mut wave: Option<i64> = None;
+                    let look = look as usize;
                     pipeline_walk!(
                         pool,
                         id,
                         &[],
                         &Default::default(),
-                        TaskRow,
-                        TASK_COLUMNS,
+                        Offer,
+                        "id, parallel_group, position, writes",
                         |row| {
-                            rows.push(row);
-                            false
+                            wave.get_or_insert(row.parallel_group);
+                            offered.push(row.id);
+                            offered.len() >= look
                         }
                     );
-                    (rows.iter().map(|r| r.parallel_group).min(), rows)
+                    (wave, offered)
                 }
             };
+            let more = offered.len() > take.whole as usize;
+            let kept = if more {
+                &offered[..offered.len().min(take.page as usize)]
+            } else {
+                &offered[..]
+            };
+            // The kept tasks' rows by primary key, put back in offer order.
+            let mut rows: Vec<TaskRow> = Vec::with_capacity(kept.len());
+            for chunk in kept.chunks(ROWS_PER_READ) {
+                let mut read = QueryBuilder::new(format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE id IN ("
+                ));
+                let mut ids = read.separated(", ");
+                for id in chunk {
+                    ids.push_bind(*id);
+                }
+                read.push(")");
+                rows.extend(read.build_query_as::<TaskRow>().fetch_all(pool).await?);
+            }
+            let order: HashMap<Uuid, usize> =
+                kept.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+            rows.sort_by_key(|r| order.get(&r.id).copied().unwrap_or(usize::MAX));
             // The offered tasks' dependencies, named by a primary-key lookup each.
             let mut edges: Vec<(Uuid, String)> = Vec::new();
             for chunk in rows.chunks(EDGE_ROWS_PER_INSERT) {
@@ -94,6 +155,7 @@ impl Database {
                 project_id,
                 wave,
                 tasks,
+                more,
                 remaining,
                 earliest_lease,
             }))

@@ -12,6 +12,7 @@ mod next;
 mod ready;
 mod record;
 mod render;
+mod render_waves;
 mod snapshot;
 mod status;
 
@@ -24,6 +25,7 @@ pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SEC
 pub use ready::{DispatchTask, Ready, ReadyMode, normalize_path, offer_writes, ready};
 pub use record::StoredTask;
 pub use render::{GraphFormat, GraphNode, render_graph};
+pub use render_waves::{MAX_SUMMARY_WAVES, WaveSummaryGraph, WaveTally, render_wave_summary};
 pub use snapshot::{StatusScope, StatusSnapshot, WaveCounts, snapshot};
 pub use status::{
     AbandonCategory, IllegalTransition, TaskStatus, Transition, allowed_targets, check_transition,

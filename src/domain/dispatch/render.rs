@@ -58,7 +58,7 @@ pub fn render_graph(format: GraphFormat, nodes: &[GraphNode]) -> String {
 }
 
 /// Fill and stroke colours, shared by both formats so they look alike.
-const fn colors(status: TaskStatus) -> (&'static str, &'static str) {
+pub(super) const fn colors(status: TaskStatus) -> (&'static str, &'static str) {
     match status {
         TaskStatus::Pending => ("#f3f4f6", "#6b7280"),
         TaskStatus::Running => ("#dbeafe", "#2563eb"),
@@ -90,7 +90,7 @@ fn edges<'a>(nodes: &'a [GraphNode<'a>]) -> impl Iterator<Item = (usize, usize)>
 }
 
 /// A wave number as an identifier fragment: `-1` is not a legal id character.
-struct WaveId(i64);
+pub(super) struct WaveId(pub(super) i64);
 
 impl Display for WaveId {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
