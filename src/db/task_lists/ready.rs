@@ -4,10 +4,8 @@
 //! counters and the earliest lease — never the whole list, and never more offered
 //! tasks than the answer holds (docs/api.md, "Large ready sets").
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, QueryBuilder};
+use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{EDGE_ROWS_PER_INSERT, StoredTask, TASK_COLUMNS, TaskRow, with_depends};
@@ -36,19 +34,6 @@ pub struct ReadyRead {
     pub earliest_lease: Option<DateTime<Utc>>,
 }
 
-/// An offered task as the walk reads it: what ordering and the write race need,
-/// not the row (read afterwards for the tasks the answer holds only).
-#[derive(FromRow)]
-struct Offer {
-    id: Uuid,
-    parallel_group: i64,
-    position: i32,
-    writes: sqlx::types::Json<Vec<String>>,
-}
-
-/// Ids per statement when reading offered rows by primary key.
-const ROWS_PER_READ: usize = 1000;
-
 impl Database {
     /// What list `id` offers under `mode`, by indexed reads (`None`: no such list):
     /// at most `take.whole + 1` offers are looked at and at most `take.whole` rows
@@ -69,7 +54,10 @@ impl Database {
             else {
                 return Ok(None);
             };
-            let (wave, offered): (Option<i64>, Vec<Uuid>) = match mode {
+            // The offered rows themselves, read by the index that finds them (a
+            // second read by primary key of a thousand ids planned as a scan on a
+            // list with no statistics yet): at most `take.whole + 1` rows.
+            let (wave, mut rows): (Option<i64>, Vec<TaskRow>) = match mode {
                 ReadyMode::Barrier => {
                     let wave: Option<i64> =
                         sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {}", self.active_wave())))
@@ -79,11 +67,11 @@ impl Database {
                     let offered = match wave {
                         None => Vec::new(),
                         // `tasks_pending_by_wave` in order, stopped by the LIMIT.
-                        Some(wave) => sqlx::query_scalar::<_, Uuid>(
-                            "SELECT id FROM tasks WHERE task_list_id = $1 \
+                        Some(wave) => sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
+                            "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 \
                              AND status = 'pending' AND parallel_group = $2 \
-                             ORDER BY position LIMIT $3",
-                        )
+                             ORDER BY position LIMIT $3"
+                        )))
                         .bind(id)
                         .bind(wave)
                         .bind(look)
@@ -93,7 +81,7 @@ impl Database {
                     (wave, offered)
                 }
                 ReadyMode::Pipeline => {
-                    let mut offered: Vec<Uuid> = Vec::new();
+                    let mut offered: Vec<TaskRow> = Vec::new();
                     let mut wave: Option<i64> = None;
                     let look = look as usize;
                     pipeline_walk!(
@@ -101,39 +89,21 @@ impl Database {
                         id,
                         &[],
                         &Default::default(),
-                        Offer,
-                        "id, parallel_group, position, writes",
+                        TaskRow,
+                        TASK_COLUMNS,
                         |row| {
                             wave.get_or_insert(row.parallel_group);
-                            offered.push(row.id);
+                            offered.push(row);
                             offered.len() >= look
                         }
                     );
                     (wave, offered)
                 }
             };
-            let more = offered.len() > take.whole as usize;
-            let kept = if more {
-                &offered[..offered.len().min(take.page as usize)]
-            } else {
-                &offered[..]
-            };
-            // The kept tasks' rows by primary key, put back in offer order.
-            let mut rows: Vec<TaskRow> = Vec::with_capacity(kept.len());
-            for chunk in kept.chunks(ROWS_PER_READ) {
-                let mut read = QueryBuilder::new(format!(
-                    "SELECT {TASK_COLUMNS} FROM tasks WHERE id IN ("
-                ));
-                let mut ids = read.separated(", ");
-                for id in chunk {
-                    ids.push_bind(*id);
-                }
-                read.push(")");
-                rows.extend(read.build_query_as::<TaskRow>().fetch_all(pool).await?);
+            let more = rows.len() > take.whole as usize;
+            if more {
+                rows.truncate(take.page as usize);
             }
-            let order: HashMap<Uuid, usize> =
-                kept.iter().enumerate().map(|(i, id)| (*id, i)).collect();
-            rows.sort_by_key(|r| order.get(&r.id).copied().unwrap_or(usize::MAX));
             // The offered tasks' dependencies, named by a primary-key lookup each.
             let mut edges: Vec<(Uuid, String)> = Vec::new();
             for chunk in rows.chunks(EDGE_ROWS_PER_INSERT) {
