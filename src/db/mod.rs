@@ -26,8 +26,8 @@ pub mod readiness;
 // Before `task_lists`, whose transition uses its macros.
 #[macro_use]
 pub mod task_claims;
-pub mod task_lists;
 pub mod dashboard;
+pub mod task_lists;
 pub mod tracks;
 pub mod ui_sessions;
 pub mod usage;

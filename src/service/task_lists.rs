@@ -794,7 +794,11 @@ impl Service {
         format: GraphFormat,
         total: u64,
     ) -> Result<String, ServiceError> {
-        if self.db.earliest_lease(id).await?.is_some_and(|e| e <= now())
+        if self
+            .db
+            .earliest_lease(id)
+            .await?
+            .is_some_and(|e| e <= now())
             && self.db.expire_claims(id).await? > 0
         {
             self.hub.task_list_changed(&self.db, id);
@@ -823,7 +827,13 @@ impl Service {
         let later = if waves.len() > MAX_SUMMARY_WAVES {
             waves.truncate(MAX_SUMMARY_WAVES);
             let all = self.db.tasks_by_status(id).await?;
-            let mut left = [all.pending, all.running, all.done, all.failed, all.abandoned];
+            let mut left = [
+                all.pending,
+                all.running,
+                all.done,
+                all.failed,
+                all.abandoned,
+            ];
             for w in &waves {
                 for (l, n) in left.iter_mut().zip(w.counts) {
                     *l = l.saturating_sub(n);

@@ -87,7 +87,10 @@ async fn ready_answers_take_a_limit(app: TestApp) {
     assert_eq!(task_ids(&pipeline), names("t", 0..6));
     assert_eq!(pipeline["more_ready"], true);
     let pipeline = ready(&app, id, "?mode=pipeline&limit=7").await;
-    assert_eq!(task_ids(&pipeline), ["t0", "t1", "t2", "t3", "t4", "t5", "t7"]);
+    assert_eq!(
+        task_ids(&pipeline),
+        ["t0", "t1", "t2", "t3", "t4", "t5", "t7"]
+    );
     assert_eq!(pipeline["more_ready"], true);
     let pipeline = ready(&app, id, "?mode=pipeline&limit=8").await;
     assert_eq!(
@@ -147,7 +150,10 @@ async fn large_lists_answer_in_part_and_draw_waves(app: TestApp) {
         let answer = ready(&app, id, &format!("?mode={mode}")).await;
         let listed = task_ids(&answer);
         assert_eq!(listed.len(), 10_000, "{mode}");
-        assert!(listed == names("a", 0..10_000), "{mode}: every task in order");
+        assert!(
+            listed == names("a", 0..10_000),
+            "{mode}: every task in order"
+        );
         assert!(answer.get("more_ready").is_none(), "{mode}");
     }
     let drawn = graph(&app, id, "mermaid").await;
@@ -181,7 +187,10 @@ async fn large_lists_answer_in_part_and_draw_waves(app: TestApp) {
         let answer = ready(&app, id, &format!("?mode={mode}")).await;
         let listed = task_ids(&answer);
         assert_eq!(listed.len(), 1_000, "{mode}");
-        assert!(listed == names("a", 2..1002), "{mode}: the first 1,000 in order");
+        assert!(
+            listed == names("a", 2..1002),
+            "{mode}: the first 1,000 in order"
+        );
         assert_eq!(answer["more_ready"], true, "{mode}");
         assert_eq!(answer["wave"], 1, "{mode}");
         assert_eq!(answer["remaining"]["pending"], 10_450, "{mode}");
@@ -210,13 +219,21 @@ async fn large_lists_answer_in_part_and_draw_waves(app: TestApp) {
         lines[402],
         "  w_later[\"After wave 400<br/>50 tasks<br/>pending: 50\"]:::st_pending"
     );
-    assert_eq!(mermaid.matches("\"]:::st_").count(), 401, "400 waves and the later ones");
+    assert_eq!(
+        mermaid.matches("\"]:::st_").count(),
+        401,
+        "400 waves and the later ones"
+    );
     assert_eq!(mermaid.matches(" --> ").count(), 400);
     assert!(mermaid.contains("\n  w_400 --> w_later\n"), "{mermaid}");
     assert!(!mermaid.contains("a0"), "no task is drawn");
 
     let dot = graph(&app, id, "dot").await;
-    assert!(dot.starts_with("digraph tasks {\n  // 10452 tasks"), "{}", &dot[..100]);
+    assert!(
+        dot.starts_with("digraph tasks {\n  // 10452 tasks"),
+        "{}",
+        &dot[..100]
+    );
     assert!(
         dot.contains(
             "\n  w_1 [label=\"Wave 1\\n10003 tasks\\npending: 10001, running: 1, done: 1\", class=\"running\""
@@ -224,9 +241,14 @@ async fn large_lists_answer_in_part_and_draw_waves(app: TestApp) {
         "{}",
         &dot[..600]
     );
-    assert!(dot.contains("\n  w_400 -> w_later;\n}\n"), "{}", &dot[dot.len() - 200..]);
+    assert!(
+        dot.contains("\n  w_400 -> w_later;\n}\n"),
+        "{}",
+        &dot[dot.len() - 200..]
+    );
     expect_problem(
-        app.get(&format!("/v1/task-lists/{id}/graph?format=svg")).await,
+        app.get(&format!("/v1/task-lists/{id}/graph?format=svg"))
+            .await,
         400,
         "invalid_query",
     )

@@ -98,7 +98,10 @@ const EXPECTED: &[(&str, &str)] = &[
         "task edges",
         "JOIN tasks t ON t.id = d.task_id WHERE t.task_list_id = $1",
     ),
-    ("status by cycle", "WHERE l.project_id = $1 AND l.team_pk = $2"),
+    (
+        "status by cycle",
+        "WHERE l.project_id = $1 AND l.team_pk = $2",
+    ),
     ("status by project", "WHERE l.project_id = $1 GROUP BY"),
     (
         "cycle known",
