@@ -41,8 +41,8 @@ impl Database {
 
     /// A list's tasks counted by wave and status, `(wave, status, count)` with
     /// waves ascending, at most `max_rows` of them (the first waves'): an
-    /// aggregate over the `(task_list_id, parallel_group, status)` index (an
-    /// index-only read; no task row is loaded) that stops at the limit.
+    /// aggregate over the `tasks_by_list_wave_status` index (an index-only read;
+    /// no task row is loaded) that stops at the limit.
     pub async fn wave_counts(
         &self,
         list_id: Uuid,

@@ -36,8 +36,8 @@ pub struct ReadyRead {
 
 impl Database {
     /// What list `id` offers under `mode`, by indexed reads (`None`: no such list):
-    /// at most `take.whole + 1` offers are looked at and at most `take.whole` rows
-    /// read, so the work is bounded by the answer, not by the list or the wave.
+    /// at most `take.whole + 1` offers are read (each row by the statement that
+    /// finds it), so the work is bounded by the answer, not by the list or the wave.
     pub async fn ready_read(
         &self,
         id: Uuid,
