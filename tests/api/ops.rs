@@ -278,7 +278,8 @@ async fn schema(url: &str) -> BTreeMap<String, Vec<String>> {
     let rows: Vec<(String, String)> = if url.starts_with("sqlite:") {
         let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
         sqlx::query_as(
-            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p \
+            // `xinfo`: `table_info` leaves out generated columns (`tasks.unblocked`).
+            "SELECT m.name, p.name FROM sqlite_master m, pragma_table_xinfo(m.name) p \
              WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' \
              AND m.name <> '_sqlx_migrations'",
         )
