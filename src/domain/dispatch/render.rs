@@ -69,6 +69,24 @@ pub(super) const fn colors(status: TaskStatus) -> (&'static str, &'static str) {
 }
 
 /// Node indices grouped by wave, both ascending.
+/// Mermaid's `classDef` line for each status, always all five so the output's
+/// shape does not depend on the data. Prefixed class names: bare `done`/`end`-like
+/// words risk clashing with Mermaid keywords.
+pub(super) fn mermaid_status_classes(f: &mut impl Write) -> fmt::Result {
+    for s in TaskStatus::ALL {
+        let (fill, stroke) = colors(s);
+        write!(
+            f,
+            "  classDef st_{s} fill:{fill},stroke:{stroke},color:#111827"
+        )?;
+        if s == TaskStatus::Abandoned {
+            f.write_str(",stroke-dasharray:5 5")?;
+        }
+        f.write_char('\n')?;
+    }
+    Ok(())
+}
+
 fn by_wave(nodes: &[GraphNode]) -> BTreeMap<i64, Vec<usize>> {
     let mut waves: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -128,20 +146,7 @@ impl Display for Mermaid<'_> {
         for (d, i) in edges(nodes) {
             writeln!(f, "  n{d} --> n{i}")?;
         }
-        // Prefixed class names: bare `done`/`end`-like words risk clashing with
-        // Mermaid keywords. Always all five, so output shape does not depend on data.
-        for s in TaskStatus::ALL {
-            let (fill, stroke) = colors(s);
-            write!(
-                f,
-                "  classDef st_{s} fill:{fill},stroke:{stroke},color:#111827"
-            )?;
-            if s == TaskStatus::Abandoned {
-                f.write_str(",stroke-dasharray:5 5")?;
-            }
-            f.write_char('\n')?;
-        }
-        Ok(())
+        mermaid_status_classes(f)
     }
 }
 

@@ -7,7 +7,7 @@
 use std::fmt::{self, Display, Formatter, Write};
 
 use super::TaskStatus;
-use super::render::{GraphFormat, WaveId, colors};
+use super::render::{GraphFormat, WaveId, colors, mermaid_status_classes};
 
 /// Waves a summary draws at most; the tasks of later waves are one more node.
 /// Keeps the drawing under Mermaid's default limit of 500 edges.
@@ -157,18 +157,7 @@ impl SummaryText<'_> {
             writeln!(f, "  {from} --> {to}")?;
         }
         // The same classes as a graph drawn task by task.
-        for s in TaskStatus::ALL {
-            let (fill, stroke) = colors(s);
-            write!(
-                f,
-                "  classDef st_{s} fill:{fill},stroke:{stroke},color:#111827"
-            )?;
-            if s == TaskStatus::Abandoned {
-                f.write_str(",stroke-dasharray:5 5")?;
-            }
-            f.write_char('\n')?;
-        }
-        Ok(())
+        mermaid_status_classes(f)
     }
 
     fn dot(&self, f: &mut String) -> fmt::Result {
