@@ -238,6 +238,19 @@ macro_rules! pipeline_pick {
     }};
 }
 
+/// A task [`Database::claim_in_one_statement`] claimed, with the list's counter sums
+/// read in the same statement.
+#[derive(FromRow)]
+struct ClaimedRow {
+    #[sqlx(flatten)]
+    task: TaskRowDeps,
+    pending_sum: i64,
+    running_sum: i64,
+    done_sum: i64,
+    failed_sum: i64,
+    abandoned_sum: i64,
+}
+
 /// Rounds of a Postgres pipeline claim that met tasks other claimers were taking,
 /// before it answers `wait`.
 const PIPELINE_BUSY_ROUNDS: u32 = 50;
@@ -262,6 +275,12 @@ impl Database {
         list_id: Uuid,
         ask: ClaimAsk<'_>,
     ) -> DbResult<Option<ClaimOutcome>> {
+        if let (Database::Postgres(pool), ReadyMode::Barrier) = (self, ask.mode)
+            && let Some(claimed) =
+                retrying(|| self.claim_in_one_statement(pool, list_id, &ask)).await?
+        {
+            return Ok(Some(claimed));
+        }
         let mut round = 0;
         loop {
             match retrying(|| self.claim_once(list_id, &ask)).await? {
@@ -282,6 +301,80 @@ impl Database {
                 }
             }
         }
+    }
+
+    /// A Postgres barrier claim as one statement outside any transaction: the pick,
+    /// its update, its history entry and its counter row, and the counts it answers
+    /// with (docs/architecture.md, "Claims at scale"). Each statement is a round trip
+    /// to the database and a wake-up on both sides, and a claim's seven (with
+    /// `BEGIN`/`COMMIT`) cost more CPU than its reads and writes. `None` when it took
+    /// nothing: no pending task it could lock in the active wave, or a lapsed lease
+    /// of the list to expire first; [`Self::claim_once`] then decides, as before.
+    async fn claim_in_one_statement(
+        &self,
+        pool: &sqlx::PgPool,
+        list_id: Uuid,
+        ask: &ClaimAsk<'_>,
+    ) -> DbResult<Option<ClaimOutcome>> {
+        let at = now();
+        let expires_at = at + ask.lease;
+        let for_persona = if ask.persona.is_some() {
+            " AND assigned_persona = $9"
+        } else {
+            ""
+        };
+        let mut claim = sqlx::query_as::<_, ClaimedRow>(sqlx::AssertSqlSafe(format!(
+            "WITH lapsed AS (SELECT 1 FROM tasks WHERE task_list_id = $1 AND status = 'running' \
+               AND lease_expires_at <= $2 AND claim_holder IS NOT NULL LIMIT 1), \
+             claimed AS (UPDATE tasks SET status = 'running', attempts = attempts + 1, \
+               started_at = $2, claim_holder = $3, lease_expires_at = $4, updated_at = $2 \
+               WHERE id = (SELECT id FROM tasks WHERE task_list_id = $1 AND status = 'pending' \
+                 AND parallel_group = {wave}{for_persona} ORDER BY position LIMIT 1 FOR UPDATE SKIP LOCKED) \
+               AND status = 'pending' AND NOT EXISTS (SELECT 1 FROM lapsed) \
+               RETURNING {TASK_COLUMNS}{deps}), \
+             history AS (INSERT INTO task_events (id, task_id, task_list_id, at, kind, holder, \
+               from_status, to_status, attempt, forced, overrode, lease_expires_at) \
+               SELECT $5, id, task_list_id, $2, $6, $3, $7, $8, attempts, false, NULL, $4 FROM claimed), \
+             counted AS (UPDATE task_list_counts SET pending = pending - 1, running = running + 1 \
+               FROM claimed WHERE task_list_counts.task_list_id = $1 \
+               AND task_list_counts.stripe = claimed.position % {stripes}) \
+             SELECT claimed.*, s.* FROM claimed, (SELECT COALESCE(SUM(pending), 0) AS pending_sum, \
+               COALESCE(SUM(running), 0) AS running_sum, COALESCE(SUM(done), 0) AS done_sum, \
+               COALESCE(SUM(failed), 0) AS failed_sum, COALESCE(SUM(abandoned), 0) AS abandoned_sum \
+               FROM task_list_counts WHERE task_list_id = $1) s",
+            wave = self.active_wave(),
+            deps = self.depends_on_column(),
+            stripes = super::readiness::STRIPES,
+        )))
+        .bind(list_id)
+        .bind(at)
+        .bind(ask.holder)
+        .bind(expires_at)
+        .bind(Uuid::now_v7())
+        .bind(TaskEventKind::Claimed.as_str())
+        .bind(TaskStatus::Pending.as_str())
+        .bind(TaskStatus::Running.as_str());
+        if let Some(persona) = ask.persona {
+            claim = claim.bind(persona);
+        }
+        let Some(claimed) = claim.fetch_optional(pool).await? else {
+            return Ok(None);
+        };
+        // The sums were read in the statement's snapshot, before its own counter
+        // update: this claim is added here, as `claim_once` does.
+        let mut remaining = super::readiness::remaining((
+            claimed.pending_sum,
+            claimed.running_sum,
+            claimed.done_sum,
+            claimed.failed_sum,
+            claimed.abandoned_sum,
+        ));
+        remaining.pending = remaining.pending.saturating_sub(1);
+        remaining.running += 1;
+        Ok(Some(ClaimOutcome::Claimed {
+            task: Box::new(claimed.task.into_task()?),
+            remaining,
+        }))
     }
 
     async fn task_counts(&self, list_id: Uuid) -> DbResult<Remaining> {

@@ -51,7 +51,70 @@ impl Database {
         id: Uuid,
         change: TaskChange,
     ) -> DbResult<TransitionOutcome> {
+        if let Database::Postgres(pool) = self
+            && change.status == TaskStatus::Done
+            && !change.force
+            && let Some(holder) = change.holder.as_deref()
+            && let Some(done) =
+                retrying(|| self.done_in_one_statement(pool, id, holder, change.notes.as_deref()))
+                    .await?
+        {
+            return Ok(done);
+        }
         retrying(|| self.transition_once(id, &change)).await
+    }
+
+    /// The common status change on Postgres, its holder's `done` of a live claim,
+    /// as one statement outside any transaction: the update, its history entry, the
+    /// dependents' readiness and the counter row (docs/architecture.md, "Claims at
+    /// scale"); a claim-and-`done` loop is then two round trips a task instead of
+    /// fourteen. `None` when the task is not running under `holder`'s live lease,
+    /// or an enabled webhook may hear of its list (the outbox's list-finished check
+    /// needs the transaction): [`Self::transition_once`] then decides, as before.
+    async fn done_in_one_statement(
+        &self,
+        pool: &sqlx::PgPool,
+        id: Uuid,
+        holder: &str,
+        notes: Option<&str>,
+    ) -> DbResult<Option<TransitionOutcome>> {
+        let at = now();
+        let done: Option<TaskRowDeps> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "WITH changed AS (UPDATE tasks SET status = $2, abandon_category = NULL, \
+               notes = COALESCE($4, notes), finished_at = $5, lease_expires_at = NULL, updated_at = $5 \
+               WHERE id = $1 AND status = $6 AND claim_holder = $3 AND lease_expires_at > $5 \
+               AND NOT EXISTS (SELECT 1 FROM webhooks w WHERE w.disabled_at IS NULL \
+                 AND (w.project_id IS NULL OR w.project_id = tasks.project_id)) \
+               RETURNING {TASK_COLUMNS}{deps}), \
+             history AS (INSERT INTO task_events (id, task_id, task_list_id, at, kind, holder, \
+               from_status, to_status, attempt, forced, overrode, lease_expires_at) \
+               SELECT $7, id, task_list_id, $5, $8, $3, $6, $2, attempts, false, NULL, NULL FROM changed), \
+             unblocked AS (UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE id = ANY(ARRAY( \
+               SELECT d.task_id FROM task_dependencies d JOIN changed c ON d.depends_on = c.id))), \
+             counted AS (UPDATE task_list_counts SET running = running - 1, done = done + 1 \
+               FROM changed WHERE task_list_counts.task_list_id = changed.task_list_id \
+               AND task_list_counts.stripe = changed.position % {stripes}) \
+             SELECT * FROM changed",
+            deps = self.depends_on_column(),
+            stripes = crate::db::readiness::STRIPES,
+        )))
+        .bind(id)
+        .bind(TaskStatus::Done.as_str())
+        .bind(holder)
+        .bind(notes)
+        .bind(at)
+        .bind(TaskStatus::Running.as_str())
+        .bind(Uuid::now_v7())
+        .bind(TaskEventKind::StatusChanged.as_str())
+        .fetch_optional(pool)
+        .await?;
+        done.map(|done| {
+            Ok(TransitionOutcome::Changed {
+                task: Box::new(done.into_task()?),
+                cascaded: Vec::new(),
+            })
+        })
+        .transpose()
     }
 
     async fn transition_once(&self, id: Uuid, change: &TaskChange) -> DbResult<TransitionOutcome> {
