@@ -43,7 +43,9 @@ class Client:
     def connect(self):
         self.sock = socket.create_connection((self.host, self.port), timeout=120)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
+        # A bytearray grows in place: `bytes +=` copied the whole answer at every
+        # read, quadratic in its size (a 100,000-task create answers tens of MB).
+        self.buf = bytearray()
 
     def call(self, method, path, body=None):
         data = json.dumps(body).encode() if body is not None else b""
@@ -67,7 +69,9 @@ class Client:
     def response(self):
         while b"\r\n\r\n" not in self.buf:
             self.recv()
-        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        end = self.buf.index(b"\r\n\r\n")
+        head = bytes(self.buf[:end])
+        del self.buf[:end + 4]
         lines = head.split(b"\r\n")
         status = int(lines[0].split(b" ", 2)[1])
         length = 0
@@ -77,7 +81,8 @@ class Client:
                 length = int(value)
         while len(self.buf) < length:
             self.recv()
-        payload, self.buf = self.buf[:length], self.buf[length:]
+        payload = bytes(self.buf[:length])
+        del self.buf[:length]
         return status, payload
 
     def recv(self):
