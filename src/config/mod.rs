@@ -111,6 +111,15 @@ pub enum ConfigError {
     Invalid { name: &'static str, message: String },
 }
 
+/// A byte limit: at least 1024.
+fn kib_or_more<T: PartialOrd + From<u16>>(name: &'static str, bytes: T) -> Result<T, ConfigError> {
+    if bytes < T::from(1024) {
+        Err(invalid(name, "must be at least 1024"))
+    } else {
+        Ok(bytes)
+    }
+}
+
 pub(super) fn invalid(name: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         name,
@@ -349,25 +358,19 @@ impl Settings {
             set!(request_timeout_secs),
             30,
         )?;
-        let body_limit = set!(body_limit_bytes).unwrap_or(DEFAULT_BODY_LIMIT);
-        if body_limit < 1024 {
-            return Err(invalid(
-                "PLANGATE_BODY_LIMIT_BYTES",
-                "must be at least 1024",
-            ));
-        }
+        let body_limit = kib_or_more(
+            "PLANGATE_BODY_LIMIT_BYTES",
+            set!(body_limit_bytes).unwrap_or(DEFAULT_BODY_LIMIT),
+        )?;
         let max_gating_errors = positive(
             "PLANGATE_MAX_GATING_ERRORS",
             set!(max_gating_errors).map(|n| u64::try_from(n).unwrap_or(u64::MAX)),
             DEFAULT_MAX_ERRORS as u64,
         )?;
-        let gating_memory_bytes = set!(gating_budget_bytes).unwrap_or(DEFAULT_GATING_MEMORY_BYTES);
-        if gating_memory_bytes < 1024 {
-            return Err(invalid(
-                "PLANGATE_GATING_BUDGET_BYTES",
-                "must be at least 1024",
-            ));
-        }
+        let gating_memory_bytes = kib_or_more(
+            "PLANGATE_GATING_BUDGET_BYTES",
+            set!(gating_budget_bytes).unwrap_or(DEFAULT_GATING_MEMORY_BYTES),
+        )?;
         let sqlite_synchronous = match args
             .sqlite_synchronous
             .as_deref()
@@ -545,6 +548,14 @@ mod tests {
         toml::from_str(text).expect("test config parses")
     }
 
+    /// `PLANGATE_API_TOKENS` set to `spec`, nothing else.
+    fn tokens_variable(spec: &str) -> ServeArgs {
+        ServeArgs {
+            api_tokens: Some(spec.into()),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn sqlite_synchronous_is_parsed_at_start_and_a_bad_value_names_the_variable() {
         let with = |value: &str| {
@@ -681,10 +692,7 @@ mod tests {
                 .contains("PLANGATE_HEARTBEAT_SECS")
         );
         assert!(bad(ServeArgs::default(), "default_executor = \"nope\"").contains("nope"));
-        let tokens = ServeArgs {
-            api_tokens: Some("secret-short".into()),
-            ..Default::default()
-        };
+        let tokens = tokens_variable("secret-short");
         let short = bad(tokens, "");
         assert!(short.contains("PLANGATE_API_TOKENS") && !short.contains("secret-short"));
     }
@@ -704,10 +712,7 @@ mod tests {
 
     #[test]
     fn api_tokens_split_on_commas() {
-        let args = ServeArgs {
-            api_tokens: Some(" aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb ,".into()),
-            ..Default::default()
-        };
+        let args = tokens_variable(" aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb ,");
         let s = Settings::merge(&args, FileConfig::default()).unwrap();
         assert_eq!(s.api_tokens.len(), 2);
         assert!(s.api_tokens.iter().all(|t| t.projects().is_none()));
@@ -715,10 +720,7 @@ mod tests {
 
     #[test]
     fn api_tokens_may_be_limited_to_projects_in_the_variable() {
-        let args = ServeArgs {
-            api_tokens: Some("aaaaaaaaaaaaaaaa,bbbbbbbbbbbbbbbb: proj-a | proj-b ".into()),
-            ..Default::default()
-        };
+        let args = tokens_variable("aaaaaaaaaaaaaaaa,bbbbbbbbbbbbbbbb: proj-a | proj-b ");
         let s = Settings::merge(&args, FileConfig::default()).unwrap();
         assert_eq!(s.api_tokens[0], ApiToken::unrestricted("aaaaaaaaaaaaaaaa"));
         assert_eq!(
@@ -754,10 +756,7 @@ mod tests {
             ]
         );
         // The variable wins over the file, as for every setting.
-        let args = ServeArgs {
-            api_tokens: Some("ffffffffffffffff".into()),
-            ..Default::default()
-        };
+        let args = tokens_variable("ffffffffffffffff");
         let s = Settings::merge(&args, file(r#"api_tokens = ["aaaaaaaaaaaaaaaa"]"#)).unwrap();
         assert_eq!(
             s.api_tokens,
@@ -776,10 +775,7 @@ mod tests {
             format!("{secret},{secret}:p"),
             "short:p".to_owned(),
         ] {
-            let args = ServeArgs {
-                api_tokens: Some(spec.clone()),
-                ..Default::default()
-            };
+            let args = tokens_variable(&spec);
             let err = Settings::merge(&args, FileConfig::default())
                 .unwrap_err()
                 .to_string();

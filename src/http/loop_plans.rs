@@ -1,7 +1,7 @@
 //! `/v1/loop-plans`: generate a loop plan (JSON or plan.md) and parse a plan.md back.
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -51,13 +51,7 @@ fn read_request(
         .iter()
         .any(|yaml| kind.starts_with(yaml))
     {
-        let text = std::str::from_utf8(body).map_err(|e| {
-            ApiError::bad_request(
-                ProblemCode::InvalidUtf8,
-                format!("the body is not UTF-8: {e}"),
-            )
-        })?;
-        return Ok(state.service.parse_loop_plan_yaml(caller, text)?);
+        return Ok(state.service.parse_loop_plan_yaml(caller, utf8(body)?)?);
     }
     if !kind.starts_with("application/json") {
         return Err(ApiError::new(
@@ -127,28 +121,49 @@ pub struct ParsePlanRequest {
 async fn parse(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
+    PlanText(text): PlanText,
 ) -> Result<Json<ParsedPlanResponse>, ApiError> {
-    let kind = content_type(&headers);
-    let json_request;
-    let text = if kind.starts_with("application/json") {
-        let axum::Json(request) = axum::Json::<ParsePlanRequest>::from_bytes(&body)?;
-        json_request = request;
-        json_request.markdown.as_str()
+    Ok(Json(state.service.parse_plan_markdown(&caller, &text)?))
+}
+
+/// The plan.md of a parse request: the body itself (`text/markdown`, `text/plain`)
+/// or its `markdown` member (`application/json`).
+pub struct PlanText(String);
+
+impl<S: Send + Sync> FromRequest<S> for PlanText {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let kind = content_type(request.headers()).to_owned();
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        plan_text(&kind, &body)
+            .map(PlanText)
+            .map_err(IntoResponse::into_response)
+    }
+}
+
+fn plan_text(kind: &str, body: &[u8]) -> Result<String, ApiError> {
+    if kind.starts_with("application/json") {
+        let axum::Json(request) = axum::Json::<ParsePlanRequest>::from_bytes(body)?;
+        Ok(request.markdown)
     } else if kind.starts_with("text/markdown") || kind.starts_with("text/plain") {
-        std::str::from_utf8(&body).map_err(|e| {
-            ApiError::bad_request(
-                ProblemCode::InvalidUtf8,
-                format!("the body is not UTF-8: {e}"),
-            )
-        })?
+        Ok(utf8(body)?.to_owned())
     } else {
-        return Err(ApiError::new(
+        Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ProblemCode::UnsupportedMediaType,
             "send the plan.md as text/markdown, or as {\"markdown\": text} in application/json",
-        ));
-    };
-    Ok(Json(state.service.parse_plan_markdown(&caller, text)?))
+        ))
+    }
+}
+
+fn utf8(body: &[u8]) -> Result<&str, ApiError> {
+    std::str::from_utf8(body).map_err(|e| {
+        ApiError::bad_request(
+            ProblemCode::InvalidUtf8,
+            format!("the body is not UTF-8: {e}"),
+        )
+    })
 }

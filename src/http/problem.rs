@@ -41,18 +41,6 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail)
     }
 
-    pub fn not_found(what: &str, id: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            ProblemCode::NotFound,
-            format!("{what} {id:?} does not exist"),
-        )
-    }
-
-    pub fn conflict(code: ProblemCode, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, detail)
-    }
-
     /// Names the request member at fault (`field`, a JSON pointer).
     pub fn field(mut self, field: impl Into<String>) -> Self {
         self.details = ProblemDetails::Field(field.into());

@@ -9,7 +9,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, StorableJson};
-use super::responses::DatabaseUnavailable;
+use super::responses::{DatabaseUnavailable, InvalidProjectOrCycle};
 use crate::domain::ids::Ident;
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::projects::{NewTeam, ProjectStatus, ProjectUsage, Team, UsageQuery};
@@ -43,7 +43,7 @@ pub struct StatusQuery {
         (status = 200, description = "The snapshot", body = ProjectStatus),
         (status = 400, description = "Unknown query parameter", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "`project_not_found` (no task list or team of the project) or `team_not_found` (no such cycle in it); `field` names which", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
+        InvalidProjectOrCycle,
     ))]
 async fn project_status(
     State(state): State<AppState>,
@@ -68,7 +68,7 @@ async fn project_status(
         ForbiddenProject,
         (status = 200, description = "The project's usage", body = ProjectUsage),
         (status = 400, description = "Unknown query parameter, a bad instant, or `since` after `until`", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid project_id or team_pk", body = Problem, content_type = "application/problem+json"),
+        InvalidProjectOrCycle,
         DatabaseUnavailable,
     ))]
 async fn project_usage(

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -42,13 +42,35 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 /// What every create reads before its use case: a body declared JSON with no NUL,
 /// and the raw `Idempotency-Key` header (the use case checks it).
-pub(crate) fn submission<'h>(
-    headers: &'h HeaderMap,
-    body: &Bytes,
-) -> Result<Option<&'h [u8]>, ApiError> {
-    require_json(headers)?;
-    refuse_nul(body)?;
-    Ok(headers.get("idempotency-key").map(HeaderValue::as_bytes))
+pub(crate) struct Submission {
+    pub body: Bytes,
+    idempotency_key: Option<HeaderValue>,
+}
+
+impl Submission {
+    pub fn key(&self) -> Option<&[u8]> {
+        self.idempotency_key.as_ref().map(HeaderValue::as_bytes)
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for Submission {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let declared_json = require_json(request.headers());
+        let idempotency_key = request.headers().get("idempotency-key").cloned();
+        // The body is read (413 over the limit) before its type is refused (415).
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        declared_json
+            .and_then(|()| refuse_nul(&body))
+            .map_err(IntoResponse::into_response)?;
+        Ok(Submission {
+            body,
+            idempotency_key,
+        })
+    }
 }
 
 /// 202 with `Location: {collection}/{id}`, and `Idempotent-Replayed: true` for a
@@ -126,11 +148,12 @@ pub struct WaitQuery {
 async fn create_refine_job(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
+    sent: Submission,
 ) -> Result<Response, ApiError> {
-    let key = submission(&headers, &body)?;
-    let created = state.service.create_refine_job(&caller, &body, key).await?;
+    let created = state
+        .service
+        .create_refine_job(&caller, &sent.body, sent.key())
+        .await?;
     Ok(accepted(&created, "/v1/refine-jobs", created.value.id))
 }
 

@@ -2,9 +2,7 @@
 //! parallel on the worker pool (any replica), merge once when the last one ends.
 //! The use cases are in `service/refine_runs.rs`.
 
-use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -12,7 +10,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Query, RunPath};
-use super::refine_jobs::{WaitQuery, accepted, submission};
+use super::refine_jobs::{Submission, WaitQuery, accepted};
 use super::responses::{BudgetExhausted, NoSuchRun, RefineSubmission, RunById};
 use crate::http::problem::{ApiError, ForbiddenProject, Problem};
 use crate::service::refine_runs::{CreateRefineRunRequest, StoredRun};
@@ -45,11 +43,12 @@ pub fn router() -> OpenApiRouter<AppState> {
 async fn create_refine_run(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Bytes,
+    sent: Submission,
 ) -> Result<Response, ApiError> {
-    let key = submission(&headers, &body)?;
-    let created = state.service.create_refine_run(&caller, &body, key).await?;
+    let created = state
+        .service
+        .create_refine_run(&caller, &sent.body, sent.key())
+        .await?;
     Ok(accepted(&created, "/v1/refine-runs", created.value.id))
 }
 

@@ -83,6 +83,14 @@ problem_sets! {
         "404" => "No such webhook",
         "503" => "Database unavailable",
     }
+    /// A JSON-body route on a task or list by its server id, after
+    /// [`JsonBodyRejections`]: its 400 covers the id too.
+    BadIdOrJson { "400" => "Not a UUID or malformed JSON" }
+    /// A JSON-body route on a task addressed inside its list, after
+    /// [`JsonBodyRejections`]: its 400 covers the list id too.
+    BadListIdOrJson { "400" => "`id` is not a UUID (`parameter` names it), or malformed JSON" }
+    /// A route on a project (and maybe one of its cycles) by its `project_id`.
+    InvalidProjectOrCycle { "422" => "Invalid project_id or team_pk" }
     /// A route that honours `If-Match`.
     StaleIfMatch { "412" => "Stale If-Match" }
     /// A route on one track by its id.

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, Query, StorableJsonAsSent};
-use super::responses::{DatabaseUnavailable, NoSuchList};
+use super::responses::{BadIdOrJson, DatabaseUnavailable, NoSuchList};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
 use crate::domain::gating::ValidationReport;
 use crate::http::problem::{
@@ -213,7 +213,7 @@ async fn ready(
     responses(
         JsonBodyRejections,
         (status = 200, description = "The claimed task (or null) and `next`", body = ClaimResponse),
-        (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        BadIdOrJson,
         ForbiddenProject,
         NoSuchList,
         (status = 422, description = "`invalid_field` (`holder`, `persona`, `lease_s`) or `invalid_body`", body = Problem, content_type = "application/problem+json"),

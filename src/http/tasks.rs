@@ -12,7 +12,9 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Caller;
 use super::extract::{Json, Path, StorableJson};
-use super::responses::{HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals};
+use super::responses::{
+    BadIdOrJson, BadListIdOrJson, HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals,
+};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::task_claims::{HeartbeatRequest, TaskHistory};
 use crate::service::task_lists::{StoredTask, TaskUpdate, TaskUpdated};
@@ -59,7 +61,7 @@ impl From<InList> for TaskRef {
     responses(
         JsonBodyRejections,
         (status = 200, description = "The task after the change", body = TaskUpdated),
-        (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        BadIdOrJson,
         ForbiddenProject,
         NoSuchTask,
         TaskUpdateRefusals,
@@ -85,7 +87,7 @@ async fn update_task(
     responses(
         JsonBodyRejections,
         (status = 200, description = "The task with its renewed `claim`", body = StoredTask),
-        (status = 400, description = "Not a UUID or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        BadIdOrJson,
         ForbiddenProject,
         NoSuchTask,
         HeartbeatRefusals,
@@ -131,7 +133,7 @@ async fn history(
     responses(
         JsonBodyRejections,
         (status = 200, description = "The task after the change", body = TaskUpdated),
-        (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        BadListIdOrJson,
         ForbiddenProject,
         NoSuchListTask,
         TaskUpdateRefusals,
@@ -157,7 +159,7 @@ async fn update_task_in_list(
     responses(
         JsonBodyRejections,
         (status = 200, description = "The task with its renewed `claim`", body = StoredTask),
-        (status = 400, description = "`id` is not a UUID (`parameter` names it), or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        BadListIdOrJson,
         ForbiddenProject,
         NoSuchListTask,
         HeartbeatRefusals,

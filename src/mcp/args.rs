@@ -67,22 +67,25 @@ fn enum_schema(values: &[&str], description: &str) -> Schema {
     json_schema!({"type": "string", "enum": values, "description": description})
 }
 
-fn task_status_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-    enum_schema(&values, "The new status.")
+/// The `schema_with` functions of the enum arguments: every wire name (`ALL`,
+/// `as_str`) and a description.
+macro_rules! enum_schemas {
+    ($($name:ident: $kind:ty, $description:literal;)+) => {$(
+        fn $name(_: &mut SchemaGenerator) -> Schema {
+            let values: Vec<&str> = <$kind>::ALL.iter().map(|v| v.as_str()).collect();
+            enum_schema(&values, $description)
+        }
+    )+};
 }
 
-fn abandon_category_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = AbandonCategory::ALL.iter().map(|c| c.as_str()).collect();
-    enum_schema(&values, "With (and only with) abandoned.")
-}
-
-fn ready_mode_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = ReadyMode::ALL.iter().map(|m| m.as_str()).collect();
-    enum_schema(
-        &values,
-        "barrier (default): by wave; pipeline: as deps finish.",
-    )
+enum_schemas! {
+    task_status_schema: TaskStatus, "The new status.";
+    abandon_category_schema: AbandonCategory, "With (and only with) abandoned.";
+    ready_mode_schema: ReadyMode, "barrier (default): by wave; pipeline: as deps finish.";
+    outcome_schema: StepOutcome, "With (and only with) complete.";
+    action_schema: StepAction, "start: IN_PROGRESS.";
+    format_schema: PlanAnswerFormat, "Default json.";
+    step_schema: Step, "The loop step.";
 }
 
 /// An id argument as sent, any JSON: the tool parses it, so a malformed one is a
@@ -357,26 +360,6 @@ pub struct TrackStepArgs {
     pub agent: Option<String>,
     /// Pin this revision.
     pub if_match: Option<i64>,
-}
-
-fn outcome_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = StepOutcome::ALL.iter().map(|o| o.as_str()).collect();
-    enum_schema(&values, "With (and only with) complete.")
-}
-
-fn action_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = StepAction::ALL.iter().map(|a| a.as_str()).collect();
-    enum_schema(&values, "start: IN_PROGRESS.")
-}
-
-fn format_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = PlanAnswerFormat::ALL.iter().map(|f| f.as_str()).collect();
-    enum_schema(&values, "Default json.")
-}
-
-fn step_schema(_: &mut SchemaGenerator) -> Schema {
-    let values: Vec<&str> = Step::ALL.iter().map(|s| s.as_str()).collect();
-    enum_schema(&values, "The loop step.")
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

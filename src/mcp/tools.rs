@@ -304,9 +304,7 @@ fn task_list(tasks: Option<Value>) -> Result<Option<ParsedTaskList>, ServiceErro
 }
 
 async fn validate_task_list(call: &Call<'_>, args: ValidateArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let report = service.validate_task_list(
         caller,
         ValidateRequest {
@@ -357,9 +355,7 @@ fn rest_body(args: &CreateArgs) -> Result<Vec<u8>, ServiceError> {
 }
 
 async fn create_task_list(call: &Call<'_>, args: CreateArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     // With a key, the REST body, so a retry is compared (hashed) the same way
     // whichever transport brought it; without one nothing reads it.
     let body = match args.idempotency_key {
@@ -400,9 +396,7 @@ async fn create_task_list(call: &Call<'_>, args: CreateArgs) -> Result<Answer, S
 }
 
 async fn ready_tasks(call: &Call<'_>, args: ReadyArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let ready = service
         .ready_tasks(
             caller,
@@ -447,9 +441,7 @@ fn with_next(next: &NextAnswer) -> Value {
 }
 
 async fn claim_task(call: &Call<'_>, args: ClaimArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let claimed = service
         .claim_task(
             caller,
@@ -469,9 +461,7 @@ async fn claim_task(call: &Call<'_>, args: ClaimArgs) -> Result<Answer, ServiceE
 }
 
 async fn heartbeat_task(call: &Call<'_>, args: HeartbeatArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let task = service
         .heartbeat_task(
             caller,
@@ -489,9 +479,7 @@ async fn heartbeat_task(call: &Call<'_>, args: HeartbeatArgs) -> Result<Answer, 
 }
 
 async fn set_task_status(call: &Call<'_>, args: SetStatusArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let updated = service
         .update_task(
             caller,
@@ -520,9 +508,7 @@ async fn set_task_status(call: &Call<'_>, args: SetStatusArgs) -> Result<Answer,
 }
 
 async fn project_status(call: &Call<'_>, args: ProjectStatusArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let project = crate::domain::ids::Ident::parse("project_id", &args.project_id)?;
     let status = service
         .project_status(caller, project, args.team_pk)
@@ -531,9 +517,7 @@ async fn project_status(call: &Call<'_>, args: ProjectStatusArgs) -> Result<Answ
 }
 
 async fn plan_loop(call: &Call<'_>, args: PlanLoopArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let request = json!({
         "track": args.track,
         "phases": args.phases,
@@ -555,9 +539,7 @@ fn pinned(if_match: Option<i64>) -> Precondition {
 }
 
 async fn import_track(call: &Call<'_>, args: ImportTrackArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     let version = service
         .import_track(
             caller,
@@ -597,9 +579,7 @@ async fn track_history(call: &Call<'_>, args: TrackHistoryArgs) -> Result<Answer
 }
 
 async fn start_refine(call: &Call<'_>, args: StartRefineArgs) -> Result<Answer, ServiceError> {
-    let &Call {
-        service, caller, ..
-    } = call;
+    let (service, caller) = (call.service, call.caller);
     // The REST body, so the submission is checked (and hashed for idempotency) the
     // same way whichever transport brought it.
     let mut body = serde_json::Map::new();

@@ -17,6 +17,18 @@
     return category ? status + ": " + category : status;
   }
 
+  // This page fetched again: its element `id` and ours, or null when either is
+  // missing. The live parts of a page are re-read from the server this way.
+  function refetch(id) {
+    return fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
+        var mine = document.getElementById(id);
+        return fresh && mine ? { fresh: fresh, mine: mine } : null;
+      });
+  }
+
   // --- The DAG at real sizes. ---
   var scroller = document.getElementById("dag-scroll");
   var svg = scroller ? scroller.querySelector("svg.dag") : null;
@@ -140,13 +152,8 @@
       if (pending) return;
       pending = setTimeout(function () {
         pending = null;
-        fetch(window.location.href, { credentials: "same-origin" })
-          .then(function (r) { return r.text(); })
-          .then(function (html) {
-            var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("waves");
-            var mine = document.getElementById("waves");
-            if (fresh && mine) mine.replaceWith(fresh);
-          })
+        refetch("waves")
+          .then(function (found) { if (found) found.mine.replaceWith(found.fresh); })
           .catch(function () {});
       }, 500);
     };
@@ -268,12 +275,10 @@
     var swap = function () {
       if (swapping) { again = true; return; }
       swapping = true;
-      fetch(window.location.href, { credentials: "same-origin" })
-        .then(function (r) { return r.text(); })
-        .then(function (html) {
-          var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live-region");
-          var mine = document.getElementById("live-region");
-          if (!fresh || !mine) return;
+      refetch("live-region")
+        .then(function (found) {
+          if (!found) return;
+          var fresh = found.fresh, mine = found.mine;
           var checked = {};
           mine.querySelectorAll("input[type=checkbox]:checked").forEach(function (c) { checked[c.value] = true; });
           fresh.querySelectorAll("input[type=checkbox]").forEach(function (c) { if (checked[c.value]) c.checked = true; });

@@ -4,7 +4,7 @@
 
 use maud::{Markup, html};
 
-use super::{Chrome, Section, layout, time};
+use super::{Chrome, Section, heads, layout, time};
 use crate::service::webhooks::WebhooksOverview;
 
 pub fn webhooks_page(view: &WebhooksOverview, chrome: Chrome) -> Markup {
@@ -13,34 +13,30 @@ pub fn webhooks_page(view: &WebhooksOverview, chrome: Chrome) -> Markup {
         @if view.webhooks.is_empty() {
             p { "No webhooks. Create one with " code { "POST /v1/webhooks" } "." }
         } @else {
-            table {
-                caption { "Webhooks" }
-                thead { tr { th scope="col" { "URL" } th scope="col" { "Events" } th scope="col" { "Project" } th scope="col" { "State" } th scope="col" { "Created" } } }
-                tbody {
-                    @for w in &view.webhooks {
-                        tr {
-                            td { code { (w.url) } @if let Some(d) = &w.description { br; small { (d) } } }
-                            td { (w.events.join(", ")) }
-                            td { (w.project_id.as_deref().unwrap_or("every project")) }
-                            td {
-                                @if w.disabled {
-                                    strong { "disabled" } @if let Some(r) = &w.disabled_reason { ": " (r) }
-                                } @else { "active" }
-                            }
-                            td { (time(&w.created_at)) }
+            (table("Webhooks", &["URL", "Events", "Project", "State", "Created"], html! {
+                @for w in &view.webhooks {
+                    tr {
+                        td { code { (w.url) } @if let Some(d) = &w.description { br; small { (d) } } }
+                        td { (w.events.join(", ")) }
+                        td { (w.project_id.as_deref().unwrap_or("every project")) }
+                        td {
+                            @if w.disabled {
+                                strong { "disabled" } @if let Some(r) = &w.disabled_reason { ": " (r) }
+                            } @else { "active" }
                         }
+                        td { (time(&w.created_at)) }
                     }
                 }
-            }
+            }))
         }
         h2 { "Failing deliveries" }
         @if view.failing.is_empty() {
             p { "No delivery is failing." }
         } @else {
-            table {
-                caption { "Deliveries not delivered after at least one attempt" }
-                thead { tr { th scope="col" { "Event" } th scope="col" { "Webhook" } th scope="col" { "Attempts" } th scope="col" { "Last answer" } th scope="col" { "Next attempt" } } }
-                tbody {
+            (table(
+                "Deliveries not delivered after at least one attempt",
+                &["Event", "Webhook", "Attempts", "Last answer", "Next attempt"],
+                html! {
                     @for f in &view.failing {
                         tr {
                             td { (f.delivery.event_type) br; small { code { (f.delivery.event_id) } } }
@@ -58,9 +54,20 @@ pub fn webhooks_page(view: &WebhooksOverview, chrome: Chrome) -> Markup {
                             }
                         }
                     }
-                }
-            }
+                },
+            ))
         }
     };
     layout("Webhooks", Section::Webhooks, chrome, body)
+}
+
+/// A captioned table of `names` columns over `rows`.
+fn table(caption: &str, names: &[&str], rows: Markup) -> Markup {
+    html! {
+        table {
+            caption { (caption) }
+            thead { tr { (heads(names)) } }
+            tbody { (rows) }
+        }
+    }
 }
