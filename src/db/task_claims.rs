@@ -273,7 +273,7 @@ impl Database {
                     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
                 }
                 Attempt::Busy => {
-                    let remaining = self.task_counts(list_id).await?;
+                    let remaining = self.tasks_by_status(list_id).await?;
                     return Ok(Some(ClaimOutcome::NoneReady {
                         others_ready: true,
                         remaining,
@@ -282,10 +282,6 @@ impl Database {
                 }
             }
         }
-    }
-
-    async fn task_counts(&self, list_id: Uuid) -> DbResult<Remaining> {
-        Ok(on_pool!(self, pool => { read_counts!(pool, list_id) }))
     }
 
     async fn claim_once(&self, list_id: Uuid, ask: &ClaimAsk<'_>) -> DbResult<Attempt> {

@@ -32,6 +32,42 @@ crate::domain::wire_strings!(DeliveryState, "delivery state", column {
     Failed => "failed",
 });
 
+/// One event's delivery to one webhook.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
+pub struct Delivery {
+    /// The `{delivery_id}` of replay.
+    pub id: Uuid,
+    pub webhook_id: Uuid,
+    /// The `webhook-id` header of every attempt.
+    pub event_id: Uuid,
+    #[serde(rename = "type")]
+    #[sqlx(rename = "type")]
+    pub event_type: String,
+    /// `pending`, `delivered` or `failed` (schedule spent, or the webhook disabled).
+    pub state: DeliveryState,
+    pub attempts: i32,
+    pub last_status_code: Option<i32>,
+    pub last_error: Option<String>,
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// `null` once delivered or failed.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Delivery {
+    /// As shown: a delivery that is no longer pending has no next attempt, whatever
+    /// time its row still holds.
+    pub fn shown(self) -> Self {
+        Delivery {
+            next_attempt_at: self
+                .next_attempt_at
+                .filter(|_| self.state == DeliveryState::Pending),
+            ..self
+        }
+    }
+}
+
 /// What a webhook can subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {

@@ -1,5 +1,6 @@
-//! A task as stored and as shown (REST, MCP and the dashboard): one type, which
-//! `db/` builds from its rows and the API serializes as it is.
+//! A task, a task list and a team as stored and as shown (REST, MCP and the
+//! dashboard): one type each, which `db/` builds from its rows and the API
+//! serializes as it is.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -53,4 +54,33 @@ pub struct StoredTask {
     // late holder cannot take another holder's completion for its own. Not shown.
     #[serde(skip)]
     pub last_holder: Option<String>,
+}
+
+/// A task list as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+pub struct StoredTaskList {
+    /// Server-assigned id of the list.
+    pub id: Uuid,
+    pub project_id: String,
+    /// The planning cycle; null = the project-wide fallback.
+    pub team_pk: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    /// In submission order (one page of them when `next_cursor` is set).
+    #[sqlx(skip)]
+    pub tasks: Vec<StoredTask>,
+    /// More tasks follow: pass this as `?cursor=` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[sqlx(skip)]
+    pub next_cursor: Option<String>,
+}
+
+/// A registered cycle (team) of a project.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+pub struct Team {
+    pub id: Uuid,
+    pub project_id: String,
+    pub team_pk: String,
+    pub lead_role: Option<String>,
+    pub created_at: DateTime<Utc>,
 }
