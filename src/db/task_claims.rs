@@ -11,7 +11,8 @@ use super::readiness::{LapsedRow, Move};
 use super::task_lists::{TASK_COLUMNS, TaskRow, TaskRowDeps, now};
 use super::{Database, DbError, DbResult, retrying};
 use crate::domain::dispatch::{
-    self, HeldByOther, ReadyMode, Remaining, StoredTask, TaskEventKind, TaskStatus,
+    self, HeldByOther, ListEvent, ReadyMode, Remaining, StoredTask, StoredTaskEvent, TaskEventKind,
+    TaskStatus,
 };
 
 /// Appends one [`TaskEvent`] to a task's history inside transaction `$tx`.
@@ -55,20 +56,6 @@ pub struct TaskEvent<'a> {
     pub lease_expires_at: Option<DateTime<Utc>>,
 }
 
-/// One stored history entry.
-#[derive(Debug, Clone)]
-pub struct TaskEventRecord {
-    pub at: DateTime<Utc>,
-    pub kind: TaskEventKind,
-    pub holder: Option<String>,
-    pub from: TaskStatus,
-    pub to: TaskStatus,
-    pub attempt: i32,
-    pub forced: bool,
-    pub overrode: Option<String>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-}
-
 #[derive(FromRow)]
 struct TaskEventRow {
     at: DateTime<Utc>,
@@ -83,16 +70,16 @@ struct TaskEventRow {
 }
 
 impl TaskEventRow {
-    fn into_record(self) -> DbResult<TaskEventRecord> {
+    fn into_record(self) -> DbResult<StoredTaskEvent> {
         let corrupt =
             |what: &str, v: &str| DbError::Corrupt(format!("a task event has {what} {v:?}"));
-        Ok(TaskEventRecord {
+        Ok(StoredTaskEvent {
             at: self.at,
             kind: TaskEventKind::parse(&self.kind).ok_or_else(|| corrupt("kind", &self.kind))?,
             holder: self.holder,
-            from: TaskStatus::parse(&self.from_status)
+            from_status: TaskStatus::parse(&self.from_status)
                 .ok_or_else(|| corrupt("from_status", &self.from_status))?,
-            to: TaskStatus::parse(&self.to_status)
+            to_status: TaskStatus::parse(&self.to_status)
                 .ok_or_else(|| corrupt("to_status", &self.to_status))?,
             attempt: self.attempt,
             forced: self.forced,
@@ -562,7 +549,7 @@ impl Database {
 
     /// A task's history, oldest first, with its project (for authorisation);
     /// `None` when the task does not exist.
-    pub async fn task_history(&self, id: Uuid) -> DbResult<Option<(String, Vec<TaskEventRecord>)>> {
+    pub async fn task_history(&self, id: Uuid) -> DbResult<Option<(String, Vec<StoredTaskEvent>)>> {
         let Some(project_id) = self.task_project(id).await? else {
             return Ok(None);
         };
@@ -581,18 +568,6 @@ impl Database {
             .collect::<DbResult<Vec<_>>>()?;
         Ok(Some((project_id, events)))
     }
-}
-
-/// One entry of a list's event feed: a task's history entry, with its id (UUIDv7,
-/// time-ordered) and the task it belongs to.
-#[derive(Debug, Clone)]
-pub struct ListEventRecord {
-    pub id: Uuid,
-    /// The task's server id.
-    pub task: Uuid,
-    /// The planner's id of the task.
-    pub task_id: String,
-    pub event: TaskEventRecord,
 }
 
 #[derive(FromRow)]
@@ -614,7 +589,7 @@ impl Database {
         after: Uuid,
         up_to: Option<Uuid>,
         limit: i64,
-    ) -> DbResult<Vec<ListEventRecord>> {
+    ) -> DbResult<Vec<ListEvent>> {
         let up_to = up_to.unwrap_or(Uuid::max());
         let rows: Vec<ListEventRow> = on_pool!(self, pool => {
             sqlx::query_as(
@@ -633,7 +608,7 @@ impl Database {
         });
         rows.into_iter()
             .map(|r| {
-                Ok(ListEventRecord {
+                Ok(ListEvent {
                     id: r.id,
                     task: r.task,
                     task_id: r.task_name,

@@ -649,7 +649,7 @@ impl Service {
             .db
             .task_history(task.id)
             .await?
-            .map(|(_, events)| events.into_iter().map(StoredTaskEvent::from).collect())
+            .map(|(_, events)| events)
             .unwrap_or_default();
         Ok(TaskDetailView {
             list_id,
