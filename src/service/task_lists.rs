@@ -444,7 +444,7 @@ impl Service {
         }
         match first.outcome {
             KeyedOutcome::Accepted(id) => Ok(Accepted {
-                value: self.load_list(caller, id).await?.into(),
+                value: self.load_list(caller, id).await?,
                 replayed: true,
             }),
             KeyedOutcome::Rejected(rejections) => {
