@@ -11,7 +11,8 @@ use super::readiness::{LapsedRow, Move};
 use super::task_lists::{TASK_COLUMNS, TaskRow, TaskRowDeps, now};
 use super::{Database, DbError, DbResult, retrying};
 use crate::domain::dispatch::{
-    self, HeldByOther, ReadyMode, Remaining, StoredTask, TaskEventKind, TaskStatus,
+    self, HeldByOther, ListEvent, ReadyMode, Remaining, StoredTask, StoredTaskEvent, TaskEventKind,
+    TaskStatus,
 };
 
 /// Appends one [`TaskEvent`] to a task's history inside transaction `$tx`.
@@ -55,20 +56,6 @@ pub struct TaskEvent<'a> {
     pub lease_expires_at: Option<DateTime<Utc>>,
 }
 
-/// One stored history entry.
-#[derive(Debug, Clone)]
-pub struct TaskEventRecord {
-    pub at: DateTime<Utc>,
-    pub kind: TaskEventKind,
-    pub holder: Option<String>,
-    pub from: TaskStatus,
-    pub to: TaskStatus,
-    pub attempt: i32,
-    pub forced: bool,
-    pub overrode: Option<String>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-}
-
 #[derive(FromRow)]
 struct TaskEventRow {
     at: DateTime<Utc>,
@@ -83,16 +70,16 @@ struct TaskEventRow {
 }
 
 impl TaskEventRow {
-    fn into_record(self) -> DbResult<TaskEventRecord> {
+    fn into_record(self) -> DbResult<StoredTaskEvent> {
         let corrupt =
             |what: &str, v: &str| DbError::Corrupt(format!("a task event has {what} {v:?}"));
-        Ok(TaskEventRecord {
+        Ok(StoredTaskEvent {
             at: self.at,
             kind: TaskEventKind::parse(&self.kind).ok_or_else(|| corrupt("kind", &self.kind))?,
             holder: self.holder,
-            from: TaskStatus::parse(&self.from_status)
+            from_status: TaskStatus::parse(&self.from_status)
                 .ok_or_else(|| corrupt("from_status", &self.from_status))?,
-            to: TaskStatus::parse(&self.to_status)
+            to_status: TaskStatus::parse(&self.to_status)
                 .ok_or_else(|| corrupt("to_status", &self.to_status))?,
             attempt: self.attempt,
             forced: self.forced,
@@ -292,7 +279,7 @@ impl Database {
                     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
                 }
                 Attempt::Busy => {
-                    let remaining = self.task_counts(list_id).await?;
+                    let remaining = self.tasks_by_status(list_id).await?;
                     return Ok(Some(ClaimOutcome::NoneReady {
                         others_ready: true,
                         remaining,
@@ -375,10 +362,6 @@ impl Database {
             task: Box::new(claimed.task.into_task()?),
             remaining,
         }))
-    }
-
-    async fn task_counts(&self, list_id: Uuid) -> DbResult<Remaining> {
-        Ok(on_pool!(self, pool => { read_counts!(pool, list_id) }))
     }
 
     async fn claim_once(&self, list_id: Uuid, ask: &ClaimAsk<'_>) -> DbResult<Attempt> {
@@ -659,7 +642,7 @@ impl Database {
 
     /// A task's history, oldest first, with its project (for authorisation);
     /// `None` when the task does not exist.
-    pub async fn task_history(&self, id: Uuid) -> DbResult<Option<(String, Vec<TaskEventRecord>)>> {
+    pub async fn task_history(&self, id: Uuid) -> DbResult<Option<(String, Vec<StoredTaskEvent>)>> {
         let Some(project_id) = self.task_project(id).await? else {
             return Ok(None);
         };
@@ -678,18 +661,6 @@ impl Database {
             .collect::<DbResult<Vec<_>>>()?;
         Ok(Some((project_id, events)))
     }
-}
-
-/// One entry of a list's event feed: a task's history entry, with its id (UUIDv7,
-/// time-ordered) and the task it belongs to.
-#[derive(Debug, Clone)]
-pub struct ListEventRecord {
-    pub id: Uuid,
-    /// The task's server id.
-    pub task: Uuid,
-    /// The planner's id of the task.
-    pub task_id: String,
-    pub event: TaskEventRecord,
 }
 
 #[derive(FromRow)]
@@ -711,7 +682,7 @@ impl Database {
         after: Uuid,
         up_to: Option<Uuid>,
         limit: i64,
-    ) -> DbResult<Vec<ListEventRecord>> {
+    ) -> DbResult<Vec<ListEvent>> {
         let up_to = up_to.unwrap_or(Uuid::max());
         let rows: Vec<ListEventRow> = on_pool!(self, pool => {
             sqlx::query_as(
@@ -730,7 +701,7 @@ impl Database {
         });
         rows.into_iter()
             .map(|r| {
-                Ok(ListEventRecord {
+                Ok(ListEvent {
                     id: r.id,
                     task: r.task,
                     task_id: r.task_name,

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::db::task_lists::now;
 use crate::db::{Database, DbResult};
-use crate::domain::webhooks::DeliveryState;
+use crate::domain::webhooks::{Delivery, DeliveryState};
 
 /// A stored webhook (secrets included: the service decides what to show).
 #[derive(Debug, Clone, FromRow)]
@@ -39,24 +39,6 @@ pub struct NewWebhook<'a> {
     pub project_id: Option<&'a str>,
     pub description: Option<&'a str>,
     pub secret: &'a str,
-}
-
-/// One event's delivery to one webhook.
-#[derive(Debug, Clone, FromRow)]
-pub struct DeliveryRecord {
-    pub id: Uuid,
-    pub webhook_id: Uuid,
-    pub event_id: Uuid,
-    #[sqlx(rename = "type")]
-    pub event_type: String,
-    pub state: DeliveryState,
-    pub attempts: i32,
-    pub last_status_code: Option<i32>,
-    pub last_error: Option<String>,
-    pub last_attempt_at: Option<DateTime<Utc>>,
-    pub next_attempt_at: Option<DateTime<Utc>>,
-    pub delivered_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
 }
 
 const DELIVERY_COLUMNS: &str = "id, webhook_id, event_id, type, state, attempts, last_status_code, \
@@ -216,7 +198,7 @@ impl Database {
         &self,
         webhook_id: Uuid,
         limit: i64,
-    ) -> DbResult<Vec<DeliveryRecord>> {
+    ) -> DbResult<Vec<Delivery>> {
         Ok(on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE webhook_id = $1 \
@@ -234,8 +216,8 @@ impl Database {
     pub async fn failing_deliveries(
         &self,
         limit: i64,
-    ) -> DbResult<Vec<(DeliveryRecord, String, Option<String>)>> {
-        let rows: Vec<DeliveryRecord> = on_pool!(self, pool => {
+    ) -> DbResult<Vec<(Delivery, String, Option<String>)>> {
+        let rows: Vec<Delivery> = on_pool!(self, pool => {
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
                 "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries \
                  WHERE state <> 'delivered' AND attempts > 0 \

@@ -32,6 +32,42 @@ crate::domain::wire_strings!(DeliveryState, "delivery state", column {
     Failed => "failed",
 });
 
+/// One event's delivery to one webhook.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema, sqlx::FromRow)]
+pub struct Delivery {
+    /// The `{delivery_id}` of replay.
+    pub id: Uuid,
+    pub webhook_id: Uuid,
+    /// The `webhook-id` header of every attempt.
+    pub event_id: Uuid,
+    #[serde(rename = "type")]
+    #[sqlx(rename = "type")]
+    pub event_type: String,
+    /// `pending`, `delivered` or `failed` (schedule spent, or the webhook disabled).
+    pub state: DeliveryState,
+    pub attempts: i32,
+    pub last_status_code: Option<i32>,
+    pub last_error: Option<String>,
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// `null` once delivered or failed.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Delivery {
+    /// As shown: a delivery that is no longer pending has no next attempt, whatever
+    /// time its row still holds.
+    pub fn shown(self) -> Self {
+        Delivery {
+            next_attempt_at: self
+                .next_attempt_at
+                .filter(|_| self.state == DeliveryState::Pending),
+            ..self
+        }
+    }
+}
+
 /// What a webhook can subscribe to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventType {
@@ -189,6 +225,28 @@ fn event(
     }
 }
 
+/// An event's data, in the order every event shows it: `head` (its id, its status
+/// and what else names it), the project and cycle it belongs to, `tail` (what
+/// this event alone tells), and the path to read it at.
+fn event_data(
+    head: Value,
+    project_id: Option<&str>,
+    team_pk: Option<&str>,
+    tail: Value,
+    path: &str,
+) -> Value {
+    let fields = |v: Value| match v {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let mut data = fields(head);
+    data.insert("project_id".to_owned(), project_id.into());
+    data.insert("team_pk".to_owned(), team_pk.into());
+    data.extend(fields(tail));
+    data.insert("path".to_owned(), path.into());
+    Value::Object(data)
+}
+
 /// A refine job that ended, as its events see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobEnded<'a> {
@@ -211,27 +269,26 @@ pub fn job_ended_events(job: &JobEnded<'_>, at: DateTime<Utc>) -> Vec<OutboxEven
         return Vec::new();
     };
     let path = format!("/v1/refine-jobs/{}", job.id);
-    let mut data = json!({
-        "id": job.id,
-        "status": job.status,
-        "project_id": job.project_id,
-        "team_pk": job.team_pk,
-        "progress": job.progress,
-        "path": path,
-    });
+    let head = || json!({"id": job.id, "status": job.status});
+    let mut data = event_data(
+        head(),
+        job.project_id,
+        job.team_pk,
+        json!({"progress": job.progress}),
+        &path,
+    );
     if let Some(code) = job.error_code {
         data["error_code"] = code.into();
     }
     let mut out = vec![event(kind, at, job.project_id, None, data)];
     if job.error_code == Some(BUDGET_EXCEEDED) {
-        let data = json!({
-            "id": job.id,
-            "status": job.status,
-            "project_id": job.project_id,
-            "team_pk": job.team_pk,
-            "error_code": BUDGET_EXCEEDED,
-            "path": path,
-        });
+        let data = event_data(
+            head(),
+            job.project_id,
+            job.team_pk,
+            json!({"error_code": BUDGET_EXCEEDED}),
+            &path,
+        );
         out.push(event(
             EventType::BudgetExceeded,
             at,
@@ -251,13 +308,13 @@ pub fn run_finished_event(
     team_pk: Option<&str>,
     at: DateTime<Utc>,
 ) -> OutboxEvent {
-    let data = json!({
-        "id": id,
-        "status": status,
-        "project_id": project_id,
-        "team_pk": team_pk,
-        "path": format!("/v1/refine-runs/{id}"),
-    });
+    let data = event_data(
+        json!({"id": id, "status": status}),
+        project_id,
+        team_pk,
+        json!({}),
+        &format!("/v1/refine-runs/{id}"),
+    );
     event(EventType::RefineRunFinished, at, project_id, None, data)
 }
 
@@ -269,14 +326,13 @@ pub fn task_failed_event(
     team_pk: Option<&str>,
     at: DateTime<Utc>,
 ) -> OutboxEvent {
-    let data = json!({
-        "id": id,
-        "task_list_id": task_list_id,
-        "status": "failed",
-        "project_id": project_id,
-        "team_pk": team_pk,
-        "path": format!("/v1/tasks/{id}"),
-    });
+    let data = event_data(
+        json!({"id": id, "task_list_id": task_list_id, "status": "failed"}),
+        Some(project_id),
+        team_pk,
+        json!({}),
+        &format!("/v1/tasks/{id}"),
+    );
     event(EventType::TaskFailed, at, Some(project_id), None, data)
 }
 
@@ -288,14 +344,13 @@ pub fn task_list_finished_event(
     team_pk: Option<&str>,
     at: DateTime<Utc>,
 ) -> OutboxEvent {
-    let data = json!({
-        "id": id,
-        "status": "finished",
-        "next": next,
-        "project_id": project_id,
-        "team_pk": team_pk,
-        "path": format!("/v1/task-lists/{id}"),
-    });
+    let data = event_data(
+        json!({"id": id, "status": "finished", "next": next}),
+        Some(project_id),
+        team_pk,
+        json!({}),
+        &format!("/v1/task-lists/{id}"),
+    );
     event(
         EventType::TaskListFinished,
         at,

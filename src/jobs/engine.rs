@@ -168,6 +168,20 @@ pub struct Switches {
     pub drain: CancellationToken,
 }
 
+impl Switches {
+    /// The stop a fired switch asks for, the kill first (the worker hands the job
+    /// back on either).
+    fn fired(&self) -> Option<Stop> {
+        if self.kill.is_cancelled() {
+            Some(Stop::Killed)
+        } else if self.drain.is_cancelled() {
+            Some(Stop::Drained)
+        } else {
+            None
+        }
+    }
+}
+
 /// Runs the L0s that have no stored outcome (`prior`), then the L1 step. `log` is
 /// the log so far (a resumed job continues it). The returned output's `log` is the
 /// final log in the seed's order; lines it holds beyond `log` are returned too.
@@ -206,11 +220,8 @@ pub async fn run_refine(
         if todo.is_empty() {
             continue;
         }
-        if switches.drain.is_cancelled() {
-            return Err(Stop::Drained);
-        }
-        if switches.kill.is_cancelled() {
-            return Err(Stop::Killed);
+        if let Some(stop) = switches.fired() {
+            return Err(stop);
         }
         // With a budget, each L0 start passes the gate (one locked transaction
         // that also stores the start); without, the batch's starts are one write.
@@ -230,8 +241,7 @@ pub async fn run_refine(
         loop {
             wait_hint = None;
             while budget_stopped.is_none()
-                && !switches.drain.is_cancelled()
-                && !switches.kill.is_cancelled()
+                && switches.fired().is_none()
                 && let Some(id) = waiting.front()
             {
                 let Some(packet) = packets.get(id) else {
@@ -331,11 +341,8 @@ pub async fn run_refine(
                 if waiting.is_empty() {
                     break;
                 }
-                if switches.kill.is_cancelled() {
-                    return Err(Stop::Killed);
-                }
-                if switches.drain.is_cancelled() {
-                    return Err(Stop::Drained);
+                if let Some(stop) = switches.fired() {
+                    return Err(stop);
                 }
                 // Waiting for calls of other jobs that share a budget: ask again.
                 tokio::select! {
@@ -510,22 +517,15 @@ async fn kill_for_budget(
     let mut nul_warnings = Vec::new();
     while let Some(joined) = running.join_next().await {
         match joined {
-            Ok((id, Ok(run), elapsed, prompt_bytes)) => finished.push(judge(
-                id,
-                run,
-                elapsed,
-                prompt_bytes,
-                &mut nul_warnings,
-                &mut new_lines,
-            )),
-            Ok((id, Err(_killed), elapsed, prompt_bytes)) => {
-                let run = L0Run {
+            Ok((id, run, elapsed, prompt_bytes)) => {
+                // One the kill reached ends failed, with the budget as its reason.
+                let run = run.unwrap_or_else(|_killed| L0Run {
                     outcome: L0Outcome::Failed(KILLED_BY_BUDGET.to_owned()),
                     exit_code: None,
                     stderr: None,
                     tries: 1,
                     usage: crate::domain::usage::L0Usage::default(),
-                };
+                });
                 finished.push(judge(
                     id,
                     run,

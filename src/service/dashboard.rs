@@ -307,7 +307,7 @@ impl Service {
         let active_wave = dispatch::ready(ReadyMode::Barrier, &view).wave;
         let depends_on = view.into_iter().map(|t| t.depends_on).collect();
         Ok(TaskListView {
-            list: StoredTaskList::from(list),
+            list,
             depends_on,
             active_wave,
         })
@@ -630,7 +630,6 @@ impl Service {
         task_id: &str,
     ) -> Result<TaskDetailView, ServiceError> {
         let list = self.visible_list(caller, list_id).await?;
-        let list = StoredTaskList::from(list);
         let task = list
             .tasks
             .iter()
@@ -650,7 +649,7 @@ impl Service {
             .db
             .task_history(task.id)
             .await?
-            .map(|(_, events)| events.into_iter().map(StoredTaskEvent::from).collect())
+            .map(|(_, events)| events)
             .unwrap_or_default();
         Ok(TaskDetailView {
             list_id,

@@ -3,36 +3,14 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
-use uuid::Uuid;
 
 use super::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 use crate::db::DbError;
+use crate::db::task_lists::StatusRows;
 use crate::domain::dispatch::{StatusScope, WaveCounts, snapshot};
 use crate::domain::ids::Ident;
 
-use crate::db::task_lists::{StatusRows, TeamRecord};
-
-/// A registered cycle (team) of a project.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Team {
-    pub id: Uuid,
-    pub project_id: String,
-    pub team_pk: String,
-    pub lead_role: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
-impl From<TeamRecord> for Team {
-    fn from(r: TeamRecord) -> Self {
-        Team {
-            id: r.id,
-            project_id: r.project_id,
-            team_pk: r.team_pk,
-            lead_role: r.lead_role,
-            created_at: r.created_at,
-        }
-    }
-}
+pub use crate::domain::dispatch::Team;
 
 #[derive(Serialize, ToSchema)]
 pub struct ProjectStatus {
@@ -199,7 +177,7 @@ impl Service {
             )
             .await
         {
-            Ok(team) => Ok(team.into()),
+            Ok(team) => Ok(team),
             Err(DbError::Conflict(detail)) => {
                 Err(ServiceError::conflict(ProblemCode::TeamExists, detail))
             }
@@ -210,7 +188,6 @@ impl Service {
     /// The teams registered for a project, oldest first.
     pub async fn teams(&self, caller: &Caller, project: &Ident) -> Result<Vec<Team>, ServiceError> {
         caller.check_project(project.as_str())?;
-        let teams = self.db.teams(project.as_str()).await?;
-        Ok(teams.into_iter().map(Team::from).collect())
+        Ok(self.db.teams(project.as_str()).await?)
     }
 }

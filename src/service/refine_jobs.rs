@@ -14,7 +14,6 @@ use super::submission::{
     idempotency_key, input_error, l0_rows, opt_str, unknown_field, wake_for,
 };
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
-use crate::config::Settings;
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, RetryInsert};
 use crate::domain::ids::Ident;
 use crate::domain::job::JobStatus;
@@ -117,32 +116,39 @@ struct RefineJobCreate {
     budget: crate::domain::usage::Budget,
 }
 
-impl RefineJobCreate {
-    /// The row to insert, under `key` (the idempotency key in its caller's scope).
-    fn into_new_job(self, key: Option<ScopedKey>, settings: &Settings) -> NewRefineJob {
+impl Service {
+    /// A job to insert for one phase, run by `executor` with this server's attempts
+    /// and L0 batches. Its worker's span continues the trace of the request at hand,
+    /// on any replica (docs/observability.md, "Context in and out"). No key, no run,
+    /// no retry: the caller sets what applies.
+    pub(super) fn new_refine_job(
+        &self,
+        context: &crate::domain::refine::PhaseContext,
+        request: Value,
+        executor: &crate::agents::Executor,
+        project_id: Option<String>,
+        team_pk: Option<String>,
+        budget: crate::domain::usage::Budget,
+    ) -> NewRefineJob {
         NewRefineJob {
             id: Uuid::now_v7(),
-            l0s: l0_rows(&self.context, settings.l0_concurrency),
-            phase_id: self.context.phase_id,
-            run_id: self.run_id,
-            project_id: self.project_id.map(|p| p.as_str().to_owned()),
-            team_pk: self.team_pk.map(|t| t.as_str().to_owned()),
-            executor: self.executor.name().to_owned(),
-            executor_kind: self.executor.kind().to_owned(),
-            request: self.request.to_value(),
-            idempotency_key: key.map(ScopedKey::into_stored),
-            request_hash: Some(self.request_hash),
-            max_attempts: settings.max_attempts,
-            budget: self.budget,
+            l0s: l0_rows(context, self.settings.l0_concurrency),
+            phase_id: context.phase_id.clone(),
+            run_id: None,
+            project_id,
+            team_pk,
+            executor: executor.name().to_owned(),
+            executor_kind: executor.kind().to_owned(),
+            request,
+            idempotency_key: None,
+            request_hash: None,
+            max_attempts: self.settings.max_attempts,
+            budget,
             retry_of: None,
-            // The worker's job span continues the creating request's trace, on any
-            // replica (docs/observability.md, "Context in and out").
             trace_parent: crate::telemetry::current_traceparent(),
         }
     }
-}
 
-impl Service {
     /// Parses and checks a create: nothing is queued unless all of it is usable.
     fn parse_create(
         &self,
@@ -260,9 +266,22 @@ impl Service {
             );
         }
         self.check_daily_limit(create.project_id.as_ref()).await?;
+        let job = self.new_refine_job(
+            &create.context,
+            create.request.to_value(),
+            &create.executor,
+            create.project_id.map(|p| p.as_str().to_owned()),
+            create.team_pk.map(|t| t.as_str().to_owned()),
+            create.budget,
+        );
         let created = self
             .submits
-            .create(create.into_new_job(key, &self.settings))
+            .create(NewRefineJob {
+                run_id: create.run_id,
+                idempotency_key: key.map(ScopedKey::into_stored),
+                request_hash: Some(create.request_hash),
+                ..job
+            })
             .await?;
         if let Created::New(_) = &created {
             metrics::counter!("refine_jobs_created_total").increment(1);
@@ -537,22 +556,15 @@ impl Service {
             .transpose()?;
         self.check_daily_limit(project.as_ref()).await?;
         let new = NewRefineJob {
-            id: Uuid::now_v7(),
-            l0s: l0_rows(&context, self.settings.l0_concurrency),
-            phase_id: job.phase_id.clone(),
-            run_id: None,
-            project_id: job.project_id.clone(),
-            team_pk: job.team_pk.clone(),
-            executor: executor.name().to_owned(),
-            executor_kind: executor.kind().to_owned(),
-            request,
-            idempotency_key: None,
-            request_hash: None,
-            max_attempts: self.settings.max_attempts,
-            budget: job.budget.unwrap_or_default(),
             retry_of: Some(id),
-            // The retry's worker continues the trace of the request that asked for it.
-            trace_parent: crate::telemetry::current_traceparent(),
+            ..self.new_refine_job(
+                &context,
+                request,
+                &executor,
+                job.project_id.clone(),
+                job.team_pk.clone(),
+                job.budget.unwrap_or_default(),
+            )
         };
         match self.db.insert_retry(id, new).await? {
             RetryInsert::Inserted(created) => {

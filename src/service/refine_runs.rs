@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::submission::{
     Accepted, ScopedKey, SubmissionOptions, body_hash, budget_fields, fatal, idempotency_key,
-    l0_rows, opt_str, unknown_field,
+    opt_str, unknown_field,
 };
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::refine_jobs::NewRefineJob;
@@ -37,9 +37,6 @@ pub struct CreateRefineRunRequest {
 
 /// [`CreateRefineRunRequest`]'s own members.
 pub(super) const CREATE_FIELDS: [&str; 4] = ["plan", "task_text", "executor", "output_dir"];
-
-/// Per phase: its id, the job's stored request and its `(assignment, batch)` rows.
-type PhaseJobRequest = (String, Value, Vec<(String, i32)>);
 
 /// A submission error of a run: the job's FATAL, coded `invalid_plan`.
 fn invalid_plan(e: ServiceError) -> ServiceError {
@@ -169,7 +166,7 @@ impl Service {
         if let Some(o) = plan_for_jobs.as_object_mut() {
             o.remove("assignments");
         }
-        let job_requests: Vec<PhaseJobRequest> = split
+        let jobs = split
             .contexts
             .iter()
             .map(|context| {
@@ -180,31 +177,18 @@ impl Service {
                     task_text: task_text.clone(),
                     output_dir: output_dir.clone(),
                 };
-                (
-                    context.phase_id.clone(),
-                    request.to_value(),
-                    l0_rows(context, self.settings.l0_concurrency),
-                )
-            })
-            .collect();
-        let jobs = job_requests
-            .into_iter()
-            .map(|(phase_id, request, l0s)| NewRefineJob {
-                id: Uuid::now_v7(),
-                phase_id,
-                run_id: Some(run_id),
-                project_id: project_id.as_ref().map(|p| p.as_str().to_owned()),
-                team_pk: team_pk.as_ref().map(|t| t.as_str().to_owned()),
-                executor: executor.name().to_owned(),
-                executor_kind: executor.kind().to_owned(),
-                request,
-                idempotency_key: None,
-                request_hash: None,
-                max_attempts: self.settings.max_attempts,
-                l0s,
-                budget,
-                retry_of: None,
-                trace_parent: trace_parent.clone(),
+                NewRefineJob {
+                    run_id: Some(run_id),
+                    trace_parent: trace_parent.clone(),
+                    ..self.new_refine_job(
+                        context,
+                        request.to_value(),
+                        &executor,
+                        project_id.as_ref().map(|p| p.as_str().to_owned()),
+                        team_pk.as_ref().map(|t| t.as_str().to_owned()),
+                        budget,
+                    )
+                }
             })
             .collect();
         let new = NewRefineRun {

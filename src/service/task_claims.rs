@@ -1,7 +1,6 @@
 //! Agents at work (docs/api.md "Agents at work" and "Claims"): what to do `next`
 //! after a ready answer, claims with leases, heartbeats and the task history.
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -9,11 +8,11 @@ use uuid::Uuid;
 use super::task_lists::{StoredTask, held_by_other};
 use super::task_refs::TaskRef;
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
-use crate::db::task_claims::{ClaimAsk, ClaimOutcome, HeartbeatOutcome, TaskEventRecord};
+use crate::db::task_claims::{ClaimAsk, ClaimOutcome, HeartbeatOutcome};
 use crate::db::task_lists::{dispatch_view, now};
 use crate::domain::dispatch::{
-    self, BlockedBy, DispatchTask, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining,
-    TaskEventKind, TaskStatus, WAIT_RETRY_SECS,
+    self, BlockedBy, DispatchTask, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining, TaskStatus,
+    WAIT_RETRY_SECS,
 };
 use crate::domain::ids::Ident;
 
@@ -154,43 +153,7 @@ pub struct HeartbeatRequest {
     pub lease_s: Option<u32>,
 }
 
-/// One entry of a task's history.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredTaskEvent {
-    pub at: DateTime<Utc>,
-    pub kind: TaskEventKind,
-    /// The claim's holder, or who made the status change (when it said).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub holder: Option<String>,
-    pub from_status: TaskStatus,
-    pub to_status: TaskStatus,
-    /// The task's attempts at that moment.
-    pub attempt: i32,
-    /// A status change that overrode another holder's claim.
-    pub forced: bool,
-    /// With `forced`: whose claim was overridden.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub overrode: Option<String>,
-    /// Claims and renewals: the lease given; expiries: the lease that lapsed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub lease_expires_at: Option<DateTime<Utc>>,
-}
-
-impl From<TaskEventRecord> for StoredTaskEvent {
-    fn from(e: TaskEventRecord) -> Self {
-        StoredTaskEvent {
-            at: e.at,
-            kind: e.kind,
-            holder: e.holder,
-            from_status: e.from,
-            to_status: e.to,
-            attempt: e.attempt,
-            forced: e.forced,
-            overrode: e.overrode,
-            lease_expires_at: e.lease_expires_at,
-        }
-    }
-}
+pub use crate::domain::dispatch::StoredTaskEvent;
 
 /// `GET /v1/tasks/{id}/history`.
 #[derive(Debug, Serialize, ToSchema)]
@@ -360,9 +323,6 @@ impl Service {
             .await?
             .ok_or_else(|| ServiceError::not_found("task", &id.to_string()))?;
         caller.check_project(&project_id)?;
-        Ok(TaskHistory {
-            id,
-            events: events.into_iter().map(StoredTaskEvent::from).collect(),
-        })
+        Ok(TaskHistory { id, events })
     }
 }

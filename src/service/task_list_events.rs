@@ -14,14 +14,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use serde::Serialize;
-use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::submission::{WAIT_POLL, header_text, wake_for};
-use super::task_claims::StoredTaskEvent;
 use super::{Caller, ProblemCode, Service, ServiceError};
-use crate::db::task_claims::ListEventRecord;
 
 /// Most events one read returns.
 const BATCH: i64 = 500;
@@ -33,29 +29,7 @@ const LATE_SWEEP: Duration = Duration::from_millis(250);
 /// Most ids one look back reads.
 const SWEEP_IDS: i64 = 20_000;
 
-/// One event of a list's stream (`data` of the SSE `task` event).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ListEvent {
-    /// The event's id (also the SSE `id`): resume after it with `Last-Event-ID`.
-    pub id: Uuid,
-    /// The task's server id (`PATCH /v1/tasks/{id}`).
-    pub task: Uuid,
-    /// The planner's id of the task.
-    pub task_id: String,
-    #[serde(flatten)]
-    pub event: StoredTaskEvent,
-}
-
-impl From<ListEventRecord> for ListEvent {
-    fn from(r: ListEventRecord) -> Self {
-        ListEvent {
-            id: r.id,
-            task: r.task,
-            task_id: r.task_id,
-            event: r.event.into(),
-        }
-    }
-}
+pub use crate::domain::dispatch::ListEvent;
 
 /// The smallest UUIDv7 of millisecond `ms`: every event id taken at or after it
 /// sorts above it.
@@ -105,12 +79,9 @@ impl Feed {
     /// [`LATE_SWEEP`]) those that committed late inside the look-back window.
     async fn unsent(&mut self) -> Result<Vec<ListEvent>, ServiceError> {
         let db = &self.service.db;
-        let mut out: Vec<ListEvent> = db
+        let mut out = db
             .task_list_events(self.list, self.newest, None, BATCH)
-            .await?
-            .into_iter()
-            .map(ListEvent::from)
-            .collect();
+            .await?;
         if self.last_sweep.elapsed() >= LATE_SWEEP && self.newest > self.floor && !self.settled {
             self.last_sweep = tokio::time::Instant::now();
             // After this look, anything committed later took an id above `newest`.
@@ -125,11 +96,7 @@ impl Feed {
                 let late = db
                     .task_list_events(self.list, after, Some(self.newest), SWEEP_IDS)
                     .await?;
-                out.extend(
-                    late.into_iter()
-                        .filter(|e| !self.sent.contains(&e.id))
-                        .map(ListEvent::from),
-                );
+                out.extend(late.into_iter().filter(|e| !self.sent.contains(&e.id)));
             }
         }
         for e in &out {

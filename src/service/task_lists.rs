@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -27,50 +26,18 @@ use crate::telemetry;
 
 use super::task_claims::{NextAnswer, next_answer};
 use super::task_refs::TaskRef;
-use crate::db::task_lists::TaskListRecord;
 use crate::domain::dispatch::HeldByOther;
-pub use crate::domain::dispatch::StoredTask;
+pub use crate::domain::dispatch::{StoredTask, StoredTaskList};
 
 /// Notes are free text for people; the bound keeps rows small. Characters (what
 /// JSON Schema's `maxLength` counts), so the OpenAPI document states it exactly.
 pub const MAX_NOTES_CHARS: usize = 64 * 1024;
-
-/// A task list as the API shows it.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StoredTaskList {
-    /// Server-assigned id of the list.
-    pub id: Uuid,
-    pub project_id: String,
-    /// The planning cycle; null = the project-wide fallback.
-    pub team_pk: Option<String>,
-    pub created_by: String,
-    pub created_at: DateTime<Utc>,
-    /// In submission order (one page of them when `next_cursor` is set).
-    pub tasks: Vec<StoredTask>,
-    /// More tasks follow: pass this as `?cursor=` for the next page.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-}
 
 /// Most tasks a page holds (`?limit=`).
 pub const MAX_PAGE_TASKS: u32 = 1000;
 /// Lists of up to this many tasks answer whole when no page is asked for (as
 /// before paging existed); larger ones answer their first page.
 pub const WHOLE_LIST_TASKS: u64 = 10_000;
-
-impl From<TaskListRecord> for StoredTaskList {
-    fn from(r: TaskListRecord) -> Self {
-        StoredTaskList {
-            id: r.id,
-            project_id: r.project_id,
-            team_pk: r.team_pk,
-            created_by: r.created_by,
-            created_at: r.created_at,
-            tasks: r.tasks,
-            next_cursor: None,
-        }
-    }
-}
 
 /// A dry-run gate: nothing is stored, no retry is counted.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -451,7 +418,7 @@ impl Service {
         };
         match self.db.create_task_list(new, keyed).await? {
             Keyed::Done(list) => Ok(Accepted {
-                value: list.into(),
+                value: list,
                 replayed: false,
             }),
             Keyed::Taken(first) => {
@@ -477,7 +444,7 @@ impl Service {
         }
         match first.outcome {
             KeyedOutcome::Accepted(id) => Ok(Accepted {
-                value: self.load_list(caller, id).await?.into(),
+                value: self.load_list(caller, id).await?,
                 replayed: true,
             }),
             KeyedOutcome::Rejected(rejections) => {
@@ -492,7 +459,7 @@ impl Service {
         caller: &Caller,
         id: Uuid,
     ) -> Result<StoredTaskList, ServiceError> {
-        Ok(self.load_list(caller, id).await?.into())
+        self.load_list(caller, id).await
     }
 
     /// `GET /v1/task-lists/{id}`: the whole list, or a page of it (docs/api.md,
@@ -542,7 +509,7 @@ impl Service {
             }
             page = self.read_page(id, wave, after, limit).await?;
         }
-        let mut answer: StoredTaskList = page.list.into();
+        let mut answer = page.list;
         answer.next_cursor = page
             .last_position
             .filter(|_| page.more)
@@ -607,7 +574,7 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-    ) -> Result<TaskListRecord, ServiceError> {
+    ) -> Result<StoredTaskList, ServiceError> {
         let list = self.visible_list(caller, id).await?;
         let lapsed = dispatch::expired_claims(
             list.tasks.iter().map(|t| (t.status, t.claim.as_ref())),
@@ -628,13 +595,13 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-    ) -> Result<TaskListRecord, ServiceError> {
+    ) -> Result<StoredTaskList, ServiceError> {
         let list = self.read_list(id).await?;
         caller.check_project(&list.project_id)?;
         Ok(list)
     }
 
-    async fn read_list(&self, id: Uuid) -> Result<TaskListRecord, ServiceError> {
+    async fn read_list(&self, id: Uuid) -> Result<StoredTaskList, ServiceError> {
         self.db
             .task_list(id)
             .await?

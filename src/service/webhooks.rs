@@ -13,11 +13,11 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{Caller, ProblemCode, Service, ServiceError};
-use crate::db::webhooks::{DeliveryRecord, NewWebhook, WebhookRecord};
+use crate::db::webhooks::{NewWebhook, WebhookRecord};
 use crate::domain::ids::Ident;
+pub use crate::domain::webhooks::Delivery;
 use crate::domain::webhooks::{
-    DeliveryState, ROTATION_OVERLAP, Subscription, UrlRefusal, check_target, ip_literal,
-    secret_from, url_host,
+    ROTATION_OVERLAP, Subscription, UrlRefusal, check_target, ip_literal, secret_from, url_host,
 };
 
 /// Deliveries a list shows at most (newest first).
@@ -72,49 +72,6 @@ pub struct CreatedWebhook {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RotatedSecret {
     pub secret: String,
-}
-
-/// One event's delivery to one webhook.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Delivery {
-    /// The `{delivery_id}` of replay.
-    pub id: Uuid,
-    pub webhook_id: Uuid,
-    /// The `webhook-id` header of every attempt.
-    pub event_id: Uuid,
-    #[serde(rename = "type")]
-    pub event_type: String,
-    /// `pending`, `delivered` or `failed` (schedule spent, or the webhook disabled).
-    pub state: DeliveryState,
-    pub attempts: i32,
-    pub last_status_code: Option<i32>,
-    pub last_error: Option<String>,
-    pub last_attempt_at: Option<DateTime<Utc>>,
-    /// `null` once delivered or failed.
-    pub next_attempt_at: Option<DateTime<Utc>>,
-    pub delivered_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-}
-
-impl From<DeliveryRecord> for Delivery {
-    fn from(d: DeliveryRecord) -> Self {
-        Delivery {
-            id: d.id,
-            webhook_id: d.webhook_id,
-            event_id: d.event_id,
-            event_type: d.event_type,
-            next_attempt_at: (d.state == DeliveryState::Pending)
-                .then_some(d.next_attempt_at)
-                .flatten(),
-            state: d.state,
-            attempts: d.attempts,
-            last_status_code: d.last_status_code,
-            last_error: d.last_error,
-            last_attempt_at: d.last_attempt_at,
-            delivered_at: d.delivered_at,
-            created_at: d.created_at,
-        }
-    }
 }
 
 /// A failing delivery on the dashboard, with its webhook.
@@ -347,7 +304,7 @@ impl Service {
     ) -> Result<Vec<Delivery>, ServiceError> {
         let hook = self.load_webhook(caller, id).await?;
         let rows = self.db.webhook_deliveries(hook.id, DELIVERY_PAGE).await?;
-        Ok(rows.into_iter().map(Delivery::from).collect())
+        Ok(rows.into_iter().map(Delivery::shown).collect())
     }
 
     /// Queues a delivery again now, with the same event id.
@@ -386,7 +343,7 @@ impl Service {
                 None => caller.projects().is_none(),
             })
             .map(|(d, url, project_id)| FailingDelivery {
-                delivery: d.into(),
+                delivery: d.shown(),
                 url,
                 project_id,
             })

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::common::{TestApp, expect_problem, server_id};
+use crate::common::{TestApp, expect_problem, server_id, task_ids};
 use serde_json::{Value, json};
 
 fn task(id: &str, persona: &str, wave: i64, deps: &[&str]) -> Value {
@@ -64,16 +64,6 @@ async fn history(app: &TestApp, id: &str) -> Vec<Value> {
     body["events"].as_array().unwrap().clone()
 }
 
-/// A second replica: another server on the test's database.
-fn local_ids(answer: &Value) -> Vec<String> {
-    answer["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["task_id"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 /// t-1 → t-2 → t-3, one per wave: the pipeline case the issue quotes (t-2
 /// running, t-3 pending behind it) answered `{"wave": null, "tasks": []}`.
 async fn next_goes_dispatch_wait_dispatch_done_through_a_list(app: TestApp) {
@@ -91,7 +81,7 @@ async fn next_goes_dispatch_wait_dispatch_done_through_a_list(app: TestApp) {
         for local in ["t-1", "t-2", "t-3"] {
             let answer = ready(&app, &list, &query).await;
             assert_eq!(answer["next"], "dispatch", "{mode}: {answer}");
-            assert_eq!(local_ids(&answer), [local], "{mode}: {answer}");
+            assert_eq!(task_ids(&answer), [local], "{mode}: {answer}");
             let id = server_id(&list, local);
             assert_eq!(
                 patch(&app, &id, json!({"status": "running"}))
@@ -211,7 +201,7 @@ async fn ready_long_polls_until_something_is_ready(app: TestApp) {
     );
     let (answer, took) = poll.await.unwrap();
     assert_eq!(answer["next"], "dispatch", "{answer}");
-    assert_eq!(local_ids(&answer), ["t-2"], "{answer}");
+    assert_eq!(task_ids(&answer), ["t-2"], "{answer}");
     eprintln!(
         "{:?}: long-poll on replica B answered {took:?} after it started (change made on A at 300 ms)",
         app.backend
@@ -469,7 +459,7 @@ async fn claims_name_their_holder_and_expire(app: TestApp) {
     // agent-d stops renewing: after its second the task is pending again.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let answer = ready(&app, &list, "").await;
-    assert_eq!(local_ids(&answer), ["a"], "{answer}");
+    assert_eq!(task_ids(&answer), ["a"], "{answer}");
     let got = claim_ok(&app, &list, json!({"holder": "agent-e"})).await;
     assert_eq!(got["task"]["task_id"], "a", "{got}");
     assert_eq!(got["task"]["attempts"], 2, "{got}");

@@ -6,16 +6,15 @@
 //! and every late completion is refused with 409.
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use tokio::sync::RwLock;
 
+use crate::common::process::plangate_command;
 use crate::common::{Backend, FreshDatabase};
 
 const TASKS: usize = 10_000;
@@ -40,20 +39,8 @@ impl Server {
             "server-{name}-{}.log",
             uuid::Uuid::new_v4().simple()
         ));
-        let out = File::create(&log).expect("server log");
-        let err = out.try_clone().expect("server log");
-        let child = Command::new(env!("CARGO_BIN_EXE_plangate"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("DATABASE_URL", url)
-            .env("PLANGATE_BIND", "127.0.0.1:0")
-            .env("PLANGATE_LOG_FORMAT", "json")
+        let child = plangate_command(url, &log)
             .env("PLANGATE_BODY_LIMIT_BYTES", "67108864")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .kill_on_drop(true)
             .spawn()
             .expect("spawn plangate");
         let mut server = Server {

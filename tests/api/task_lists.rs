@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::common::{Backend, TestApp, expect_problem, server_id};
+use crate::common::{Backend, TestApp, expect_problem, server_id, task_ids};
 use serde_json::{Value, json};
 
 fn task(
@@ -597,13 +597,7 @@ async fn barrier_waits_for_the_wave_pipeline_does_not(app: TestApp) {
                 .json()
                 .await
                 .unwrap();
-            let ids: Vec<String> = r["tasks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["task_id"].as_str().unwrap().to_owned())
-                .collect();
-            (r["wave"].clone(), ids)
+            (r["wave"].clone(), task_ids(&r))
         }
     };
     assert_eq!(

@@ -552,6 +552,16 @@ pub fn server_id(list: &serde_json::Value, local: &str) -> String {
         .to_owned()
 }
 
+/// The planner's ids (`task_id`) of the tasks an answer lists, in its order.
+pub fn task_ids(answer: &Value) -> Vec<String> {
+    answer["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// A response's header as text; empty when it is absent or not text.
 pub fn header(response: &reqwest::Response, name: &str) -> String {
     response

@@ -12,6 +12,27 @@ use tokio::process::{Child, Command};
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// `plangate` on `db_url`, not yet spawned: listening on 127.0.0.1:0 with only
+/// `PATH` from this environment, JSON logs at `info` to `log` (stdout and stderr),
+/// killed when dropped. Callers add their own settings.
+pub fn plangate_command(db_url: &str, log: &Path) -> Command {
+    let out = File::create(log).expect("server log");
+    let err = out.try_clone().expect("server log");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_plangate"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("DATABASE_URL", db_url)
+        .env("PLANGATE_BIND", "127.0.0.1:0")
+        .env("PLANGATE_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .kill_on_drop(true);
+    command
+}
+
 pub struct ServerProcess {
     pub name: String,
     child: Option<Child>,
@@ -29,30 +50,14 @@ impl ServerProcess {
         log: PathBuf,
         env: &[(&str, &str)],
     ) -> ServerProcess {
-        let out = File::create(&log).expect("server log");
-        let err = out.try_clone().expect("server log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_plangate"));
+        let mut command = plangate_command(db_url, &log);
         command
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("DATABASE_URL", db_url)
-            .env("PLANGATE_BIND", "127.0.0.1:0")
             .env("PLANGATE_CONFIG", config)
             .env("PLANGATE_LEASE_SECS", "3")
             .env("PLANGATE_HEARTBEAT_SECS", "1")
             .env("PLANGATE_REAPER_INTERVAL_SECS", "1")
-            .env("PLANGATE_LOG_FORMAT", "json")
-            .env("RUST_LOG", "info");
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn plangate");
+            .envs(env.iter().copied());
+        let child = command.spawn().expect("spawn plangate");
         let mut server = ServerProcess {
             name: name.to_owned(),
             child: Some(child),

@@ -10,11 +10,11 @@ use uuid::Uuid;
 
 use super::{
     EDGE_ROWS_PER_INSERT, Keyed, KeyedOutcome, NewTaskList, StoredTask, StoredTaskListKey,
-    TASK_ROWS_PER_INSERT, TaskListKey, TaskListRecord, now,
+    TASK_ROWS_PER_INSERT, TaskListKey, now,
 };
 use crate::db::readiness::initial_counts;
 use crate::db::{Database, DbError, DbResult};
-use crate::domain::dispatch::TaskStatus;
+use crate::domain::dispatch::{StoredTaskList, TaskStatus};
 use crate::domain::gating::Task;
 
 /// Rows per Postgres `UNNEST` insert: parameters are whole columns, so only the
@@ -30,7 +30,7 @@ impl Database {
         &self,
         new: NewTaskList<'_>,
         key: Option<TaskListKey<'_>>,
-    ) -> DbResult<Keyed<TaskListRecord>> {
+    ) -> DbResult<Keyed<StoredTaskList>> {
         let list_id = Uuid::now_v7();
         let created_at = now();
         let ids: Vec<Uuid> = new.tasks.iter().map(|_| Uuid::now_v7()).collect();
@@ -160,13 +160,14 @@ impl Database {
                 last_holder: None,
             })
             .collect();
-        Ok(Keyed::Done(TaskListRecord {
+        Ok(Keyed::Done(StoredTaskList {
             id: list_id,
             project_id: new.project_id.to_owned(),
             team_pk: new.team_pk.map(str::to_owned),
             created_by: new.created_by.to_owned(),
             created_at,
             tasks,
+            next_cursor: None,
         }))
     }
 

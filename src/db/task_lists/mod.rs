@@ -83,29 +83,6 @@ pub enum Keyed<T> {
     Taken(StoredTaskListKey),
 }
 
-#[derive(Debug, Clone)]
-/// A stored task list (the API shows it as `StoredTaskList`).
-pub struct TaskListRecord {
-    /// Server-assigned id of the list.
-    pub id: Uuid,
-    pub project_id: String,
-    /// The planning cycle; null = the project-wide fallback.
-    pub team_pk: Option<String>,
-    pub created_by: String,
-    pub created_at: DateTime<Utc>,
-    /// In submission order.
-    pub tasks: Vec<StoredTask>,
-}
-
-#[derive(FromRow)]
-pub(super) struct TaskListRow {
-    pub(super) id: Uuid,
-    pub(super) project_id: String,
-    pub(super) team_pk: Option<String>,
-    pub(super) created_by: String,
-    pub(super) created_at: DateTime<Utc>,
-}
-
 #[derive(FromRow)]
 pub(crate) struct TaskRow {
     pub(crate) id: Uuid,
@@ -303,15 +280,6 @@ pub enum TransitionOutcome {
     /// The task is claimed by another holder and the change did not force it.
     HeldByOther(HeldByOther),
     NotFound,
-}
-
-#[derive(Debug, Clone, FromRow)]
-pub struct TeamRecord {
-    pub id: Uuid,
-    pub project_id: String,
-    pub team_pk: String,
-    pub lead_role: Option<String>,
-    pub created_at: DateTime<Utc>,
 }
 
 /// What a status snapshot found.

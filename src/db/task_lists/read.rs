@@ -2,19 +2,19 @@
 
 use uuid::Uuid;
 
-use super::{EdgeRow, TASK_COLUMNS, TaskListRecord, TaskListRow, TaskRow, assemble, with_depends};
+use super::{EdgeRow, TASK_COLUMNS, TaskRow, assemble, with_depends};
 
 /// One page of a list's tasks.
 pub struct TaskPage {
     /// The list with the page's tasks only.
-    pub list: TaskListRecord,
+    pub list: StoredTaskList,
     /// More tasks follow the page.
     pub more: bool,
     /// The position of the page's last task (the next page's cursor).
     pub last_position: Option<i32>,
 }
 use crate::db::{Database, DbResult};
-use crate::domain::dispatch::{Remaining, TaskStatus};
+use crate::domain::dispatch::{Remaining, StoredTaskList, TaskStatus};
 use chrono::{DateTime, Utc};
 
 impl Database {
@@ -84,16 +84,10 @@ impl Database {
         after: i32,
         limit: u32,
     ) -> DbResult<Option<TaskPage>> {
+        let Some(mut list) = self.task_list_head(id).await? else {
+            return Ok(None);
+        };
         on_pool!(self, pool => {
-            let Some(list) = sqlx::query_as::<_, TaskListRow>(
-                "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-            else {
-                return Ok(None);
-            };
             let mut q = sqlx::QueryBuilder::new(format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = "
             ));
@@ -127,34 +121,33 @@ impl Database {
                 q.push(") ORDER BY d.task_id, d.position");
                 q.build_query_as().fetch_all(pool).await?
             };
-            let tasks = with_depends(rows, edges)?;
+            list.tasks = with_depends(rows, edges)?;
             Ok(Some(TaskPage {
-                list: TaskListRecord {
-                    id: list.id,
-                    project_id: list.project_id,
-                    team_pk: list.team_pk,
-                    created_by: list.created_by,
-                    created_at: list.created_at,
-                    tasks,
-                },
+                list,
                 more,
                 last_position,
             }))
         })
     }
 
-    /// The whole list, tasks in submission order.
-    pub async fn task_list(&self, id: Uuid) -> DbResult<Option<TaskListRecord>> {
-        on_pool!(self, pool => {
-            let Some(list) = sqlx::query_as::<_, TaskListRow>(
+    /// A list without its tasks; `None` when it does not exist.
+    async fn task_list_head(&self, id: Uuid) -> DbResult<Option<StoredTaskList>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(
                 "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
             )
             .bind(id)
             .fetch_optional(pool)
             .await?
-            else {
-                return Ok(None);
-            };
+        }))
+    }
+
+    /// The whole list, tasks in submission order.
+    pub async fn task_list(&self, id: Uuid) -> DbResult<Option<StoredTaskList>> {
+        let Some(mut list) = self.task_list_head(id).await? else {
+            return Ok(None);
+        };
+        on_pool!(self, pool => {
             let rows = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
                 "SELECT {TASK_COLUMNS} FROM tasks WHERE task_list_id = $1 ORDER BY position"
             )))
@@ -169,14 +162,8 @@ impl Database {
             .bind(id)
             .fetch_all(pool)
             .await?;
-            Ok(Some(TaskListRecord {
-                id: list.id,
-                project_id: list.project_id,
-                team_pk: list.team_pk,
-                created_by: list.created_by,
-                created_at: list.created_at,
-                tasks: assemble(rows, edges)?,
-            }))
+            list.tasks = assemble(rows, edges)?;
+            Ok(Some(list))
         })
     }
 

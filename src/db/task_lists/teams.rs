@@ -2,8 +2,9 @@
 
 use uuid::Uuid;
 
-use super::{TeamRecord, now};
+use super::now;
 use crate::db::{Database, DbError, DbResult};
+use crate::domain::dispatch::Team;
 
 impl Database {
     /// Register a cycle of a project. `(project_id, team_pk)` is unique; a project
@@ -13,8 +14,8 @@ impl Database {
         project_id: &str,
         team_pk: &str,
         lead_role: Option<&str>,
-    ) -> DbResult<TeamRecord> {
-        let team = TeamRecord {
+    ) -> DbResult<Team> {
+        let team = Team {
             id: Uuid::now_v7(),
             project_id: project_id.to_owned(),
             team_pk: team_pk.to_owned(),
@@ -45,9 +46,9 @@ impl Database {
         Ok(team)
     }
 
-    pub async fn teams(&self, project_id: &str) -> DbResult<Vec<TeamRecord>> {
+    pub async fn teams(&self, project_id: &str) -> DbResult<Vec<Team>> {
         Ok(on_pool!(self, pool => {
-            sqlx::query_as::<_, TeamRecord>(
+            sqlx::query_as::<_, Team>(
                 "SELECT id, project_id, team_pk, lead_role, created_at FROM teams \
                  WHERE project_id = $1 ORDER BY created_at, id",
             )

@@ -23,7 +23,7 @@ pub use claim::{
 };
 pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
 pub use ready::{DispatchTask, Ready, ReadyMode, normalize_path, offer_writes, ready};
-pub use record::StoredTask;
+pub use record::{ListEvent, StoredTask, StoredTaskEvent, StoredTaskList, Team};
 pub use render::{GraphFormat, GraphNode, render_graph};
 pub use render_waves::{MAX_SUMMARY_WAVES, WaveSummaryGraph, WaveTally, render_wave_summary};
 pub use snapshot::{StatusScope, StatusSnapshot, WaveCounts, snapshot};

@@ -1,12 +1,13 @@
-//! A task as stored and as shown (REST, MCP and the dashboard): one type, which
-//! `db/` builds from its rows and the API serializes as it is.
+//! A task, its history, a task list and a team as stored and as shown (REST, MCP and the
+//! dashboard): one type each, which `db/` builds from its rows and the API
+//! serializes as it is.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{AbandonCategory, TaskClaim, TaskStatus};
+use super::{AbandonCategory, TaskClaim, TaskEventKind, TaskStatus};
 
 /// A task as the API shows it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -53,4 +54,69 @@ pub struct StoredTask {
     // late holder cannot take another holder's completion for its own. Not shown.
     #[serde(skip)]
     pub last_holder: Option<String>,
+}
+
+/// A task list as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+pub struct StoredTaskList {
+    /// Server-assigned id of the list.
+    pub id: Uuid,
+    pub project_id: String,
+    /// The planning cycle; null = the project-wide fallback.
+    pub team_pk: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    /// In submission order (one page of them when `next_cursor` is set).
+    #[sqlx(skip)]
+    pub tasks: Vec<StoredTask>,
+    /// More tasks follow: pass this as `?cursor=` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[sqlx(skip)]
+    pub next_cursor: Option<String>,
+}
+
+/// A registered cycle (team) of a project.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+pub struct Team {
+    pub id: Uuid,
+    pub project_id: String,
+    pub team_pk: String,
+    pub lead_role: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One entry of a task's history.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StoredTaskEvent {
+    pub at: DateTime<Utc>,
+    pub kind: TaskEventKind,
+    /// The claim's holder, or who made the status change (when it said).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    pub from_status: TaskStatus,
+    pub to_status: TaskStatus,
+    /// The task's attempts at that moment.
+    pub attempt: i32,
+    /// A status change that overrode another holder's claim.
+    pub forced: bool,
+    /// With `forced`: whose claim was overridden.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overrode: Option<String>,
+    /// Claims and renewals: the lease given; expiries: the lease that lapsed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<DateTime<Utc>>,
+}
+
+// A task's history entry with its id (UUIDv7, time-ordered) and its task.
+/// One event of a list's stream (`data` of the SSE `task` event).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ListEvent {
+    /// The event's id (also the SSE `id`): resume after it with `Last-Event-ID`.
+    pub id: Uuid,
+    /// The task's server id (`PATCH /v1/tasks/{id}`).
+    pub task: Uuid,
+    /// The planner's id of the task.
+    pub task_id: String,
+    #[serde(flatten)]
+    pub event: StoredTaskEvent,
 }

@@ -239,9 +239,19 @@ impl Display for DotText<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::TaskStatus::*;
     use super::*;
+
+    /// The `classDef` lines that end every Mermaid drawing, task by task or wave
+    /// by wave.
+    pub(in crate::domain::dispatch) const MERMAID_CLASS_LINES: &str =
+        "  classDef st_pending fill:#f3f4f6,stroke:#6b7280,color:#111827
+  classDef st_running fill:#dbeafe,stroke:#2563eb,color:#111827
+  classDef st_done fill:#dcfce7,stroke:#16a34a,color:#111827
+  classDef st_failed fill:#fee2e2,stroke:#dc2626,color:#111827
+  classDef st_abandoned fill:#fef3c7,stroke:#d97706,color:#111827,stroke-dasharray:5 5
+";
 
     const NASTY: &str = "a\"b]c\nd<script>alert(1)</script>\\N;#|";
 
@@ -297,12 +307,9 @@ flowchart LR
   n0 --> n2
   n1 --> n3
   n2 --> n3
-  classDef st_pending fill:#f3f4f6,stroke:#6b7280,color:#111827
-  classDef st_running fill:#dbeafe,stroke:#2563eb,color:#111827
-  classDef st_done fill:#dcfce7,stroke:#16a34a,color:#111827
-  classDef st_failed fill:#fee2e2,stroke:#dc2626,color:#111827
-  classDef st_abandoned fill:#fef3c7,stroke:#d97706,color:#111827,stroke-dasharray:5 5
-";
+"
+        .to_owned()
+            + MERMAID_CLASS_LINES;
         assert_eq!(out, expected);
     }
 

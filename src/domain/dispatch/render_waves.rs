@@ -186,6 +186,7 @@ impl SummaryText<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::render::tests::MERMAID_CLASS_LINES;
     use super::*;
 
     fn tally(wave: i64, counts: [u64; 5]) -> WaveTally {
@@ -211,12 +212,9 @@ flowchart LR
   w_later[\"After wave -2<br/>5 tasks<br/>pending: 3, failed: 1, abandoned: 1\"]:::st_pending
   w_1 --> w_neg_2
   w_neg_2 --> w_later
-  classDef st_pending fill:#f3f4f6,stroke:#6b7280,color:#111827
-  classDef st_running fill:#dbeafe,stroke:#2563eb,color:#111827
-  classDef st_done fill:#dcfce7,stroke:#16a34a,color:#111827
-  classDef st_failed fill:#fee2e2,stroke:#dc2626,color:#111827
-  classDef st_abandoned fill:#fef3c7,stroke:#d97706,color:#111827,stroke-dasharray:5 5
-";
+"
+        .to_owned()
+            + MERMAID_CLASS_LINES;
         assert_eq!(out, expected);
     }
 
