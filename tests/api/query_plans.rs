@@ -859,6 +859,14 @@ async fn task_writes_do_not_scan_a_list_not_yet_analysed() {
         plans.iter().any(|p| p.query.contains("FROM task_events e")),
         "the event stream's plan is seen"
     );
+    // The barrier claim and the holder's `done` above took the one-statement paths
+    // (docs/architecture.md, "Claims at scale"), checked below like the rest.
+    for cte in ["WITH lapsed AS", "WITH changed AS"] {
+        assert!(
+            plans.iter().any(|p| p.query.contains(cte)),
+            "the one-statement plan `{cte}` is seen"
+        );
+    }
     let offenders: Vec<String> = plans
         .iter()
         .filter_map(|plan| {

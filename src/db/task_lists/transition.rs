@@ -71,6 +71,12 @@ impl Database {
     /// fourteen. `None` when the task is not running under `holder`'s live lease,
     /// or an enabled webhook may hear of its list (the outbox's list-finished check
     /// needs the transaction): [`Self::transition_once`] then decides, as before.
+    ///
+    /// Locks in the transaction's order — the task, its dependents, the counter row
+    /// last — or a cascade (descendants, then counters) and this `done` could each
+    /// hold what the other waits for until the deadlock check (1 s). Postgres runs
+    /// unread CTEs last-declared first, so `counted` reads `unblocked` to run
+    /// after it.
     async fn done_in_one_statement(
         &self,
         pool: &sqlx::PgPool,
@@ -90,10 +96,12 @@ impl Database {
                from_status, to_status, attempt, forced, overrode, lease_expires_at) \
                SELECT $7, id, task_list_id, $5, $8, $3, $6, $2, attempts, false, NULL, NULL FROM changed), \
              unblocked AS (UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE id = ANY(ARRAY( \
-               SELECT d.task_id FROM task_dependencies d JOIN changed c ON d.depends_on = c.id))), \
+               SELECT d.task_id FROM task_dependencies d JOIN changed c ON d.depends_on = c.id)) \
+               RETURNING 1), \
              counted AS (UPDATE task_list_counts SET running = running - 1, done = done + 1 \
                FROM changed WHERE task_list_counts.task_list_id = changed.task_list_id \
-               AND task_list_counts.stripe = changed.position % {stripes}) \
+               AND task_list_counts.stripe = changed.position % {stripes} \
+               AND (SELECT COUNT(*) FROM unblocked) >= 0) \
              SELECT * FROM changed",
             deps = self.depends_on_column(),
             stripes = crate::db::readiness::STRIPES,
