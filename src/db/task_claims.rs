@@ -1,7 +1,8 @@
 //! Claims with leases and the task history (docs/api.md "Claims"): claim, renew,
-//! expire — each one transaction of a few indexed statements that locks only the
-//! rows it changes (docs/architecture.md, "Claims at scale"), so a task is handed
-//! to one holder at a time and a lapsed lease is expired exactly once.
+//! expire — each a few indexed statements that lock only the rows they change (a
+//! Postgres barrier claim, one statement; otherwise one transaction;
+//! docs/architecture.md, "Claims at scale"), so a task is handed to one holder at a
+//! time and a lapsed lease is expired exactly once.
 
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, QueryBuilder};
@@ -252,11 +253,12 @@ enum Attempt {
 impl Database {
     /// Hands the first ready task (for `persona`, if given) to `holder` with a lease,
     /// moving it to `running`, after expiring the list's lapsed leases — in one
-    /// transaction of a few indexed statements (docs/architecture.md, "Claims at
+    /// transaction of a few indexed statements, or on Postgres, when no lease has
+    /// lapsed, one statement for a barrier claim (docs/architecture.md, "Claims at
     /// scale"). On Postgres a barrier claim locks only the task it takes and passes
     /// over tasks other claimers hold (`SKIP LOCKED`); a pipeline claim, which
-    /// decides write races over every running task, takes turns on the list's row.
-    /// `None`: no such list.
+    /// decides write races over every running task, takes advisory locks on the
+    /// task and on the files it writes. `None`: no such list.
     pub async fn claim_task(
         &self,
         list_id: Uuid,
