@@ -18,10 +18,13 @@ BIN="${BIN:-target/release/plangate}"
 [ -x "$BIN" ] || cargo build --release --quiet
 out=$(mktemp -d)
 pids=()
-dbs=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for d in "${dbs[@]}"; do psql "$PG_ADMIN" -qc "drop database if exists $d with (force)" >/dev/null 2>&1 || true; done
+  # By name: `fresh_url` runs in a command substitution (a subshell), so a list it
+  # appended to would not reach this shell.
+  for d in $(psql "$PG_ADMIN" -Atc "select datname from pg_database where datname like 'plangate_claims_$$_%'" 2>/dev/null); do
+    psql "$PG_ADMIN" -qc "drop database if exists $d with (force)" >/dev/null 2>&1 || true
+  done
   rm -rf "$out"
 }
 trap cleanup EXIT
@@ -43,7 +46,6 @@ fresh_url() { # db -> a new empty database's URL
   if [ "$1" = postgres ]; then
     local name="plangate_claims_$$_$RANDOM"
     psql "$PG_ADMIN" -qc "create database $name" >/dev/null
-    dbs+=("$name")
     echo "${PG_ADMIN%/*}/$name"
   else
     echo "sqlite://$out/claims-$RANDOM.db"
