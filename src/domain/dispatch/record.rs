@@ -107,7 +107,6 @@ pub struct StoredTaskEvent {
     pub lease_expires_at: Option<DateTime<Utc>>,
 }
 
-// A task's history entry with its id (UUIDv7, time-ordered) and its task.
 /// One event of a list's stream (`data` of the SSE `task` event).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ListEvent {
