@@ -26,9 +26,10 @@ CHECK=--check
 [ -n "${NO_CHECK:-}" ] && CHECK=
 SECS=${SECS:-90}
 out=$(mktemp -d)
-dbs=()
 cleanup() {
-  for db in "${dbs[@]}"; do
+  # By name: `fresh_pg` runs in a command substitution (a subshell), so a list it
+  # appended to would not reach this shell.
+  for db in $(psql "$PG_ADMIN" -Atc "select datname from pg_database where datname like 'plangate_ratelimits_$$_%'" 2>/dev/null); do
     psql "$PG_ADMIN" -qc "drop database if exists $db with (force)" >/dev/null 2>&1 || true
   done
   rm -rf "$out"
@@ -37,7 +38,6 @@ trap cleanup EXIT
 fresh_pg() {
   local db="plangate_ratelimits_$$_$1"
   psql "$PG_ADMIN" -qc "create database $db"
-  dbs+=("$db")
   echo "${PG_ADMIN%/*}/$db"
 }
 
