@@ -86,6 +86,10 @@ SELECT task_list_id, position % 16,
        SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END),
        SUM(CASE WHEN status = 'abandoned' THEN 1 ELSE 0 END)
 FROM tasks GROUP BY task_list_id, position % 16;
+INSERT INTO task_wave_counts (task_list_id, parallel_group, stripe, unfinished)
+SELECT task_list_id, parallel_group, position % 16,
+       SUM(CASE WHEN status IN ('pending', 'running') THEN 1 ELSE 0 END)
+FROM tasks GROUP BY task_list_id, parallel_group, position % 16;
 
 -- Tracks: copies of one template document (the caller PUTs `seed-template` through
 -- the API first, so the shape is whatever the server writes), each with its own id.

@@ -8,8 +8,12 @@
 //! - `task_list_counts`: the list's tasks by status, in [`STRIPES`] rows per list
 //!   (a task counts in the row of `position % STRIPES`), so concurrent claims and
 //!   completions of one list update different rows instead of queueing on one.
-//! - The barrier's active wave is the lowest wave with a pending or running task:
-//!   the first entry of `tasks_pending_by_wave` or of the few running tasks.
+//! - `task_wave_counts`: a list's unfinished (pending or running) tasks by wave,
+//!   striped as above. The barrier's active wave, the lowest wave with a pending or
+//!   running task, is the first entry of its partial index `task_waves_unfinished`:
+//!   one read whatever the list's size or how many of its tasks finished (the
+//!   tasks' own indexes hold an entry for every task finished since the last vacuum,
+//!   and a walk past them grew with the list).
 //! - Lapsed leases are found by `tasks_running_by_lease`.
 
 use chrono::{DateTime, Utc};
@@ -30,6 +34,7 @@ pub const PIPELINE_BATCH: usize = 128;
 /// One task's move between statuses, for the counters.
 #[derive(Clone, Copy, Debug)]
 pub struct Move {
+    pub wave: i64,
     pub position: i32,
     pub from: TaskStatus,
     pub to: TaskStatus,
@@ -47,6 +52,34 @@ pub fn stripe_deltas(moves: &[Move]) -> Vec<(i32, [i32; 5])> {
         delta[m.to.index()] += 1;
     }
     by_stripe.into_iter().collect()
+}
+
+/// The wave counters' changes of `moves`: −1 for a task that ends, +1 for one that
+/// leaves a final status (a forced change), by `(wave, stripe)` in ascending order,
+/// the order every writer locks them in (before the list's counters).
+pub fn wave_deltas(moves: &[Move]) -> Vec<((i64, i32), i32)> {
+    let mut by_row: std::collections::BTreeMap<(i64, i32), i32> = Default::default();
+    for m in moves {
+        let delta = i32::from(m.from.is_terminal()) - i32::from(m.to.is_terminal());
+        if delta != 0 {
+            *by_row
+                .entry((m.wave, m.position.rem_euclid(STRIPES)))
+                .or_default() += delta;
+        }
+    }
+    by_row.into_iter().filter(|(_, d)| *d != 0).collect()
+}
+
+/// The wave counters of a new list, all its tasks pending: `(wave, stripe,
+/// unfinished)` for each `(wave, position)` of `tasks`.
+pub fn initial_wave_counts(tasks: impl IntoIterator<Item = (i64, i32)>) -> Vec<(i64, i32, i32)> {
+    let mut by_row: std::collections::BTreeMap<(i64, i32), i32> = Default::default();
+    for (wave, position) in tasks {
+        *by_row
+            .entry((wave, position.rem_euclid(STRIPES)))
+            .or_default() += 1;
+    }
+    by_row.into_iter().map(|((w, s), n)| (w, s, n)).collect()
 }
 
 /// The counters of a new list of `tasks` tasks, all pending, by stripe.
@@ -74,15 +107,29 @@ pub fn remaining(counts: (i64, i64, i64, i64, i64)) -> Remaining {
 pub struct LapsedRow {
     pub id: Uuid,
     pub task_list_id: Uuid,
+    pub parallel_group: i64,
     pub position: i32,
     pub claim_holder: Option<String>,
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub attempts: i32,
 }
 
-/// Applies `$moves` (`&[Move]`) of list `$list_id` to its counters inside `$tx`.
+/// Applies `$moves` (`&[Move]`) of list `$list_id` to its counters inside `$tx`:
+/// the wave counters first, then the list's (the order every writer takes them in).
 macro_rules! apply_moves {
     ($tx:ident, $list_id:expr, $moves:expr) => {{
+        for ((wave, stripe), d) in $crate::db::readiness::wave_deltas($moves) {
+            sqlx::query(
+                "UPDATE task_wave_counts SET unfinished = unfinished + $4 \
+                 WHERE task_list_id = $1 AND parallel_group = $2 AND stripe = $3",
+            )
+            .bind($list_id)
+            .bind(wave)
+            .bind(stripe)
+            .bind(d)
+            .execute(&mut *$tx)
+            .await?;
+        }
         for (stripe, d) in $crate::db::readiness::stripe_deltas($moves) {
             sqlx::query(
                 "UPDATE task_list_counts SET pending = pending + $3, running = running + $4, \
@@ -161,6 +208,7 @@ macro_rules! expire_rows {
                 }
             );
             moves.push($crate::db::readiness::Move {
+                wave: row.parallel_group,
                 position: row.position,
                 from: $crate::domain::dispatch::TaskStatus::Running,
                 to: $crate::domain::dispatch::TaskStatus::Pending,
@@ -180,8 +228,8 @@ macro_rules! expire_lapsed {
         let skip = $db.skip_locked();
         let lapsed: Vec<$crate::db::readiness::LapsedRow> =
             sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT id, task_list_id, position, claim_holder, lease_expires_at, attempts \
-                 FROM tasks WHERE task_list_id = $1 AND status = 'running' \
+                "SELECT id, task_list_id, parallel_group, position, claim_holder, lease_expires_at, \
+                 attempts FROM tasks WHERE task_list_id = $1 AND status = 'running' \
                  AND lease_expires_at <= $2 AND claim_holder IS NOT NULL \
                  ORDER BY lease_expires_at LIMIT {}{skip}",
                 $crate::db::readiness::EXPIRE_BATCH
@@ -292,21 +340,25 @@ mod tests {
     fn deltas_group_by_stripe_in_ascending_order() {
         let moves = [
             Move {
+                wave: 2,
                 position: 17,
                 from: Pending,
                 to: Running,
             },
             Move {
+                wave: 1,
                 position: 1,
                 from: Running,
                 to: Done,
             },
             Move {
+                wave: 1,
                 position: 3,
                 from: Pending,
                 to: Pending,
             },
             Move {
+                wave: 1,
                 position: 0,
                 from: Pending,
                 to: Abandoned,
@@ -316,6 +368,39 @@ mod tests {
             stripe_deltas(&moves),
             vec![(0, [-1, 0, 0, 0, 1]), (1, [-1, 0, 1, 0, 0])]
         );
+        // Only the two tasks that end leave their waves' unfinished counts.
+        assert_eq!(wave_deltas(&moves), vec![((1, 0), -1), ((1, 1), -1)]);
+    }
+
+    #[test]
+    fn wave_deltas_count_a_forced_reopen_and_cancel_out() {
+        let moves = [
+            Move {
+                wave: 3,
+                position: 16,
+                from: Done,
+                to: Pending,
+            },
+            Move {
+                wave: 3,
+                position: 0,
+                from: Running,
+                to: Failed,
+            },
+            Move {
+                wave: 1,
+                position: 5,
+                from: Abandoned,
+                to: Running,
+            },
+        ];
+        assert_eq!(wave_deltas(&moves), vec![((1, 5), 1)]);
+    }
+
+    #[test]
+    fn initial_wave_counts_group_by_wave_and_stripe() {
+        let counts = initial_wave_counts([(1, 0), (1, 16), (1, 1), (2, 2)]);
+        assert_eq!(counts, vec![(1, 0, 2), (1, 1, 1), (2, 2, 1)]);
     }
 
     #[test]

@@ -124,34 +124,27 @@ pub enum HeartbeatOutcome {
 }
 
 /// The barrier's active wave of list `$1` as a scalar subquery: the lowest wave
-/// holding a pending or running task — the first entry of `tasks_pending_by_wave`
-/// and the lowest wave among the running tasks (as many as are in flight), each
-/// read after `FROM tasks` and `$pending`/`$running` (an index hint or nothing).
+/// holding a pending or running task, the first entry of `task_waves_unfinished`
+/// (`db::readiness`), read after `FROM task_wave_counts` and `$hint` (an index hint
+/// or nothing).
 macro_rules! active_wave_sql {
-    ($pending:literal, $running:literal) => {
+    ($hint:literal) => {
         concat!(
-            "(SELECT MIN(w) FROM (SELECT w FROM (SELECT parallel_group AS w FROM tasks",
-            $pending,
-            " WHERE task_list_id = $1 AND status = 'pending' ORDER BY parallel_group LIMIT 1) p \
-             UNION ALL SELECT w FROM (SELECT parallel_group AS w FROM tasks",
-            $running,
-            " WHERE task_list_id = $1 AND status = 'running' ORDER BY parallel_group LIMIT 1) r) a)"
+            "(SELECT parallel_group FROM task_wave_counts",
+            $hint,
+            " WHERE task_list_id = $1 AND unfinished > 0 ORDER BY parallel_group LIMIT 1)"
         )
     };
 }
 
 impl Database {
-    /// [`active_wave_sql!`] for this back-end. SQLite keeps no statistics, and its
-    /// planner preferred the covering wave index, walking every finished task of
-    /// the list's earlier waves before the first pending one; `INDEXED BY` names
-    /// the partial indexes (an error, not a slow plan, if one ever stops applying).
+    /// [`active_wave_sql!`] for this back-end. SQLite keeps no statistics and could
+    /// walk the primary key past every finished wave; `INDEXED BY` names the
+    /// partial index (an error, not a slow plan, if it ever stops applying).
     pub(crate) fn active_wave(&self) -> &'static str {
         match self {
-            Database::Postgres(_) => active_wave_sql!("", ""),
-            Database::Sqlite(_) => active_wave_sql!(
-                " INDEXED BY tasks_pending_by_wave",
-                " INDEXED BY tasks_running_by_lease"
-            ),
+            Database::Postgres(_) => active_wave_sql!(""),
+            Database::Sqlite(_) => active_wave_sql!(" INDEXED BY task_waves_unfinished"),
         }
     }
 }
@@ -507,6 +500,7 @@ impl Database {
             remaining.pending = remaining.pending.saturating_sub(1);
             remaining.running += 1;
             apply_moves!(tx, list_id, &[Move {
+                wave: stored.row.parallel_group,
                 position: stored.row.position,
                 from: TaskStatus::Pending,
                 to: TaskStatus::Running,
@@ -593,6 +587,7 @@ impl Database {
                 expire_rows!(tx, list_id, vec![LapsedRow {
                     id,
                     task_list_id: list_id,
+                    parallel_group: row.parallel_group,
                     position: row.position,
                     claim_holder: row.claim_holder.clone(),
                     lease_expires_at: row.lease_expires_at,

@@ -604,7 +604,98 @@ async fn mcp_agents_claim_and_complete(app: TestApp) {
     assert_eq!(answer["remaining"]["done"], 1, "{answer}");
 }
 
+/// Rows of `task_wave_counts` that disagree with the tasks they count (its
+/// unfinished tasks by wave and stripe), or tasks no row counts: 0 when the
+/// counters every write keeps (db::readiness) are true.
+async fn wave_counts_off(app: &TestApp) -> i64 {
+    let sql = "SELECT (SELECT COUNT(*) FROM task_wave_counts w WHERE w.unfinished <> \
+                 (SELECT COUNT(*) FROM tasks t WHERE t.task_list_id = w.task_list_id \
+                  AND t.parallel_group = w.parallel_group AND t.position % 16 = w.stripe \
+                  AND t.status IN ('pending', 'running'))) \
+             + (SELECT COUNT(*) FROM tasks t WHERE NOT EXISTS (SELECT 1 FROM task_wave_counts w \
+                  WHERE w.task_list_id = t.task_list_id AND w.parallel_group = t.parallel_group \
+                  AND w.stripe = t.position % 16))";
+    match &app.db {
+        plangate::db::Database::Postgres(pool) => {
+            sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+        }
+        plangate::db::Database::Sqlite(sqlite) => sqlx::query_scalar(sql)
+            .fetch_one(&sqlite.pool)
+            .await
+            .unwrap(),
+    }
+}
+
+/// The barrier's active wave is kept as data (docs/architecture.md, "Claims at
+/// scale"): it moves past a wave a cascade emptied, holds while a lapsed lease puts
+/// a task back, and every kind of write (claim, one-statement and transactional
+/// `done`, failure, cascade, lease expiry) keeps the counters true.
+async fn the_barrier_passes_a_wave_a_cascade_emptied(app: TestApp) {
+    let list = create(
+        &app,
+        json!([
+            task("a", "dev", 1, &[]),
+            task("x", "dev", 1, &[]),
+            task("b", "dev", 2, &["a"]),
+            task("c", "dev", 2, &["a"]),
+            task("z", "dev", 3, &["x"])
+        ]),
+    )
+    .await;
+    let barrier = json!({"holder": "h", "mode": "barrier"});
+    let a = claim_ok(&app, &list, barrier.clone()).await;
+    assert_eq!(a["task"]["task_id"], "a", "{a}");
+    let x = claim_ok(&app, &list, barrier.clone()).await;
+    assert_eq!(x["task"]["task_id"], "x", "{x}");
+    let failed = patch(
+        &app,
+        a["task"]["id"].as_str().unwrap(),
+        json!({"status": "failed", "holder": "h"}),
+    )
+    .await;
+    assert_eq!(failed.status(), 200);
+    assert_eq!(wave_counts_off(&app).await, 0);
+    let answer = ready(&app, &list, "mode=barrier").await;
+    assert_eq!(answer["next"], "wait", "x still runs in wave 1: {answer}");
+    let done = patch(
+        &app,
+        x["task"]["id"].as_str().unwrap(),
+        json!({"status": "done", "holder": "h"}),
+    )
+    .await;
+    assert_eq!(done.status(), 200);
+    let answer = ready(&app, &list, "mode=barrier").await;
+    assert_eq!(answer["next"], "dispatch", "{answer}");
+    assert_eq!(
+        answer["wave"], 3,
+        "wave 2 was emptied by the cascade: {answer}"
+    );
+    assert_eq!(task_ids(&answer), ["z"], "{answer}");
+
+    // A lapsed lease puts z back in wave 3, which stays the active wave.
+    let z = claim_ok(&app, &list, json!({"holder": "h", "lease_s": 1})).await;
+    assert_eq!(z["task"]["task_id"], "z", "{z}");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let answer = ready(&app, &list, "mode=barrier").await;
+    assert_eq!(answer["wave"], 3, "{answer}");
+    assert_eq!(task_ids(&answer), ["z"], "{answer}");
+    let z = claim_ok(&app, &list, json!({"holder": "k"})).await;
+    assert_eq!(z["task"]["task_id"], "z", "{z}");
+    assert_eq!(wave_counts_off(&app).await, 0);
+    let done = patch(
+        &app,
+        z["task"]["id"].as_str().unwrap(),
+        json!({"status": "done", "holder": "k"}),
+    )
+    .await;
+    assert_eq!(done.status(), 200);
+    let answer = ready(&app, &list, "mode=barrier").await;
+    assert_eq!(answer["next"], "blocked", "{answer}");
+    assert_eq!(wave_counts_off(&app).await, 0);
+}
+
 both_backends!(
+    the_barrier_passes_a_wave_a_cascade_emptied,
     next_goes_dispatch_wait_dispatch_done_through_a_list,
     next_is_blocked_when_a_failure_cascades,
     ready_long_polls_until_something_is_ready,

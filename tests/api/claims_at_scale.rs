@@ -333,6 +333,25 @@ async fn sixty_four_claimers_survive_a_kill(backend: Backend) {
         .unwrap();
     assert_eq!(ready["next"], "done", "{ready}");
     assert_eq!(ready["remaining"]["done"], TASKS, "{ready}");
+    // Every wave's unfinished count came down to 0 (db::readiness), through
+    // claims on two replicas, the kill and the lapsed leases.
+    let unfinished: i64 = {
+        let sql = "SELECT COALESCE(SUM(ABS(unfinished)), 0) FROM task_wave_counts";
+        match backend {
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+                sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap()
+            }
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+                sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap()
+            }
+        }
+    };
+    assert_eq!(
+        unfinished, 0,
+        "task_wave_counts still counts unfinished tasks"
+    );
     eprintln!(
         "{backend:?}: {TASKS} tasks, {CLAIMERS} claimers, killed at {killed_at:?}, {} dropped, \
          {} late completions refused, {elapsed:?} ({:.0} tasks/s)",

@@ -12,7 +12,7 @@ use super::{
     EDGE_ROWS_PER_INSERT, Keyed, KeyedOutcome, NewTaskList, StoredTask, StoredTaskListKey,
     TASK_ROWS_PER_INSERT, TaskListKey, now,
 };
-use crate::db::readiness::initial_counts;
+use crate::db::readiness::{initial_counts, initial_wave_counts};
 use crate::db::{Database, DbError, DbResult};
 use crate::domain::dispatch::{StoredTaskList, TaskStatus};
 use crate::domain::gating::Task;
@@ -106,6 +106,18 @@ impl Database {
                 );
                 insert.push_values(&counts, |mut row, (stripe, pending)| {
                     row.push_bind(list_id).push_bind(*stripe).push_bind(*pending);
+                });
+                insert.build().execute(&mut *tx).await?;
+            }
+            let waves = initial_wave_counts(
+                new.tasks.iter().enumerate().map(|(position, t)| (t.parallel_group, position as i32)),
+            );
+            for chunk in waves.chunks(EDGE_ROWS_PER_INSERT) {
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO task_wave_counts (task_list_id, parallel_group, stripe, unfinished) ",
+                );
+                insert.push_values(chunk, |mut row, (wave, stripe, unfinished)| {
+                    row.push_bind(list_id).push_bind(*wave).push_bind(*stripe).push_bind(*unfinished);
                 });
                 insert.build().execute(&mut *tx).await?;
             }

@@ -32,6 +32,7 @@ struct Changed {
 #[derive(sqlx::FromRow)]
 struct Descendant {
     id: Uuid,
+    parallel_group: i64,
     position: i32,
     status: String,
 }
@@ -72,11 +73,11 @@ impl Database {
     /// or an enabled webhook may hear of its list (the outbox's list-finished check
     /// needs the transaction): [`Self::transition_once`] then decides, as before.
     ///
-    /// Locks in the transaction's order — the task, its dependents, the counter row
-    /// last — or a cascade (descendants, then counters) and this `done` could each
-    /// hold what the other waits for until the deadlock check (1 s). Postgres runs
-    /// unread CTEs last-declared first, so `counted` reads `unblocked` to run
-    /// after it.
+    /// Locks in the transaction's order — the task, its dependents, the wave's
+    /// counter row, the list's last — or a cascade (descendants, then counters) and
+    /// this `done` could each hold what the other waits for until the deadlock check
+    /// (1 s). Postgres runs unread CTEs last-declared first, so `waved` reads
+    /// `unblocked` and `counted` reads `waved`, each to run after the other.
     async fn done_in_one_statement(
         &self,
         pool: &sqlx::PgPool,
@@ -98,10 +99,15 @@ impl Database {
              unblocked AS (UPDATE tasks SET unmet_deps = unmet_deps - 1 WHERE id = ANY(ARRAY( \
                SELECT d.task_id FROM task_dependencies d JOIN changed c ON d.depends_on = c.id)) \
                RETURNING 1), \
+             waved AS (UPDATE task_wave_counts SET unfinished = unfinished - 1 \
+               FROM changed WHERE task_wave_counts.task_list_id = changed.task_list_id \
+               AND task_wave_counts.parallel_group = changed.parallel_group \
+               AND task_wave_counts.stripe = changed.position % {stripes} \
+               AND (SELECT COUNT(*) FROM unblocked) >= 0 RETURNING 1), \
              counted AS (UPDATE task_list_counts SET running = running - 1, done = done + 1 \
                FROM changed WHERE task_list_counts.task_list_id = changed.task_list_id \
                AND task_list_counts.stripe = changed.position % {stripes} \
-               AND (SELECT COUNT(*) FROM unblocked) >= 0) \
+               AND (SELECT COUNT(*) FROM waved) >= 0) \
              SELECT * FROM changed",
             deps = self.depends_on_column(),
             stripes = crate::db::readiness::STRIPES,
@@ -150,6 +156,7 @@ impl Database {
                 expire_rows!(tx, list_id, vec![LapsedRow {
                     id,
                     task_list_id: list_id,
+                    parallel_group: row.parallel_group,
                     position,
                     claim_holder: row.claim_holder.clone(),
                     lease_expires_at: row.lease_expires_at,
@@ -236,7 +243,12 @@ impl Database {
                 overrode,
                 lease_expires_at: None,
             });
-            let mut moves = vec![Move { position, from: current, to: change.status }];
+            let mut moves = vec![Move {
+                wave: stored.parallel_group,
+                position,
+                from: current,
+                to: change.status,
+            }];
             if change.status == TaskStatus::Done {
                 // One dependency fewer to wait for: one statement, the dependents
                 // found by the reverse-edge index and updated by primary key. On
@@ -292,7 +304,8 @@ impl Database {
                 let mut descendants: Vec<Descendant> = Vec::new();
                 for chunk in found.chunks(EDGE_ROWS_PER_INSERT) {
                     let mut read = QueryBuilder::new(
-                        "SELECT id, position, status FROM tasks WHERE status IN ('pending', 'running') \
+                        "SELECT id, parallel_group, position, status FROM tasks \
+                         WHERE status IN ('pending', 'running') \
                          AND id IN (",
                     );
                     let mut ids = read.separated(", ");
@@ -309,7 +322,12 @@ impl Database {
                     let from = TaskStatus::parse(&d.status).ok_or_else(|| {
                         DbError::Corrupt(format!("task {} has status {:?}", d.id, d.status))
                     })?;
-                    moves.push(Move { position: d.position, from, to: TaskStatus::Abandoned });
+                    moves.push(Move {
+                        wave: d.parallel_group,
+                        position: d.position,
+                        from,
+                        to: TaskStatus::Abandoned,
+                    });
                 }
                 cascaded = descendants.iter().map(|d| d.id).collect::<Vec<Uuid>>();
                 for chunk in cascaded.chunks(EDGE_ROWS_PER_INSERT) {
