@@ -276,7 +276,7 @@ impl Database {
         &self,
         list_id: Uuid,
         wave: i64,
-        status: Option<&str>,
+        status: Option<TaskStatus>,
         after: i32,
         limit: u32,
     ) -> DbResult<Option<crate::db::task_lists::TaskPage>> {

@@ -60,10 +60,10 @@ pub struct TaskEvent<'a> {
 #[derive(FromRow)]
 struct TaskEventRow {
     at: DateTime<Utc>,
-    kind: String,
+    kind: TaskEventKind,
     holder: Option<String>,
-    from_status: String,
-    to_status: String,
+    from_status: TaskStatus,
+    to_status: TaskStatus,
     attempt: i32,
     forced: bool,
     overrode: Option<String>,
@@ -71,22 +71,18 @@ struct TaskEventRow {
 }
 
 impl TaskEventRow {
-    fn into_record(self) -> DbResult<StoredTaskEvent> {
-        let corrupt =
-            |what: &str, v: &str| DbError::Corrupt(format!("a task event has {what} {v:?}"));
-        Ok(StoredTaskEvent {
+    fn into_record(self) -> StoredTaskEvent {
+        StoredTaskEvent {
             at: self.at,
-            kind: TaskEventKind::parse(&self.kind).ok_or_else(|| corrupt("kind", &self.kind))?,
+            kind: self.kind,
             holder: self.holder,
-            from_status: TaskStatus::parse(&self.from_status)
-                .ok_or_else(|| corrupt("from_status", &self.from_status))?,
-            to_status: TaskStatus::parse(&self.to_status)
-                .ok_or_else(|| corrupt("to_status", &self.to_status))?,
+            from_status: self.from_status,
+            to_status: self.to_status,
             attempt: self.attempt,
             forced: self.forced,
             overrode: self.overrode,
             lease_expires_at: self.lease_expires_at,
-        })
+        }
     }
 }
 
@@ -354,7 +350,7 @@ impl Database {
         remaining.pending = remaining.pending.saturating_sub(1);
         remaining.running += 1;
         Ok(Some(ClaimOutcome::Claimed {
-            task: Box::new(claimed.task.into_task()?),
+            task: Box::new(claimed.task.into_task()),
             remaining,
         }))
     }
@@ -507,7 +503,7 @@ impl Database {
             }]);
             tx.commit().await?;
             Ok::<_, DbError>(Attempt::Settled(Some(ClaimOutcome::Claimed {
-                task: Box::new(stored.into_task()?),
+                task: Box::new(stored.into_task()),
                 remaining,
             })))
         })
@@ -566,7 +562,7 @@ impl Database {
                     lease_expires_at: Some(expires_at),
                 });
                 tx.commit().await?;
-                return Ok(HeartbeatOutcome::Renewed(Box::new(stored.into_task()?)));
+                return Ok(HeartbeatOutcome::Renewed(Box::new(stored.into_task())));
             }
             // Otherwise decide on the locked row: not found, lapsed, not claimed
             // or held by another.
@@ -596,12 +592,9 @@ impl Database {
                 tx.commit().await?;
                 return Ok(HeartbeatOutcome::NotClaimed(TaskStatus::Pending));
             }
-            let status = TaskStatus::parse(&row.status).ok_or_else(|| {
-                DbError::Corrupt(format!("task {id} has status {:?}", row.status))
-            })?;
             let current = row.claim_holder.as_deref().filter(|_| row.lease_expires_at.is_some());
             let outcome = match current {
-                None => HeartbeatOutcome::NotClaimed(status),
+                None => HeartbeatOutcome::NotClaimed(row.status),
                 Some(current) if current != holder => {
                     HeartbeatOutcome::HeldByOther(HeldByOther { holder: current.to_owned() })
                 }
@@ -629,7 +622,7 @@ impl Database {
                         overrode: None,
                         lease_expires_at: Some(expires_at),
                     });
-                    HeartbeatOutcome::Renewed(Box::new(stored.into_task()?))
+                    HeartbeatOutcome::Renewed(Box::new(stored.into_task()))
                 }
             };
             tx.commit().await?;
@@ -652,10 +645,7 @@ impl Database {
             .fetch_all(pool)
             .await?
         });
-        let events = rows
-            .into_iter()
-            .map(TaskEventRow::into_record)
-            .collect::<DbResult<Vec<_>>>()?;
+        let events = rows.into_iter().map(TaskEventRow::into_record).collect();
         Ok(Some((project_id, events)))
     }
 }
@@ -696,16 +686,15 @@ impl Database {
             .fetch_all(pool)
             .await?
         });
-        rows.into_iter()
-            .map(|r| {
-                Ok(ListEvent {
-                    id: r.id,
-                    task: r.task,
-                    task_id: r.task_name,
-                    event: r.event.into_record()?,
-                })
+        Ok(rows
+            .into_iter()
+            .map(|r| ListEvent {
+                id: r.id,
+                task: r.task,
+                task_id: r.task_name,
+                event: r.event.into_record(),
             })
-            .collect()
+            .collect())
     }
 
     /// The ids alone of a list's history entries in `(after, up_to]`, oldest

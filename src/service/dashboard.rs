@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::db::dashboard::{JobListFilter, ListCounts, LiveTable};
 use crate::db::refine_jobs::JobFilter;
 use crate::db::task_lists::dispatch_view;
-use crate::domain::dispatch::{self, ReadyMode, TaskStatus};
+use crate::domain::dispatch::{self, AbandonCategory, ReadyMode, TaskStatus};
 use crate::domain::job::{JobState, JobStatus, JobSummary, RunSummary};
 use crate::domain::natural::natural_cmp;
 use crate::domain::track_state::Metadata;
@@ -244,8 +244,6 @@ impl Service {
             }
             Some(wave) => {
                 let after = super::task_lists::page_cursor(cursor)?;
-                let (wave, status) = wave;
-                let wave = (wave, status.map(TaskStatus::as_str));
                 self.task_page(caller, id, Some(wave), after, DASHBOARD_PAGE_TASKS)
                     .await
             }
@@ -334,7 +332,7 @@ impl Service {
 pub struct TaskState {
     pub task_id: String,
     pub status: TaskStatus,
-    pub abandon_category: Option<String>,
+    pub abandon_category: Option<AbandonCategory>,
 }
 
 impl Service {
@@ -377,7 +375,7 @@ impl Service {
             .map(|(task_id, status, category)| TaskState {
                 task_id,
                 status,
-                abandon_category: category.map(|c| c.as_str().to_owned()),
+                abandon_category: category,
             })
             .collect();
         Ok((states, wave))

@@ -492,7 +492,7 @@ impl Service {
         &self,
         caller: &Caller,
         id: Uuid,
-        wave: Option<(i64, Option<&str>)>,
+        wave: Option<(i64, Option<TaskStatus>)>,
         after: i32,
         limit: u32,
     ) -> Result<StoredTaskList, ServiceError> {
@@ -520,7 +520,7 @@ impl Service {
     async fn read_page(
         &self,
         id: Uuid,
-        wave: Option<(i64, Option<&str>)>,
+        wave: Option<(i64, Option<TaskStatus>)>,
         after: i32,
         limit: u32,
     ) -> Result<crate::db::task_lists::TaskPage, ServiceError> {

@@ -27,7 +27,6 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{DbError, DbResult};
 use crate::domain::dispatch::{
     AbandonCategory, DispatchTask, HeldByOther, IllegalTransition, StatusScope, StoredTask,
     TaskClaim, TaskStatus,
@@ -96,8 +95,8 @@ pub(crate) struct TaskRow {
     pub(crate) writes: Json<Vec<String>>,
     pub(crate) reviews: Option<String>,
     pub(crate) extra: Json<serde_json::Map<String, serde_json::Value>>,
-    pub(crate) status: String,
-    pub(crate) abandon_category: Option<String>,
+    pub(crate) status: TaskStatus,
+    pub(crate) abandon_category: Option<AbandonCategory>,
     pub(crate) upstream_task_id: Option<Uuid>,
     pub(crate) notes: Option<String>,
     pub(crate) attempts: i32,
@@ -119,7 +118,7 @@ pub(crate) struct TaskRowDeps {
 }
 
 impl TaskRowDeps {
-    pub(crate) fn into_task(self) -> DbResult<StoredTask> {
+    pub(crate) fn into_task(self) -> StoredTask {
         self.row.into_task(self.depends_on.0)
     }
 }
@@ -160,35 +159,26 @@ pub(crate) const TASK_COLUMNS: &str = "id, task_list_id, position, task_id, assi
 impl TaskRow {
     /// Whether the task's lease lapsed at `at` (docs/api.md "Claims").
     pub(crate) fn lapsed(&self, at: DateTime<Utc>) -> bool {
-        self.status == TaskStatus::Running.as_str()
+        self.status == TaskStatus::Running
             && self.claim_holder.is_some()
             && self.lease_expires_at.is_some_and(|e| e <= at)
     }
 
-    pub(crate) fn into_task(self, depends_on: Vec<String>) -> DbResult<StoredTask> {
-        let status = TaskStatus::parse(&self.status).ok_or_else(|| {
-            DbError::Corrupt(format!("task {} has status {:?}", self.id, self.status))
-        })?;
-        let abandon_category = match self.abandon_category.as_deref() {
-            None => None,
-            Some(text) => Some(AbandonCategory::parse(text).ok_or_else(|| {
-                DbError::Corrupt(format!("task {} has abandon_category {text:?}", self.id))
-            })?),
-        };
-        Ok(StoredTask {
+    pub(crate) fn into_task(self, depends_on: Vec<String>) -> StoredTask {
+        StoredTask {
             id: self.id,
             task_list_id: self.task_list_id,
             task_id: self.task_id,
             assigned_persona: self.assigned_persona,
             parallel_group: self.parallel_group,
-            status,
+            status: self.status,
             depends_on,
             reads: self.reads.0,
             writes: self.writes.0,
             reviews: self.reviews,
             description: self.description,
             extra: self.extra.0,
-            abandon_category,
+            abandon_category: self.abandon_category,
             upstream_task_id: self.upstream_task_id,
             notes: self.notes,
             attempts: self.attempts,
@@ -204,12 +194,12 @@ impl TaskRow {
                 _ => None,
             },
             last_holder: self.claim_holder,
-        })
+        }
     }
 }
 
 /// Tasks of one list with their edges resolved, in submission order.
-pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<StoredTask>> {
+pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> Vec<StoredTask> {
     let local_id: HashMap<Uuid, String> = rows.iter().map(|r| (r.id, r.task_id.clone())).collect();
     // An edge to a task outside the list cannot be written (same-list insert), but
     // stored data is read defensively.
@@ -225,7 +215,7 @@ pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> DbResult<Vec<
 pub(crate) fn with_depends(
     rows: Vec<TaskRow>,
     edges: impl IntoIterator<Item = (Uuid, String)>,
-) -> DbResult<Vec<StoredTask>> {
+) -> Vec<StoredTask> {
     let mut depends: HashMap<Uuid, Vec<String>> = HashMap::new();
     for (task, dep) in edges {
         depends.entry(task).or_default().push(dep);

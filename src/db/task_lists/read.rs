@@ -80,7 +80,7 @@ impl Database {
     pub(crate) async fn task_page(
         &self,
         id: Uuid,
-        wave: Option<(i64, Option<&str>)>,
+        wave: Option<(i64, Option<TaskStatus>)>,
         after: i32,
         limit: u32,
     ) -> DbResult<Option<TaskPage>> {
@@ -95,7 +95,7 @@ impl Database {
             if let Some((wave, status)) = wave {
                 q.push(" AND parallel_group = ").push_bind(wave);
                 if let Some(status) = status {
-                    q.push(" AND status = ").push_bind(status.to_owned());
+                    q.push(" AND status = ").push_bind(status);
                 }
             }
             q.push(" AND position > ").push_bind(after);
@@ -121,7 +121,7 @@ impl Database {
                 q.push(") ORDER BY d.task_id, d.position");
                 q.build_query_as().fetch_all(pool).await?
             };
-            list.tasks = with_depends(rows, edges)?;
+            list.tasks = with_depends(rows, edges);
             Ok(Some(TaskPage {
                 list,
                 more,
@@ -162,7 +162,7 @@ impl Database {
             .bind(id)
             .fetch_all(pool)
             .await?;
-            list.tasks = assemble(rows, edges)?;
+            list.tasks = assemble(rows, edges);
             Ok(Some(list))
         })
     }

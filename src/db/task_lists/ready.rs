@@ -118,7 +118,7 @@ impl Database {
                 read.push(") ORDER BY d.task_id, d.position");
                 edges.extend(read.build_query_as::<(Uuid, String)>().fetch_all(pool).await?);
             }
-            let tasks = with_depends(rows, edges)?;
+            let tasks = with_depends(rows, edges);
             let remaining = read_counts!(pool, id);
             let earliest_lease = earliest_lease!(pool, id);
             Ok::<_, crate::db::DbError>(Some(ReadyRead {

@@ -34,7 +34,7 @@ struct Descendant {
     id: Uuid,
     parallel_group: i64,
     position: i32,
-    status: String,
+    status: TaskStatus,
 }
 
 impl Database {
@@ -122,13 +122,10 @@ impl Database {
         .bind(TaskEventKind::StatusChanged.as_str())
         .fetch_optional(pool)
         .await?;
-        done.map(|done| {
-            Ok(TransitionOutcome::Changed {
-                task: Box::new(done.into_task()?),
-                cascaded: Vec::new(),
-            })
-        })
-        .transpose()
+        Ok(done.map(|done| TransitionOutcome::Changed {
+            task: Box::new(done.into_task()),
+            cascaded: Vec::new(),
+        }))
     }
 
     async fn transition_once(&self, id: Uuid, change: &TaskChange) -> DbResult<TransitionOutcome> {
@@ -163,7 +160,7 @@ impl Database {
                     attempts: row.attempts,
                 }], at);
             }
-            let mut task = row.into_task(depends_on.0)?;
+            let mut task = row.into_task(depends_on.0);
             if lapsed {
                 task.status = TaskStatus::Pending;
                 task.claim = None;
@@ -319,13 +316,10 @@ impl Database {
                 // Answered in list order, as the list-wide walk did.
                 descendants.sort_by_key(|d| d.position);
                 for d in &descendants {
-                    let from = TaskStatus::parse(&d.status).ok_or_else(|| {
-                        DbError::Corrupt(format!("task {} has status {:?}", d.id, d.status))
-                    })?;
                     moves.push(Move {
                         wave: d.parallel_group,
                         position: d.position,
-                        from,
+                        from: d.status,
                         to: TaskStatus::Abandoned,
                     });
                 }
@@ -358,7 +352,7 @@ impl Database {
             outbox_task_changed!(self, tx, list_id, id, change.status, at, heard_by);
             tx.commit().await?;
             Ok::<_, DbError>(TransitionOutcome::Changed {
-                task: Box::new(stored.into_task(task.depends_on)?),
+                task: Box::new(stored.into_task(task.depends_on)),
                 cascaded,
             })
         })

@@ -51,7 +51,7 @@ pub enum AbandonCategory {
     TestsUnrecoverable,
 }
 
-crate::domain::wire_strings!(AbandonCategory, "abandon category", {
+crate::domain::wire_strings!(AbandonCategory, "abandon category", column {
     Scope => "scope",
     Blocked => "blocked",
     Conflict => "conflict",

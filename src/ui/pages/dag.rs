@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 
 use super::class_word;
-use crate::domain::dispatch::TaskStatus;
+use crate::domain::dispatch::{AbandonCategory, TaskStatus};
 use crate::service::dashboard::{TaskListView, WaveSummary};
 
 /// Above this many tasks a full drawing is unreadable: summarise per wave.
@@ -75,10 +75,10 @@ fn edges(drawn: &[(usize, usize, Cell, Cell)]) -> Markup {
 }
 
 /// What the node's status line says: `done`, `abandoned: blocked`, ...
-pub fn status_text(status: &str, category: Option<&str>) -> String {
+pub fn status_text(status: TaskStatus, category: Option<AbandonCategory>) -> String {
     match category {
         Some(c) => format!("{status}: {c}"),
-        None => status.to_owned(),
+        None => status.to_string(),
     }
 }
 
@@ -119,8 +119,7 @@ const ID_CELLS_BESIDE_REVIEW: usize = 16;
 fn node(view: &TaskListView, i: usize, x: i64, y: i64) -> Markup {
     let task = &view.list.tasks[i];
     let status = task.status.as_str();
-    let category = task.abandon_category.map(|c| c.as_str());
-    let label = status_text(status, category);
+    let label = status_text(task.status, task.abandon_category);
     let review = task.reviews.is_some();
     let base = format!("{} ({})", task.task_id, task.assigned_persona);
     let tooltip = format!("{base}: {label}{}", if review { ", review" } else { "" });
@@ -149,7 +148,7 @@ fn node(view: &TaskListView, i: usize, x: i64, y: i64) -> Markup {
 fn outside(view: &TaskListView, i: usize, cell: Cell) -> Markup {
     let task = &view.list.tasks[i];
     let status = task.status.as_str();
-    let label = status_text(status, task.abandon_category.map(|c| c.as_str()));
+    let label = status_text(task.status, task.abandon_category);
     let base = format!("{} (wave {})", task.task_id, task.parallel_group);
     html! {
         a href=(super::tasks::task_href(view.list.id, &task.task_id)) {

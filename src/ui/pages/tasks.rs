@@ -5,7 +5,7 @@ use maud::{Markup, html};
 
 use super::dag::{self, MAX_DRAWN_NODES, status_text};
 use super::{Chrome, Section, class_word, heads, id_code, layout, opt_time, status, time};
-use crate::domain::dispatch::TaskStatus;
+use crate::domain::dispatch::{TaskEventKind, TaskStatus};
 use crate::service::dashboard::{
     DASHBOARD_PAGE_TASKS, StoredTask, StoredTaskList, TaskDetailView, TaskListPageView,
     TaskListShown, TaskListView, WaveSummary, wave_summaries,
@@ -107,7 +107,7 @@ fn task_table<'a>(
                             th scope="row" { a href=(task_href(list_id, &task.task_id)) { (id_code(&task.task_id)) } }
                             td.num { (task.parallel_group) }
                             td { span class={ "status st-" (word) } {
-                                span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
+                                span.st { (status_text(task.status, task.abandon_category)) }
                             } }
                             td { bdi { (task.assigned_persona) } }
                             td { @for (k, d) in task.depends_on.iter().enumerate() { @if k > 0 { ", " } (id_code(d)) } }
@@ -332,13 +332,12 @@ fn why(list_id: uuid::Uuid, task: &StoredTask, upstream: Option<&str>) -> Markup
     }
 }
 
-fn event_text(kind: &str) -> &str {
+fn event_text(kind: TaskEventKind) -> &'static str {
     match kind {
-        "claimed" => "claimed",
-        "renewed" => "lease renewed",
-        "lease_expired" => "lease expired",
-        "status_changed" => "status changed",
-        other => other,
+        TaskEventKind::Claimed => "claimed",
+        TaskEventKind::Renewed => "lease renewed",
+        TaskEventKind::LeaseExpired => "lease expired",
+        TaskEventKind::StatusChanged => "status changed",
     }
 }
 
@@ -351,7 +350,7 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
         p { a href={ "/ui/task-lists/" (view.list_id) } { "Back to the task list" } }
         dl.facts #task-facts {
             dt { "Status" } dd { span class={ "status st-" (class_word(word)) } {
-                span.st { (status_text(word, task.abandon_category.map(|c| c.as_str()))) }
+                span.st { (status_text(task.status, task.abandon_category)) }
             } }
             @if let Some(notes) = &task.notes {
                 dt { "Reason (notes)" } dd.notes { bdi { (notes) } }
@@ -403,7 +402,7 @@ pub fn task_page(view: &TaskDetailView, chrome: Chrome) -> Markup {
                             @for e in &view.history {
                                 tr data-kind=(e.kind.as_str()) {
                                     td { (time(&e.at)) }
-                                    td { (event_text(e.kind.as_str()))
+                                    td { (event_text(e.kind))
                                         @if e.forced { " (overrode " @if let Some(o) = &e.overrode { bdi { (o) } } @else { "a claim" } ")" }
                                     }
                                     td { (e.from_status.as_str()) " → " (status(e.to_status.as_str())) }
