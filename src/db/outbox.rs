@@ -65,7 +65,13 @@ macro_rules! outbox_enqueue {
 macro_rules! outbox_job_ended {
     ($tx:expr, $job_id:expr, $at:expr) => {{
         let job_id: uuid::Uuid = $job_id;
-        type EndRow = (String, Option<String>, Option<String>, Option<String>, i32);
+        type EndRow = (
+            $crate::domain::job::JobStatus,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            i32,
+        );
         let row: Option<EndRow> = sqlx::query_as(
             "SELECT j.status, j.project_id, j.team_pk, j.error_code, j.l0_total FROM refine_jobs j \
              WHERE j.id = $1 AND EXISTS (SELECT 1 FROM webhooks w WHERE w.disabled_at IS NULL \
@@ -79,7 +85,7 @@ macro_rules! outbox_job_ended {
             progress.l0_total = i64::from(l0_total);
             let ended = $crate::domain::webhooks::JobEnded {
                 id: job_id,
-                status: &status,
+                status,
                 project_id: project_id.as_deref(),
                 team_pk: team_pk.as_deref(),
                 error_code: error_code.as_deref(),

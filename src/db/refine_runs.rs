@@ -291,7 +291,7 @@ impl Database {
             .bind(at)
             .execute(&mut *tx)
             .await?;
-            outbox_run_finished!(tx, run_id, final_status.as_str(), at);
+            outbox_run_finished!(tx, run_id, final_status, at);
             tx.commit().await?;
             Ok(Some(final_status))
         })

@@ -14,6 +14,8 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 use uuid::Uuid;
 
+use crate::domain::job::JobStatus;
+
 /// Where one event's delivery to one webhook stands: waiting for its next
 /// attempt, delivered, or failed (its schedule spent, or the webhook disabled).
 #[derive(
@@ -111,12 +113,12 @@ impl EventType {
     }
 
     /// The event a refine job's terminal status sends, if any.
-    pub fn of_job_status(status: &str) -> Option<Self> {
+    pub fn of_job_status(status: JobStatus) -> Option<Self> {
         match status {
-            "succeeded" => Some(EventType::RefineJobSucceeded),
-            "failed" => Some(EventType::RefineJobFailed),
-            "cancelled" => Some(EventType::RefineJobCancelled),
-            _ => None,
+            JobStatus::Succeeded => Some(EventType::RefineJobSucceeded),
+            JobStatus::Failed => Some(EventType::RefineJobFailed),
+            JobStatus::Cancelled => Some(EventType::RefineJobCancelled),
+            JobStatus::Queued | JobStatus::Running | JobStatus::Cancelling => None,
         }
     }
 }
@@ -251,7 +253,7 @@ fn event_data(
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobEnded<'a> {
     pub id: Uuid,
-    pub status: &'a str,
+    pub status: JobStatus,
     pub project_id: Option<&'a str>,
     pub team_pk: Option<&'a str>,
     pub error_code: Option<&'a str>,
@@ -303,7 +305,7 @@ pub fn job_ended_events(job: &JobEnded<'_>, at: DateTime<Utc>) -> Vec<OutboxEven
 /// `refine_run.finished`.
 pub fn run_finished_event(
     id: Uuid,
-    status: &str,
+    status: JobStatus,
     project_id: Option<&str>,
     team_pk: Option<&str>,
     at: DateTime<Utc>,
@@ -752,7 +754,7 @@ mod tests {
     fn a_budget_stop_sends_both_events_and_bodies_hold_no_text() {
         let job = JobEnded {
             id: Uuid::nil(),
-            status: "failed",
+            status: JobStatus::Failed,
             project_id: Some("p"),
             team_pk: None,
             error_code: Some(BUDGET_EXCEEDED),
@@ -772,7 +774,7 @@ mod tests {
         assert_eq!(body["data"]["progress"]["l0_total"], 2);
         assert_eq!(body["type"], "refine_job.failed");
         let running = JobEnded {
-            status: "running",
+            status: JobStatus::Running,
             ..job
         };
         assert!(job_ended_events(&running, Utc::now()).is_empty());

@@ -195,7 +195,7 @@ impl Database {
     /// Jobs by status (the `refine_jobs` gauge; `queued` is the queue depth).
     /// `active_only` counts just the unfinished ones, which the partial indexes
     /// cover, so the every-few-seconds refresh never scans the retained history.
-    pub async fn refine_job_counts(&self, active_only: bool) -> DbResult<Vec<(String, i64)>> {
+    pub async fn refine_job_counts(&self, active_only: bool) -> DbResult<Vec<(JobStatus, i64)>> {
         let filter = if active_only {
             format!("WHERE status IN {} ", status_list(&JobStatus::ACTIVE))
         } else {

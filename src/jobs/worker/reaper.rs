@@ -50,7 +50,7 @@ pub(super) async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
             {
                 let n = counts
                     .iter()
-                    .find(|(s, _)| s == status.as_str())
+                    .find(|(s, _)| *s == status)
                     .map_or(0, |(_, n)| *n);
                 metrics::gauge!("refine_jobs", "status" => status.as_str()).set(n as f64);
             }
