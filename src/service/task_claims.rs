@@ -40,6 +40,20 @@ pub struct NextAnswer {
     pub blocked: Vec<BlockedTaskView>,
 }
 
+impl NextAnswer {
+    /// The answer the list's counts alone decide ([`dispatch::next_from_counts`]:
+    /// `done`, naming no task), if they do.
+    pub(crate) fn from_counts(remaining: Remaining) -> Option<Self> {
+        dispatch::next_from_counts(remaining).map(|step| Self {
+            next: step.next,
+            in_flight: step.in_flight,
+            retry_after_s: step.retry_after_s,
+            remaining: step.remaining,
+            blocked: Vec::new(),
+        })
+    }
+}
+
 /// One task of a `blocked` answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct BlockedTaskView {
@@ -271,8 +285,12 @@ impl Service {
                             .clamp(1, WAIT_RETRY_SECS),
                     ));
                 }
-                // Nothing ready or running: the list is finished or blocked, and
+                // Nothing ready or running: the list is finished or blocked. The
+                // counts say `done` when nothing is pending or abandoned; otherwise
                 // saying which (and why) takes the whole list — a read, no write.
+                if let Some(next) = NextAnswer::from_counts(remaining) {
+                    return Ok(ClaimResponse { task: None, next });
+                }
                 let list = self.load_list(caller, list_id).await?;
                 Ok(claim_answer(&list.tasks, mode, None))
             }

@@ -682,8 +682,18 @@ impl Service {
                 more_ready: read.more,
             });
         }
-        // Nothing ready or running: the list is finished or blocked, and saying
-        // which (and why) takes the whole list — not a hot path.
+        // Nothing ready or running: the list is finished or blocked. The counts
+        // say `done` when nothing is pending or abandoned (a fleet asks a finished
+        // list many times); otherwise saying which (and why) takes the whole list.
+        if let Some(next) = NextAnswer::from_counts(remaining) {
+            return Ok(ReadyResponse {
+                mode,
+                wave: None,
+                tasks: Vec::new(),
+                more_ready: false,
+                next,
+            });
+        }
         let list = self.load_list(caller, id).await?;
         let view = dispatch_view(&list.tasks);
         let ready = dispatch::ready(mode, &view);

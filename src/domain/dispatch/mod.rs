@@ -21,7 +21,9 @@ pub use claim::{
     HeldByOther, HolderCheck, MAX_LEASE_SECS, TaskClaim, TaskEventKind, check_holder,
     expired_claims, pick_claim,
 };
-pub use next::{BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_step};
+pub use next::{
+    BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_from_counts, next_step,
+};
 pub use ready::{DispatchTask, Ready, ReadyMode, normalize_path, offer_writes, ready};
 pub use record::{ListEvent, StoredTask, StoredTaskEvent, StoredTaskList, Team};
 pub use render::{GraphFormat, GraphNode, render_graph};

@@ -143,6 +143,23 @@ pub fn next_step(
     step
 }
 
+/// The answer the list's counts alone decide once nothing is ready or running:
+/// `done` when no task is pending or abandoned (a `blocked` answer names pending
+/// tasks and cascade-abandoned ones, so without either there is none). `None`
+/// when it takes the tasks to tell `done` from `blocked`. [`next_step`] decides
+/// the same on the whole list; this spares a finished list's every late claim
+/// and `ready` the read of all its tasks (docs/architecture.md, "Claims at scale").
+pub fn next_from_counts(remaining: Remaining) -> Option<NextStep> {
+    let settled = remaining.pending == 0 && remaining.running == 0 && remaining.abandoned == 0;
+    settled.then_some(NextStep {
+        next: Next::Done,
+        in_flight: 0,
+        retry_after_s: None,
+        remaining,
+        blocked: Vec::new(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{ReadyMode, cascade, ready};
@@ -211,6 +228,18 @@ mod tests {
             assert!(step.blocked.is_empty());
         }
         assert_eq!(decide(ReadyMode::Barrier, &[], &[]).next, Next::Done);
+    }
+
+    #[test]
+    fn counts_decide_done_only_without_pending_running_or_abandoned_tasks() {
+        let tasks = [t(1, Done, &[]), t(1, Failed, &[]), t(2, Done, &[0])];
+        let step = decide(ReadyMode::Barrier, &tasks, &[None; 3]);
+        assert_eq!(next_from_counts(step.remaining), Some(step));
+        for other in [Pending, Running, Abandoned] {
+            let tasks = [t(1, Done, &[]), t(2, other, &[0])];
+            let step = decide(ReadyMode::Barrier, &tasks, &[None, Some(0)]);
+            assert_eq!(next_from_counts(step.remaining), None, "{other:?}");
+        }
     }
 
     #[test]
@@ -286,6 +315,10 @@ mod tests {
                     },
                     Next::Done | Next::Blocked => {
                         prop_assert!(tasks.iter().all(|t| t.status.is_terminal()));
+                        // The counts, when they decide alone, decide the same.
+                        if let Some(by_counts) = next_from_counts(step.remaining) {
+                            prop_assert_eq!(&by_counts, &step);
+                        }
                         prop_assert_eq!(step.next == Next::Blocked, upstream.iter().any(Option::is_some));
                         return Ok(());
                     }
