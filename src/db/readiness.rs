@@ -55,8 +55,9 @@ pub fn stripe_deltas(moves: &[Move]) -> Vec<(i32, [i32; 5])> {
 }
 
 /// The wave counters' changes of `moves`: −1 for a task that ends, +1 for one that
-/// leaves a final status (a forced change), by `(wave, stripe)` in ascending order,
-/// the order every writer locks them in (before the list's counters).
+/// leaves a final status (no transition does today; counted so the rows stay true
+/// if one ever does), by `(wave, stripe)` in ascending order, the order every
+/// writer locks them in (before the list's counters).
 pub fn wave_deltas(moves: &[Move]) -> Vec<((i64, i32), i32)> {
     let mut by_row: std::collections::BTreeMap<(i64, i32), i32> = Default::default();
     for m in moves {
@@ -373,7 +374,7 @@ mod tests {
     }
 
     #[test]
-    fn wave_deltas_count_a_forced_reopen_and_cancel_out() {
+    fn wave_deltas_count_a_reopen_and_cancel_out() {
         let moves = [
             Move {
                 wave: 3,
