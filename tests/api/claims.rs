@@ -626,6 +626,13 @@ async fn wave_counts_off(app: &TestApp) -> i64 {
     }
 }
 
+/// Sets the task `claimed` (a claim answer) holds to `status`, as its `holder`.
+async fn finish_claimed(app: &TestApp, claimed: &Value, status: &str, holder: &str) {
+    let id = claimed["task"]["id"].as_str().unwrap();
+    let response = patch(app, id, json!({"status": status, "holder": holder})).await;
+    assert_eq!(response.status(), 200, "{status} {claimed}");
+}
+
 /// The barrier's active wave is kept as data (docs/architecture.md, "Claims at
 /// scale"): it moves past a wave a cascade emptied, holds while a lapsed lease puts
 /// a task back, and every kind of write (claim, one-statement and transactional
@@ -647,23 +654,11 @@ async fn the_barrier_passes_a_wave_a_cascade_emptied(app: TestApp) {
     assert_eq!(a["task"]["task_id"], "a", "{a}");
     let x = claim_ok(&app, &list, barrier.clone()).await;
     assert_eq!(x["task"]["task_id"], "x", "{x}");
-    let failed = patch(
-        &app,
-        a["task"]["id"].as_str().unwrap(),
-        json!({"status": "failed", "holder": "h"}),
-    )
-    .await;
-    assert_eq!(failed.status(), 200);
+    finish_claimed(&app, &a, "failed", "h").await;
     assert_eq!(wave_counts_off(&app).await, 0);
     let answer = ready(&app, &list, "mode=barrier").await;
     assert_eq!(answer["next"], "wait", "x still runs in wave 1: {answer}");
-    let done = patch(
-        &app,
-        x["task"]["id"].as_str().unwrap(),
-        json!({"status": "done", "holder": "h"}),
-    )
-    .await;
-    assert_eq!(done.status(), 200);
+    finish_claimed(&app, &x, "done", "h").await;
     let answer = ready(&app, &list, "mode=barrier").await;
     assert_eq!(answer["next"], "dispatch", "{answer}");
     assert_eq!(
@@ -682,13 +677,7 @@ async fn the_barrier_passes_a_wave_a_cascade_emptied(app: TestApp) {
     let z = claim_ok(&app, &list, json!({"holder": "k"})).await;
     assert_eq!(z["task"]["task_id"], "z", "{z}");
     assert_eq!(wave_counts_off(&app).await, 0);
-    let done = patch(
-        &app,
-        z["task"]["id"].as_str().unwrap(),
-        json!({"status": "done", "holder": "k"}),
-    )
-    .await;
-    assert_eq!(done.status(), 200);
+    finish_claimed(&app, &z, "done", "k").await;
     let answer = ready(&app, &list, "mode=barrier").await;
     assert_eq!(answer["next"], "blocked", "{answer}");
     assert_eq!(wave_counts_off(&app).await, 0);
