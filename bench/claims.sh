@@ -10,6 +10,11 @@
 #   bash bench/claims.sh                       # this build only
 #   BASE=/tmp/plangate-main bash bench/claims.sh
 #   SECONDS_PER_RUN=10 bash bench/claims.sh    # seconds of load per figure (15)
+#   DRIVER=python bash bench/claims.sh         # the fleet from claims.py, not benches/claims_load.rs
+#
+# The fleet (claims and cascade) is driven from Rust by default: Python's 64
+# threads took a fifth of a core of the two the server and Postgres share, which
+# showed as 10 % fewer tasks/s (bench/README.md, "Claims at scale").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG_ADMIN="${PLANGATE_TEST_PG_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
@@ -17,6 +22,18 @@ RUN_S="${SECONDS_PER_RUN:-15}"
 BIN="${BIN:-target/release/plangate}"
 [ -x "$BIN" ] || cargo build --release --quiet
 out=$(mktemp -d)
+D=bench/claims.py
+if [ "${DRIVER:-rust}" = rust ]; then
+  FLEET=$(CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=16 \
+    cargo bench --quiet --bench claims_load --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json, sys
+for m in map(json.loads, sys.stdin):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "claims_load" and m.get("executable"):
+        print(m["executable"])')
+  [ -x "$FLEET" ] || { echo "could not build benches/claims_load.rs" >&2; exit 1; }
+else
+  FLEET="python3 $D"
+fi
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -52,7 +69,6 @@ fresh_url() { # db -> a new empty database's URL
   fi
 }
 
-D=bench/claims.py
 row() { printf '| %-6s | %-8s | %-34s | %s |\n' "$1" "$2" "$3" "$4" | tee -a "$out/table.$1"; }
 
 measure() { # label bin
@@ -61,7 +77,7 @@ measure() { # label bin
     set -- $case
     url=$(fresh_url "$1"); start "$bin" "$url"
     read -r id secs < <(python3 $D create "http://127.0.0.1:$PORT" "$2")
-    line=$(python3 $D claims "http://127.0.0.1:$PORT" "$id" "$3" "$RUN_S")
+    line=$($FLEET claims "http://127.0.0.1:$PORT" "$id" "$3" "$RUN_S")
     row "$label" "$1" "$2 tasks, $3 claimers" "$line"
     [ "$2" = 100000 ] && row "$label" "$1" "create 100,000 tasks" "seconds=$secs"
     stop
@@ -78,13 +94,13 @@ measure() { # label bin
   for db in postgres sqlite; do
     url=$(fresh_url "$db"); start "$bin" "$url"
     read -r id secs < <(python3 $D create "http://127.0.0.1:$PORT" 2000)
-    line=$(python3 $D cascade "http://127.0.0.1:$PORT" "$id" 32 "$RUN_S")
+    line=$($FLEET cascade "http://127.0.0.1:$PORT" "$id" 32 "$RUN_S")
     row "$label" "$db" "cascade, 2,000 tasks, 32 writers" "$line"
     stop
   done
 }
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores; fleet: $FLEET"
 [ -n "${BASE:-}" ] && measure before "$BASE"
 measure after "$BIN"
 echo

@@ -87,6 +87,7 @@ impl TaskEventRow {
 }
 
 /// A claim: who, for which persona (optional), for how long, under which rule.
+#[derive(Clone, Copy)]
 pub struct ClaimAsk<'a> {
     pub holder: &'a str,
     pub persona: Option<&'a str>,

@@ -20,6 +20,11 @@ use crate::domain::ids::Ident;
 /// work, short enough that a dead agent's task comes back within minutes.
 pub const DEFAULT_LEASE_SECS: u64 = 300;
 
+/// Claims asked again when one saw nothing ready while its counts say a task must
+/// be ([`dispatch::ready_by_counts`]): a race with the commit that opened the next
+/// wave, which otherwise costs a read of the whole list at every wave's end.
+const STALE_CLAIM_RETRIES: usize = 3;
+
 /// What to do after this answer; part of every ready and claim answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct NextAnswer {
@@ -229,19 +234,29 @@ impl Service {
         self.check_list_visible(caller, list_id).await?;
         // A few indexed statements, never the whole list (docs/architecture.md,
         // "Claims at scale"); lapsed leases are expired in the same transaction.
-        let outcome = self
-            .db
-            .claim_task(
-                list_id,
-                ClaimAsk {
-                    holder: holder.as_str(),
-                    persona,
-                    lease,
-                    mode,
-                },
-            )
-            .await?
-            .ok_or_else(|| ServiceError::not_found("task list", &list_id.to_string()))?;
+        let ask = ClaimAsk {
+            holder: holder.as_str(),
+            persona,
+            lease,
+            mode,
+        };
+        let mut asked_again = 0;
+        let outcome = loop {
+            let claimed = self
+                .db
+                .claim_task(list_id, ask)
+                .await?
+                .ok_or_else(|| ServiceError::not_found("task list", &list_id.to_string()))?;
+            let stale = matches!(claimed, ClaimOutcome::NoneReady { others_ready: false, remaining, .. }
+                if dispatch::ready_by_counts(remaining));
+            if !stale || asked_again == STALE_CLAIM_RETRIES {
+                break claimed;
+            }
+            // It read the tasks before the commit that opened the next wave and the
+            // counts after it: ask again rather than read the whole list.
+            asked_again += 1;
+            tokio::task::yield_now().await;
+        };
         match outcome {
             ClaimOutcome::Claimed { task, remaining } => {
                 self.hub.task_list_changed(&self.db, list_id);

@@ -22,7 +22,8 @@ pub use claim::{
     expired_claims, pick_claim,
 };
 pub use next::{
-    BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_from_counts, next_step,
+    BlockedBy, BlockedTask, Next, NextStep, Remaining, WAIT_RETRY_SECS, next_from_counts,
+    next_step, ready_by_counts,
 };
 pub use ready::{DispatchTask, Ready, ReadyMode, normalize_path, offer_writes, ready};
 pub use record::{ListEvent, StoredTask, StoredTaskEvent, StoredTaskList, Team};
