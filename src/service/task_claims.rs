@@ -20,10 +20,11 @@ use crate::domain::ids::Ident;
 /// work, short enough that a dead agent's task comes back within minutes.
 pub const DEFAULT_LEASE_SECS: u64 = 300;
 
-/// Claims asked again when one saw nothing ready while its counts say a task must
-/// be ([`dispatch::ready_by_counts`]): a race with the commit that opened the next
-/// wave, which otherwise costs a read of the whole list at every wave's end.
-const STALE_CLAIM_RETRIES: usize = 3;
+/// Claims (and `ready` reads) asked again when one saw nothing ready while its
+/// counts say a task must be ([`dispatch::ready_by_counts`]): a race with the
+/// commit that opened the next wave, which otherwise costs a read of the whole
+/// list at every wave's end.
+pub(super) const STALE_READ_RETRIES: usize = 3;
 
 /// What to do after this answer; part of every ready and claim answer.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -249,7 +250,7 @@ impl Service {
                 .ok_or_else(|| ServiceError::not_found("task list", &list_id.to_string()))?;
             let stale = matches!(claimed, ClaimOutcome::NoneReady { others_ready: false, remaining, .. }
                 if dispatch::ready_by_counts(remaining));
-            if !stale || asked_again == STALE_CLAIM_RETRIES {
+            if !stale || asked_again == STALE_READ_RETRIES {
                 break claimed;
             }
             // It read the tasks before the commit that opened the next wave and the

@@ -24,7 +24,7 @@ use crate::domain::ids::Ident;
 use crate::domain::retry;
 use crate::telemetry;
 
-use super::task_claims::{NextAnswer, next_answer};
+use super::task_claims::{NextAnswer, STALE_READ_RETRIES, next_answer};
 use super::task_refs::TaskRef;
 use crate::domain::dispatch::HeldByOther;
 pub use crate::domain::dispatch::{StoredTask, StoredTaskList};
@@ -653,6 +653,15 @@ impl Service {
             if self.db.expire_claims(id).await? > 0 {
                 self.hub.task_list_changed(&self.db, id);
             }
+            read = self.ready_read(caller, id, mode, take).await?;
+        }
+        // Nothing ready on counts that say something must be: the read raced the
+        // commit that opened the next wave; read again before the whole list.
+        for _ in 0..STALE_READ_RETRIES {
+            if !read.tasks.is_empty() || !dispatch::ready_by_counts(read.remaining) {
+                break;
+            }
+            tokio::task::yield_now().await;
             read = self.ready_read(caller, id, mode, take).await?;
         }
         let remaining = read.remaining;
