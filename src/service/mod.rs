@@ -30,8 +30,10 @@
 //! # Use cases
 //! - task lists and dispatch ([`task_lists`]): `validate_task_list`,
 //!   `create_task_list` (a gate rejection is a 422 with the retry verdict),
-//!   `task_list`, `ready_tasks`, `task_graph`, `update_task` (a task named by its
-//!   server id or by its planner id within its list: [`task_refs`]).
+//!   `task_list`, `task_list_page` (paged), `ready_tasks`, `task_graph`,
+//!   `update_task` (a task named by its server id or by its planner id within its
+//!   list: [`task_refs`]).
+//! - a list's event stream ([`task_list_events`]): `task_list_events`.
 //! - claims ([`task_claims`]): `claim_task`, `heartbeat_task`, `task_history`.
 //! - projects ([`projects`]): `project_status`, `project_usage`, `create_team`,
 //!   `teams`.
@@ -50,7 +52,8 @@
 //!   `dashboard_task`, `dashboard_jobs`, `dashboard_job`, `dashboard_runs`,
 //!   `dashboard_run`, `dashboard_tracks`, `dashboard_track`, `dashboard_live_marker`,
 //!   `dashboard_bulk` (its preview too).
-//! - rate limits ([`rate_limits`]): `rate_limits`, `set_rate_limit`.
+//! - rate limits ([`rate_limits`]): `rate_limits`, `set_rate_limit`,
+//!   `dashboard_rate_limits` (the limits page).
 //! - dashboard sessions ([`sessions`]): `sign_in`, `session_caller`, `sign_out`.
 //! - webhooks ([`webhooks`]): `create_webhook`, `webhooks`, `webhook`,
 //!   `delete_webhook`, `rotate_webhook_secret`, `webhook_deliveries`,
