@@ -26,7 +26,7 @@ use crate::service::task_refs::{TASK_ID_HINT, TASK_LIST_ID_HINT, TaskRef, invali
 use crate::service::tracks::{Precondition, StepWrite, parse_track_id};
 use crate::service::{Caller, ProblemCode, Service, ServiceError};
 
-/// Longest `refine_status` wait (the long-poll bound).
+/// Longest `refine_status` wait (docs/mcp.md: `wait_seconds` 0-60).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// What a tool may do, for `tools/list`'s annotations and the read-only surface.

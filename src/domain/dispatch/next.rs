@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn pipeline_with_a_running_task_and_work_behind_it_says_wait() {
-        // The case: t-2 running, t-3 pending behind it.
+        // t-2 running, t-3 pending behind it: nothing ready, but work in flight.
         let tasks = [t(1, Done, &[]), t(2, Running, &[0]), t(3, Pending, &[1])];
         for mode in ReadyMode::ALL {
             let step = decide(mode, &tasks, &[None; 3]);
