@@ -141,10 +141,9 @@ impl Drop for DbSink {
 impl DbSink {
     pub(super) fn new(pool: &Arc<Pool>, job: &ClaimedJob, exec: &Executor) -> Self {
         let executor = exec.kind();
+        let builtin = executor == ExecutorKind::Builtin;
         let configured = pool.settings.rate_limits.get(&job.executor).cloned();
-        let rate = (executor != ExecutorKind::Builtin
-            && (configured.is_some() || exec.speaks_rate_headers()))
-        .then(|| {
+        let rate = (!builtin && (configured.is_some() || exec.speaks_rate_headers())).then(|| {
             let configured = configured.unwrap_or_default();
             let ttl = exec.timeout().unwrap_or_default() + pool.settings.lease;
             RateConf {
@@ -169,7 +168,7 @@ impl DbSink {
             .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?)));
         let limited = job.budget.is_some_and(|b| b.is_limited()) || daily_limit.is_some();
         DbSink {
-            gated: (limited || rate.is_some()) && executor != ExecutorKind::Builtin,
+            gated: (limited || rate.is_some()) && !builtin,
             rate,
             reserved: HashMap::new(),
             waiting: None,
@@ -183,7 +182,7 @@ impl DbSink {
             lease: job.lease,
             attempt: job.attempt,
             executor: executor.as_str(),
-            write_behind: executor == ExecutorKind::Builtin,
+            write_behind: builtin,
             run_id: job.run_id,
             budget: job.budget,
             daily_limit,
