@@ -168,17 +168,17 @@ impl Executor {
                 })
             }
             ExecutorKind::Openai | ExecutorKind::Anthropic => {
-                let (api, kind) = if profile.kind == ExecutorKind::Openai {
-                    (Api::Openai, "openai")
+                let api = if profile.kind == ExecutorKind::Openai {
+                    Api::Openai
                 } else {
-                    (Api::Anthropic, "anthropic")
+                    Api::Anthropic
                 };
                 let model = profile
                     .model
                     .clone()
                     .filter(|m| !m.trim().is_empty())
                     .ok_or_else(|| {
-                        profile_error(name, format!("of kind \"{kind}\" needs a model"))
+                        profile_error(name, format!("of kind \"{}\" needs a model", profile.kind))
                     })?;
                 let key = match &profile.api_key_env {
                     None => None,
@@ -252,14 +252,14 @@ impl Executor {
         matches!(self.kind, Kind::Http(_))
     }
 
-    /// `command`, `openai`, `anthropic` or `builtin` (metric label, job record).
-    pub fn kind(&self) -> &'static str {
+    /// Its profile's kind (metric label, job record).
+    pub fn kind(&self) -> ExecutorKind {
         match &self.kind {
-            Kind::Builtin => "builtin",
-            Kind::Command(_) => "command",
+            Kind::Builtin => ExecutorKind::Builtin,
+            Kind::Command(_) => ExecutorKind::Command,
             Kind::Http(http) => match http.api {
-                Api::Openai => "openai",
-                Api::Anthropic => "anthropic",
+                Api::Openai => ExecutorKind::Openai,
+                Api::Anthropic => ExecutorKind::Anthropic,
             },
         }
     }

@@ -114,14 +114,7 @@ impl BudgetsConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExecutorKind {
-    Command,
-    Openai,
-    Anthropic,
-    Builtin,
-}
+pub use crate::domain::refine::ExecutorKind;
 
 /// An L0 executor profile (docs/spec/operations.md). The refine engine uses it; the
 /// foundation only checks it is well formed so that a bad profile fails at start.

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::{Database, DbResult};
 use crate::domain::rate_limit::{
-    Buckets, Cost, Learned, Limits, ProviderSignal, Rates, WaitingCall,
+    Buckets, CallState, Cost, Learned, Limits, ProviderSignal, Rates, WaitingCall,
 };
 
 /// How long a grant waits for its call's job to ask again.
@@ -257,7 +257,7 @@ macro_rules! rate_admit {
             .execute(&mut *$tx)
             .await?;
         }
-        let mine: Option<(String, i64)> =
+        let mine: Option<($crate::domain::rate_limit::CallState, i64)> =
             sqlx::query_as("SELECT state, waiting_since FROM rate_limit_calls WHERE id = $1")
                 .bind(&me)
                 .fetch_optional(&mut *$tx)
@@ -312,13 +312,13 @@ macro_rules! rate_admit {
                 .bind(ask.cost.output_tokens)
                 .execute(&mut *$tx)
                 .await?;
-                ("waiting".to_owned(), now)
+                ($crate::domain::rate_limit::CallState::Waiting, now)
             }
         };
         let mut verdict: Option<RateVerdict> = None;
-        if my_state == "granted" {
+        if my_state == $crate::domain::rate_limit::CallState::Granted {
             verdict = Some(RateVerdict::Start);
-        } else if my_state == "running" {
+        } else if my_state == $crate::domain::rate_limit::CallState::Running {
             // Asked again after its start was stored elsewhere: start.
             verdict = Some(RateVerdict::Start);
         } else if now - waiting_since
@@ -435,7 +435,7 @@ pub(crate) fn max_grants() -> usize {
 /// `(project, minute, started this minute, started the minute before)`.
 type RecordRows = (
     Option<StateRow>,
-    Vec<(String, String, i64)>,
+    Vec<(String, CallState, i64)>,
     Vec<(String, i64, i64, i64)>,
 );
 
@@ -658,10 +658,10 @@ impl Database {
                     .requests
                     .map(|l| l.max(0.0).floor() as i64)
             });
-            let count = |p: Option<&str>, states: &[&str]| -> i64 {
+            let count = |p: Option<&str>, states: &[CallState]| -> i64 {
                 calls
                     .iter()
-                    .filter(|c| p.is_none_or(|p| c.0 == p) && states.contains(&c.1.as_str()))
+                    .filter(|c| p.is_none_or(|p| c.0 == p) && states.contains(&c.1))
                     .map(|c| c.2)
                     .sum()
             };
@@ -686,20 +686,20 @@ impl Database {
                         }
                     });
                     let share = limits.share(&name);
-                    let waiting = count(Some(&name), &["waiting", "granted"]);
+                    let waiting = count(Some(&name), &[CallState::Waiting, CallState::Granted]);
                     (name, share, waiting, started)
                 })
                 .collect();
             out.push(RateLimitRecord {
                 executor: executor.clone(),
                 remaining_requests,
-                reserved_requests: count(None, &["running"]),
+                reserved_requests: count(None, &[CallState::Running]),
                 paused_until: state
                     .as_ref()
                     .and_then(|s| s.paused_until)
                     .filter(|p| *p > now)
                     .and_then(ms_time),
-                waiting: count(None, &["waiting", "granted"]),
+                waiting: count(None, &[CallState::Waiting, CallState::Granted]),
                 limits,
                 learned,
                 projects,
@@ -710,7 +710,7 @@ impl Database {
 }
 
 /// `(executor, id, project_id, job_id, waiting_since, state)` of a waiting call.
-type WaitingRow = (String, String, String, String, i64, String);
+type WaitingRow = (String, String, String, String, i64, CallState);
 
 fn waiting_record((executor, id, project_id, job_id, since, state): WaitingRow) -> WaitingCall {
     let assignment_id = id.split_once(':').map_or(id.clone(), |(_, a)| a.to_owned());
@@ -720,6 +720,6 @@ fn waiting_record((executor, id, project_id, job_id, since, state): WaitingRow) 
         assignment_id,
         project_id,
         waiting_since: ms_time(since),
-        granted: state == "granted",
+        granted: state == CallState::Granted,
     }
 }

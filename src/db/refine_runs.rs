@@ -17,7 +17,7 @@ use super::task_lists::now;
 use super::{Database, DbError, DbResult, status_list};
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{PhaseOutcome, StoredRun, merge_run};
-use crate::domain::usage::Budget;
+use crate::domain::usage::{Budget, BudgetAction};
 
 pub struct NewRefineRun<'a> {
     pub id: Uuid,
@@ -56,7 +56,7 @@ impl Database {
             .bind(at)
             .bind(new.budget.max_cost_usd)
             .bind(new.budget.max_output_tokens)
-            .bind(new.budget.budget_action.as_str())
+            .bind(new.budget.budget_action)
             .execute(&mut *tx)
             .await?
             .rows_affected()
@@ -102,7 +102,7 @@ impl Database {
             Option<Json<Value>>,
             Option<f64>,
             Option<i64>,
-            String,
+            BudgetAction,
         );
         let row: Option<Row> = on_pool!(self, pool => {
             sqlx::query_as(
@@ -156,7 +156,7 @@ impl Database {
             result: result.map(|r| r.0),
             version,
             usage,
-            budget: budget_of(max_cost_usd, max_output_tokens, &budget_action),
+            budget: budget_of(max_cost_usd, max_output_tokens, budget_action),
         }))
     }
 

@@ -7,6 +7,7 @@ use sqlx::QueryBuilder;
 use uuid::Uuid;
 
 use super::{Database, DbResult};
+use crate::domain::refine::ExecutorKind;
 use crate::domain::usage::{UsageGroup, UsageTotals};
 
 /// The sums of a totals row, in the order of [`TOTALS`].
@@ -95,7 +96,7 @@ impl Database {
     ) -> DbResult<(UsageTotals, Vec<UsageGroup>)> {
         type GroupRow = (
             String,
-            String,
+            ExecutorKind,
             Option<String>,
             i64,
             i64,

@@ -459,6 +459,28 @@ pub fn learn_from_headers(get: impl Fn(&str) -> Option<String>, now: DateTime<Ut
     }
 }
 
+/// Where a call stands in its executor's queue (`rate_limit_calls.state`, never
+/// on the wire: the dashboard shows `granted` as a flag). The column has no CHECK;
+/// `db/rate_limits.rs` alone writes it, only these words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallState {
+    /// Registered, waiting for room.
+    Waiting,
+    /// Another replica's admission granted its start: it starts at its next ask.
+    Granted,
+    /// Started: it holds concurrency until it is settled.
+    Running,
+    /// Settled: what it reserved and did not use waits for the next admission.
+    Done,
+}
+
+crate::domain::wire_strings!(CallState, "rate-limited call state", column {
+    Waiting => "waiting",
+    Granted => "granted",
+    Running => "running",
+    Done => "done",
+});
+
 /// A call waiting for room, as the dashboard lists it.
 #[derive(Debug, Clone)]
 pub struct WaitingCall {

@@ -12,6 +12,8 @@ use chrono::{DateTime, Duration, NaiveTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::refine::ExecutorKind;
+
 /// Where a call's numbers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
 #[serde(rename_all = "snake_case")]
@@ -25,7 +27,7 @@ pub enum UsageSource {
     Unknown,
 }
 
-crate::domain::wire_strings!(UsageSource, parse {
+crate::domain::wire_strings!(UsageSource, "usage source", column {
     Reported => "reported",
     Priced => "priced",
     Unknown => "unknown",
@@ -177,7 +179,7 @@ pub struct UsageGroup {
     /// The executor profile name.
     pub executor: String,
     /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
-    pub executor_kind: String,
+    pub executor_kind: ExecutorKind,
     /// The model as the calls reported it (null when none did).
     pub model: Option<String>,
     pub usage: UsageTotals,
@@ -282,7 +284,7 @@ pub enum BudgetAction {
     Kill,
 }
 
-crate::domain::wire_strings!(BudgetAction, parse {
+crate::domain::wire_strings!(BudgetAction, "budget action", column {
     Finish => "finish",
     Kill => "kill",
 });

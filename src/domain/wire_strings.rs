@@ -168,6 +168,7 @@ mod tests {
     use crate::domain::gating::Code;
     use crate::domain::job::JobStatus;
     use crate::domain::loop_plan::{ExecutionMode, PlanCode, TaskType};
+    use crate::domain::refine::{ExecutorKind, JobKind};
     use crate::domain::track_state::{
         CheckpointStatus, Step, StepOutcome, TrackEventAction, TrackStatus,
     };
@@ -195,6 +196,8 @@ mod tests {
             Next,
             Code,
             JobStatus,
+            JobKind,
+            ExecutorKind,
             TaskType,
             ExecutionMode,
             PlanCode,

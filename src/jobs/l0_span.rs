@@ -14,7 +14,7 @@ pub fn l0_span(executor: &Executor, assignment_id: &str, attempt: i32) -> tracin
     if !telemetry::traces_on() {
         return tracing::Span::none();
     }
-    let kind = executor.kind();
+    let kind = executor.kind().as_str();
     let span = tracing::info_span!(
         "l0",
         assignment_id,

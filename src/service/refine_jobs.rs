@@ -138,7 +138,7 @@ impl Service {
             project_id,
             team_pk,
             executor: executor.name().to_owned(),
-            executor_kind: executor.kind().to_owned(),
+            executor_kind: executor.kind(),
             request,
             idempotency_key: None,
             request_hash: None,

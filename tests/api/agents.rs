@@ -137,7 +137,7 @@ async fn assert_dies(grandchild: u32) {
 async fn command_valid_answer_is_stdout_and_validates() {
     init();
     let e = executor(&command(&["valid"]));
-    assert_eq!(e.kind(), "command");
+    assert_eq!(e.kind(), ExecutorKind::Command);
     assert_eq!(e.timeout(), Some(Duration::from_secs(600)));
     let run = run_l0(&e, &request("P1-A2", "the prompt")).await;
     assert_eq!(run.exit_code, Some(0));
@@ -762,9 +762,9 @@ async fn api_valid_answers() {
         assert_eq!(
             e.kind(),
             if api == Api::Openai {
-                "openai"
+                ExecutorKind::Openai
             } else {
-                "anthropic"
+                ExecutorKind::Anthropic
             }
         );
         let run = run_l0(&e, &request("P1-A1", PROMPT)).await;
@@ -1095,7 +1095,7 @@ async fn builtin_still_answers() {
     let e = Executor::builtin();
     assert_eq!(
         (e.kind(), e.name(), e.timeout()),
-        ("builtin", "builtin", None)
+        (ExecutorKind::Builtin, "builtin", None)
     );
     let run = run_l0(&e, &request("P1-A1", "")).await;
     assert!(matches!(
@@ -1103,5 +1103,5 @@ async fn builtin_still_answers() {
         Classified::Valid(_)
     ));
     let e = executor(&profile(ExecutorKind::Builtin));
-    assert_eq!(e.kind(), "builtin");
+    assert_eq!(e.kind(), ExecutorKind::Builtin);
 }

@@ -904,7 +904,7 @@ async fn a_failing_job_in_a_group_fails_alone(backend: Backend) {
         project_id: None,
         team_pk: None,
         executor: "builtin".into(),
-        executor_kind: "builtin".into(),
+        executor_kind: ExecutorKind::Builtin,
         request: json!({}),
         idempotency_key: key.map(str::to_owned),
         request_hash: None,

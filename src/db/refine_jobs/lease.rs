@@ -14,7 +14,7 @@ use crate::domain::job::{
     JobStatus, LEASE_EXPIRED, LeaseExpiry, after_hand_back, after_lease_expired,
 };
 use crate::domain::refine::L0Status;
-use crate::domain::usage::Budget;
+use crate::domain::usage::{Budget, BudgetAction};
 
 /// Moves a job's `running` L0 rows back to `pending` (they will run again: their
 /// outcome was never stored), or to `failed` when the job ended.
@@ -139,7 +139,7 @@ struct ClaimRow {
     project_id: Option<String>,
     max_cost_usd: Option<f64>,
     max_output_tokens: Option<i64>,
-    budget_action: String,
+    budget_action: BudgetAction,
     trace_parent: Option<String>,
 }
 
@@ -286,7 +286,7 @@ impl Database {
             progress,
             cancel_requested: row.cancel_requested,
             project_id: row.project_id,
-            budget: budget_of(row.max_cost_usd, row.max_output_tokens, &row.budget_action),
+            budget: budget_of(row.max_cost_usd, row.max_output_tokens, row.budget_action),
             trace_parent: row.trace_parent,
         })
     }

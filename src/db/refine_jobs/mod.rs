@@ -122,7 +122,9 @@ use uuid::Uuid;
 
 use super::DbResult;
 use crate::domain::job::JobStatus;
-use crate::domain::refine::{JobError, JobProgress, L0ErrorCode, L0Status, StoredJob, StoredL0};
+use crate::domain::refine::{
+    ExecutorKind, JobError, JobKind, JobProgress, L0ErrorCode, L0Status, StoredJob, StoredL0,
+};
 use crate::domain::usage::{Budget, BudgetAction, L0Usage, UsageSource, UsageTotals};
 
 pub use budget::{BudgetScopes, BudgetState, Gated};
@@ -142,7 +144,7 @@ pub struct NewRefineJob {
     pub project_id: Option<String>,
     pub team_pk: Option<String>,
     pub executor: String,
-    pub executor_kind: String,
+    pub executor_kind: ExecutorKind,
     /// What the worker needs: context, refined plan, task file, output dir.
     pub request: Value,
     pub idempotency_key: Option<String>,
@@ -171,12 +173,12 @@ pub enum Created<T> {
 pub(crate) fn budget_of(
     max_cost_usd: Option<f64>,
     max_output_tokens: Option<i64>,
-    action: &str,
+    budget_action: BudgetAction,
 ) -> Option<Budget> {
     let budget = Budget {
         max_cost_usd,
         max_output_tokens,
-        budget_action: BudgetAction::parse(action).unwrap_or_default(),
+        budget_action,
     };
     budget.is_limited().then_some(budget)
 }
@@ -184,14 +186,14 @@ pub(crate) fn budget_of(
 #[derive(FromRow)]
 struct RawJobRow {
     id: Uuid,
-    kind: String,
+    kind: JobKind,
     status: JobStatus,
     phase_id: String,
     run_id: Option<Uuid>,
     project_id: Option<String>,
     team_pk: Option<String>,
     executor: String,
-    executor_kind: String,
+    executor_kind: ExecutorKind,
     created_at: DateTime<Utc>,
     started_at: Option<DateTime<Utc>>,
     cancel_requested_at: Option<DateTime<Utc>>,
@@ -208,7 +210,8 @@ struct RawJobRow {
     version: i64,
     max_cost_usd: Option<f64>,
     max_output_tokens: Option<i64>,
-    budget_action: String,
+    // Decodes strictly: the column's CHECK (migration 0004) holds its words.
+    budget_action: BudgetAction,
     retry_of: Option<Uuid>,
     retried_by: Option<Uuid>,
 }
@@ -253,7 +256,7 @@ impl RawJobRow {
             budget: budget_of(
                 self.max_cost_usd,
                 self.max_output_tokens,
-                &self.budget_action,
+                self.budget_action,
             ),
             retry_of: self.retry_of,
             retried_by: self.retried_by,
@@ -283,7 +286,8 @@ struct L0Row {
     cache_creation_input_tokens: Option<i64>,
     cost_usd: Option<f64>,
     usage_model: Option<String>,
-    usage_source: Option<String>,
+    // Decodes strictly: the column's CHECK (migration 0004) holds its words.
+    usage_source: Option<UsageSource>,
     prompt_bytes: Option<i64>,
 }
 
@@ -296,7 +300,7 @@ impl From<L0Row> for StoredL0 {
             cache_creation_input_tokens: r.cache_creation_input_tokens,
             cost_usd: r.cost_usd,
             model: r.usage_model,
-            source: UsageSource::parse(&source).unwrap_or_default(),
+            source,
         });
         StoredL0 {
             assignment_id: r.assignment_id,

@@ -73,7 +73,7 @@ macro_rules! store_pending {
                     .push_bind(l0.usage.cache_creation_input_tokens)
                     .push_bind(l0.usage.cost_usd)
                     .push_bind(l0.usage.model.as_deref())
-                    .push_bind(l0.usage.source.as_str())
+                    .push_bind(l0.usage.source)
                     .push_bind(l0.prompt_bytes)
                     .push_bind(ended.start.map(|(at, _)| at))
                     .push_bind(ended.start.map(|(_, attempt)| attempt))

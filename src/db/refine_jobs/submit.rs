@@ -10,6 +10,7 @@ use super::{Created, JobProgress, NewRefineJob, StoredJob, budget_of};
 use crate::db::task_lists::now;
 use crate::db::{Database, DbError, DbResult};
 use crate::domain::job::JobStatus;
+use crate::domain::refine::JobKind;
 use crate::domain::usage::UsageTotals;
 
 /// Inserts jobs, their L0 rows and their `queued` events inside `$tx`, a few
@@ -38,7 +39,7 @@ macro_rules! insert_jobs {
                     .push_bind(new.project_id.as_deref())
                     .push_bind(new.team_pk.as_deref())
                     .push_bind(new.executor.as_str())
-                    .push_bind(new.executor_kind.as_str())
+                    .push_bind(new.executor_kind)
                     .push_bind(sqlx::types::Json(&new.request))
                     .push_bind(new.idempotency_key.as_deref())
                     .push_bind(new.request_hash.as_deref())
@@ -50,7 +51,7 @@ macro_rules! insert_jobs {
                     .push_bind(at)
                     .push_bind(new.budget.max_cost_usd)
                     .push_bind(new.budget.max_output_tokens)
-                    .push_bind(new.budget.budget_action.as_str())
+                    .push_bind(new.budget.budget_action)
                     .push_bind(new.retry_of)
                     .push_bind(new.trace_parent.as_deref());
             });
@@ -301,14 +302,14 @@ pub async fn store_group(
 fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> StoredJob {
     StoredJob {
         id: new.id,
-        kind: "refine".to_owned(),
+        kind: JobKind::Refine,
         status: JobStatus::Queued,
         phase_id: new.phase_id.clone(),
         run_id: new.run_id,
         project_id: new.project_id.clone(),
         team_pk: new.team_pk.clone(),
         executor: new.executor.clone(),
-        executor_kind: new.executor_kind.clone(),
+        executor_kind: new.executor_kind,
         created_at: at,
         started_at: None,
         cancel_requested_at: None,
@@ -329,7 +330,7 @@ fn as_inserted(new: &NewRefineJob, at: DateTime<Utc>) -> StoredJob {
         budget: budget_of(
             new.budget.max_cost_usd,
             new.budget.max_output_tokens,
-            new.budget.budget_action.as_str(),
+            new.budget.budget_action,
         ),
         retry_of: new.retry_of,
         retried_by: None,

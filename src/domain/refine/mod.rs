@@ -35,6 +35,6 @@ pub use phase::{
     RefineOutput, batches, classify, dependency_line, refine_phase, refine_phase_stopped,
     result_value,
 };
-pub use record::{JobError, JobProgress, StoredJob, StoredL0, StoredRun};
+pub use record::{ExecutorKind, JobError, JobKind, JobProgress, StoredJob, StoredL0, StoredRun};
 pub use run::{FileConflict, MergeOutput, SplitPlan, merge_phase_results, split_plan};
 pub use run_result::{PhaseOutcome, RunRequest, merge_run};

@@ -3,7 +3,7 @@
 //! can change without changing these) and the API serializes as they are.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -31,12 +31,44 @@ pub struct JobError {
     pub message: String,
 }
 
+/// What a job does; `refine` is the only kind.
+// Never written: every row holds the column's default, so rows decode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// Refine a phase's L0 assignments (docs/spec/jobs.md).
+    #[default]
+    Refine,
+}
+
+crate::domain::wire_strings!(JobKind, "job kind", column {
+    Refine => "refine",
+});
+
+/// An executor profile's kind (docs/spec/operations.md).
+// Rows hold only `Executor::kind`'s words (no CHECK), so they decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutorKind {
+    Command,
+    Openai,
+    Anthropic,
+    Builtin,
+}
+
+crate::domain::wire_strings!(ExecutorKind, "executor kind", column {
+    Command => "command",
+    Openai => "openai",
+    Anthropic => "anthropic",
+    Builtin => "builtin",
+});
+
 /// A refine job as the API shows it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct StoredJob {
     pub id: Uuid,
     /// Always `refine`.
-    pub kind: String,
+    pub kind: JobKind,
     pub status: JobStatus,
     pub phase_id: String,
     pub run_id: Option<Uuid>,
@@ -45,7 +77,7 @@ pub struct StoredJob {
     /// The executor profile name the job runs with.
     pub executor: String,
     /// Its kind: `command`, `openai`, `anthropic` or `builtin`.
-    pub executor_kind: String,
+    pub executor_kind: ExecutorKind,
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub cancel_requested_at: Option<DateTime<Utc>>,

@@ -33,7 +33,7 @@ use crate::db::refine_jobs::{
 };
 use crate::db::{Database, DbError};
 use crate::domain::job::JobStatus;
-use crate::domain::refine::{JobProgress, RefineOutput};
+use crate::domain::refine::{ExecutorKind, JobProgress, RefineOutput};
 use crate::domain::usage::MetricModels;
 use crate::telemetry;
 
@@ -305,7 +305,7 @@ fn prepare(
     // The builtin reviewer reads the packets, never the task file.
     let task_dir = executor
         .as_ref()
-        .is_none_or(|e| e.kind() != "builtin")
+        .is_none_or(|e| e.kind() != ExecutorKind::Builtin)
         .then_some(&pool.task_dir);
     let (refine_job, files) = JobRequest::parse(&job.request)
         .and_then(|r| r.into_job(job.lease.job_id, task_dir))

@@ -19,7 +19,7 @@ use crate::db::refine_jobs::{
 use crate::db::{Database, DbError};
 use crate::domain::rate_limit::{Cost, Limits, ProviderSignal, estimated_cost};
 use crate::domain::refine::JobProgress;
-use crate::domain::refine::{Classified, L0Outcome};
+use crate::domain::refine::{Classified, ExecutorKind, L0Outcome};
 use crate::domain::usage::{
     Budget, BudgetQuestion, BudgetVerdict, MetricModels, ScopeLimit, decide, utc_day_start,
 };
@@ -141,34 +141,34 @@ impl Drop for DbSink {
 impl DbSink {
     pub(super) fn new(pool: &Arc<Pool>, job: &ClaimedJob, exec: &Executor) -> Self {
         let executor = exec.kind();
+        let builtin = executor == ExecutorKind::Builtin;
         let configured = pool.settings.rate_limits.get(&job.executor).cloned();
-        let rate = (executor != "builtin" && (configured.is_some() || exec.speaks_rate_headers()))
-            .then(|| {
-                let configured = configured.unwrap_or_default();
-                let ttl = exec.timeout().unwrap_or_default() + pool.settings.lease;
-                RateConf {
-                    executor: job.executor.clone(),
-                    project: job.project_id.clone().unwrap_or_default(),
-                    max_output_tokens: exec.max_output_tokens(),
-                    running_ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
-                    feedback: exec.speaks_rate_headers().then(|| {
-                        Arc::new(DbRateFeedback {
-                            db: pool.db.clone(),
-                            executor: job.executor.clone(),
-                            configured: configured.clone(),
-                            last: std::sync::Mutex::new((None, None)),
-                        }) as Arc<dyn RateFeedback>
-                    }),
-                    configured,
-                }
-            });
+        let rate = (!builtin && (configured.is_some() || exec.speaks_rate_headers())).then(|| {
+            let configured = configured.unwrap_or_default();
+            let ttl = exec.timeout().unwrap_or_default() + pool.settings.lease;
+            RateConf {
+                executor: job.executor.clone(),
+                project: job.project_id.clone().unwrap_or_default(),
+                max_output_tokens: exec.max_output_tokens(),
+                running_ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                feedback: exec.speaks_rate_headers().then(|| {
+                    Arc::new(DbRateFeedback {
+                        db: pool.db.clone(),
+                        executor: job.executor.clone(),
+                        configured: configured.clone(),
+                        last: std::sync::Mutex::new((None, None)),
+                    }) as Arc<dyn RateFeedback>
+                }),
+                configured,
+            }
+        });
         let daily_limit = job
             .project_id
             .as_deref()
             .and_then(|p| Some((p.to_owned(), pool.settings.budgets.daily_limit(p)?)));
         let limited = job.budget.is_some_and(|b| b.is_limited()) || daily_limit.is_some();
         DbSink {
-            gated: (limited || rate.is_some()) && executor != "builtin",
+            gated: (limited || rate.is_some()) && !builtin,
             rate,
             reserved: HashMap::new(),
             waiting: None,
@@ -181,8 +181,8 @@ impl DbSink {
             pool: pool.clone(),
             lease: job.lease,
             attempt: job.attempt,
-            executor,
-            write_behind: executor == "builtin",
+            executor: executor.as_str(),
+            write_behind: builtin,
             run_id: job.run_id,
             budget: job.budget,
             daily_limit,

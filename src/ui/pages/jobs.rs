@@ -9,7 +9,7 @@ use super::{
     Chrome, Section, heads, id_code, layout, live_badge, opt_time, status as status_badge, time,
 };
 use crate::domain::job::{JobState, JobStatus, L0State, RunSummary, degraded_note, retry_refusal};
-use crate::domain::refine::L0Status;
+use crate::domain::refine::{ExecutorKind, L0Status};
 use crate::service::dashboard::{
     BulkAction, BulkItem, BulkKind, JobList, JobQuery, JobView, Page, RunView, StoredJob, StoredL0,
 };
@@ -206,7 +206,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                     dt { "Phase" } dd { code { (job.phase_id) } }
                     dt { "Project" } dd { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
                     dt { "Cycle (team_pk)" } dd { bdi { (job.team_pk.as_deref().unwrap_or("—")) } }
-                    dt { "Executor" } dd { bdi { (job.executor) } " (" (job.executor_kind) ")" }
+                    dt { "Executor" } dd { bdi { (job.executor) } " (" (job.executor_kind.as_str()) ")" }
                     @if let Some(run) = job.run_id { dt { "Run" } dd { a href={ "/ui/runs/" (run) } { (id_code(run)) } } }
                     @if let Some(original) = job.retry_of { dt { "Retry of" } dd #retry-of { (job_link(original)) } }
                     @if let Some(retry) = job.retried_by { dt { "Retried by" } dd #retried-by { (job_link(retry)) } }
@@ -252,7 +252,7 @@ pub fn job_page(view: &JobView, chrome: Chrome) -> Markup {
                                     td.num { (duration(l0)) }
                                     td.num { (l0.exit_code.map(|c| c.to_string()).unwrap_or_default()) }
                                     td { (l0.error.as_deref().unwrap_or("")) }
-                                    (l0_cells(l0.usage.as_ref(), job.executor_kind == "builtin"))
+                                    (l0_cells(l0.usage.as_ref(), job.executor_kind == ExecutorKind::Builtin))
                                 }
                             }
                         }
