@@ -205,6 +205,12 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
+    if args.is_empty() {
+        // A plain `cargo bench` runs every bench target; this one needs a server
+        // (bench/claims.sh starts it), so it has nothing to do alone.
+        eprintln!("claims_load: driven by bench/claims.sh; nothing to run without arguments");
+        return;
+    }
     let [mode, base, list, agents, seconds] = args.as_slice() else {
         eprintln!("usage: claims_load claims|cascade BASE LIST AGENTS SECONDS");
         std::process::exit(2);
