@@ -205,9 +205,10 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    if args.is_empty() {
-        // A plain `cargo bench` runs every bench target; this one needs a server
-        // (bench/claims.sh starts it), so it has nothing to do alone.
+    if args.is_empty() || args[0].starts_with("--") {
+        // A plain `cargo bench` runs every bench target, and a test runner lists
+        // them (`--list`); this one needs a server (bench/claims.sh starts it), so
+        // it has nothing to do or list alone.
         eprintln!("claims_load: driven by bench/claims.sh; nothing to run without arguments");
         return;
     }

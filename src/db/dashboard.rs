@@ -7,7 +7,9 @@ use sqlx::QueryBuilder;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{Database, DbResult};
+use super::{
+    Database, DbResult, push_allowed, push_bound_list, push_newest_first, status_counts_of,
+};
 use crate::domain::dispatch::TaskStatus;
 use crate::domain::job::{JobState, JobStatus, JobSummary, RunSummary};
 
@@ -134,28 +136,6 @@ fn like_escape(text: &str) -> String {
     out
 }
 
-/// `AND <column> IN (...)` for a project-limited reader; rows with no project are
-/// for unrestricted readers only.
-fn push_allowed<DB: sqlx::Database>(
-    q: &mut QueryBuilder<DB>,
-    column: &str,
-    allowed: Option<&[String]>,
-) where
-    for<'e> String: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
-{
-    let Some(allowed) = allowed else { return };
-    if allowed.is_empty() {
-        q.push(" AND FALSE");
-        return;
-    }
-    q.push(format!(" AND {column} IN ("));
-    let mut sep = q.separated(", ");
-    for p in allowed {
-        sep.push_bind(p.clone());
-    }
-    q.push(")");
-}
-
 impl Database {
     /// The newest `limit` task lists with per-status task counts.
     pub async fn task_list_counts(
@@ -169,22 +149,14 @@ impl Database {
                 "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE TRUE",
             );
             push_allowed(&mut q, "project_id", allowed);
-            q.push(" ORDER BY id DESC LIMIT ")
-                .push_bind(i64::from(limit));
+            push_newest_first(&mut q, None, limit);
             q.build_query_as().fetch_all(pool).await?
         });
         if lists.is_empty() {
             return Ok(Vec::new());
         }
         let counts: Vec<(Uuid, TaskStatus, i64)> = on_pool!(self, pool => {
-            let mut q = QueryBuilder::new(
-                "SELECT task_list_id, status, COUNT(*) FROM tasks WHERE task_list_id IN (",
-            );
-            let mut sep = q.separated(", ");
-            for l in &lists {
-                sep.push_bind(l.0);
-            }
-            q.push(") GROUP BY task_list_id, status");
+            let mut q = status_counts_of("tasks", "task_list_id", lists.iter().map(|l| l.0));
             q.build_query_as().fetch_all(pool).await?
         });
         Ok(lists
@@ -303,12 +275,8 @@ impl Database {
         let mut found: std::collections::HashMap<Uuid, String> = Default::default();
         for chunk in ids.chunks(NAMES_PER_READ) {
             let rows: Vec<(Uuid, String)> = on_pool!(self, pool => {
-                let mut q = QueryBuilder::new("SELECT id, task_id FROM tasks WHERE id IN (");
-                let mut sep = q.separated(", ");
-                for id in chunk {
-                    sep.push_bind(*id);
-                }
-                q.push(")");
+                let mut q = QueryBuilder::new("SELECT id, task_id FROM tasks WHERE id IN ");
+                push_bound_list(&mut q, chunk.iter().copied());
                 q.build_query_as().fetch_all(pool).await?
             });
             found.extend(rows);
@@ -335,11 +303,7 @@ impl Database {
                  FROM refine_jobs WHERE TRUE",
             ));
             push_job_filter!(q, filter, true);
-            if let Some(before) = before {
-                q.push(" AND id < ").push_bind(before);
-            }
-            q.push(" ORDER BY id DESC LIMIT ")
-                .push_bind(i64::from(limit));
+            push_newest_first(&mut q, before, limit);
             q.build_query_as().fetch_all(pool).await?
         }))
     }
@@ -409,11 +373,7 @@ impl Database {
                  FROM refine_runs WHERE TRUE",
             );
             push_allowed(&mut q, "project_id", allowed);
-            if let Some(before) = before {
-                q.push(" AND id < ").push_bind(before);
-            }
-            q.push(" ORDER BY id DESC LIMIT ")
-                .push_bind(i64::from(limit));
+            push_newest_first(&mut q, before, limit);
             q.build_query_as().fetch_all(pool).await?
         }))
     }

@@ -138,6 +138,79 @@ pub(crate) fn status_list(set: &[JobStatus]) -> String {
     format!("({})", names.join(", "))
 }
 
+/// Binds each value into `(v1, v2, …)`: the `IN` list of a statement whose length
+/// is known only at run time. The caller keeps the list under SQLite's bind limit.
+pub(crate) fn push_bound_list<'t, DB, T>(
+    q: &mut sqlx::QueryBuilder<DB>,
+    values: impl IntoIterator<Item = T>,
+) where
+    DB: sqlx::Database,
+    T: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    q.push("(");
+    let mut list = q.separated(", ");
+    for value in values {
+        list.push_bind(value);
+    }
+    q.push(")");
+}
+
+/// The statement that counts `table`'s rows by `(key, status)` for the given
+/// keys: one read for a page of lists' or jobs' status counts.
+pub(crate) fn status_counts_of<DB>(
+    table: &str,
+    key: &str,
+    keys: impl IntoIterator<Item = uuid::Uuid>,
+) -> sqlx::QueryBuilder<DB>
+where
+    DB: sqlx::Database,
+    for<'e> uuid::Uuid: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+{
+    let mut q = sqlx::QueryBuilder::new(format!(
+        "SELECT {key}, status, COUNT(*) FROM {table} WHERE {key} IN "
+    ));
+    push_bound_list(&mut q, keys);
+    q.push(format!(" GROUP BY {key}, status"));
+    q
+}
+
+/// Ends a newest-first read of a table keyed by time-ordered v7 ids: rows older
+/// than `before` (the last id of the previous page, if any), at most `limit`.
+pub(crate) fn push_newest_first<DB>(
+    q: &mut sqlx::QueryBuilder<DB>,
+    before: Option<uuid::Uuid>,
+    limit: u32,
+) where
+    DB: sqlx::Database,
+    for<'e> uuid::Uuid: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+    for<'e> i64: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+{
+    if let Some(before) = before {
+        q.push(" AND id < ").push_bind(before);
+    }
+    q.push(" ORDER BY id DESC LIMIT ")
+        .push_bind(i64::from(limit));
+}
+
+/// `AND <column> IN (...)` for a project-limited reader (`None`: every project;
+/// an empty list: none); rows with no project are for unrestricted readers only.
+pub(crate) fn push_allowed<DB>(
+    q: &mut sqlx::QueryBuilder<DB>,
+    column: &str,
+    allowed: Option<&[String]>,
+) where
+    DB: sqlx::Database,
+    for<'e> String: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+{
+    let Some(allowed) = allowed else { return };
+    if allowed.is_empty() {
+        q.push(" AND FALSE");
+        return;
+    }
+    q.push(format!(" AND {column} IN "));
+    push_bound_list(q, allowed.iter().cloned());
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DatabaseKind {
     Postgres,

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::QueryBuilder;
 use uuid::Uuid;
 
-use super::{Database, DbResult};
+use super::{Database, DbResult, push_bound_list};
 use crate::domain::refine::ExecutorKind;
 use crate::domain::usage::{UsageGroup, UsageTotals};
 
@@ -52,13 +52,10 @@ impl Database {
         let rows: Vec<JobSumsRow> = on_pool!(self, pool => {
             let mut q = QueryBuilder::new(format!(
                 "SELECT l.job_id, {TOTALS} FROM refine_l0_runs l \
-                     WHERE l.usage_source IS NOT NULL AND l.job_id IN ("
+                     WHERE l.usage_source IS NOT NULL AND l.job_id IN "
             ));
-            let mut sep = q.separated(", ");
-            for id in job_ids {
-                sep.push_bind(*id);
-            }
-            q.push(") GROUP BY l.job_id");
+            push_bound_list(&mut q, job_ids.iter().copied());
+            q.push(" GROUP BY l.job_id");
             q.build_query_as().fetch_all(pool).await?
         });
         Ok(job_ids

@@ -10,7 +10,7 @@ use sqlx::FromRow;
 use uuid::Uuid;
 
 use crate::db::task_lists::now;
-use crate::db::{Database, DbResult};
+use crate::db::{Database, DbResult, push_bound_list};
 use crate::domain::webhooks::{Delivery, DeliveryState};
 
 /// A stored webhook (secrets included: the service decides what to show).
@@ -292,12 +292,8 @@ impl Database {
                 .push_bind(token)
                 .push(", next_attempt_at = ")
                 .push_bind(at + chrono(lease))
-                .push(" WHERE id IN (");
-            let mut list = update.separated(", ");
-            for id in &ids {
-                list.push_bind(*id);
-            }
-            update.push(")");
+                .push(" WHERE id IN ");
+            push_bound_list(&mut update, ids.iter().copied());
             update.build().execute(&mut *tx).await?;
             let rows: Vec<ClaimedDelivery> = sqlx::query_as(
                 "SELECT d.id, d.event_id, d.type AS event_type, d.failures, e.body, \

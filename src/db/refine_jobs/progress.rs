@@ -38,12 +38,8 @@ macro_rules! store_pending {
                 .push_bind(batch.attempt)
                 .push(", starts = starts + 1 WHERE job_id = ")
                 .push_bind($job_id)
-                .push(" AND assignment_id IN (");
-            let mut sep = q.separated(", ");
-            for id in &batch.ids {
-                sep.push_bind(id.as_str());
-            }
-            q.push(")");
+                .push(" AND assignment_id IN ");
+            $crate::db::push_bound_list(&mut q, batch.ids.iter().map(String::as_str));
             q.build().execute(&mut *$tx).await?;
         }
         if !pending.ended.is_empty() {

@@ -10,7 +10,9 @@ use super::{
     JOB_COLUMNS, JobEvent, JobFilter, JobProgress, L0_COLUMNS, L0Row, RawJobRow, StoredJob,
     StoredL0, add_count,
 };
-use crate::db::{Database, DbResult, status_list};
+use crate::db::{
+    Database, DbResult, push_allowed, push_newest_first, status_counts_of, status_list,
+};
 use crate::domain::job::JobStatus;
 use crate::domain::refine::L0Status;
 use crate::domain::usage::UsageTotals;
@@ -65,37 +67,15 @@ impl Database {
             if let Some(t) = &filter.team_pk {
                 q.push(" AND team_pk = ").push_bind(t.clone());
             }
-            if let Some(allowed) = &filter.allowed_projects {
-                if allowed.is_empty() {
-                    q.push(" AND FALSE");
-                } else {
-                    q.push(" AND project_id IN (");
-                    let mut sep = q.separated(", ");
-                    for p in allowed {
-                        sep.push_bind(p.clone());
-                    }
-                    q.push(")");
-                }
-            }
-            if let Some(after) = after {
-                q.push(" AND id < ").push_bind(after);
-            }
-            q.push(" ORDER BY id DESC LIMIT ")
-                .push_bind(i64::from(limit));
+            push_allowed(&mut q, "project_id", filter.allowed_projects.as_deref());
+            push_newest_first(&mut q, after, limit);
             q.build_query_as().fetch_all(pool).await?
         });
         if rows.is_empty() {
             return Ok(Vec::new());
         }
         let counts: Vec<(Uuid, L0Status, i64)> = on_pool!(self, pool => {
-            let mut q = QueryBuilder::new(
-                "SELECT job_id, status, COUNT(*) FROM refine_l0_runs WHERE job_id IN (",
-            );
-            let mut sep = q.separated(", ");
-            for r in &rows {
-                sep.push_bind(r.id);
-            }
-            q.push(") GROUP BY job_id, status");
+            let mut q = status_counts_of("refine_l0_runs", "job_id", rows.iter().map(|r| r.id));
             q.build_query_as().fetch_all(pool).await?
         });
         let mut progress: HashMap<Uuid, JobProgress> = HashMap::new();

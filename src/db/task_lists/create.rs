@@ -21,6 +21,27 @@ use crate::domain::gating::Task;
 /// size of one message bounds it; chunks keep each array a few megabytes.
 const PG_ROWS_PER_INSERT: usize = 10_000;
 
+/// Inserts the key's row with `$column` set to `$value`, first in its write's
+/// transaction: true when this write took the key, false when another create or
+/// rejection holds it (its primary key decides between concurrent writers).
+macro_rules! take_key {
+    ($tx:expr, $key:expr, $column:literal, $value:expr, $at:expr) => {
+        sqlx::query(concat!(
+            "INSERT INTO task_list_keys (idempotency_key, request_hash, ",
+            $column,
+            ", created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING"
+        ))
+        .bind($key.key)
+        .bind($key.request_hash)
+        .bind($value)
+        .bind($at)
+        .execute(&mut *$tx)
+        .await?
+        .rows_affected()
+            == 1
+    };
+}
+
 impl Database {
     /// Store an accepted list all or nothing: the list, its tasks, their edges; and
     /// reset the retry count of `(project_id, team_pk)`. With a key, the key's row
@@ -61,23 +82,11 @@ impl Database {
         let team_scope = new.team_pk.unwrap_or("");
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            if let Some(key) = key {
-                let claimed = sqlx::query(
-                    "INSERT INTO task_list_keys (idempotency_key, request_hash, task_list_id, \
-                     created_at) VALUES ($1, $2, $3, $4) ON CONFLICT (idempotency_key) DO NOTHING",
-                )
-                .bind(key.key)
-                .bind(key.request_hash)
-                .bind(list_id)
-                .bind(created_at)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                    == 1;
-                if !claimed {
-                    tx.rollback().await?;
-                    return self.taken_key(key.key).await;
-                }
+            if let Some(key) = key
+                && !take_key!(tx, key, "task_list_id", list_id, created_at)
+            {
+                tx.rollback().await?;
+                return self.taken_key(key.key).await;
             }
             sqlx::query(
                 "INSERT INTO task_lists (id, project_id, team_pk, created_by, created_at) \
@@ -237,23 +246,12 @@ impl Database {
         let _turn = self.writer_turn().await;
         let count: i32 = on_pool!(self, pool => {
             let mut tx = pool.begin().await?;
-            if let Some(key) = key {
-                // 0 stands in until the count is known, a statement later.
-                let claimed = sqlx::query(
-                    "INSERT INTO task_list_keys (idempotency_key, request_hash, rejections, \
-                     created_at) VALUES ($1, $2, 0, $3) ON CONFLICT (idempotency_key) DO NOTHING",
-                )
-                .bind(key.key)
-                .bind(key.request_hash)
-                .bind(at)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                    == 1;
-                if !claimed {
-                    tx.rollback().await?;
-                    return self.taken_key(key.key).await;
-                }
+            // 0 rejections stand in until the count is known, a statement later.
+            if let Some(key) = key
+                && !take_key!(tx, key, "rejections", 0_i32, at)
+            {
+                tx.rollback().await?;
+                return self.taken_key(key.key).await;
             }
             let count: i32 = sqlx::query_scalar(
                 "INSERT INTO planner_attempts (project_id, team_scope, rejected_count, updated_at) \

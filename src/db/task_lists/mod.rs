@@ -23,10 +23,11 @@ pub use ready::{ReadyRead, ReadyTake};
 use std::collections::HashMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::FromRow;
 use sqlx::types::Json;
+use sqlx::{FromRow, QueryBuilder};
 use uuid::Uuid;
 
+use crate::db::push_bound_list;
 use crate::domain::dispatch::{
     AbandonCategory, DispatchTask, HeldByOther, IllegalTransition, StatusScope, StoredTask,
     TaskClaim, TaskStatus,
@@ -208,6 +209,24 @@ pub(crate) fn assemble(rows: Vec<TaskRow>, edges: Vec<EdgeRow>) -> Vec<StoredTas
         Some((edge.task_id, dep.clone()))
     });
     with_depends(rows, named)
+}
+
+/// The statement that names the dependencies of the tasks `ids`: `(task,
+/// dependency's planner id)` rows, each task's in its edge order. By primary key
+/// per edge, never a join a planner without statistics turns into a scan
+/// (docs/architecture.md).
+pub(crate) fn dependency_names_of<DB>(ids: impl IntoIterator<Item = Uuid>) -> QueryBuilder<DB>
+where
+    DB: sqlx::Database,
+    for<'e> Uuid: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+{
+    let mut q = QueryBuilder::new(
+        "SELECT d.task_id, (SELECT p.task_id FROM tasks p WHERE p.id = d.depends_on) \
+         FROM task_dependencies d WHERE d.task_id IN ",
+    );
+    push_bound_list(&mut q, ids);
+    q.push(" ORDER BY d.task_id, d.position");
+    q
 }
 
 /// `rows` as records, in their order, each with the names of its dependencies

@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use super::{EdgeRow, TASK_COLUMNS, TaskRow, assemble, with_depends};
+use super::{EdgeRow, TASK_COLUMNS, TaskRow, assemble, dependency_names_of, with_depends};
 
 /// One page of a list's tasks.
 pub struct TaskPage {
@@ -105,20 +105,11 @@ impl Database {
             rows.truncate(limit as usize);
             let last_position = rows.last().map(|r| r.position);
             // The page's edges, named by the dependency's planner id (a dependency
-            // may sit on another page): by primary key per edge, never a join a
-            // planner without statistics turns into a scan (docs/architecture.md).
+            // may sit on another page).
             let edges: Vec<(uuid::Uuid, String)> = if rows.is_empty() {
                 Vec::new()
             } else {
-                let mut q = sqlx::QueryBuilder::new(
-                    "SELECT d.task_id, (SELECT p.task_id FROM tasks p WHERE p.id = d.depends_on) \
-                     FROM task_dependencies d WHERE d.task_id IN (",
-                );
-                let mut sep = q.separated(", ");
-                for r in &rows {
-                    sep.push_bind(r.id);
-                }
-                q.push(") ORDER BY d.task_id, d.position");
+                let mut q = dependency_names_of(rows.iter().map(|r| r.id));
                 q.build_query_as().fetch_all(pool).await?
             };
             list.tasks = with_depends(rows, edges);

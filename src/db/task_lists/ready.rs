@@ -5,10 +5,11 @@
 //! tasks than the answer holds (docs/api.md, "Large ready sets").
 
 use chrono::{DateTime, Utc};
-use sqlx::QueryBuilder;
 use uuid::Uuid;
 
-use super::{EDGE_ROWS_PER_INSERT, StoredTask, TASK_COLUMNS, TaskRow, with_depends};
+use super::{
+    EDGE_ROWS_PER_INSERT, StoredTask, TASK_COLUMNS, TaskRow, dependency_names_of, with_depends,
+};
 use crate::db::{Database, DbResult};
 use crate::domain::dispatch::{ReadyMode, Remaining};
 
@@ -107,15 +108,7 @@ impl Database {
             // The offered tasks' dependencies, named by a primary-key lookup each.
             let mut edges: Vec<(Uuid, String)> = Vec::new();
             for chunk in rows.chunks(EDGE_ROWS_PER_INSERT) {
-                let mut read = QueryBuilder::new(
-                    "SELECT d.task_id, (SELECT p.task_id FROM tasks p WHERE p.id = d.depends_on) \
-                     FROM task_dependencies d WHERE d.task_id IN (",
-                );
-                let mut ids = read.separated(", ");
-                for row in chunk {
-                    ids.push_bind(row.id);
-                }
-                read.push(") ORDER BY d.task_id, d.position");
+                let mut read = dependency_names_of(chunk.iter().map(|row| row.id));
                 edges.extend(read.build_query_as::<(Uuid, String)>().fetch_all(pool).await?);
             }
             let tasks = with_depends(rows, edges);

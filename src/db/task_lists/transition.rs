@@ -12,7 +12,7 @@ use super::{
 };
 use crate::db::readiness::{LapsedRow, Move};
 use crate::db::task_claims::TaskEvent;
-use crate::db::{Database, DbError, DbResult, retrying};
+use crate::db::{Database, DbError, DbResult, push_bound_list, retrying};
 use crate::domain::dispatch::{
     self, AbandonCategory, HolderCheck, TaskEventKind, TaskStatus, Transition,
 };
@@ -282,13 +282,9 @@ impl Database {
                     let mut next = Vec::new();
                     for chunk in frontier.chunks(EDGE_ROWS_PER_INSERT) {
                         let mut read = QueryBuilder::new(
-                            "SELECT task_id FROM task_dependencies WHERE depends_on IN (",
+                            "SELECT task_id FROM task_dependencies WHERE depends_on IN ",
                         );
-                        let mut ids = read.separated(", ");
-                        for parent in chunk {
-                            ids.push_bind(*parent);
-                        }
-                        read.push(")");
+                        push_bound_list(&mut read, chunk.iter().copied());
                         let children: Vec<Uuid> =
                             read.build_query_scalar().fetch_all(&mut *tx).await?;
                         next.extend(children.into_iter().filter(|c| seen.insert(*c)));
@@ -303,13 +299,10 @@ impl Database {
                     let mut read = QueryBuilder::new(
                         "SELECT id, parallel_group, position, status FROM tasks \
                          WHERE status IN ('pending', 'running') \
-                         AND id IN (",
+                         AND id IN ",
                     );
-                    let mut ids = read.separated(", ");
-                    for d in chunk {
-                        ids.push_bind(*d);
-                    }
-                    read.push(") ORDER BY id");
+                    push_bound_list(&mut read, chunk.iter().copied());
+                    read.push(" ORDER BY id");
                     read.push(lock);
                     descendants.extend(read.build_query_as::<Descendant>().fetch_all(&mut *tx).await?);
                 }
@@ -337,12 +330,8 @@ impl Database {
                         .push(", lease_expires_at = NULL")
                         .push(", updated_at = ")
                         .push_bind(at)
-                        .push(" WHERE id IN (");
-                    let mut ids = update.separated(", ");
-                    for dependent in chunk {
-                        ids.push_bind(*dependent);
-                    }
-                    update.push(")");
+                        .push(" WHERE id IN ");
+                    push_bound_list(&mut update, chunk.iter().copied());
                     update.build().execute(&mut *tx).await?;
                 }
             }
