@@ -81,6 +81,17 @@ fn failure(run: &L0Run) -> &str {
     }
 }
 
+/// What the validator makes of `run`'s outcome for the assignment `id`.
+fn verdict(id: &str, run: &L0Run) -> &'static str {
+    match classify(id, &run.outcome) {
+        Classified::Valid(_) => "valid",
+        Classified::Invalid(_) => "invalid",
+        Classified::Mismatch { .. } => "mismatch",
+        Classified::Failed(_) => "failed",
+        Classified::NotStarted(_) => "not started",
+    }
+}
+
 /// Whether `pid` is gone (or a zombie waiting for init): polls up to 3 s.
 async fn process_dies(pid: u32) -> bool {
     for _ in 0..60 {
@@ -233,10 +244,7 @@ async fn command_program_name_is_found_in_the_server_path() {
     let mut p = profile(ExecutorKind::Command);
     p.argv = vec!["sh".into(), l0_script(), "valid".into()];
     let run = run_l0(&executor(&p), &request("P1-A1", "")).await;
-    assert!(matches!(
-        classify("P1-A1", &run.outcome),
-        Classified::Valid(_)
-    ));
+    assert_eq!(verdict("P1-A1", &run), "valid");
 }
 
 #[tokio::test]
@@ -279,11 +287,13 @@ async fn command_silent_non_zero_exit_fails_with_a_stderr_tail() {
     assert!(reason.starts_with("exit status 3, no output"), "{reason}");
     assert!(reason.contains("simulated failure for P1-A4"), "{reason}");
     assert_eq!(run.exit_code, Some(3));
-    assert!(run.stderr.unwrap().contains("simulated failure for P1-A4"));
-    assert!(matches!(
-        classify("P1-A4", &run.outcome),
-        Classified::Failed(_)
-    ));
+    assert!(
+        run.stderr
+            .as_deref()
+            .unwrap()
+            .contains("simulated failure for P1-A4")
+    );
+    assert_eq!(verdict("P1-A4", &run), "failed");
 }
 
 #[tokio::test]
@@ -295,18 +305,12 @@ async fn command_non_zero_exit_with_output_is_an_answer() {
     )
     .await;
     assert_eq!(run.exit_code, Some(5));
-    assert!(matches!(
-        classify("P1-A1", &run.outcome),
-        Classified::Valid(_)
-    ));
+    assert_eq!(verdict("P1-A1", &run), "valid");
 
     // Exit 0 with nothing: an (empty) answer, which the validator rejects.
     let run = run_l0(&executor(&command(&["echo"])), &request("P1-A1", "")).await;
     assert_eq!(answer(&run), "");
-    assert!(matches!(
-        classify("P1-A1", &run.outcome),
-        Classified::Invalid(_)
-    ));
+    assert_eq!(verdict("P1-A1", &run), "invalid");
 }
 
 #[tokio::test]
@@ -331,10 +335,7 @@ async fn command_wrong_broken_and_garbage_answers_reach_the_validator() {
     for mode in ["broken", "garbage"] {
         let r = run_l0(&executor(&command(&[mode])), &request("P1-A1", "")).await;
         assert_eq!(r.exit_code, Some(0));
-        assert!(
-            matches!(classify("P1-A1", &r.outcome), Classified::Invalid(_)),
-            "{mode}: {r:?}"
-        );
+        assert_eq!(verdict("P1-A1", &r), "invalid", "{mode}: {r:?}");
     }
 }
 
@@ -387,10 +388,7 @@ async fn command_stdout_flood_is_capped_and_stopped() {
             .contains("stdout truncated at 65536 bytes"),
         "{run:?}"
     );
-    assert!(matches!(
-        classify("P1-A1", &run.outcome),
-        Classified::Invalid(_)
-    ));
+    assert_eq!(verdict("P1-A1", &run), "invalid");
 
     // The default cap is 1 MiB.
     let run = run_l0(&executor(&command(&["flood"])), &request("P1-A1", "x")).await;
@@ -405,10 +403,7 @@ async fn command_stderr_keeps_its_last_64_kib() {
         &request("P1-A1", "x"),
     )
     .await;
-    assert!(matches!(
-        classify("P1-A1", &run.outcome),
-        Classified::Valid(_)
-    ));
+    assert_eq!(verdict("P1-A1", &run), "valid");
     let stderr = run.stderr.unwrap();
     assert!(stderr.len() <= 64 * 1024 + 100, "{}", stderr.len());
     assert!(stderr.starts_with("[first "), "{}", &stderr[..50]);
@@ -778,10 +773,7 @@ async fn api_valid_answers() {
             (run.tries, run.exit_code, run.stderr.as_deref()),
             (1, None, None)
         );
-        assert!(matches!(
-            classify("P1-A1", &run.outcome),
-            Classified::Valid(_)
-        ));
+        assert_eq!(verdict("P1-A1", &run), "valid");
     }
 }
 
@@ -1098,10 +1090,7 @@ async fn builtin_still_answers() {
         (ExecutorKind::Builtin, "builtin", None)
     );
     let run = run_l0(&e, &request("P1-A1", "")).await;
-    assert!(matches!(
-        classify("P1-A1", &run.outcome),
-        Classified::Valid(_)
-    ));
+    assert_eq!(verdict("P1-A1", &run), "valid");
     let e = executor(&profile(ExecutorKind::Builtin));
     assert_eq!(e.kind(), ExecutorKind::Builtin);
 }

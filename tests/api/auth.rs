@@ -4,7 +4,7 @@
 
 use crate::common::{Backend, TestApp, expect_problem};
 use plangate::config::ApiToken;
-use reqwest::{Method, RequestBuilder};
+use reqwest::Method;
 use serde_json::{Value, json};
 
 const ADMIN: &str = "admin-token-aaaaaaaaaaaa";
@@ -18,24 +18,6 @@ async fn spawn(backend: Backend) -> TestApp {
         ];
     })
     .await
-}
-
-fn call(app: &TestApp, token: &str, method: Method, path: &str) -> RequestBuilder {
-    app.client.request(method, app.url(path)).bearer_auth(token)
-}
-
-async fn send(
-    app: &TestApp,
-    token: &str,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> reqwest::Response {
-    let mut request = call(app, token, method, path);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    request.send().await.expect("request")
 }
 
 fn two_tasks() -> Value {
@@ -52,7 +34,8 @@ fn cyclic() -> Value {
 async fn create(app: &TestApp, token: &str, project: &str, tasks: Value) -> reqwest::Response {
     let body =
         json!({"project_id": project, "team_pk": "cycle-1", "created_by": "pm", "tasks": tasks});
-    send(app, token, Method::POST, "/v1/task-lists", Some(body)).await
+    app.send_as(token, Method::POST, "/v1/task-lists", Some(&body))
+        .await
 }
 
 async fn forbidden(response: reqwest::Response) {
@@ -82,34 +65,18 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
 
     // The list's project for GET, /ready and /graph.
     for suffix in ["", "/ready", "/graph"] {
-        let mine = send(
-            &app,
-            LIMITED,
-            Method::GET,
-            &format!("/v1/task-lists/{own_id}{suffix}"),
-            None,
-        )
-        .await;
+        let mine = app
+            .get_as(LIMITED, &format!("/v1/task-lists/{own_id}{suffix}"))
+            .await;
         assert_eq!(mine.status(), 200, "{suffix}");
         forbidden(
-            send(
-                &app,
-                LIMITED,
-                Method::GET,
-                &format!("/v1/task-lists/{other_id}{suffix}"),
-                None,
-            )
-            .await,
+            app.get_as(LIMITED, &format!("/v1/task-lists/{other_id}{suffix}"))
+                .await,
         )
         .await;
-        let admin = send(
-            &app,
-            ADMIN,
-            Method::GET,
-            &format!("/v1/task-lists/{other_id}{suffix}"),
-            None,
-        )
-        .await;
+        let admin = app
+            .get_as(ADMIN, &format!("/v1/task-lists/{other_id}{suffix}"))
+            .await;
         assert_eq!(admin.status(), 200, "{suffix}");
     }
 
@@ -117,27 +84,21 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
     let other_task = other["tasks"][0]["id"].as_str().unwrap();
     let fail = json!({"status": "failed"});
     forbidden(
-        send(
-            &app,
+        app.send_as(
             LIMITED,
             Method::PATCH,
             &format!("/v1/tasks/{other_task}"),
-            Some(fail.clone()),
+            Some(&fail),
         )
         .await,
     )
     .await;
-    let after: Value = send(
-        &app,
-        ADMIN,
-        Method::GET,
-        &format!("/v1/task-lists/{other_id}"),
-        None,
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
+    let after: Value = app
+        .get_as(ADMIN, &format!("/v1/task-lists/{other_id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
     for task in after["tasks"].as_array().unwrap() {
         assert_eq!(
             task["status"], "pending",
@@ -145,52 +106,45 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
         );
     }
     let own_task = own["tasks"][0]["id"].as_str().unwrap();
-    let running = send(
-        &app,
-        LIMITED,
-        Method::PATCH,
-        &format!("/v1/tasks/{own_task}"),
-        Some(json!({"status": "running"})),
-    )
-    .await;
+    let running = app
+        .send_as(
+            LIMITED,
+            Method::PATCH,
+            &format!("/v1/tasks/{own_task}"),
+            Some(&json!({"status": "running"})),
+        )
+        .await;
     assert_eq!(running.status(), 200);
-    let missing = send(
-        &app,
-        LIMITED,
-        Method::PATCH,
-        "/v1/tasks/0190a4b2-0000-7000-8000-000000000000",
-        Some(fail),
-    )
-    .await;
+    let missing = app
+        .send_as(
+            LIMITED,
+            Method::PATCH,
+            "/v1/tasks/0190a4b2-0000-7000-8000-000000000000",
+            Some(&fail),
+        )
+        .await;
     expect_problem(missing, 404, "not_found").await;
 
     // /v1/projects/{project_id}/...
     for (project, allowed) in [("proj-a", true), ("proj-c", true), ("proj-b", false)] {
-        let team = send(
-            &app,
-            LIMITED,
-            Method::POST,
-            &format!("/v1/projects/{project}/teams"),
-            Some(json!({"team_pk": "cycle-9"})),
-        )
-        .await;
+        let team = app
+            .send_as(
+                LIMITED,
+                Method::POST,
+                &format!("/v1/projects/{project}/teams"),
+                Some(&json!({"team_pk": "cycle-9"})),
+            )
+            .await;
         // After the team: a cycle nobody registered is 404 `team_not_found`.
-        let status = send(
-            &app,
-            LIMITED,
-            Method::GET,
-            &format!("/v1/projects/{project}/status?team_pk=cycle-9"),
-            None,
-        )
-        .await;
-        let teams = send(
-            &app,
-            LIMITED,
-            Method::GET,
-            &format!("/v1/projects/{project}/teams"),
-            None,
-        )
-        .await;
+        let status = app
+            .get_as(
+                LIMITED,
+                &format!("/v1/projects/{project}/status?team_pk=cycle-9"),
+            )
+            .await;
+        let teams = app
+            .get_as(LIMITED, &format!("/v1/projects/{project}/teams"))
+            .await;
         if allowed {
             assert_eq!(status.status(), 200, "{project}");
             assert_eq!(team.status(), 201, "{project}");
@@ -201,7 +155,8 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
             forbidden(teams).await;
         }
     }
-    let teams: Value = send(&app, ADMIN, Method::GET, "/v1/projects/proj-b/teams", None)
+    let teams: Value = app
+        .get_as(ADMIN, "/v1/projects/proj-b/teams")
         .await
         .json()
         .await
@@ -209,45 +164,35 @@ async fn limited_tokens_stay_in_their_projects(backend: Backend) {
     assert_eq!(teams, json!([]), "the refused team was not registered");
 
     // Routes without a project take any valid token; a wrong token is still 401.
-    let validate = send(
-        &app,
-        LIMITED,
-        Method::POST,
-        "/v1/task-lists/validate",
-        Some(json!({"tasks": two_tasks()})),
-    )
-    .await;
+    let validate = app
+        .send_as(
+            LIMITED,
+            Method::POST,
+            "/v1/task-lists/validate",
+            Some(&json!({"tasks": two_tasks()})),
+        )
+        .await;
     assert_eq!(validate.status(), 200);
     let track = json!({"track_id": "t_1", "type": "feature", "status": "new",
                        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z",
                        "description": "d"});
     // A track is a project's (tests/api/tracks.rs): a limited token names one of its own.
-    let loose = send(
-        &app,
-        LIMITED,
-        Method::PUT,
-        "/v1/tracks/t_1",
-        Some(track.clone()),
-    )
-    .await;
+    let loose = app
+        .send_as(LIMITED, Method::PUT, "/v1/tracks/t_1", Some(&track))
+        .await;
     forbidden(loose).await;
-    let put = send(
-        &app,
-        LIMITED,
-        Method::PUT,
-        "/v1/tracks/t_1?project_id=proj-a",
-        Some(track),
-    )
-    .await;
+    let put = app
+        .send_as(
+            LIMITED,
+            Method::PUT,
+            "/v1/tracks/t_1?project_id=proj-a",
+            Some(&track),
+        )
+        .await;
     assert_eq!(put.status(), 201);
-    let wrong = send(
-        &app,
-        "limited-token-bbbbbbbbbX",
-        Method::GET,
-        "/v1/projects/proj-a/teams",
-        None,
-    )
-    .await;
+    let wrong = app
+        .get_as("limited-token-bbbbbbbbbX", "/v1/projects/proj-a/teams")
+        .await;
     expect_problem(wrong, 401, "unauthorized").await;
 
     app.shutdown().await;

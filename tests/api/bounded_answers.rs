@@ -4,7 +4,7 @@
 //! says `more_ready`; `…/graph` draws a list of more than 10,000 tasks one node
 //! per wave. Below the bounds the answers are as they always were.
 
-use crate::common::{TestApp, expect_problem, server_id, task_ids};
+use crate::common::{TestApp, server_id, task_ids};
 use serde_json::{Value, json};
 
 fn task(id: &str, wave: i64, deps: &[&str], writes: &[&str]) -> Value {
@@ -107,12 +107,13 @@ async fn ready_answers_take_a_limit(app: TestApp) {
         ("?limit=4294967296", None),
         ("?limit=", None),
     ] {
-        let problem = expect_problem(
-            app.get(&format!("/v1/task-lists/{id}/ready{query}")).await,
-            400,
-            "invalid_query",
-        )
-        .await;
+        let problem = app
+            .get_problem(
+                &format!("/v1/task-lists/{id}/ready{query}"),
+                400,
+                "invalid_query",
+            )
+            .await;
         if let Some(field) = field {
             assert_eq!(problem["field"], field, "{query}: {problem}");
         }

@@ -208,13 +208,16 @@ async fn ready_long_polls_until_something_is_ready(app: TestApp) {
     );
     replica.shutdown().await;
 
-    let bad = app
-        .get(&format!(
-            "/v1/task-lists/{}/ready?wait=31",
-            list["id"].as_str().unwrap()
-        ))
+    let problem = app
+        .get_problem(
+            &format!(
+                "/v1/task-lists/{}/ready?wait=31",
+                list["id"].as_str().unwrap()
+            ),
+            400,
+            "invalid_query",
+        )
         .await;
-    let problem = expect_problem(bad, 400, "invalid_query").await;
     assert!(
         problem["detail"].as_str().unwrap().contains("wait"),
         "{problem}"
@@ -510,18 +513,21 @@ async fn bad_claims_name_the_field(app: TestApp) {
         problem["detail"].as_str().unwrap().contains("holder"),
         "{problem}"
     );
-    let missing = app
-        .post_json(
-            &format!("/v1/task-lists/{}/claim", uuid::Uuid::now_v7()),
-            &json!({"holder": "x"}),
-        )
-        .await;
-    expect_problem(missing, 404, "not_found").await;
+    app.post_problem(
+        &format!("/v1/task-lists/{}/claim", uuid::Uuid::now_v7()),
+        &json!({"holder": "x"}),
+        404,
+        "not_found",
+    )
+    .await;
     let a = server_id(&list, "a");
-    let hb = app
-        .post_json(&format!("/v1/tasks/{a}/heartbeat"), &json!({"holder": "x"}))
-        .await;
-    expect_problem(hb, 409, "task_not_claimed").await;
+    app.post_problem(
+        &format!("/v1/tasks/{a}/heartbeat"),
+        &json!({"holder": "x"}),
+        409,
+        "task_not_claimed",
+    )
+    .await;
     let problem = expect_problem(
         patch(&app, &a, json!({"status": "running", "force": "yes"})).await,
         422,

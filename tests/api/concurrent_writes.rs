@@ -264,12 +264,7 @@ async fn writers_of_every_kind_are_all_acknowledged_and_stored(app: TestApp) {
     );
 
     // Every acknowledged write is stored.
-    let stored: Value = app
-        .get(&format!("/v1/task-lists/{big_id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let stored: Value = app.get_json(&format!("/v1/task-lists/{big_id}")).await;
     for task in stored["tasks"].as_array().unwrap() {
         let expected = if task["parallel_group"] == 1 {
             "failed"
@@ -287,12 +282,7 @@ async fn writers_of_every_kind_are_all_acknowledged_and_stored(app: TestApp) {
     }
     assert_eq!(seen.tracks.len(), WRITERS / 4);
     for track in &seen.tracks {
-        let meta: Value = app
-            .get(&format!("/v1/tracks/{track}"))
-            .await
-            .json()
-            .await
-            .unwrap();
+        let meta: Value = app.get_json(&format!("/v1/tracks/{track}")).await;
         assert_eq!(meta["loop_state"]["current_step"], "EXECUTE", "{track}");
     }
     assert_eq!(seen.jobs.len(), WRITERS / 4 * ROUNDS);
@@ -319,14 +309,11 @@ async fn sqlite_locked_by_another_process_answers_503_with_retry_after() {
     let tasks = json!([{"task_id": "a", "assigned_persona": "dev", "parallel_group": 1,
                         "depends_on": [], "reads": [], "writes": [], "description": "a"}]);
     let list: Value = app
-        .post_json(
+        .post_for_json(
             "/v1/task-lists",
             &json!({"project_id": "p", "created_by": "pm", "tasks": tasks}),
         )
-        .await
-        .json()
-        .await
-        .unwrap();
+        .await;
     let task = list["tasks"][0]["id"].as_str().unwrap().to_owned();
     // The other process: a connection of its own holding the write lock.
     let mut other = crate::common::hold_sqlite_write_lock(&app).await;
@@ -338,11 +325,8 @@ async fn sqlite_locked_by_another_process_answers_503_with_retry_after() {
     assert_eq!(retry_after.unwrap(), "1");
     sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
     let stored: Value = app
-        .get(&format!("/v1/task-lists/{}", list["id"].as_str().unwrap()))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/v1/task-lists/{}", list["id"].as_str().unwrap()))
+        .await;
     assert_eq!(stored["tasks"][0]["status"], "pending");
     app.shutdown().await;
 }

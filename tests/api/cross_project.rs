@@ -42,25 +42,16 @@ async fn spawn(backend: Backend) -> TestApp {
     .await
 }
 
-async fn send(
-    app: &TestApp,
-    token: &str,
-    method: Method,
-    path: &str,
-    body: Option<&Value>,
-) -> reqwest::Response {
-    let mut request = app.client.request(method, app.url(path)).bearer_auth(token);
-    if let Some(body) = body {
-        request = request.json(body);
-    }
-    request.send().await.expect("request")
-}
-
 async fn created(response: reqwest::Response) -> Value {
     let status = response.status().as_u16();
     let body: Value = response.json().await.expect("JSON body");
     assert!(status == 201 || status == 202, "{status}: {body}");
     body
+}
+
+/// `method path` with `body` as [`ADMIN`], expecting 201 or 202: the answer.
+async fn admin_creates(app: &TestApp, method: Method, path: &str, body: &Value) -> Value {
+    created(app.send_as(ADMIN, method, path, Some(body)).await).await
 }
 
 fn tasks() -> Value {
@@ -126,79 +117,26 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
 
     // Another project's resources, made by the unrestricted token, and one of each
     // refine resource without a project (for unrestricted callers only).
-    let list = created(
-        send(
-            &app,
-            ADMIN,
-            Method::POST,
-            "/v1/task-lists",
-            Some(&task_list("proj-b")),
-        )
-        .await,
-    )
-    .await;
+    let list = admin_creates(&app, Method::POST, "/v1/task-lists", &task_list("proj-b")).await;
     let list_id = list["id"].as_str().unwrap().to_owned();
     let task_id = list["tasks"][0]["id"].as_str().unwrap().to_owned();
     let planner_id = list["tasks"][0]["task_id"].as_str().unwrap().to_owned();
     let team = json!({"team_pk": "cycle-1"});
-    created(
-        send(
-            &app,
-            ADMIN,
-            Method::POST,
-            "/v1/projects/proj-b/teams",
-            Some(&team),
-        )
-        .await,
-    )
-    .await;
-    let other_run = created(
-        send(
-            &app,
-            ADMIN,
-            Method::POST,
-            "/v1/refine-runs",
-            Some(&run(Some("proj-b"))),
-        )
-        .await,
-    )
-    .await;
+    admin_creates(&app, Method::POST, "/v1/projects/proj-b/teams", &team).await;
+    let other_run =
+        admin_creates(&app, Method::POST, "/v1/refine-runs", &run(Some("proj-b"))).await;
     let other_run = other_run["id"].as_str().unwrap().to_owned();
-    let loose_run = created(
-        send(
-            &app,
-            ADMIN,
-            Method::POST,
-            "/v1/refine-runs",
-            Some(&run(None)),
-        )
-        .await,
-    )
-    .await;
+    let loose_run = admin_creates(&app, Method::POST, "/v1/refine-runs", &run(None)).await;
     let loose_run = loose_run["id"].as_str().unwrap().to_owned();
-    let other_job = created(
-        send(
-            &app,
-            ADMIN,
-            Method::POST,
-            "/v1/refine-jobs",
-            Some(&job(Some("proj-b"), None)),
-        )
-        .await,
+    let other_job = admin_creates(
+        &app,
+        Method::POST,
+        "/v1/refine-jobs",
+        &job(Some("proj-b"), None),
     )
     .await;
     let other_job = other_job["id"].as_str().unwrap().to_owned();
-    let loose_job = created(
-        send(
-            &app,
-            ADMIN,
-            Method::POST,
-            "/v1/refine-jobs",
-            Some(&job(None, None)),
-        )
-        .await,
-    )
-    .await;
+    let loose_job = admin_creates(&app, Method::POST, "/v1/refine-jobs", &job(None, None)).await;
     let loose_job = loose_job["id"].as_str().unwrap().to_owned();
     // Webhooks: one of proj-b, one of every project (subscribed to an event this
     // test never causes: nothing is sent anywhere).
@@ -208,8 +146,7 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         if let Some(p) = project {
             body["project_id"] = json!(p);
         }
-        let hook =
-            created(send(&app, ADMIN, Method::POST, "/v1/webhooks", Some(&body)).await).await;
+        let hook = admin_creates(&app, Method::POST, "/v1/webhooks", &body).await;
         hooks.push(hook["id"].as_str().unwrap().to_owned());
     }
     // Tracks: one of proj-b, one of no project.
@@ -218,121 +155,58 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
                "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z"})
     };
     for (id, query) in [("track-b", "?project_id=proj-b"), ("track-loose", "")] {
-        created(
-            send(
-                &app,
-                ADMIN,
-                Method::PUT,
-                &format!("/v1/tracks/{id}{query}"),
-                Some(&track(id)),
-            )
-            .await,
+        admin_creates(
+            &app,
+            Method::PUT,
+            &format!("/v1/tracks/{id}{query}"),
+            &track(id),
         )
         .await;
     }
 
     let status = json!({"status": "failed"});
     let new_team = json!({"team_pk": "cycle-2"});
+    let holder = json!({"holder": "agent-b"});
+    // One route per line, read across.
+    #[rustfmt::skip]
     let table: Vec<(Method, String, Option<Value>)> = vec![
-        (
-            Method::POST,
-            "/v1/task-lists".into(),
-            Some(task_list("proj-b")),
-        ),
+        (Method::POST, "/v1/task-lists".into(), Some(task_list("proj-b"))),
         (Method::GET, format!("/v1/task-lists/{list_id}"), None),
         (Method::GET, format!("/v1/task-lists/{list_id}/ready"), None),
         (Method::GET, format!("/v1/task-lists/{list_id}/graph"), None),
-        (
-            Method::GET,
-            format!("/v1/task-lists/{list_id}/events"),
-            None,
-        ),
+        (Method::GET, format!("/v1/task-lists/{list_id}/events"), None),
         (Method::PATCH, format!("/v1/tasks/{task_id}"), Some(status)),
-        (
-            Method::POST,
-            format!("/v1/task-lists/{list_id}/claim"),
-            Some(json!({"holder": "agent-b"})),
-        ),
-        (
-            Method::POST,
-            format!("/v1/tasks/{task_id}/heartbeat"),
-            Some(json!({"holder": "agent-b"})),
-        ),
+        (Method::POST, format!("/v1/task-lists/{list_id}/claim"), Some(holder.clone())),
+        (Method::POST, format!("/v1/tasks/{task_id}/heartbeat"), Some(holder.clone())),
         (Method::GET, format!("/v1/tasks/{task_id}/history"), None),
         // The same task by the planner's id within its list.
-        (
-            Method::PATCH,
-            format!("/v1/task-lists/{list_id}/tasks/{planner_id}"),
-            Some(json!({"status": "failed"})),
-        ),
-        (
-            Method::POST,
-            format!("/v1/task-lists/{list_id}/tasks/{planner_id}/heartbeat"),
-            Some(json!({"holder": "agent-b"})),
-        ),
-        (
-            Method::GET,
-            format!("/v1/task-lists/{list_id}/tasks/{planner_id}/history"),
-            None,
-        ),
+        (Method::PATCH, format!("/v1/task-lists/{list_id}/tasks/{planner_id}"),
+         Some(json!({"status": "failed"}))),
+        (Method::POST, format!("/v1/task-lists/{list_id}/tasks/{planner_id}/heartbeat"),
+         Some(holder)),
+        (Method::GET, format!("/v1/task-lists/{list_id}/tasks/{planner_id}/history"), None),
         // Naming a task the list does not hold: still 403, nothing told about it.
-        (
-            Method::GET,
-            format!("/v1/task-lists/{list_id}/tasks/no-such-task/history"),
-            None,
-        ),
+        (Method::GET, format!("/v1/task-lists/{list_id}/tasks/no-such-task/history"), None),
         (Method::GET, "/v1/projects/proj-b/status".into(), None),
         (Method::GET, "/v1/projects/proj-b/teams".into(), None),
         (Method::GET, "/v1/projects/proj-b/usage".into(), None),
-        (
-            Method::POST,
-            "/v1/projects/proj-b/teams".into(),
-            Some(new_team),
-        ),
-        (
-            Method::POST,
-            "/v1/refine-jobs".into(),
-            Some(job(Some("proj-b"), None)),
-        ),
-        (
-            Method::POST,
-            "/v1/refine-jobs".into(),
-            Some(job(None, None)),
-        ),
+        (Method::POST, "/v1/projects/proj-b/teams".into(), Some(new_team)),
+        (Method::POST, "/v1/refine-jobs".into(), Some(job(Some("proj-b"), None))),
+        (Method::POST, "/v1/refine-jobs".into(), Some(job(None, None))),
         // Its own project, but joining another project's run.
-        (
-            Method::POST,
-            "/v1/refine-jobs".into(),
-            Some(job(Some("proj-a"), Some(&other_run))),
-        ),
-        (
-            Method::POST,
-            "/v1/refine-runs".into(),
-            Some(run(Some("proj-b"))),
-        ),
+        (Method::POST, "/v1/refine-jobs".into(), Some(job(Some("proj-a"), Some(&other_run)))),
+        (Method::POST, "/v1/refine-runs".into(), Some(run(Some("proj-b")))),
         (Method::POST, "/v1/refine-runs".into(), Some(run(None))),
         // A new track in another project, or in none.
-        (
-            Method::PUT,
-            "/v1/tracks/track-new?project_id=proj-b".into(),
-            Some(track("track-new")),
-        ),
-        (
-            Method::PUT,
-            "/v1/tracks/track-new".into(),
-            Some(track("track-new")),
-        ),
+        (Method::PUT, "/v1/tracks/track-new?project_id=proj-b".into(), Some(track("track-new"))),
+        (Method::PUT, "/v1/tracks/track-new".into(), Some(track("track-new"))),
     ]
     .into_iter()
     .chain([&other_job, &loose_job].into_iter().flat_map(|id| {
         [
             (Method::GET, format!("/v1/refine-jobs/{id}"), None),
             (Method::GET, format!("/v1/refine-jobs/{id}/result"), None),
-            (
-                Method::GET,
-                format!("/v1/refine-jobs/{id}/assignments"),
-                None,
-            ),
+            (Method::GET, format!("/v1/refine-jobs/{id}/assignments"), None),
             (Method::GET, format!("/v1/refine-jobs/{id}/events"), None),
             (Method::POST, format!("/v1/refine-jobs/{id}/cancel"), None),
             (Method::POST, format!("/v1/refine-jobs/{id}/retry"), None),
@@ -343,22 +217,12 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
             (Method::GET, format!("/v1/tracks/{id}"), None),
             (Method::GET, format!("/v1/tracks/{id}/history"), None),
             // Replacing it, naming the caller's own project or none.
-            (
-                Method::PUT,
-                format!("/v1/tracks/{id}?project_id=proj-a"),
-                Some(track(id)),
-            ),
+            (Method::PUT, format!("/v1/tracks/{id}?project_id=proj-a"), Some(track(id))),
             (Method::PUT, format!("/v1/tracks/{id}"), Some(track(id))),
-            (
-                Method::POST,
-                format!("/v1/tracks/{id}/steps/PLAN/start"),
-                Some(json!({"agent": "a"})),
-            ),
-            (
-                Method::POST,
-                format!("/v1/tracks/{id}/steps/PLAN/complete"),
-                Some(json!({"outcome": "PASSED"})),
-            ),
+            (Method::POST, format!("/v1/tracks/{id}/steps/PLAN/start"),
+             Some(json!({"agent": "a"}))),
+            (Method::POST, format!("/v1/tracks/{id}/steps/PLAN/complete"),
+             Some(json!({"outcome": "PASSED"}))),
         ]
     }))
     .chain(hooks.iter().flat_map(|id| {
@@ -366,37 +230,20 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         [
             (Method::GET, format!("/v1/webhooks/{id}"), None),
             (Method::DELETE, format!("/v1/webhooks/{id}"), None),
-            (
-                Method::POST,
-                format!("/v1/webhooks/{id}/rotate-secret"),
-                None,
-            ),
+            (Method::POST, format!("/v1/webhooks/{id}/rotate-secret"), None),
             (Method::GET, format!("/v1/webhooks/{id}/deliveries"), None),
-            (
-                Method::POST,
-                format!("/v1/webhooks/{id}/deliveries/{delivery}/replay"),
-                None,
-            ),
+            (Method::POST, format!("/v1/webhooks/{id}/deliveries/{delivery}/replay"), None),
         ]
     }))
     .chain([
-        (
-            Method::POST,
-            "/v1/webhooks".to_owned(),
-            Some(json!({"url": "https://8.8.8.8/", "events": ["*"], "project_id": "proj-b"})),
-        ),
-        (
-            Method::POST,
-            "/v1/webhooks".to_owned(),
-            Some(json!({"url": "https://8.8.8.8/", "events": ["*"]})),
-        ),
+        (Method::POST, "/v1/webhooks".to_owned(),
+         Some(json!({"url": "https://8.8.8.8/", "events": ["*"], "project_id": "proj-b"}))),
+        (Method::POST, "/v1/webhooks".to_owned(),
+         Some(json!({"url": "https://8.8.8.8/", "events": ["*"]}))),
     ])
     // Rate limits belong to every project: only an unrestricted token changes one.
-    .chain([(
-        Method::PUT,
-        "/v1/rate-limits/anthropic".to_owned(),
-        Some(json!({"requests_per_minute": 1})),
-    )])
+    .chain([(Method::PUT, "/v1/rate-limits/anthropic".to_owned(),
+             Some(json!({"requests_per_minute": 1})))])
     .chain([&other_run, &loose_run].into_iter().flat_map(|id| {
         [
             (Method::GET, format!("/v1/refine-runs/{id}"), None),
@@ -421,7 +268,9 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
 
     let before = crate::common::snapshot_tables(&app).await;
     for (method, path, body) in &table {
-        let response = send(&app, LIMITED, method.clone(), path, body.as_ref()).await;
+        let response = app
+            .send_as(LIMITED, method.clone(), path, body.as_ref())
+            .await;
         let problem = expect_problem(response, 403, "forbidden_project").await;
         assert!(!problem.to_string().contains(LIMITED), "{problem}");
         assert_eq!(
@@ -433,21 +282,17 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
 
     // The list endpoint filters instead: nothing of proj-b, even when asked for it.
     for query in ["", "?project_id=proj-b", &format!("?run_id={other_run}")] {
-        let page: Value = send(
-            &app,
-            LIMITED,
-            Method::GET,
-            &format!("/v1/refine-jobs{query}"),
-            None,
-        )
-        .await
-        .json()
-        .await
-        .unwrap();
+        let page: Value = app
+            .get_as(LIMITED, &format!("/v1/refine-jobs{query}"))
+            .await
+            .json()
+            .await
+            .unwrap();
         assert_eq!(page["jobs"], json!([]), "{query}: {page}");
     }
 
-    let hooks_seen: Value = send(&app, LIMITED, Method::GET, "/v1/webhooks", None)
+    let hooks_seen: Value = app
+        .get_as(LIMITED, "/v1/webhooks")
         .await
         .json()
         .await
@@ -459,14 +304,14 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
     );
 
     // The same requests do act for the unrestricted token (the table is not vacuous).
-    let cancel = send(
-        &app,
-        ADMIN,
-        Method::POST,
-        &format!("/v1/refine-jobs/{other_job}/cancel"),
-        None,
-    )
-    .await;
+    let cancel = app
+        .send_as(
+            ADMIN,
+            Method::POST,
+            &format!("/v1/refine-jobs/{other_job}/cancel"),
+            None,
+        )
+        .await;
     assert_eq!(cancel.status(), 200);
     assert_ne!(
         crate::common::snapshot_tables(&app).await,
@@ -474,14 +319,14 @@ async fn limited_tokens_change_and_see_nothing_of_other_projects(backend: Backen
         "an allowed cancel changes the job"
     );
     // ...and a retry of the cancelled job is made for it.
-    let retry = send(
-        &app,
-        ADMIN,
-        Method::POST,
-        &format!("/v1/refine-jobs/{other_job}/retry"),
-        None,
-    )
-    .await;
+    let retry = app
+        .send_as(
+            ADMIN,
+            Method::POST,
+            &format!("/v1/refine-jobs/{other_job}/retry"),
+            None,
+        )
+        .await;
     assert_eq!(retry.status(), 201);
 
     app.shutdown().await;

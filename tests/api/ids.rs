@@ -150,12 +150,9 @@ async fn refusals_name_the_id_at_fault(app: TestApp) {
             expect_problem(app.patch_json(&path, &running).await, 400, "invalid_path").await;
         assert_eq!(problem["parameter"], "id", "{path}: {problem}");
     }
-    let problem = expect_problem(
-        app.get("/v1/task-lists/nope/tasks/t-1/history").await,
-        400,
-        "invalid_path",
-    )
-    .await;
+    let problem = app
+        .get_problem("/v1/task-lists/nope/tasks/t-1/history", 400, "invalid_path")
+        .await;
     assert_eq!(problem["parameter"], "id", "{problem}");
     assert_eq!(
         snapshot_tables(&app).await,
@@ -171,7 +168,7 @@ async fn status_of_unknown_projects_and_cycles_is_404(app: TestApp) {
         "/v1/projects/ghost/status",
         "/v1/projects/ghost/status?team_pk=cycle-1",
     ] {
-        let problem = expect_problem(app.get(path).await, 404, "project_not_found").await;
+        let problem = app.get_problem(path, 404, "project_not_found").await;
         assert_eq!(problem["field"], "project_id", "{problem}");
         assert!(
             problem["detail"].as_str().unwrap().contains("ghost"),
@@ -180,13 +177,13 @@ async fn status_of_unknown_projects_and_cycles_is_404(app: TestApp) {
     }
     create(&app, "known", Some("cycle-A")).await;
     // A cycle the project lacks is 404 team_not_found, never the project's counts.
-    let problem = expect_problem(
-        app.get("/v1/projects/known/status?team_pk=cycle-typo")
-            .await,
-        404,
-        "team_not_found",
-    )
-    .await;
+    let problem = app
+        .get_problem(
+            "/v1/projects/known/status?team_pk=cycle-typo",
+            404,
+            "team_not_found",
+        )
+        .await;
     assert_eq!(problem["field"], "team_pk", "{problem}");
     let cycle = ok(app.get("/v1/projects/known/status?team_pk=cycle-A").await).await;
     assert_eq!(cycle["scope"], "cycle");

@@ -144,12 +144,9 @@ async fn markdown_round_trips_through_parse(app: TestApp) {
 async fn invalid_dags_and_documents_are_4xx(app: TestApp) {
     let mut cyclic = example();
     cyclic["tasks"][0]["depends_on"] = json!(["1.3"]);
-    let problem = expect_problem(
-        app.post_json("/v1/loop-plans/generate", &cyclic).await,
-        422,
-        "dag_invalid",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/loop-plans/generate", &cyclic, 422, "dag_invalid")
+        .await;
     let cycle = problem["errors"]
         .as_array()
         .unwrap()
@@ -159,38 +156,29 @@ async fn invalid_dags_and_documents_are_4xx(app: TestApp) {
     assert_eq!(cycle["cycle"], json!(["1.1", "1.3"]), "{cycle}");
     let mut orphan = example();
     orphan["tasks"][1]["depends_on"] = json!(["9.9"]);
-    let problem = expect_problem(
-        app.post_json("/v1/loop-plans/generate", &orphan).await,
-        422,
-        "dag_invalid",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/loop-plans/generate", &orphan, 422, "dag_invalid")
+        .await;
     assert_eq!(problem["errors"][0]["code"], "orphan_dependency");
     let mut duplicate = example();
     duplicate["tasks"][1]["id"] = json!("1.1");
-    let problem = expect_problem(
-        app.post_json("/v1/loop-plans/generate", &duplicate).await,
-        422,
-        "dag_invalid",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/loop-plans/generate", &duplicate, 422, "dag_invalid")
+        .await;
     assert_eq!(problem["errors"][0]["code"], "duplicate_task_id");
     let mut missing = example();
     missing["tasks"][2].as_object_mut().unwrap().remove("name");
-    let problem = expect_problem(
-        app.post_json("/v1/loop-plans/generate", &missing).await,
+    let problem = app
+        .post_problem("/v1/loop-plans/generate", &missing, 422, "dag_invalid")
+        .await;
+    assert_eq!(problem["errors"][0]["code"], "missing_field");
+    app.post_problem(
+        "/v1/loop-plans/generate",
+        &json!({"phases": [], "tasks": []}),
         422,
-        "dag_invalid",
+        "invalid_body",
     )
     .await;
-    assert_eq!(problem["errors"][0]["code"], "missing_field");
-    let no_track = app
-        .post_json(
-            "/v1/loop-plans/generate",
-            &json!({"phases": [], "tasks": []}),
-        )
-        .await;
-    expect_problem(no_track, 422, "invalid_body").await;
 
     let garbage = app
         .post_body(
@@ -201,17 +189,20 @@ async fn invalid_dags_and_documents_are_4xx(app: TestApp) {
         .await;
     expect_problem(garbage, 422, "invalid_plan_markdown").await;
     // The JSON form takes `{"markdown": text}` and nothing else.
-    let wrong_json = app
-        .post_json("/v1/loop-plans/parse", &json!({"dag": {}}))
-        .await;
-    expect_problem(wrong_json, 422, "invalid_body").await;
-    let as_json = app
-        .post_json(
-            "/v1/loop-plans/parse",
-            &json!({"markdown": "# plan\n```yaml\ndag: [unclosed\n```\n"}),
-        )
-        .await;
-    expect_problem(as_json, 422, "invalid_plan_markdown").await;
+    app.post_problem(
+        "/v1/loop-plans/parse",
+        &json!({"dag": {}}),
+        422,
+        "invalid_body",
+    )
+    .await;
+    app.post_problem(
+        "/v1/loop-plans/parse",
+        &json!({"markdown": "# plan\n```yaml\ndag: [unclosed\n```\n"}),
+        422,
+        "invalid_plan_markdown",
+    )
+    .await;
     let as_xml = app
         .post_body("/v1/loop-plans/parse", "application/xml", "<plan/>")
         .await;

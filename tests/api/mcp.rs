@@ -48,6 +48,11 @@ async fn call_tool(
     app.call_tool_as(path, Some(token), name, arguments).await
 }
 
+/// [`call_tool`] on `/mcp`.
+async fn call_mcp(app: &TestApp, token: &str, name: &str, arguments: Value) -> (bool, Value) {
+    call_tool(app, "/mcp", token, name, arguments).await
+}
+
 fn tool_names(list: &Value) -> Vec<String> {
     let mut names: Vec<String> = list["result"]["tools"]
         .as_array()
@@ -113,7 +118,7 @@ async fn tokens_are_checked_as_on_v1(app: TestApp) {
         "/.well-known/oauth-protected-resource/mcp",
         "/.well-known/oauth-authorization-server",
     ] {
-        expect_problem(app.get(path).await, 404, "route_not_found").await;
+        app.get_problem(path, 404, "route_not_found").await;
     }
     // The same tokens as /v1 pass.
     for token in [ADMIN, LIMITED] {
@@ -132,15 +137,14 @@ async fn limited_tokens_stay_in_their_projects(app: TestApp) {
     // ...and its calls are limited as on REST.
     let create =
         |project: &str| json!({"project_id": project, "created_by": "pm", "tasks": two_tasks()});
-    let (error, own) = call_tool(&app, "/mcp", LIMITED, "create_task_list", create("proj-a")).await;
+    let (error, own) = call_mcp(&app, LIMITED, "create_task_list", create("proj-a")).await;
     assert!(!error, "{own}");
-    let (error, other) = call_tool(&app, "/mcp", ADMIN, "create_task_list", create("proj-b")).await;
+    let (error, other) = call_mcp(&app, ADMIN, "create_task_list", create("proj-b")).await;
     assert!(!error, "{other}");
     let other_list = other["task_list_id"].clone();
     let other_task = other["tasks"][0]["id"].clone();
 
-    let (error, refused) =
-        call_tool(&app, "/mcp", LIMITED, "create_task_list", create("proj-b")).await;
+    let (error, refused) = call_mcp(&app, LIMITED, "create_task_list", create("proj-b")).await;
     assert!(error, "{refused}");
     assert_eq!(refused["code"], "forbidden_project", "{refused}");
     for (path, tool, arguments) in [
@@ -162,9 +166,8 @@ async fn limited_tokens_stay_in_their_projects(app: TestApp) {
         assert_eq!(refused["code"], "forbidden_project", "{tool}: {refused}");
     }
     // The refused status change changed nothing.
-    let (error, ready) = call_tool(
+    let (error, ready) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "ready_tasks",
         json!({"task_list_id": other_list}),
@@ -172,9 +175,8 @@ async fn limited_tokens_stay_in_their_projects(app: TestApp) {
     .await;
     assert!(!error, "{ready}");
     assert_eq!(ready["tasks"][0]["id"], other_task, "{ready}");
-    let (_, status) = call_tool(
+    let (_, status) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "project_status",
         json!({"project_id": "proj-b"}),
@@ -224,9 +226,8 @@ async fn the_read_only_surface_changes_nothing(app: TestApp) {
     .await;
     assert_eq!(unknown["error"]["message"], "unknown tool: no_such_tool");
     // Nothing was created: the project is still unknown.
-    let (error, status) = call_tool(
+    let (error, status) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "project_status",
         json!({"project_id": "proj-a"}),
@@ -284,8 +285,7 @@ async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
         json!({"task_list_id": "not-a-uuid"}),
         json!({"task_list_id": 5}),
     ] {
-        let (error, problem) =
-            call_tool(&app, "/mcp", ADMIN, "ready_tasks", arguments.clone()).await;
+        let (error, problem) = call_mcp(&app, ADMIN, "ready_tasks", arguments.clone()).await;
         assert!(error, "{arguments}: {problem}");
         assert_eq!(problem["code"], "invalid_field", "{arguments}: {problem}");
         assert_eq!(problem["field"], "task_list_id", "{arguments}: {problem}");
@@ -309,7 +309,7 @@ async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
             json!({"track_id": "t", "step": "PLAN", "action": "jump"}),
         ),
     ] {
-        let (error, problem) = call_tool(&app, "/mcp", ADMIN, tool, arguments.clone()).await;
+        let (error, problem) = call_mcp(&app, ADMIN, tool, arguments.clone()).await;
         assert!(error, "{tool} {arguments}: {problem}");
         assert_eq!(
             problem["code"], "invalid_body",
@@ -317,17 +317,16 @@ async fn malformed_jsonrpc_gets_jsonrpc_errors(app: TestApp) {
         );
     }
     // Refusals of the service carry the REST code.
-    let (error, problem) = call_tool(&app, "/mcp", ADMIN, "validate_task_list", json!({})).await;
+    let (error, problem) = call_mcp(&app, ADMIN, "validate_task_list", json!({})).await;
     assert!(error);
     assert_eq!(problem["code"], "invalid_body", "{problem}");
     let missing = json!({"task_list_id": "0190c2b4-0000-7000-8000-000000000000"});
-    let (error, problem) = call_tool(&app, "/mcp", ADMIN, "ready_tasks", missing).await;
+    let (error, problem) = call_mcp(&app, ADMIN, "ready_tasks", missing).await;
     assert!(error);
     assert_eq!(problem["code"], "not_found", "{problem}");
     // The server still answers after all of it.
-    let (error, _) = call_tool(
+    let (error, _) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "validate_task_list",
         json!({"tasks": two_tasks()}),
@@ -439,9 +438,8 @@ async fn small_limit(backend: Backend) -> TestApp {
 /// `task_id` with `task_list_id`, or the server id alone; every malformed id is a
 /// tool error naming its field and which id to pass.
 async fn tasks_are_named_by_planner_or_server_id(app: TestApp) {
-    let (error, created) = call_tool(
+    let (error, created) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "create_task_list",
         json!({"project_id": "proj-a", "created_by": "pm", "tasks": two_tasks()}),
@@ -452,7 +450,7 @@ async fn tasks_are_named_by_planner_or_server_id(app: TestApp) {
     let t2 = created["tasks"][1]["id"].as_str().unwrap().to_owned();
     let call = |tool: &'static str, arguments: Value| {
         let app = &app;
-        async move { call_tool(app, "/mcp", ADMIN, tool, arguments).await }
+        async move { call_mcp(app, ADMIN, tool, arguments).await }
     };
 
     // Claim t-1, renew it and finish it by its planner id.
@@ -494,113 +492,84 @@ async fn tasks_are_named_by_planner_or_server_id(app: TestApp) {
     assert!(!error, "{failed}");
     assert_eq!(failed["task"]["status"], "failed");
 
-    // Refusals: (tool, arguments, code, field, a phrase of the detail).
+    // Refusals: (code, field, a phrase of the detail) and the (tool, arguments)
+    // refused so.
     let unknown_list = uuid::Uuid::now_v7().to_string();
     let refusals = [
-        // A planner id without its list: say to pass task_list_id, and where it is.
         (
-            "set_task_status",
-            json!({"task_id": "t-1", "status": "running"}),
-            "invalid_field",
-            "task_list_id",
-            "create_task_list",
+            ("invalid_field", "task_list_id", "create_task_list"),
+            vec![
+                // A planner id without its list: say to pass task_list_id, and where it is.
+                (
+                    "set_task_status",
+                    json!({"task_id": "t-1", "status": "running"}),
+                ),
+                (
+                    "heartbeat_task",
+                    json!({"task_id": "t-1", "holder": "agent-1"}),
+                ),
+                // A task_list_id that is no UUID.
+                (
+                    "set_task_status",
+                    json!({"task_id": "t-1", "task_list_id": "t-1", "status": "running"}),
+                ),
+                // Every other id argument.
+                ("ready_tasks", json!({"task_list_id": "t-1"})),
+                ("ready_tasks", json!({"task_list_id": 5})),
+                (
+                    "claim_task",
+                    json!({"task_list_id": "x", "holder": "agent-1"}),
+                ),
+            ],
         ),
+        // A task_list_id that is no list.
         (
-            "heartbeat_task",
-            json!({"task_id": "t-1", "holder": "agent-1"}),
-            "invalid_field",
-            "task_list_id",
-            "create_task_list",
-        ),
-        // A task_list_id that is no UUID, or no list.
-        (
-            "set_task_status",
-            json!({"task_id": "t-1", "task_list_id": "t-1", "status": "running"}),
-            "invalid_field",
-            "task_list_id",
-            "create_task_list",
-        ),
-        (
-            "set_task_status",
-            json!({"task_id": "t-1", "task_list_id": unknown_list, "status": "running"}),
-            "not_found",
-            "task_list_id",
-            "does not exist",
-        ),
-        (
-            "heartbeat_task",
-            json!({"task_id": "t-1", "task_list_id": unknown_list, "holder": "agent-1"}),
-            "not_found",
-            "task_list_id",
-            "does not exist",
+            ("not_found", "task_list_id", "does not exist"),
+            vec![
+                (
+                    "set_task_status",
+                    json!({"task_id": "t-1", "task_list_id": unknown_list, "status": "running"}),
+                ),
+                (
+                    "heartbeat_task",
+                    json!({"task_id": "t-1", "task_list_id": unknown_list, "holder": "agent-1"}),
+                ),
+            ],
         ),
         // A planner id the list does not hold; a task_id that is no string.
         (
-            "set_task_status",
-            json!({"task_id": "t-9", "task_list_id": list, "status": "running"}),
-            "not_found",
-            "task_id",
-            "t-9",
+            ("not_found", "task_id", "t-9"),
+            vec![(
+                "set_task_status",
+                json!({"task_id": "t-9", "task_list_id": list, "status": "running"}),
+            )],
         ),
         (
-            "set_task_status",
-            json!({"task_id": 1, "task_list_id": list, "status": "running"}),
-            "invalid_field",
-            "task_id",
-            "planner",
-        ),
-        // Every other id argument.
-        (
-            "ready_tasks",
-            json!({"task_list_id": "t-1"}),
-            "invalid_field",
-            "task_list_id",
-            "create_task_list",
+            ("invalid_field", "task_id", "planner"),
+            vec![(
+                "set_task_status",
+                json!({"task_id": 1, "task_list_id": list, "status": "running"}),
+            )],
         ),
         (
-            "ready_tasks",
-            json!({"task_list_id": 5}),
-            "invalid_field",
-            "task_list_id",
-            "create_task_list",
-        ),
-        (
-            "claim_task",
-            json!({"task_list_id": "x", "holder": "agent-1"}),
-            "invalid_field",
-            "task_list_id",
-            "create_task_list",
-        ),
-        (
-            "refine_status",
-            json!({"job_id": "job-1"}),
-            "invalid_field",
-            "job_id",
-            "start_refine",
-        ),
-        (
-            "cancel_refine",
-            json!({"job_id": {"id": 1}}),
-            "invalid_field",
-            "job_id",
-            "start_refine",
-        ),
-        (
-            "retry_refine_job",
-            json!({"job_id": 7}),
-            "invalid_field",
-            "job_id",
-            "start_refine",
+            ("invalid_field", "job_id", "start_refine"),
+            vec![
+                ("refine_status", json!({"job_id": "job-1"})),
+                ("cancel_refine", json!({"job_id": {"id": 1}})),
+                ("retry_refine_job", json!({"job_id": 7})),
+            ],
         ),
     ];
-    for (tool, arguments, code, field, phrase) in refusals {
-        let (error, refused) = call(tool, arguments.clone()).await;
-        assert!(error, "{tool} {arguments}: {refused}");
-        assert_eq!(refused["code"], code, "{tool} {arguments}: {refused}");
-        assert_eq!(refused["field"], field, "{tool} {arguments}: {refused}");
-        let detail = refused["detail"].as_str().unwrap();
-        assert!(detail.contains(phrase), "{tool} {arguments}: {detail}");
-        assert!(!detail.contains("UUID parsing failed"), "{detail}");
+    for ((code, field, phrase), calls) in refusals {
+        for (tool, arguments) in calls {
+            let (error, refused) = call(tool, arguments.clone()).await;
+            assert!(error, "{tool} {arguments}: {refused}");
+            assert_eq!(refused["code"], code, "{tool} {arguments}: {refused}");
+            assert_eq!(refused["field"], field, "{tool} {arguments}: {refused}");
+            let detail = refused["detail"].as_str().unwrap();
+            assert!(detail.contains(phrase), "{tool} {arguments}: {detail}");
+            assert!(!detail.contains("UUID parsing failed"), "{detail}");
+        }
     }
     // The refusals changed nothing: t-2 is still failed, t-1 done.
     let (_, status) = call("project_status", json!({"project_id": "proj-a"})).await;
@@ -624,7 +593,7 @@ async fn spawn_without_workers(backend: Backend) -> TestApp {
 async fn retry_refine_job_retries_an_ended_job_once(app: TestApp) {
     let call = |tool: &'static str, arguments: Value| {
         let app = &app;
-        async move { call_tool(app, "/mcp", ADMIN, tool, arguments).await }
+        async move { call_mcp(app, ADMIN, tool, arguments).await }
     };
     let body = crate::refine_jobs::body(&["P1-A1"]);
     let (error, started) = call(
@@ -687,18 +656,13 @@ async fn project_status_names_what_is_unknown(app: TestApp) {
         assert_eq!(refused["code"], "project_not_found", "{refused}");
         assert_eq!(refused["field"], "project_id", "{refused}");
     }
-    let (error, _) = call_tool(
-        &app,
-        "/mcp",
-        ADMIN,
-        "create_task_list",
+    let (error, _) = call_mcp(&app, ADMIN, "create_task_list",
         json!({"project_id": "proj-a", "team_pk": "cycle-1", "created_by": "pm", "tasks": two_tasks()}),
     )
     .await;
     assert!(!error);
-    let (error, refused) = call_tool(
+    let (error, refused) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "project_status",
         json!({"project_id": "proj-a", "team_pk": "cycle-2"}),
@@ -707,9 +671,8 @@ async fn project_status_names_what_is_unknown(app: TestApp) {
     assert!(error, "{refused}");
     assert_eq!(refused["code"], "team_not_found", "{refused}");
     assert_eq!(refused["field"], "team_pk", "{refused}");
-    let (error, status) = call_tool(
+    let (error, status) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "project_status",
         json!({"project_id": "proj-a", "team_pk": "cycle-1"}),
@@ -719,9 +682,8 @@ async fn project_status_names_what_is_unknown(app: TestApp) {
     assert_eq!(status["scope"], "cycle");
     assert_eq!(status["counts"]["pending"], 2, "{status}");
     // The limited token learns nothing of other projects, known or not.
-    let (_, refused) = call_tool(
+    let (_, refused) = call_mcp(
         &app,
-        "/mcp",
         LIMITED,
         "project_status",
         json!({"project_id": "ghost"}),
@@ -764,14 +726,14 @@ async fn limited_tokens_step_only_their_tracks(app: TestApp) {
     }
     let start =
         |id: &str| json!({"track_id": id, "step": "PLAN", "action": "start", "agent": "a1"});
-    let (error, refused) = call_tool(&app, "/mcp", LIMITED, "track_step", start("mcp-b")).await;
+    let (error, refused) = call_mcp(&app, LIMITED, "track_step", start("mcp-b")).await;
     assert!(error, "{refused}");
     assert_eq!(refused["code"], "forbidden_project", "{refused}");
-    let (error, own) = call_tool(&app, "/mcp", LIMITED, "track_step", start("mcp-a")).await;
+    let (error, own) = call_mcp(&app, LIMITED, "track_step", start("mcp-a")).await;
     assert!(!error, "{own}");
     assert_eq!(own["step_status"], "IN_PROGRESS", "{own}");
     // The refused step changed nothing.
-    let (error, other) = call_tool(&app, "/mcp", ADMIN, "track_step", start("mcp-b")).await;
+    let (error, other) = call_mcp(&app, ADMIN, "track_step", start("mcp-b")).await;
     assert!(!error, "{other}");
     assert_eq!(other["revision"], 2, "{other}");
     app.shutdown().await;
@@ -782,16 +744,15 @@ async fn limited_tokens_step_only_their_tracks(app: TestApp) {
 async fn create_task_list_replays_by_key(app: TestApp) {
     let args = json!({"project_id": "proj-a", "created_by": "pm", "tasks": two_tasks(),
                       "idempotency_key": "mcp-key-1"});
-    let (error, first) = call_tool(&app, "/mcp", LIMITED, "create_task_list", args.clone()).await;
+    let (error, first) = call_mcp(&app, LIMITED, "create_task_list", args.clone()).await;
     assert!(!error, "{first}");
     assert!(first.get("replayed").is_none(), "{first}");
-    let (error, again) = call_tool(&app, "/mcp", LIMITED, "create_task_list", args.clone()).await;
+    let (error, again) = call_mcp(&app, LIMITED, "create_task_list", args.clone()).await;
     assert!(!error, "{again}");
     assert_eq!(again["task_list_id"], first["task_list_id"], "{again}");
     assert_eq!(again["replayed"], true, "{again}");
-    let (_, status) = call_tool(
+    let (_, status) = call_mcp(
         &app,
-        "/mcp",
         LIMITED,
         "project_status",
         json!({"project_id": "proj-a"}),
@@ -799,13 +760,13 @@ async fn create_task_list_replays_by_key(app: TestApp) {
     .await;
     assert_eq!(status["counts"]["pending"], 2, "{status}");
     // The same key and arguments from another token are that token's own create.
-    let (error, admins) = call_tool(&app, "/mcp", ADMIN, "create_task_list", args.clone()).await;
+    let (error, admins) = call_mcp(&app, ADMIN, "create_task_list", args.clone()).await;
     assert!(!error, "{admins}");
     assert_ne!(admins["task_list_id"], first["task_list_id"], "{admins}");
     // Other arguments with the key: refused, naming the code.
     let mut other = args;
     other["created_by"] = json!("someone-else");
-    let (error, reused) = call_tool(&app, "/mcp", LIMITED, "create_task_list", other).await;
+    let (error, reused) = call_mcp(&app, LIMITED, "create_task_list", other).await;
     assert!(error, "{reused}");
     assert_eq!(reused["code"], "idempotency_key_reused", "{reused}");
     app.shutdown().await;
@@ -821,14 +782,8 @@ async fn gating_tools_answer_the_first_errors_and_the_counts(app: TestApp) {
                    "description": "d"})
         })
         .collect();
-    let (error, report) = call_tool(
-        &app,
-        "/mcp",
-        ADMIN,
-        "validate_task_list",
-        json!({"tasks": orphans}),
-    )
-    .await;
+    let (error, report) =
+        call_mcp(&app, ADMIN, "validate_task_list", json!({"tasks": orphans})).await;
     assert!(!error, "{report}");
     assert_eq!(report["errors"].as_array().unwrap().len(), 100, "{report}");
     assert_eq!(
@@ -836,9 +791,8 @@ async fn gating_tools_answer_the_first_errors_and_the_counts(app: TestApp) {
         (json!(150), json!(true))
     );
     assert_eq!(report["error_counts"], json!({"orphan_dependency": 150}));
-    let (error, refused) = call_tool(
+    let (error, refused) = call_mcp(
         &app,
-        "/mcp",
         ADMIN,
         "create_task_list",
         json!({"project_id": "proj-a", "created_by": "pm", "tasks": orphans}),

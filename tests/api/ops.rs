@@ -18,20 +18,19 @@ async fn healthz_and_readyz_answer_ok(app: TestApp) {
 
 async fn readyz_is_503_when_the_database_is_gone(app: TestApp) {
     app.db.close().await;
-    let ready = app.get("/readyz").await;
-    let problem = expect_problem(ready, 503, "not_ready").await;
+    let problem = app.get_problem("/readyz", 503, "not_ready").await;
     assert!(problem["detail"].as_str().unwrap().contains("database"));
     // Liveness does not depend on the database.
     assert_eq!(app.get("/healthz").await.status(), 200);
 }
 
 async fn unknown_routes_and_methods_are_problems(app: TestApp) {
-    let problem = expect_problem(app.get("/nope").await, 404, "route_not_found").await;
+    let problem = app.get_problem("/nope", 404, "route_not_found").await;
     assert!(problem["detail"].as_str().unwrap().contains("/nope"));
     let wrong_method = app.client.delete(app.url("/healthz")).send().await.unwrap();
     expect_problem(wrong_method, 405, "method_not_allowed").await;
-    let unknown_v1 = app.get("/v1/does-not-exist").await;
-    expect_problem(unknown_v1, 404, "route_not_found").await;
+    app.get_problem("/v1/does-not-exist", 404, "route_not_found")
+        .await;
     app.shutdown().await;
 }
 
@@ -476,22 +475,22 @@ async fn v1_routes_need_a_token_when_tokens_are_configured(backend: Backend) {
     );
     expect_problem(none, 401, "unauthorized").await;
     let wrong = app
-        .client
-        .post(app.url("/v1/task-lists/validate"))
-        .bearer_auth("token-bbbbbbbbbbbbbbbb")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .send_as(
+            "token-bbbbbbbbbbbbbbbb",
+            reqwest::Method::POST,
+            "/v1/task-lists/validate",
+            Some(&body),
+        )
+        .await;
     expect_problem(wrong, 401, "unauthorized").await;
     let right = app
-        .client
-        .post(app.url("/v1/task-lists/validate"))
-        .bearer_auth("token-aaaaaaaaaaaaaaaa")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .send_as(
+            "token-aaaaaaaaaaaaaaaa",
+            reqwest::Method::POST,
+            "/v1/task-lists/validate",
+            Some(&body),
+        )
+        .await;
     assert_eq!(right.status(), 200);
     // Ops routes and docs stay open.
     for open in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {

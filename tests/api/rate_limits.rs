@@ -327,7 +327,7 @@ async fn waits_end_and_pauses_hold_every_replica(backend: Backend) {
         RateVerdict::Wait(_) => {}
         v => panic!("a paused executor admitted {v:?}"),
     }
-    let view: serde_json::Value = app.get("/v1/rate-limits").await.json().await.unwrap();
+    let view: serde_json::Value = app.get_json("/v1/rate-limits").await;
     let entry = &view["executors"][0];
     assert_eq!(entry["executor"], "claude");
     assert_eq!(entry["requests_per_minute"], 6000);

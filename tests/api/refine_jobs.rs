@@ -343,20 +343,21 @@ async fn cancel_kills_running_l0s_and_is_idempotent(app: TestApp, dirs: Dirs) {
         again["version"], job["version"],
         "a terminal job is returned unchanged"
     );
-    let problem = expect_problem(
-        app.get(&format!("/v1/refine-jobs/{id}/result")).await,
-        409,
-        "job_not_succeeded",
-    )
-    .await;
+    let problem = app
+        .get_problem(
+            &format!("/v1/refine-jobs/{id}/result"),
+            409,
+            "job_not_succeeded",
+        )
+        .await;
     assert_eq!(problem["job_status"], "cancelled");
 
     // A queued job is cancelled at once (the hang executor keeps the only... any
     // worker busy is irrelevant: cancel of a queued or running job both end here).
     let unknown = uuid::Uuid::now_v7();
-    expect_problem(
-        app.post_json(&format!("/v1/refine-jobs/{unknown}/cancel"), &json!({}))
-            .await,
+    app.post_problem(
+        &format!("/v1/refine-jobs/{unknown}/cancel"),
+        &json!({}),
         404,
         "not_found",
     )
@@ -432,8 +433,8 @@ async fn wait_returns_when_the_job_changes(app: TestApp, _dirs: Dirs) {
     // On a terminal job `wait` answers at once, unchanged.
     let again: Value = app.get_json(&format!("/v1/refine-jobs/{id}?wait=30")).await;
     assert_eq!(again["version"], done["version"]);
-    expect_problem(
-        app.get(&format!("/v1/refine-jobs/{id}?wait=soon")).await,
+    app.get_problem(
+        &format!("/v1/refine-jobs/{id}?wait=soon"),
         400,
         "invalid_query",
     )
@@ -572,12 +573,9 @@ async fn task_file_is_read_only_inside_the_workspace_root(app: TestApp, dirs: Di
         let mut bad = body(&["P1-A1"]);
         bad.as_object_mut().unwrap().remove("task_text");
         bad["context"]["task_file_path"] = json!(outside);
-        let problem = expect_problem(
-            app.post_json("/v1/refine-jobs", &bad).await,
-            422,
-            "task_file_not_allowed",
-        )
-        .await;
+        let problem = app
+            .post_problem("/v1/refine-jobs", &bad, 422, "task_file_not_allowed")
+            .await;
         assert_eq!(problem["field"], "context.task_file_path");
     }
 }
@@ -649,101 +647,43 @@ async fn list_filters_and_pages_newest_first(app: TestApp, _dirs: Dirs) {
         "?page_token=xyz",
         "?run_id=7",
     ] {
-        expect_problem(
-            app.get(&format!("/v1/refine-jobs{bad}")).await,
-            400,
-            "invalid_query",
-        )
-        .await;
+        app.get_problem(&format!("/v1/refine-jobs{bad}"), 400, "invalid_query")
+            .await;
     }
 }
 
 async fn bad_submissions_are_refused_and_create_nothing(app: TestApp, _dirs: Dirs) {
     let good = body(&["P1-A1", "P1-A2"]);
-    let with = |f: &dyn Fn(&mut Value)| {
-        let mut b = good.clone();
-        f(&mut b);
-        b
-    };
-    let cases: Vec<(Value, &str, &str)> = vec![
-        (
-            with(&|b| {
-                b["context"].as_object_mut().unwrap().remove("assignments");
-            }),
-            "invalid_context",
-            "assignments",
-        ),
-        (
-            with(&|b| b["context"]["assignments"] = json!([])),
-            "invalid_context",
-            "assignments",
-        ),
-        (
-            with(&|b| {
-                b["context"]["assignments"][1]
-                    .as_object_mut()
-                    .unwrap()
-                    .remove("id");
-            }),
-            "invalid_context",
-            "id",
-        ),
-        (
-            with(&|b| b["context"]["assignments"][1]["id"] = json!("P1-A1")),
-            "invalid_context",
-            "P1-A1",
-        ),
-        (
-            with(&|b| b["context"]["assignments"][0]["id"] = json!("P1 A1")),
-            "invalid_context",
-            "id",
-        ),
-        (
-            with(&|b| b["context"]["phase_id"] = json!("../x")),
-            "invalid_context",
-            "phase_id",
-        ),
-        (
-            with(&|b| {
-                b.as_object_mut().unwrap().remove("refined_plan");
-            }),
-            "invalid_context",
-            "refined_plan",
-        ),
-        (
-            with(&|b| b["executor"] = json!("nope")),
-            "unknown_executor",
-            "nope",
-        ),
-        (
-            with(&|b| b["output_dir"] = json!("../escape")),
-            "output_not_allowed",
-            "..",
-        ),
-        (
-            with(&|b| b["output_dir"] = json!("/tmp")),
-            "output_not_allowed",
-            "outside",
-        ),
-        (
-            with(&|b| b["surprise"] = json!(1)),
-            "invalid_context",
-            "surprise",
-        ),
-        (
-            with(&|b| b["project_id"] = json!("")),
-            "invalid_field",
-            "project_id",
-        ),
-        (
-            with(&|b| b["run_id"] = json!(uuid::Uuid::now_v7().to_string())),
-            "unknown_run",
-            "run_id",
-        ),
+    let run_id = uuid::Uuid::now_v7().to_string();
+    // (the field changed, as a JSON pointer; its new value, or None to remove it;
+    // the code; a word the detail mentions). One case per line, read across.
+    #[rustfmt::skip]
+    let cases: [(&str, Option<Value>, &str, &str); 13] = [
+        ("/context/assignments", None, "invalid_context", "assignments"),
+        ("/context/assignments", Some(json!([])), "invalid_context", "assignments"),
+        ("/context/assignments/1/id", None, "invalid_context", "id"),
+        ("/context/assignments/1/id", Some(json!("P1-A1")), "invalid_context", "P1-A1"),
+        ("/context/assignments/0/id", Some(json!("P1 A1")), "invalid_context", "id"),
+        ("/context/phase_id", Some(json!("../x")), "invalid_context", "phase_id"),
+        ("/refined_plan", None, "invalid_context", "refined_plan"),
+        ("/executor", Some(json!("nope")), "unknown_executor", "nope"),
+        ("/output_dir", Some(json!("../escape")), "output_not_allowed", ".."),
+        ("/output_dir", Some(json!("/tmp")), "output_not_allowed", "outside"),
+        ("/surprise", Some(json!(1)), "invalid_context", "surprise"),
+        ("/project_id", Some(json!("")), "invalid_field", "project_id"),
+        ("/run_id", Some(json!(run_id)), "unknown_run", "run_id"),
     ];
-    for (request, code, mention) in cases {
-        let problem =
-            expect_problem(app.post_json("/v1/refine-jobs", &request).await, 422, code).await;
+    for (pointer, value, code, mention) in cases {
+        let mut request = good.clone();
+        let (parent, last) = pointer.rsplit_once('/').unwrap();
+        let parent = request.pointer_mut(parent).unwrap();
+        match value {
+            Some(value) => parent[last] = value,
+            None => assert!(parent.as_object_mut().unwrap().remove(last).is_some()),
+        }
+        let problem = app
+            .post_problem("/v1/refine-jobs", &request, 422, code)
+            .await;
         let detail = problem["detail"].as_str().unwrap();
         assert!(
             detail.contains(mention),
@@ -1110,12 +1050,9 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
         .post_json("/v1/refine-jobs/not-a-uuid/retry", &json!({}))
         .await;
     assert_eq!(bad.status(), 400);
-    expect_problem(
-        app.post_json(
-            &format!("/v1/refine-jobs/{}/retry", uuid::Uuid::now_v7()),
-            &json!({}),
-        )
-        .await,
+    app.post_problem(
+        &format!("/v1/refine-jobs/{}/retry", uuid::Uuid::now_v7()),
+        &json!({}),
         404,
         "not_found",
     )

@@ -691,8 +691,8 @@ async fn result_is_409_while_running(backend: Backend) {
         .get(&format!("/v1/refine-runs/{}/result", uuid::Uuid::now_v7()))
         .await;
     expect_problem(response, 404, "not_found").await;
-    let response = app.get("/v1/refine-runs/not-a-uuid").await;
-    expect_problem(response, 400, "invalid_path").await;
+    app.get_problem("/v1/refine-runs/not-a-uuid", 400, "invalid_path")
+        .await;
     app.shutdown().await;
 }
 
@@ -789,102 +789,49 @@ async fn bad_input_creates_nothing(backend: Backend) {
             }
         }
     };
-    // Every case is a 422: (what, body, code).
-    let cases: Vec<(&str, Value, &str)> = vec![
-        (
-            "no phases",
-            with_plan(&|p| {
-                p.as_object_mut().unwrap().remove("phases");
-            }),
-            "invalid_plan",
-        ),
-        (
-            "empty phases",
-            with_plan(&|p| p["phases"] = json!([])),
-            "invalid_plan",
-        ),
-        (
-            "no assignments key",
-            with_plan(&|p| {
-                p.as_object_mut().unwrap().remove("assignments");
-            }),
-            "invalid_plan",
-        ),
-        (
-            "empty assignments",
-            with_plan(&|p| p["assignments"] = json!([])),
-            "invalid_plan",
-        ),
-        (
-            "assignment naming a missing phase",
-            with_plan(&|p| p["assignments"][3]["phase_id"] = json!("P9")),
-            "invalid_plan",
-        ),
-        (
-            "duplicate phase ids",
-            with_plan(&|p| p["phases"][1]["id"] = json!("P1")),
-            "invalid_plan",
-        ),
-        (
-            "phase id with a space",
-            with_plan(&|p| rename_phase(p, 0, "P 1")),
-            "invalid_plan",
-        ),
-        (
-            "assignment id ../x",
-            with_plan(&|p| p["assignments"][0]["id"] = json!("../x")),
-            "invalid_plan",
-        ),
-        (
-            "phase id ../x",
-            with_plan(&|p| rename_phase(p, 1, "../x")),
-            "invalid_plan",
-        ),
-        (
-            "assignment without id",
-            with_plan(&|p| {
-                p["assignments"][1].as_object_mut().unwrap().remove("id");
-            }),
-            "invalid_plan",
-        ),
-        (
-            "plan missing",
-            json!({"executor": "builtin"}),
-            "invalid_plan",
-        ),
-        ("plan not an object", json!({"plan": []}), "invalid_plan"),
-        (
-            "unknown body field",
-            json!({"plan": good.clone(), "colour": "red"}),
-            "invalid_plan",
-        ),
-        (
-            "unknown executor",
-            json!({"plan": good.clone(), "executor": "nope"}),
-            "unknown_executor",
-        ),
-        (
-            "output_dir escaping with ..",
-            json!({"plan": good.clone(), "output_dir": "../elsewhere"}),
-            "output_not_allowed",
-        ),
-        (
-            "output_dir outside the root",
-            json!({"plan": good.clone(), "output_dir": "/tmp"}),
-            "output_not_allowed",
-        ),
-        (
-            "blank project_id",
-            json!({"plan": good.clone(), "project_id": "  "}),
-            "invalid_field",
-        ),
+    // Every case is a 422: (what, body) refused as `invalid_plan`, then (what,
+    // body, code) for the other codes. One case per line, read across.
+    let remove = |p: &mut Value, key: &str| p.as_object_mut().unwrap().remove(key).unwrap();
+    #[rustfmt::skip]
+    let bad_plans: Vec<(&str, Value)> = vec![
+        ("no phases", with_plan(&|p| { remove(p, "phases"); })),
+        ("empty phases", with_plan(&|p| p["phases"] = json!([]))),
+        ("no assignments key", with_plan(&|p| { remove(p, "assignments"); })),
+        ("empty assignments", with_plan(&|p| p["assignments"] = json!([]))),
+        ("assignment naming a missing phase",
+         with_plan(&|p| p["assignments"][3]["phase_id"] = json!("P9"))),
+        ("duplicate phase ids", with_plan(&|p| p["phases"][1]["id"] = json!("P1"))),
+        ("phase id with a space", with_plan(&|p| rename_phase(p, 0, "P 1"))),
+        ("assignment id ../x", with_plan(&|p| p["assignments"][0]["id"] = json!("../x"))),
+        ("phase id ../x", with_plan(&|p| rename_phase(p, 1, "../x"))),
+        ("assignment without id", with_plan(&|p| { remove(&mut p["assignments"][1], "id"); })),
+        ("plan missing", json!({"executor": "builtin"})),
+        ("plan not an object", json!({"plan": []})),
+        ("unknown body field", json!({"plan": good.clone(), "colour": "red"})),
     ];
-    for (what, body, code) in &cases {
-        let response = app.post_json("/v1/refine-runs", body).await;
+    let with_field = |field: &str, value: &str| {
+        let mut body = json!({"plan": good.clone()});
+        body[field] = json!(value);
+        body
+    };
+    #[rustfmt::skip]
+    let other_codes = [
+        ("unknown executor", with_field("executor", "nope"), "unknown_executor"),
+        ("output_dir escaping with ..",
+         with_field("output_dir", "../elsewhere"), "output_not_allowed"),
+        ("output_dir outside the root", with_field("output_dir", "/tmp"), "output_not_allowed"),
+        ("blank project_id", with_field("project_id", "  "), "invalid_field"),
+    ];
+    let cases = bad_plans
+        .into_iter()
+        .map(|(what, body)| (what, body, "invalid_plan"))
+        .chain(other_codes);
+    for (what, body, code) in cases {
+        let response = app.post_json("/v1/refine-runs", &body).await;
         assert_eq!(response.status().as_u16(), 422, "{what}");
         let problem = expect_problem(response, 422, code).await;
         let detail = problem["detail"].as_str().unwrap();
-        if *code == "invalid_plan" {
+        if code == "invalid_plan" {
             assert!(
                 detail.starts_with("FATAL: failed to parse request body: "),
                 "{what}: {detail}"
@@ -971,26 +918,13 @@ async fn retention_deletes_finished_runs_and_jobs_with_their_rows(backend: Backe
         .map(|j| j["id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(phase_jobs.len(), 2);
-    let response = app
-        .post_json(
-            "/v1/refine-jobs",
-            &crate::refine_jobs::body(&["P1-A1", "P1-A2"]),
-        )
-        .await;
-    assert_eq!(response.status().as_u16(), 202);
-    let standalone = json_of(response).await["id"].as_str().unwrap().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let job = json_of(
-            app.get(&format!("/v1/refine-jobs/{standalone}?wait=5"))
-                .await,
-        )
-        .await;
-        if is_terminal(job["status"].as_str().unwrap()) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{job}");
-    }
+    let standalone = app
+        .submit_refine_job(&crate::refine_jobs::body(&["P1-A1", "P1-A2"]))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.wait_job(&standalone).await;
     let all: Vec<&String> = phase_jobs.iter().chain([&standalone]).collect();
     for id in &all {
         assert!(rows_of_job(&app, "refine_job_events", id).await > 0);

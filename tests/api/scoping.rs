@@ -3,9 +3,7 @@
 //! another's; task-list creates with a key are safe to retry (one list, one
 //! counted rejection), also when the retries race.
 
-use crate::common::{
-    self, ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, expect_problem, one_phase_plan,
-};
+use crate::common::{self, ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, one_phase_plan};
 use serde_json::{Value, json};
 
 async fn spawn(backend: Backend) -> TestApp {
@@ -195,18 +193,18 @@ async fn task_list_replays_count_no_retry(app: TestApp) {
     assert_eq!(replay["replayed"], true, "{replay}");
     assert_eq!(replay["reprompt"], first["reprompt"]);
     // The next real rejection is the second.
-    let second = expect_problem(app.post_json(lists, &bad).await, 422, "dag_invalid").await;
+    let second = app.post_problem(lists, &bad, 422, "dag_invalid").await;
     assert_eq!(second["attempt"], 2, "{second}");
 
     // An accepted list resets the count; replaying it does not reset it again.
     let good = list_body("proj", diamond());
     let (status, _, accepted) = post_keyed(&app, lists, None, "good-1", &good).await;
     assert_eq!(status, 201, "{accepted}");
-    let after = expect_problem(app.post_json(lists, &bad).await, 422, "dag_invalid").await;
+    let after = app.post_problem(lists, &bad, 422, "dag_invalid").await;
     assert_eq!(after["attempt"], 1, "{after}");
     let (status, replayed, _) = post_keyed(&app, lists, None, "good-1", &good).await;
     assert_eq!((status, replayed), (201, true));
-    let next = expect_problem(app.post_json(lists, &bad).await, 422, "dag_invalid").await;
+    let next = app.post_problem(lists, &bad, 422, "dag_invalid").await;
     assert_eq!(next["attempt"], 2, "the replay reset the count: {next}");
     assert_eq!(pending_tasks(&app, "proj").await, 4);
     app.shutdown().await;
@@ -239,12 +237,9 @@ async fn racing_keyed_creates_make_one_list(app: TestApp) {
         assert_eq!(*status, 422, "{problem}");
         assert_eq!(problem["attempt"], 1, "{problem}");
     }
-    let next = expect_problem(
-        app.post_json("/v1/task-lists", &bad).await,
-        422,
-        "dag_invalid",
-    )
-    .await;
+    let next = app
+        .post_problem("/v1/task-lists", &bad, 422, "dag_invalid")
+        .await;
     assert_eq!(next["attempt"], 2, "{next}");
     app.shutdown().await;
 }

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::common::{Backend, TestApp, expect_problem, one_phase_plan, snapshot_tables};
+use crate::common::{Backend, TestApp, one_phase_plan, snapshot_tables};
 use plangate::config::{ExecutorKind, ExecutorProfile};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -446,8 +446,9 @@ async fn l0_output_with_nul_is_stored(backend: Backend) {
     // A client's NUL is still refused.
     let mut body = job_body();
     body["task_text"] = json!("a\u{0}b");
-    let refused = app.post_json("/v1/refine-jobs", &body).await;
-    let problem = expect_problem(refused, 422, "invalid_field").await;
+    let problem = app
+        .post_problem("/v1/refine-jobs", &body, 422, "invalid_field")
+        .await;
     assert_eq!(problem["field"], "/task_text");
     app.shutdown().await;
 }

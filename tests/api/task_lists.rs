@@ -56,12 +56,7 @@ async fn set_status(app: &TestApp, id: &str, body: Value) -> reqwest::Response {
 }
 
 async fn status_of(app: &TestApp, list_id: &str) -> std::collections::HashMap<String, Value> {
-    let list: Value = app
-        .get(&format!("/v1/task-lists/{list_id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let list: Value = app.get_json(&format!("/v1/task-lists/{list_id}")).await;
     list["tasks"]
         .as_array()
         .unwrap()
@@ -73,17 +68,14 @@ async fn status_of(app: &TestApp, list_id: &str) -> std::collections::HashMap<St
 async fn validate_reports_every_violation_in_gate_order(app: TestApp) {
     let planner_output = include_str!("../../examples/planner_output.md");
     let ok: Value = app
-        .post_json(
+        .post_for_json(
             "/v1/task-lists/validate",
             &json!({
                 "planner_output": planner_output,
                 "existing_files": ["src/http/client.py", "src/tenancy/model.py", "README.md"],
             }),
         )
-        .await
-        .json()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(ok["valid"], true, "{ok}");
     assert_eq!(ok["waves"], json!([["t-1", "t-2"], ["t-3"], ["t-4"]]));
 
@@ -93,11 +85,8 @@ async fn validate_reports_every_violation_in_gate_order(app: TestApp) {
         task("y", "p2", 1, &["x", "ghost"], &["nowhere.py"], &["f.py"]),
     ]);
     let report: Value = app
-        .post_json("/v1/task-lists/validate", &json!({"tasks": bad}))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json("/v1/task-lists/validate", &json!({"tasks": bad}))
+        .await;
     assert_eq!(report["valid"], false);
     let codes: Vec<&str> = report["errors"]
         .as_array()
@@ -119,14 +108,11 @@ async fn validate_reports_every_violation_in_gate_order(app: TestApp) {
 
     // Unparseable planner output: 200 with one synthesis_failure.
     let failure: Value = app
-        .post_json(
+        .post_for_json(
             "/v1/task-lists/validate",
             &json!({"planner_output": "```json\n[{\n```"}),
         )
-        .await
-        .json()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(failure["valid"], false);
     assert_eq!(failure["errors"].as_array().unwrap().len(), 1);
     assert_eq!(failure["errors"][0]["code"], "synthesis_failure");
@@ -134,32 +120,40 @@ async fn validate_reports_every_violation_in_gate_order(app: TestApp) {
 }
 
 async fn validate_refuses_malformed_requests(app: TestApp) {
-    let neither = app
-        .post_json("/v1/task-lists/validate", &json!({"existing_files": []}))
-        .await;
-    expect_problem(neither, 422, "invalid_body").await;
-    let both = app
-        .post_json(
+    app.post_problem(
+        "/v1/task-lists/validate",
+        &json!({"existing_files": []}),
+        422,
+        "invalid_body",
+    )
+    .await;
+    app.post_problem(
+        "/v1/task-lists/validate",
+        &json!({"tasks": [], "planner_output": "x"}),
+        422,
+        "invalid_body",
+    )
+    .await;
+    let problem = app
+        .post_problem(
             "/v1/task-lists/validate",
-            &json!({"tasks": [], "planner_output": "x"}),
+            &json!({"taks": []}),
+            422,
+            "invalid_body",
         )
         .await;
-    expect_problem(both, 422, "invalid_body").await;
-    let typo = app
-        .post_json("/v1/task-lists/validate", &json!({"taks": []}))
-        .await;
-    let problem = expect_problem(typo, 422, "invalid_body").await;
     assert!(
         problem["detail"].as_str().unwrap().contains("taks"),
         "{problem}"
     );
-    let wrong_type = app
-        .post_json(
+    let problem = app
+        .post_problem(
             "/v1/task-lists/validate",
             &json!({"tasks": [], "existing_files": "README.md"}),
+            422,
+            "invalid_body",
         )
         .await;
-    let problem = expect_problem(wrong_type, 422, "invalid_body").await;
     assert!(
         problem["detail"]
             .as_str()
@@ -277,12 +271,7 @@ async fn created_list_keeps_edges_team_and_extra_fields(app: TestApp) {
     assert_eq!(tasks[3]["reads"], json!(["b.py", "c.py"]));
     // What GET returns is what POST answered.
     let id = list["id"].as_str().unwrap();
-    let fetched: Value = app
-        .get(&format!("/v1/task-lists/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let fetched: Value = app.get_json(&format!("/v1/task-lists/{id}")).await;
     assert_eq!(fetched, list);
     app.shutdown().await;
 }
@@ -319,24 +308,17 @@ async fn rejected_lists_are_counted_per_cycle_and_escalate(app: TestApp) {
     );
     assert_eq!(second["escalation"], "dag-invalid");
     // Nothing was stored by the rejections: the project has no list yet.
-    expect_problem(
-        app.get("/v1/projects/proj/status").await,
-        404,
-        "project_not_found",
-    )
-    .await;
+    app.get_problem("/v1/projects/proj/status", 404, "project_not_found")
+        .await;
     // An accepted list resets the count.
     create(&app, "proj", Some("c1"), diamond()).await;
     let after = expect_problem(submit("c1", bad.clone()).await, 422, "dag_invalid").await;
     assert_eq!(after["attempt"], 1);
     // A synthesis failure escalates at once.
     let body = json!({"project_id": "proj", "team_pk": "c3", "created_by": "pm", "planner_output": "no list here"});
-    let synthesis = expect_problem(
-        app.post_json("/v1/task-lists", &body).await,
-        422,
-        "synthesis_failure",
-    )
-    .await;
+    let synthesis = app
+        .post_problem("/v1/task-lists", &body, 422, "synthesis_failure")
+        .await;
     assert_eq!(
         (
             synthesis["escalate"].clone(),
@@ -359,12 +341,9 @@ async fn bad_task_fields_name_the_field_and_store_nothing(app: TestApp) {
         let mut tasks = json!([task("t-1", "p", 1, &[], &[], &[])]);
         tasks[0]["parallel_group"] = value.clone();
         let body = json!({"project_id": "shape", "created_by": "pm", "tasks": tasks});
-        let problem = expect_problem(
-            app.post_json("/v1/task-lists", &body).await,
-            422,
-            "dag_invalid",
-        )
-        .await;
+        let problem = app
+            .post_problem("/v1/task-lists", &body, 422, "dag_invalid")
+            .await;
         let error = &problem["errors"][0];
         assert_eq!(
             error["code"], "invalid_parallel_group",
@@ -379,40 +358,27 @@ async fn bad_task_fields_name_the_field_and_store_nothing(app: TestApp) {
     // U+0000 cannot be stored on Postgres: refused before the gate, naming the field.
     let nul_id = json!([task("a\u{0}b", "p", 1, &[], &[], &[])]);
     let body = json!({"project_id": "shape", "created_by": "pm", "tasks": nul_id});
-    let problem = expect_problem(
-        app.post_json("/v1/task-lists", &body).await,
-        422,
-        "invalid_field",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/task-lists", &body, 422, "invalid_field")
+        .await;
     assert_eq!(problem["field"], "/tasks/0/task_id", "{problem}");
     let long_id = json!([task(&"x".repeat(10_000), "p", 1, &[], &[], &[])]);
     let body = json!({"project_id": "shape", "created_by": "pm", "tasks": long_id});
-    let problem = expect_problem(
-        app.post_json("/v1/task-lists", &body).await,
-        422,
-        "dag_invalid",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/task-lists", &body, 422, "dag_invalid")
+        .await;
     assert!(
         problem.to_string().len() < 5_000,
         "a 10 KB id is not echoed in full"
     );
     let bad_project = json!({"project_id": "", "created_by": "pm", "tasks": diamond()});
-    let problem = expect_problem(
-        app.post_json("/v1/task-lists", &bad_project).await,
-        422,
-        "invalid_field",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/task-lists", &bad_project, 422, "invalid_field")
+        .await;
     assert_eq!(problem["field"], "project_id");
     // Nothing was stored: the project has no list, so its status is unknown.
-    expect_problem(
-        app.get("/v1/projects/shape/status").await,
-        404,
-        "project_not_found",
-    )
-    .await;
+    app.get_problem("/v1/projects/shape/status", 404, "project_not_found")
+        .await;
     app.shutdown().await;
 }
 
@@ -564,18 +530,10 @@ async fn illegal_transitions_are_409_and_repeats_are_idempotent(app: TestApp) {
     for (task, body, status, code) in refusals {
         expect_problem(set_status(&app, task, body).await, status, code).await;
     }
-    expect_problem(
-        app.get(&format!("/v1/task-lists/{unknown}")).await,
-        404,
-        "not_found",
-    )
-    .await;
-    expect_problem(
-        app.get(&format!("/v1/task-lists/{unknown}/ready")).await,
-        404,
-        "not_found",
-    )
-    .await;
+    app.get_problem(&format!("/v1/task-lists/{unknown}"), 404, "not_found")
+        .await;
+    app.get_problem(&format!("/v1/task-lists/{unknown}/ready"), 404, "not_found")
+        .await;
     app.shutdown().await;
 }
 
@@ -592,11 +550,8 @@ async fn barrier_waits_for_the_wave_pipeline_does_not(app: TestApp) {
         let app = &app;
         async move {
             let r: Value = app
-                .get(&format!("/v1/task-lists/{id}/ready?mode={mode}"))
-                .await
-                .json()
-                .await
-                .unwrap();
+                .get_json(&format!("/v1/task-lists/{id}/ready?mode={mode}"))
+                .await;
             (r["wave"].clone(), task_ids(&r))
         }
     };
@@ -613,16 +568,10 @@ async fn barrier_waits_for_the_wave_pipeline_does_not(app: TestApp) {
     // x still runs: barrier offers nothing, pipeline offers b.
     assert_eq!(ready("barrier").await, (json!(1), vec![]));
     assert_eq!(ready("pipeline").await, (json!(2), vec!["b".to_owned()]));
-    let default: Value = app
-        .get(&format!("/v1/task-lists/{id}/ready"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let default: Value = app.get_json(&format!("/v1/task-lists/{id}/ready")).await;
     assert_eq!(default["mode"], "barrier");
-    expect_problem(
-        app.get(&format!("/v1/task-lists/{id}/ready?mode=eager"))
-            .await,
+    app.get_problem(
+        &format!("/v1/task-lists/{id}/ready?mode=eager"),
         400,
         "invalid_query",
     )
@@ -651,11 +600,8 @@ async fn pipeline_passes_over_racing_writes_across_batches(app: TestApp) {
     let id = list["id"].as_str().unwrap();
     set_status(&app, &server_id(&list, "t5"), json!({"status": "running"})).await;
     let ready: Value = app
-        .get(&format!("/v1/task-lists/{id}/ready?mode=pipeline"))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/v1/task-lists/{id}/ready?mode=pipeline"))
+        .await;
     let offered: Vec<&str> = ready["tasks"]
         .as_array()
         .unwrap()
@@ -685,11 +631,8 @@ async fn status_is_scoped_per_cycle(app: TestApp) {
     set_status(&app, &a, json!({"status": "running"})).await;
 
     let cycle_a: Value = app
-        .get("/v1/projects/shared/status?team_pk=cycle-A")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/projects/shared/status?team_pk=cycle-A")
+        .await;
     assert_eq!(cycle_a["scope"], "cycle");
     assert_eq!(cycle_a["team_pk"], "cycle-A");
     assert_eq!(cycle_a["counts"]["pending"], 3);
@@ -699,29 +642,22 @@ async fn status_is_scoped_per_cycle(app: TestApp) {
     assert_eq!(cycle_a["waves"].as_array().unwrap().len(), 3);
 
     let cycle_b: Value = app
-        .get("/v1/projects/shared/status?team_pk=cycle-B")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json("/v1/projects/shared/status?team_pk=cycle-B")
+        .await;
     assert_eq!(cycle_b["scope"], "cycle");
     assert_eq!(cycle_b["counts"]["pending"], 1);
     assert_eq!(cycle_b["in_flight"], 0);
 
     // An unknown cycle is not widened to the project (docs/mcp.md, `project_status`): 404 naming it.
-    let unknown = expect_problem(
-        app.get("/v1/projects/shared/status?team_pk=nope").await,
-        404,
-        "team_not_found",
-    )
-    .await;
+    let unknown = app
+        .get_problem(
+            "/v1/projects/shared/status?team_pk=nope",
+            404,
+            "team_not_found",
+        )
+        .await;
     assert_eq!(unknown["field"], "team_pk");
-    let whole: Value = app
-        .get("/v1/projects/shared/status")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let whole: Value = app.get_json("/v1/projects/shared/status").await;
     assert_eq!(whole["scope"], "project");
     assert_eq!(whole["counts"]["running"], 1);
     app.shutdown().await;
@@ -739,15 +675,18 @@ async fn teams_register_per_project(app: TestApp) {
         .post_json("/v1/projects/p1/teams", &json!({"team_pk": "c2"}))
         .await;
     assert_eq!(second.status(), 201);
-    let dup = app
-        .post_json("/v1/projects/p1/teams", &json!({"team_pk": "c1"}))
-        .await;
-    expect_problem(dup, 409, "team_exists").await;
+    app.post_problem(
+        "/v1/projects/p1/teams",
+        &json!({"team_pk": "c1"}),
+        409,
+        "team_exists",
+    )
+    .await;
     let other_project = app
         .post_json("/v1/projects/p2/teams", &json!({"team_pk": "c1"}))
         .await;
     assert_eq!(other_project.status(), 201);
-    let teams: Value = app.get("/v1/projects/p1/teams").await.json().await.unwrap();
+    let teams: Value = app.get_json("/v1/projects/p1/teams").await;
     let pks: Vec<&str> = teams
         .as_array()
         .unwrap()
@@ -756,10 +695,13 @@ async fn teams_register_per_project(app: TestApp) {
         .collect();
     assert_eq!(pks, ["c1", "c2"]);
     assert_eq!(teams[0]["lead_role"], "pm");
-    let bad = app
-        .post_json("/v1/projects/p1/teams", &json!({"team_pk": ""}))
-        .await;
-    expect_problem(bad, 422, "invalid_field").await;
+    app.post_problem(
+        "/v1/projects/p1/teams",
+        &json!({"team_pk": ""}),
+        422,
+        "invalid_field",
+    )
+    .await;
     app.shutdown().await;
 }
 
@@ -786,9 +728,8 @@ async fn graph_renders_waves_as_text(app: TestApp) {
         dot.contains("digraph") && dot.contains("rank=same"),
         "{dot}"
     );
-    expect_problem(
-        app.get(&format!("/v1/task-lists/{id}/graph?format=svg"))
-            .await,
+    app.get_problem(
+        &format!("/v1/task-lists/{id}/graph?format=svg"),
         400,
         "invalid_query",
     )
@@ -829,12 +770,7 @@ async fn large_lists_persist_in_batches(app: TestApp) {
         .collect();
     assert_eq!(edges.len(), n - 100);
     assert_eq!(edges, expected_edges);
-    let fetched: Value = app
-        .get(&format!("/v1/task-lists/{id}"))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let fetched: Value = app.get_json(&format!("/v1/task-lists/{id}")).await;
     assert_eq!(fetched["tasks"].as_array().unwrap().len(), n);
     assert_eq!(
         fetched["tasks"][n - 1]["depends_on"],
@@ -899,12 +835,9 @@ fn five_hundred_orphans() -> Value {
 async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Backend) {
     let app = crate::common::spawn_app(backend).await;
     let body = json!({"project_id": "proj", "created_by": "pm", "tasks": five_hundred_orphans()});
-    let problem = expect_problem(
-        app.post_json("/v1/task-lists", &body).await,
-        422,
-        "dag_invalid",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/task-lists", &body, 422, "dag_invalid")
+        .await;
     let errors = problem["errors"].as_array().unwrap();
     assert_eq!(errors.len(), 100, "the first 100 errors only");
     assert_eq!(errors[0]["task_ids"], json!(["t0", "ghost0"]));
@@ -925,14 +858,11 @@ async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Ba
     );
 
     let report: Value = app
-        .post_json(
+        .post_for_json(
             "/v1/task-lists/validate",
             &json!({"tasks": five_hundred_orphans()}),
         )
-        .await
-        .json()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(report["errors"].as_array().unwrap().len(), 100);
     assert_eq!(
         (report["error_count"].clone(), report["truncated"].clone()),
@@ -941,11 +871,8 @@ async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Ba
     assert_eq!(report["error_counts"], json!({"orphan_dependency": 500}));
     // A short list is whole.
     let diamond_report: Value = app
-        .post_json("/v1/task-lists/validate", &json!({"tasks": diamond()}))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .post_for_json("/v1/task-lists/validate", &json!({"tasks": diamond()}))
+        .await;
     assert_eq!(
         (
             diamond_report["error_count"].clone(),
@@ -956,12 +883,9 @@ async fn rejected_large_lists_answer_the_first_errors_and_the_counts(backend: Ba
     app.shutdown().await;
 
     let app = crate::common::spawn_app_with(backend, |s| s.max_gating_errors = 3).await;
-    let problem = expect_problem(
-        app.post_json("/v1/task-lists", &body).await,
-        422,
-        "dag_invalid",
-    )
-    .await;
+    let problem = app
+        .post_problem("/v1/task-lists", &body, 422, "dag_invalid")
+        .await;
     assert_eq!(problem["errors"].as_array().unwrap().len(), 3);
     assert_eq!(problem["error_count"], 500);
     assert_eq!(problem["reprompt"].as_str().unwrap().lines().count(), 4);
@@ -1054,7 +978,7 @@ async fn lists_come_in_pages_on_request(app: TestApp) {
         .collect();
     let list = create(&app, "proj", None, Value::Array(tasks)).await;
     let path = format!("/v1/task-lists/{}", list["id"].as_str().unwrap());
-    let whole: Value = app.get(&path).await.json().await.unwrap();
+    let whole: Value = app.get_json(&path).await;
     assert_eq!(whole["tasks"].as_array().unwrap().len(), 7);
     assert!(whole["next_cursor"].is_null(), "{whole}");
     let mut seen = Vec::new();
@@ -1085,12 +1009,9 @@ async fn lists_come_in_pages_on_request(app: TestApp) {
         ("?limit=1001", "limit"),
         ("?cursor=x", "cursor"),
     ] {
-        let problem = expect_problem(
-            app.get(&format!("{path}{query}")).await,
-            400,
-            "invalid_query",
-        )
-        .await;
+        let problem = app
+            .get_problem(&format!("{path}{query}"), 400, "invalid_query")
+            .await;
         assert_eq!(problem["field"], field, "{query}: {problem}");
     }
 }

@@ -21,7 +21,13 @@ async fn put(app: &TestApp, id: &str, body: &Value) -> reqwest::Response {
         .unwrap()
 }
 
-async fn step(
+/// `POST /v1/tracks/{TRACK}/steps/{step}/{action}` with `body`.
+async fn step(app: &TestApp, action: &str, step: &str, body: Value) -> reqwest::Response {
+    step_if_match(app, action, step, body, None).await
+}
+
+/// [`step`] with an `If-Match` header, if any.
+async fn step_if_match(
     app: &TestApp,
     action: &str,
     step: &str,
@@ -40,14 +46,14 @@ async fn step(
 
 /// Start and complete `name` with `outcome`; return the metadata after it.
 async fn run_step(app: &TestApp, name: &str, outcome: &str) -> Value {
-    let started = step(app, "start", name, json!({"agent": "agent-1"}), None).await;
+    let started = step(app, "start", name, json!({"agent": "agent-1"})).await;
     assert_eq!(
         started.status(),
         200,
         "start {name}: {}",
         started.text().await.unwrap()
     );
-    let done = step(app, "complete", name, json!({"outcome": outcome}), None).await;
+    let done = step(app, "complete", name, json!({"outcome": outcome})).await;
     assert_eq!(
         done.status(),
         200,
@@ -82,7 +88,7 @@ async fn v1_import_upgrades_and_keeps_fields(app: TestApp) {
 
 async fn plan_passed_moves_to_evaluate_plan(app: TestApp) {
     put(&app, TRACK, &v1()).await;
-    let started: Value = step(&app, "start", "PLAN", json!({"agent": "planner"}), None)
+    let started: Value = step(&app, "start", "PLAN", json!({"agent": "planner"}))
         .await
         .json()
         .await
@@ -101,7 +107,6 @@ async fn plan_passed_moves_to_evaluate_plan(app: TestApp) {
         "complete",
         "PLAN",
         json!({"outcome": "PASSED", "commit_sha": "abc123"}),
-        None,
     )
     .await;
     let meta: Value = done.json().await.unwrap();
@@ -131,7 +136,7 @@ async fn plan_revisions_are_bounded(app: TestApp) {
             assert_eq!(meta["status"], "blocked", "{meta}");
         }
     }
-    let refused = step(&app, "start", "PLAN", json!({"agent": "a"}), None).await;
+    let refused = step(&app, "start", "PLAN", json!({"agent": "a"})).await;
     let problem = expect_problem(refused, 409, "track_closed").await;
     assert_eq!(problem["legal"], json!([]));
     // Re-importing re-opens the track.
@@ -139,7 +144,7 @@ async fn plan_revisions_are_bounded(app: TestApp) {
     fresh["status"] = json!("new");
     assert_eq!(put(&app, TRACK, &fresh).await.status(), 200);
     assert_eq!(
-        step(&app, "start", "PLAN", json!({"agent": "a"}), None)
+        step(&app, "start", "PLAN", json!({"agent": "a"}))
             .await
             .status(),
         200
@@ -152,9 +157,9 @@ async fn execution_with_a_fix_cycle_reaches_complete(app: TestApp) {
     run_step(&app, "PLAN", "PASSED").await;
     let meta = run_step(&app, "EVALUATE_PLAN", "PASSED").await;
     assert_eq!(meta["loop_state"]["current_step"], "EXECUTE");
-    step(&app, "start", "EXECUTE", json!({"agent": "dev"}), None).await;
+    step(&app, "start", "EXECUTE", json!({"agent": "dev"})).await;
     let meta: Value = step(&app, "complete", "EXECUTE",
-        json!({"outcome": "PASSED", "tasks_completed": 4, "tasks_total": 4, "last_task": "2.2", "last_commit": "def"}), None)
+        json!({"outcome": "PASSED", "tasks_completed": 4, "tasks_total": 4, "last_task": "2.2", "last_commit": "def"}))
         .await.json().await.unwrap();
     assert_eq!(
         meta["loop_state"]["checkpoints"]["EXECUTE"]["tasks_total"],
@@ -170,7 +175,7 @@ async fn execution_with_a_fix_cycle_reaches_complete(app: TestApp) {
     assert_eq!(meta["loop_state"]["current_step"], "COMPLETE");
     assert_eq!(meta["status"], "complete");
     expect_problem(
-        step(&app, "start", "FIX", json!({"agent": "a"}), None).await,
+        step(&app, "start", "FIX", json!({"agent": "a"})).await,
         409,
         "track_closed",
     )
@@ -202,16 +207,16 @@ async fn fix_cycles_are_bounded_and_blocked_blocks(app: TestApp) {
 
 async fn illegal_steps_list_the_legal_ones(app: TestApp) {
     put(&app, TRACK, &v1()).await;
-    let early = step(&app, "complete", "PLAN", json!({"outcome": "PASSED"}), None).await;
+    let early = step(&app, "complete", "PLAN", json!({"outcome": "PASSED"})).await;
     let problem = expect_problem(early, 409, "illegal_transition").await;
     assert_eq!(problem["legal"], json!(["start PLAN"]));
-    let wrong = step(&app, "start", "EXECUTE", json!({"agent": "a"}), None).await;
+    let wrong = step(&app, "start", "EXECUTE", json!({"agent": "a"})).await;
     let problem = expect_problem(wrong, 409, "illegal_transition").await;
     assert_eq!(problem["current_step"], "PLAN");
-    let unknown = step(&app, "start", "DEPLOY", json!({"agent": "a"}), None).await;
+    let unknown = step(&app, "start", "DEPLOY", json!({"agent": "a"})).await;
     let problem = expect_problem(unknown, 409, "unknown_step").await;
     assert_eq!(problem["legal"], json!(["start PLAN"]));
-    let bad_outcome = step(&app, "complete", "PLAN", json!({"outcome": "MAYBE"}), None).await;
+    let bad_outcome = step(&app, "complete", "PLAN", json!({"outcome": "MAYBE"})).await;
     expect_problem(bad_outcome, 422, "invalid_body").await;
     let missing = app
         .client
@@ -249,29 +254,25 @@ async fn bad_track_ids_and_documents_store_nothing(app: TestApp) {
     let mut other = v1();
     other["track_id"] = json!("someone-else");
     expect_problem(put(&app, TRACK, &other).await, 422, "track_id_mismatch").await;
-    expect_problem(
-        app.get(&format!("/v1/tracks/{TRACK}")).await,
-        404,
-        "not_found",
-    )
-    .await;
+    app.get_problem(&format!("/v1/tracks/{TRACK}"), 404, "not_found")
+        .await;
     app.shutdown().await;
 }
 
 async fn stale_if_match_is_412_and_no_write_is_lost(app: TestApp) {
     put(&app, TRACK, &v1()).await;
-    let stale = step(&app, "start", "PLAN", json!({"agent": "a"}), Some("\"7\"")).await;
+    let stale = step_if_match(&app, "start", "PLAN", json!({"agent": "a"}), Some("\"7\"")).await;
     expect_problem(stale, 412, "stale_etag").await;
     // Two agents read version 1 and both try to start PLAN with it: one wins.
     let (a, b) = tokio::join!(
-        step(
+        step_if_match(
             &app,
             "start",
             "PLAN",
             json!({"agent": "agent-a"}),
             Some("\"1\"")
         ),
-        step(
+        step_if_match(
             &app,
             "start",
             "PLAN",
@@ -287,7 +288,7 @@ async fn stale_if_match_is_412_and_no_write_is_lost(app: TestApp) {
     // Without If-Match, racing writers are re-checked against the newest version:
     // exactly one completion applies, the others see the step is no longer running.
     let results = futures::future::join_all(
-        (0..6).map(|_| step(&app, "complete", "PLAN", json!({"outcome": "PASSED"}), None)),
+        (0..6).map(|_| step(&app, "complete", "PLAN", json!({"outcome": "PASSED"}))),
     )
     .await;
     let ok = results.iter().filter(|r| r.status() == 200).count();
@@ -323,7 +324,6 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
         "start",
         "EVALUATE_EXECUTION",
         json!({"agent": "reviewer"}),
-        None,
     )
     .await;
     let failed = step(
@@ -331,23 +331,16 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
         "complete",
         "EVALUATE_EXECUTION",
         json!({"outcome": "FAILED", "notes": "cache key ignores the tenant"}),
-        None,
     )
     .await;
     assert_eq!(failed.status(), 200);
     // Only the applied one of racing starts of FIX is recorded.
-    let starts = futures::future::join_all((0..4).map(|i| {
-        step(
-            &app,
-            "start",
-            "FIX",
-            json!({"agent": format!("fixer-{i}")}),
-            None,
-        )
-    }))
+    let starts = futures::future::join_all(
+        (0..4).map(|i| step(&app, "start", "FIX", json!({"agent": format!("fixer-{i}")}))),
+    )
     .await;
     assert_eq!(starts.iter().filter(|r| r.status() == 200).count(), 1);
-    let fixed = step(&app, "complete", "FIX", json!({"outcome": "PASSED"}), None).await;
+    let fixed = step(&app, "complete", "FIX", json!({"outcome": "PASSED"})).await;
     assert_eq!(fixed.status(), 200);
     // The evaluation runs again and passes: its checkpoint forgets the failed verdict.
     run_step(&app, "EVALUATE_EXECUTION", "PASSED").await;
@@ -409,18 +402,10 @@ async fn history_keeps_a_failed_evaluation_after_fix(app: TestApp) {
     assert_eq!(revisions, (1..=13).collect::<Vec<_>>());
     assert_eq!(events.last().unwrap()["status"], "complete");
 
-    expect_problem(
-        app.get("/v1/tracks/no-such-track/history").await,
-        404,
-        "not_found",
-    )
-    .await;
-    expect_problem(
-        app.get("/v1/tracks/.hidden/history").await,
-        400,
-        "invalid_track_id",
-    )
-    .await;
+    app.get_problem("/v1/tracks/no-such-track/history", 404, "not_found")
+        .await;
+    app.get_problem("/v1/tracks/.hidden/history", 400, "invalid_track_id")
+        .await;
     app.shutdown().await;
 }
 
@@ -442,32 +427,30 @@ async fn import_as(
     project: Option<&str>,
 ) -> reqwest::Response {
     let query = project.map_or_else(String::new, |p| format!("?project_id={p}"));
-    app.client
-        .put(app.url(&format!("/v1/tracks/{id}{query}")))
-        .bearer_auth(token)
-        .json(&v1_of(id))
-        .send()
+    let path = format!("/v1/tracks/{id}{query}");
+    app.send_as(token, reqwest::Method::PUT, &path, Some(&v1_of(id)))
         .await
-        .unwrap()
 }
 
 async fn get_as(app: &TestApp, token: &str, id: &str) -> reqwest::Response {
-    app.client
-        .get(app.url(&format!("/v1/tracks/{id}")))
-        .bearer_auth(token)
-        .send()
+    app.get_as(token, &format!("/v1/tracks/{id}")).await
+}
+
+/// `POST /v1/tracks/{id}/steps/PLAN/{action}` with `body`, as `token`.
+async fn step_as(
+    app: &TestApp,
+    token: &str,
+    id: &str,
+    action: &str,
+    body: Value,
+) -> reqwest::Response {
+    let path = format!("/v1/tracks/{id}/steps/PLAN/{action}");
+    app.send_as(token, reqwest::Method::POST, &path, Some(&body))
         .await
-        .unwrap()
 }
 
 async fn start_as(app: &TestApp, token: &str, id: &str) -> reqwest::Response {
-    app.client
-        .post(app.url(&format!("/v1/tracks/{id}/steps/PLAN/start")))
-        .bearer_auth(token)
-        .json(&json!({"agent": "agent-1"}))
-        .send()
-        .await
-        .unwrap()
+    step_as(app, token, id, "start", json!({"agent": "agent-1"})).await
 }
 
 async fn tracks_belong_to_projects(backend: Backend) {
@@ -504,22 +487,11 @@ async fn tracks_belong_to_projects(backend: Backend) {
     for id in ["track-b", "track-none"] {
         expect_problem(get_as(&app, TOKEN_A, id).await, 403, "forbidden_project").await;
         let history = app
-            .client
-            .get(app.url(&format!("/v1/tracks/{id}/history")))
-            .bearer_auth(TOKEN_A)
-            .send()
-            .await
-            .unwrap();
+            .get_as(TOKEN_A, &format!("/v1/tracks/{id}/history"))
+            .await;
         expect_problem(history, 403, "forbidden_project").await;
         expect_problem(start_as(&app, TOKEN_A, id).await, 403, "forbidden_project").await;
-        let complete = app
-            .client
-            .post(app.url(&format!("/v1/tracks/{id}/steps/PLAN/complete")))
-            .bearer_auth(TOKEN_A)
-            .json(&json!({"outcome": "PASSED"}))
-            .send()
-            .await
-            .unwrap();
+        let complete = step_as(&app, TOKEN_A, id, "complete", json!({"outcome": "PASSED"})).await;
         expect_problem(complete, 403, "forbidden_project").await;
         for project in [None, Some("proj-a")] {
             let replace = import_as(&app, TOKEN_A, id, project).await;

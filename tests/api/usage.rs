@@ -593,31 +593,16 @@ async fn assignments_jobs_and_projects_show_usage(backend: Backend) {
     assert!(close(cost(&beta["usage"]["cost_usd"]), 0.01));
 
     // Bad queries are clear 4xx.
-    expect_problem(
-        app.get("/v1/projects/alpha/usage?since=yesterday").await,
-        400,
-        "invalid_query",
-    )
-    .await;
-    expect_problem(
-        app.get("/v1/projects/alpha/usage?since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z")
-            .await,
-        400,
-        "invalid_query",
-    )
-    .await;
-    expect_problem(
-        app.get("/v1/projects/alpha/usage?bogus=1").await,
-        400,
-        "invalid_query",
-    )
-    .await;
-    expect_problem(
-        app.get("/v1/projects/%20/usage").await,
-        422,
-        "invalid_field",
-    )
-    .await;
+    for query in [
+        "since=yesterday",
+        "since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z",
+        "bogus=1",
+    ] {
+        let path = format!("/v1/projects/alpha/usage?{query}");
+        app.get_problem(&path, 400, "invalid_query").await;
+    }
+    app.get_problem("/v1/projects/%20/usage", 422, "invalid_field")
+        .await;
 
     // Prometheus.
     let metrics = app.get("/metrics").await.text().await.unwrap();
@@ -726,13 +711,14 @@ async fn budget_hit_mid_batch_starts_no_further_l0(backend: Backend) {
             "budget_action",
         ),
     ] {
-        let p = expect_problem(
-            app.post_json("/v1/refine-jobs", &job_body(&ids[..1], "cj", extra))
-                .await,
-            422,
-            "invalid_context",
-        )
-        .await;
+        let p = app
+            .post_problem(
+                "/v1/refine-jobs",
+                &job_body(&ids[..1], "cj", extra),
+                422,
+                "invalid_context",
+            )
+            .await;
         assert_eq!(p["field"], field, "{p}");
     }
     app.shutdown().await;
@@ -916,12 +902,8 @@ async fn daily_limit_refuses_with_429_until_the_next_utc_day(backend: Backend) {
     let run = json!({"plan": {"phases": [{"id": "P1", "name": "One", "goal": "g", "scope": "s",
         "technical_approach": "t", "relationship_notes": "", "ordering": 1}],
         "assignments": [assignment("P1-A1")]}, "executor": "cj", "project_id": "alpha"});
-    expect_problem(
-        app.post_json("/v1/refine-runs", &run).await,
-        429,
-        "budget_exhausted",
-    )
-    .await;
+    app.post_problem("/v1/refine-runs", &run, 429, "budget_exhausted")
+        .await;
     let jobs: Value = app.get_json("/v1/refine-jobs?project_id=alpha").await;
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1);
 

@@ -246,8 +246,8 @@ async fn webhooks_rest_contract(app: TestApp) {
         let problem = expect_problem(response, 422, "invalid_field").await;
         assert_eq!(problem["field"], field, "{body}: {problem}");
     }
-    let bad_id = app.get("/v1/webhooks/not-a-uuid").await;
-    expect_problem(bad_id, 400, "invalid_path").await;
+    app.get_problem("/v1/webhooks/not-a-uuid", 400, "invalid_path")
+        .await;
     let list: Value = app.get_json("/v1/webhooks").await;
     assert_eq!(list.as_array().unwrap().len(), 2);
 
@@ -269,7 +269,7 @@ async fn webhooks_rest_contract(app: TestApp) {
 
     let deleted = send(&app, reqwest::Method::DELETE, &path, None, None).await;
     assert_eq!(deleted.status(), 204);
-    expect_problem(app.get(&path).await, 404, "not_found").await;
+    app.get_problem(&path, 404, "not_found").await;
     let again = send(&app, reqwest::Method::DELETE, &path, None, None).await;
     expect_problem(again, 404, "not_found").await;
 }

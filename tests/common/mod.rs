@@ -154,6 +154,17 @@ impl TestApp {
             .expect("a JSON body")
     }
 
+    /// `GET path`, asserting the answer is the problem `status`/`code`: the problem.
+    pub async fn get_problem(&self, path: &str, status: u16, code: &str) -> Value {
+        expect_problem(self.get(path).await, status, code).await
+    }
+
+    /// `POST path` with a JSON body, asserting the answer is the problem
+    /// `status`/`code`: the problem.
+    pub async fn post_problem(&self, path: &str, body: &Value, status: u16, code: &str) -> Value {
+        expect_problem(self.post_json(path, body).await, status, code).await
+    }
+
     pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
         self.send_json(reqwest::Method::POST, path, body).await
     }
@@ -172,6 +183,29 @@ impl TestApp {
             .send()
             .await
             .expect(&what)
+    }
+
+    /// `method path` as `token`, with a JSON body if any.
+    pub async fn send_as(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> reqwest::Response {
+        let mut request = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        request.send().await.expect("request")
+    }
+
+    /// `GET path` as `token`.
+    pub async fn get_as(&self, token: &str, path: &str) -> reqwest::Response {
+        self.send_as(token, reqwest::Method::GET, path, None).await
     }
 
     /// `POST /v1/task-lists/{list_id}/claim` with `body`.
