@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use crate::http::problem::ApiError;
 pub use crate::service::Caller;
-use crate::service::ProblemCode;
+use crate::service::{ProblemCode, Service};
 
 /// Handlers take `caller: Caller`. The auth middleware always inserts one, so a
 /// missing one is a wiring bug: refuse (500) rather than let the request through.
@@ -30,6 +30,23 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
                 "internal error; see the server log",
             )
         })
+    }
+}
+
+/// What a `/v1` handler acts with: the use cases, and the caller they check
+/// (`service/` authorizes; the handler only passes it on).
+pub struct Api {
+    pub service: Service,
+    pub caller: Caller,
+}
+
+impl FromRequestParts<AppState> for Api {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let service = state.service.clone();
+        Ok(Api { service, caller })
     }
 }
 

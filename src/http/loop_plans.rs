@@ -1,7 +1,7 @@
 //! `/v1/loop-plans`: generate a loop plan (JSON or plan.md) and parse a plan.md back.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -9,12 +9,12 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::{Api, Caller};
 use super::extract::Json;
 use crate::domain::loop_plan::{LoopPlan, LoopPlanRequest};
 use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
-use crate::service::ProblemCode;
 use crate::service::loop_plans::ParsedPlanResponse;
+use crate::service::{ProblemCode, Service};
 
 const MARKDOWN: &str = "text/markdown; charset=utf-8";
 
@@ -41,7 +41,7 @@ fn content_type(headers: &HeaderMap) -> &str {
 /// The request as JSON (the default) or YAML (`application/yaml`, `text/yaml`), the
 /// two forms `plangate plan` reads too.
 fn read_request(
-    state: &AppState,
+    service: &Service,
     caller: &Caller,
     headers: &HeaderMap,
     body: &Bytes,
@@ -51,7 +51,7 @@ fn read_request(
         .iter()
         .any(|yaml| kind.starts_with(yaml))
     {
-        return Ok(state.service.parse_loop_plan_yaml(caller, utf8(body)?)?);
+        return Ok(service.parse_loop_plan_yaml(caller, utf8(body)?)?);
     }
     if !kind.starts_with("application/json") {
         return Err(ApiError::new(
@@ -82,15 +82,14 @@ fn read_request(
         (status = 422, description = "Invalid DAG or unreadable tracks_md (`dag_invalid`, with `errors`)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn generate(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request = read_request(&state, &caller, &headers, &body)?;
-    let plan = state.service.generate_loop_plan(&caller, &request)?;
+    let request = read_request(&service, &caller, &headers, &body)?;
+    let plan = service.generate_loop_plan(&caller, &request)?;
     if wants_markdown(&headers) {
-        let text = state.service.render_plan_markdown(&plan);
+        let text = service.render_plan_markdown(&plan);
         return Ok(([(header::CONTENT_TYPE, MARKDOWN)], text).into_response());
     }
     Ok(Json(plan).into_response())
@@ -119,11 +118,10 @@ pub struct ParsePlanRequest {
         (status = 422, description = "Not a readable plan.md (`line` says where)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn parse(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     PlanText(text): PlanText,
 ) -> Result<Json<ParsedPlanResponse>, ApiError> {
-    Ok(Json(state.service.parse_plan_markdown(&caller, &text)?))
+    Ok(Json(service.parse_plan_markdown(&caller, &text)?))
 }
 
 /// The plan.md of a parse request: the body itself (`text/markdown`, `text/plain`)

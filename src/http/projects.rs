@@ -1,13 +1,12 @@
 //! `/v1/projects/{project_id}`: per-cycle status snapshots and teams.
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{Json, Path, Query, StorableJson};
 use super::responses::{DatabaseUnavailable, InvalidProjectOrCycle};
 use crate::domain::ids::Ident;
@@ -46,14 +45,12 @@ pub struct StatusQuery {
         InvalidProjectOrCycle,
     ))]
 async fn project_status(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(project_id): Path<String>,
     Query(query): Query<StatusQuery>,
 ) -> Result<Json<ProjectStatus>, ApiError> {
     Ok(Json(
-        state
-            .service
+        service
             .project_status(&caller, project(&project_id)?, query.team_pk)
             .await?,
     ))
@@ -72,14 +69,12 @@ async fn project_status(
         DatabaseUnavailable,
     ))]
 async fn project_usage(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(project_id): Path<String>,
     Query(query): Query<UsageQuery>,
 ) -> Result<Json<ProjectUsage>, ApiError> {
     Ok(Json(
-        state
-            .service
+        service
             .project_usage(&caller, project(&project_id)?, query)
             .await?,
     ))
@@ -97,13 +92,11 @@ async fn project_usage(
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_team(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(project_id): Path<String>,
     StorableJson(team): StorableJson<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
-    let team = state
-        .service
+    let team = service
         .create_team(&caller, &project(&project_id)?, team)
         .await?;
     Ok((StatusCode::CREATED, Json(team)))
@@ -118,13 +111,10 @@ async fn create_team(
         (status = 422, description = "Invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_teams(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(project_id): Path<String>,
 ) -> Result<Json<Vec<Team>>, ApiError> {
-    Ok(Json(
-        state.service.teams(&caller, &project(&project_id)?).await?,
-    ))
+    Ok(Json(service.teams(&caller, &project(&project_id)?).await?))
 }
 
 /// The `{project_id}` path segment, checked in the adapter (422 naming `project_id`),

@@ -1,12 +1,11 @@
 //! `/v1/rate-limits`: the providers' limits every replica shares, and runtime
 //! changes of them (docs/jobs.md, "Rate limits").
 
-use axum::extract::State;
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{Json, Path, StorableJson};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::rate_limits::{RateLimitEntry, RateLimits};
@@ -25,11 +24,8 @@ pub fn router() -> OpenApiRouter<AppState> {
     responses(
         (status = 200, description = "The executors' limits and state", body = RateLimits),
     ))]
-async fn rate_limits(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<RateLimits>, ApiError> {
-    Ok(Json(state.service.rate_limits(&caller).await?))
+async fn rate_limits(Api { service, caller }: Api) -> Result<Json<RateLimits>, ApiError> {
+    Ok(Json(service.rate_limits(&caller).await?))
 }
 
 /// Change an executor's limits at runtime: any subset of `requests_per_minute`,
@@ -48,15 +44,11 @@ async fn rate_limits(
         (status = 422, description = "A negative or non-integer value, or an unknown member; `field` names it", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn set_rate_limit(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(executor): Path<String>,
     StorableJson(body): StorableJson<Value>,
 ) -> Result<Json<RateLimitEntry>, ApiError> {
     Ok(Json(
-        state
-            .service
-            .set_rate_limit(&caller, &executor, &body)
-            .await?,
+        service.set_rate_limit(&caller, &executor, &body).await?,
     ))
 }

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -18,7 +18,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{JobPath, Json, Query, refuse_nul};
 use super::responses::{
     BudgetExhausted, DatabaseUnavailable, JobById, NoSuchJob, RefineSubmission,
@@ -146,12 +146,10 @@ pub struct WaitQuery {
         BudgetExhausted,
     ))]
 async fn create_refine_job(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     sent: Submission,
 ) -> Result<Response, ApiError> {
-    let created = state
-        .service
+    let created = service
         .create_refine_job(&caller, &sent.body, sent.key())
         .await?;
     Ok(accepted(&created, "/v1/refine-jobs", created.value.id))
@@ -168,14 +166,11 @@ async fn create_refine_job(
         NoSuchJob,
     ))]
 async fn get_refine_job(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     JobPath(id): JobPath,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredJob>, ApiError> {
-    Ok(Json(
-        state.service.refine_job(&caller, id, query.wait).await?,
-    ))
+    Ok(Json(service.refine_job(&caller, id, query.wait).await?))
 }
 
 /// Refine jobs, newest first, filtered, in cursor pages.
@@ -188,11 +183,10 @@ async fn get_refine_job(
         DatabaseUnavailable,
     ))]
 async fn list_refine_jobs(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Query(query): Query<JobListQuery>,
 ) -> Result<Json<JobPage>, ApiError> {
-    Ok(Json(state.service.refine_jobs(&caller, query).await?))
+    Ok(Json(service.refine_jobs(&caller, query).await?))
 }
 
 /// The result document `{schema_version: 1, assignments}` of a succeeded job.
@@ -205,11 +199,10 @@ async fn list_refine_jobs(
         (status = 409, description = "`job_not_succeeded`: the job has not succeeded (yet); the problem carries its `job_status`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_job_result(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     JobPath(id): JobPath,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.service.refine_job_result(&caller, id).await?))
+    Ok(Json(service.refine_job_result(&caller, id).await?))
 }
 
 /// Per-L0 records, in natural assignment order.
@@ -221,13 +214,10 @@ async fn refine_job_result(
         JobById,
     ))]
 async fn refine_job_assignments(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     JobPath(id): JobPath,
 ) -> Result<Json<Vec<StoredL0>>, ApiError> {
-    Ok(Json(
-        state.service.refine_job_assignments(&caller, id).await?,
-    ))
+    Ok(Json(service.refine_job_assignments(&caller, id).await?))
 }
 
 /// Server-Sent Events: `state`, `progress` and `log` events, each with the
@@ -245,14 +235,12 @@ async fn refine_job_assignments(
         NoSuchJob,
     ))]
 async fn refine_job_events(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     JobPath(id): JobPath,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
-    let events = state
-        .service
+    let events = service
         .refine_job_events(&caller, id, last_event_id)
         .await?;
     let stream = events.map(|e| {
@@ -275,11 +263,10 @@ async fn refine_job_events(
         JobById,
     ))]
 async fn cancel_refine_job(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     JobPath(id): JobPath,
 ) -> Result<Json<StoredJob>, ApiError> {
-    Ok(Json(state.service.cancel_refine_job(&caller, id).await?))
+    Ok(Json(service.cancel_refine_job(&caller, id).await?))
 }
 
 /// Retry an ended job that did not succeed (failed, budget-stopped or
@@ -298,11 +285,10 @@ async fn cancel_refine_job(
         BudgetExhausted,
     ))]
 async fn retry_refine_job(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     JobPath(id): JobPath,
 ) -> Result<Response, ApiError> {
-    let job = state.service.retry_refine_job(&caller, id).await?;
+    let job = service.retry_refine_job(&caller, id).await?;
     let mut response = (StatusCode::CREATED, Json(&job)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/v1/refine-jobs/{}", job.id)) {
         response.headers_mut().insert(header::LOCATION, location);

@@ -2,13 +2,12 @@
 //! parallel on the worker pool (any replica), merge once when the last one ends.
 //! The use cases are in `service/refine_runs.rs`.
 
-use axum::extract::State;
 use axum::response::Response;
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{Json, Query, RunPath};
 use super::refine_jobs::{Submission, WaitQuery, accepted};
 use super::responses::{BudgetExhausted, NoSuchRun, RefineSubmission, RunById};
@@ -41,12 +40,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         BudgetExhausted,
     ))]
 async fn create_refine_run(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     sent: Submission,
 ) -> Result<Response, ApiError> {
-    let created = state
-        .service
+    let created = service
         .create_refine_run(&caller, &sent.body, sent.key())
         .await?;
     Ok(accepted(&created, "/v1/refine-runs", created.value.id))
@@ -63,14 +60,11 @@ async fn create_refine_run(
         NoSuchRun,
     ))]
 async fn get_refine_run(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     RunPath(id): RunPath,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredRun>, ApiError> {
-    Ok(Json(
-        state.service.refine_run(&caller, id, query.wait).await?,
-    ))
+    Ok(Json(service.refine_run(&caller, id, query.wait).await?))
 }
 
 /// The merged result `{schema_version: 1, assignments, conflict_count, skipped,
@@ -84,11 +78,10 @@ async fn get_refine_run(
         (status = 409, description = "`run_not_finished`: not merged yet; the problem carries its `run_status`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_run_result(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     RunPath(id): RunPath,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(state.service.refine_run_result(&caller, id).await?))
+    Ok(Json(service.refine_run_result(&caller, id).await?))
 }
 
 /// Cancel a run: every phase job not yet ended is cancelled; the run ends
@@ -101,9 +94,8 @@ async fn refine_run_result(
         RunById,
     ))]
 async fn cancel_refine_run(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     RunPath(id): RunPath,
 ) -> Result<Json<StoredRun>, ApiError> {
-    Ok(Json(state.service.cancel_refine_run(&caller, id).await?))
+    Ok(Json(service.cancel_refine_run(&caller, id).await?))
 }

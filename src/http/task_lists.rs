@@ -3,7 +3,6 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -14,7 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{Json, Path, Query, StorableJsonAsSent};
 use super::responses::{BadIdOrJson, DatabaseUnavailable, NoSuchList};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
@@ -51,11 +50,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 422, description = "Neither or both of tasks/planner_output, or a field of the wrong type", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn validate_task_list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Json(request): Json<ValidateRequest>,
 ) -> Result<Json<ValidationReport>, ApiError> {
-    Ok(Json(state.service.validate_task_list(&caller, request)?))
+    Ok(Json(service.validate_task_list(&caller, request)?))
 }
 
 /// Gate a task list and, if it passes, store it all or nothing.
@@ -84,14 +82,12 @@ async fn validate_task_list(
         DatabaseUnavailable,
     ))]
 async fn create_task_list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     headers: HeaderMap,
     StorableJsonAsSent(request, body): StorableJsonAsSent<CreateTaskListRequest>,
 ) -> Result<Response, ApiError> {
     let key = headers.get("idempotency-key").map(HeaderValue::as_bytes);
-    let created = state
-        .service
+    let created = service
         .create_task_list(&caller, request, key, &body)
         .await?;
     let mut headers = HeaderMap::new();
@@ -130,14 +126,12 @@ pub struct TaskListQuery {
         NoSuchList,
     ))]
 async fn get_task_list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
     Query(query): Query<TaskListQuery>,
 ) -> Result<Json<StoredTaskList>, ApiError> {
     Ok(Json(
-        state
-            .service
+        service
             .task_list_page(&caller, id, query.limit, query.cursor.as_deref())
             .await?,
     ))
@@ -179,8 +173,7 @@ pub struct ReadyQuery {
         NoSuchList,
     ))]
 async fn ready(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
     Query(query): Query<ReadyQuery>,
 ) -> Result<Json<ReadyResponse>, ApiError> {
@@ -192,8 +185,7 @@ async fn ready(
         ));
     }
     Ok(Json(
-        state
-            .service
+        service
             .ready_tasks(&caller, id, mode, query.limit, query.wait)
             .await?,
     ))
@@ -219,12 +211,11 @@ async fn ready(
         (status = 422, description = "`invalid_field` (`holder`, `persona`, `lease_s`) or `invalid_body`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn claim(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
     Json(request): Json<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>, ApiError> {
-    Ok(Json(state.service.claim_task(&caller, id, request).await?))
+    Ok(Json(service.claim_task(&caller, id, request).await?))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -251,13 +242,12 @@ pub struct GraphQuery {
         NoSuchList,
     ))]
 async fn graph(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
     Query(query): Query<GraphQuery>,
 ) -> Result<Response, ApiError> {
     let format = query.format.unwrap_or_default();
-    let text = state.service.task_graph(&caller, id, format).await?;
+    let text = service.task_graph(&caller, id, format).await?;
     Ok(([(header::CONTENT_TYPE, format.content_type())], text).into_response())
 }
 
@@ -281,16 +271,12 @@ async fn graph(
         NoSuchList,
     ))]
 async fn task_list_events(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let last_event_id = headers.get("last-event-id").map(HeaderValue::as_bytes);
-    let events = state
-        .service
-        .task_list_events(&caller, id, last_event_id)
-        .await?;
+    let events = service.task_list_events(&caller, id, last_event_id).await?;
     let stream = events.map(|e| {
         let data = serde_json::to_string(&e).unwrap_or_else(|_| "{}".to_owned());
         Ok(Event::default()

@@ -3,14 +3,13 @@
 //! Each also under `/v1/task-lists/{id}/tasks/{task_id}`, naming the task by the
 //! planner's id within its list; both call the same use case with a [`TaskRef`].
 
-use axum::extract::State;
 use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{Json, Path, StorableJson};
 use super::responses::{
     BadIdOrJson, BadListIdOrJson, HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals,
@@ -67,17 +66,11 @@ impl From<InList> for TaskRef {
         TaskUpdateRefusals,
     ))]
 async fn update_task(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
     StorableJson(update): StorableJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
-    Ok(Json(
-        state
-            .service
-            .update_task(&caller, id.into(), update)
-            .await?,
-    ))
+    Ok(Json(service.update_task(&caller, id.into(), update).await?))
 }
 
 /// Renew a claim's lease (the holder's heartbeat).
@@ -93,16 +86,12 @@ async fn update_task(
         HeartbeatRefusals,
     ))]
 async fn heartbeat(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
     Json(request): Json<HeartbeatRequest>,
 ) -> Result<Json<StoredTask>, ApiError> {
     Ok(Json(
-        state
-            .service
-            .heartbeat_task(&caller, id.into(), request)
-            .await?,
+        service.heartbeat_task(&caller, id.into(), request).await?,
     ))
 }
 
@@ -117,11 +106,10 @@ async fn heartbeat(
         NoSuchTask,
     ))]
 async fn history(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(id): Path<Uuid>,
 ) -> Result<Json<TaskHistory>, ApiError> {
-    Ok(Json(state.service.task_history(&caller, id.into()).await?))
+    Ok(Json(service.task_history(&caller, id.into()).await?))
 }
 
 /// Change a task's status, naming it by the planner's id within its list.
@@ -139,16 +127,12 @@ async fn history(
         TaskUpdateRefusals,
     ))]
 async fn update_task_in_list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(path): Path<InList>,
     StorableJson(update): StorableJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
     Ok(Json(
-        state
-            .service
-            .update_task(&caller, path.into(), update)
-            .await?,
+        service.update_task(&caller, path.into(), update).await?,
     ))
 }
 
@@ -165,14 +149,12 @@ async fn update_task_in_list(
         HeartbeatRefusals,
     ))]
 async fn heartbeat_in_list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(path): Path<InList>,
     Json(request): Json<HeartbeatRequest>,
 ) -> Result<Json<StoredTask>, ApiError> {
     Ok(Json(
-        state
-            .service
+        service
             .heartbeat_task(&caller, path.into(), request)
             .await?,
     ))
@@ -188,11 +170,8 @@ async fn heartbeat_in_list(
         NoSuchListTask,
     ))]
 async fn history_in_list(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path(path): Path<InList>,
 ) -> Result<Json<TaskHistory>, ApiError> {
-    Ok(Json(
-        state.service.task_history(&caller, path.into()).await?,
-    ))
+    Ok(Json(service.task_history(&caller, path.into()).await?))
 }

@@ -4,7 +4,6 @@
 //! `If-Match` a stale tag answers 412; without it the change is re-applied to the
 //! newest document (re-checking the transition), so no concurrent write is lost.
 
-use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -13,7 +12,7 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{Json, Path, Query, StorableJson, TrackPath};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
@@ -86,15 +85,13 @@ pub struct ImportQuery {
         (status = 422, description = "Not a usable metadata document, or an invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn put_track(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     TrackPath(id): TrackPath,
     Query(query): Query<ImportQuery>,
     headers: HeaderMap,
     StorableJson(document): StorableJson<Value>,
 ) -> Result<Response, ApiError> {
-    let track = state
-        .service
+    let track = service
         .import_track(
             &caller,
             id,
@@ -120,11 +117,10 @@ async fn put_track(
         TrackById,
     ))]
 async fn get_track(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     TrackPath(id): TrackPath,
 ) -> Result<Response, ApiError> {
-    let track = state.service.track(&caller, id).await?;
+    let track = service.track(&caller, id).await?;
     Ok(respond(StatusCode::OK, &track))
 }
 
@@ -139,11 +135,10 @@ async fn get_track(
         TrackById,
     ))]
 async fn track_history(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     TrackPath(id): TrackPath,
 ) -> Result<Json<TrackHistory>, ApiError> {
-    Ok(Json(state.service.track_history(&caller, id).await?))
+    Ok(Json(service.track_history(&caller, id).await?))
 }
 
 /// Start the current step (sets it `IN_PROGRESS` with the agent).
@@ -161,14 +156,13 @@ async fn track_history(
         StepRefusals,
     ))]
 async fn start_step(
-    State(state): State<AppState>,
-    caller: Caller,
+    api: Api,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
     StorableJson(body): StorableJson<StepStart>,
 ) -> Result<Response, ApiError> {
     let write = StepWrite::Start { agent: &body.agent };
-    step(&state, &caller, &raw_id, &raw_step, write, &headers).await
+    step(api, &raw_id, &raw_step, write, &headers).await
 }
 
 /// Complete the current step with PASSED, FAILED or BLOCKED; the loop moves to the
@@ -188,29 +182,26 @@ async fn start_step(
         StepRefusals,
     ))]
 async fn complete_step(
-    State(state): State<AppState>,
-    caller: Caller,
+    api: Api,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
     StorableJson(body): StorableJson<Completion>,
 ) -> Result<Response, ApiError> {
     let write = StepWrite::Complete(&body);
-    step(&state, &caller, &raw_id, &raw_step, write, &headers).await
+    step(api, &raw_id, &raw_step, write, &headers).await
 }
 
 /// Starts or completes `raw_step` of the track `raw_id`: the metadata after it.
 async fn step(
-    state: &AppState,
-    caller: &Caller,
+    Api { service, caller }: Api,
     raw_id: &str,
     raw_step: &str,
     write: StepWrite<'_>,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = parse_track_id(raw_id)?;
-    let track = state
-        .service
-        .step_track(caller, id, raw_step, write, precondition(headers))
+    let track = service
+        .step_track(&caller, id, raw_step, write, precondition(headers))
         .await?;
     Ok(respond(StatusCode::OK, &track))
 }

@@ -1,14 +1,13 @@
 //! `/v1/webhooks`: signed Standard Webhooks deliveries of what ended (docs/api.md,
 //! "Webhooks"). The use cases are in `service/webhooks.rs`.
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Caller;
+use super::auth::Api;
 use super::extract::{Json, Path, WebhookPath};
 use super::responses::{DatabaseUnavailable, WebhookById};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
@@ -41,11 +40,10 @@ pub fn router() -> OpenApiRouter<AppState> {
         DatabaseUnavailable,
     ))]
 async fn create_webhook(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
-    let created = state.service.create_webhook(&caller, &body).await?;
+    let created = service.create_webhook(&caller, &body).await?;
     let location = format!("/v1/webhooks/{}", created.webhook.id);
     Ok((
         StatusCode::CREATED,
@@ -62,11 +60,8 @@ async fn create_webhook(
         (status = 200, description = "The webhooks, oldest first", body = Vec<Webhook>),
         DatabaseUnavailable,
     ))]
-async fn list_webhooks(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Vec<Webhook>>, ApiError> {
-    Ok(Json(state.service.webhooks(&caller).await?))
+async fn list_webhooks(Api { service, caller }: Api) -> Result<Json<Vec<Webhook>>, ApiError> {
+    Ok(Json(service.webhooks(&caller).await?))
 }
 
 /// One webhook (no secret); `disabled` with its reason once a receiver answered
@@ -79,11 +74,10 @@ async fn list_webhooks(
         WebhookById,
     ))]
 async fn get_webhook(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     WebhookPath(id): WebhookPath,
 ) -> Result<Json<Webhook>, ApiError> {
-    Ok(Json(state.service.webhook(&caller, id).await?))
+    Ok(Json(service.webhook(&caller, id).await?))
 }
 
 /// Delete a webhook and its deliveries.
@@ -95,11 +89,10 @@ async fn get_webhook(
         WebhookById,
     ))]
 async fn delete_webhook(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     WebhookPath(id): WebhookPath,
 ) -> Result<StatusCode, ApiError> {
-    state.service.delete_webhook(&caller, id).await?;
+    service.delete_webhook(&caller, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -113,13 +106,10 @@ async fn delete_webhook(
         WebhookById,
     ))]
 async fn rotate_secret(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     WebhookPath(id): WebhookPath,
 ) -> Result<Json<RotatedSecret>, ApiError> {
-    Ok(Json(
-        state.service.rotate_webhook_secret(&caller, id).await?,
-    ))
+    Ok(Json(service.rotate_webhook_secret(&caller, id).await?))
 }
 
 /// The webhook's deliveries, newest first (at most 200): each event's attempts,
@@ -132,11 +122,10 @@ async fn rotate_secret(
         WebhookById,
     ))]
 async fn list_deliveries(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     WebhookPath(id): WebhookPath,
 ) -> Result<Json<Vec<Delivery>>, ApiError> {
-    Ok(Json(state.service.webhook_deliveries(&caller, id).await?))
+    Ok(Json(service.webhook_deliveries(&caller, id).await?))
 }
 
 /// Send a delivery again, with the same `webhook-id`, and the whole retry
@@ -153,12 +142,10 @@ async fn list_deliveries(
         WebhookById,
     ))]
 async fn replay_delivery(
-    State(state): State<AppState>,
-    caller: Caller,
+    Api { service, caller }: Api,
     Path((raw_id, raw_delivery)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    state
-        .service
+    service
         .replay_delivery(
             &caller,
             parse_id(&raw_id, "webhook")?,
