@@ -14,7 +14,7 @@ use crate::domain::storable::{find_nul, may_hold_nul};
 use crate::domain::track_state::TrackId;
 use crate::http::problem::ApiError;
 use crate::service::tracks::parse_track_id;
-use crate::service::{ProblemCode, parse_id};
+use crate::service::{ProblemCode, ProblemDetails, ServiceError, parse_id};
 use uuid::Uuid;
 
 /// `axum::Json` whose rejection is an [`ApiError`], parsed by [`parse_json`].
@@ -157,10 +157,7 @@ pub fn refuse_nul(body: &[u8]) -> Result<(), ApiError> {
     };
     match find_nul(&value) {
         None => Ok(()),
-        Some(at) => Err(
-            ApiError::unprocessable(ProblemCode::InvalidField, at.message())
-                .field(at.pointer.clone()),
-        ),
+        Some(at) => Err(ServiceError::invalid_field(at.pointer.clone(), at.message()).into()),
     }
 }
 
@@ -239,17 +236,17 @@ impl From<PathRejection> for ApiError {
             },
             _ => None,
         };
-        let error = ApiError::bad_request(ProblemCode::InvalidPath, rejection.body_text());
+        let error = ServiceError::bad_request(ProblemCode::InvalidPath, rejection.body_text());
         match parameter {
-            Some(key) => error.parameter(key),
-            None => error,
+            Some(key) => ApiError::from(error).with_details(ProblemDetails::Parameter(key)),
+            None => error.into(),
         }
     }
 }
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> Self {
-        ApiError::bad_request(ProblemCode::InvalidQuery, rejection.body_text())
+        ServiceError::bad_request(ProblemCode::InvalidQuery, rejection.body_text()).into()
     }
 }
 

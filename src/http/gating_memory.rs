@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::Settings;
 use crate::http::problem::ApiError;
-use crate::service::ProblemCode;
+use crate::service::{ProblemCode, ProblemDetails};
 
 /// Bodies smaller than this never wait: they cost little, and the gating memory is
 /// for the few large lists that can exhaust memory.
@@ -98,7 +98,7 @@ pub async fn charge_large_bodies(
                      Retry-After delay"
                 ),
             )
-            .retry_after(1)
+            .with_details(ProblemDetails::RetryAfter(1))
             .into_response()
         }
     }

@@ -14,7 +14,7 @@ use super::extract::Json;
 use crate::domain::loop_plan::{LoopPlan, LoopPlanRequest};
 use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
 use crate::service::loop_plans::ParsedPlanResponse;
-use crate::service::{ProblemCode, Service};
+use crate::service::{ProblemCode, Service, ServiceError};
 
 const MARKDOWN: &str = "text/markdown; charset=utf-8";
 
@@ -159,9 +159,10 @@ fn plan_text(kind: &str, body: &[u8]) -> Result<String, ApiError> {
 
 fn utf8(body: &[u8]) -> Result<&str, ApiError> {
     std::str::from_utf8(body).map_err(|e| {
-        ApiError::bad_request(
+        ServiceError::bad_request(
             ProblemCode::InvalidUtf8,
             format!("the body is not UTF-8: {e}"),
         )
+        .into()
     })
 }

@@ -33,29 +33,10 @@ impl ApiError {
         }
     }
 
-    pub fn bad_request(code: ProblemCode, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, detail)
-    }
-
-    pub fn unprocessable(code: ProblemCode, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail)
-    }
-
-    /// Names the request member at fault (`field`, a JSON pointer).
-    pub fn field(mut self, field: impl Into<String>) -> Self {
-        self.details = ProblemDetails::Field(field.into());
-        self
-    }
-
-    /// Names the path parameter that did not parse (`parameter`).
-    pub fn parameter(mut self, name: impl Into<String>) -> Self {
-        self.details = ProblemDetails::Parameter(name.into());
-        self
-    }
-
-    /// Says when to come back (`retry_after_secs` and the `Retry-After` header).
-    pub fn retry_after(mut self, secs: u64) -> Self {
-        self.details = ProblemDetails::RetryAfter(secs);
+    /// The same problem with the members after `code` (`parameter`,
+    /// `retry_after_secs`, …); problems a use case raises carry theirs already.
+    pub fn with_details(mut self, details: ProblemDetails) -> Self {
+        self.details = details;
         self
     }
 

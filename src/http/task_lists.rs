@@ -25,7 +25,7 @@ use crate::service::task_claims::{ClaimRequest, ClaimResponse};
 use crate::service::task_lists::{
     CreateTaskListRequest, ReadyResponse, StoredTaskList, ValidateRequest,
 };
-use crate::service::{MAX_WAIT_SECS, ProblemCode};
+use crate::service::{MAX_WAIT_SECS, ProblemCode, ServiceError};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -179,10 +179,11 @@ async fn ready(
 ) -> Result<Json<ReadyResponse>, ApiError> {
     let mode = query.mode.unwrap_or_default();
     if query.wait.is_some_and(|w| w > MAX_WAIT_SECS) {
-        return Err(ApiError::bad_request(
+        return Err(ServiceError::bad_request(
             ProblemCode::InvalidQuery,
             format!("wait may be at most {MAX_WAIT_SECS} seconds; ask again for longer"),
-        ));
+        )
+        .into());
     }
     Ok(Json(
         service
