@@ -2,8 +2,9 @@
 //! per-project limits of a token. Ops routes and docs stay open so probes and
 //! people browsing the API need no token.
 //!
-//! The middleware puts a [`Caller`] on every request; handlers take it as an
-//! extractor and pass it to the use case, which checks it (`service/`).
+//! The middleware puts a [`Caller`] on every request; handlers take it, with the
+//! use cases, as the [`Api`] extractor and pass it to the use case, which checks
+//! it (`service/`).
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -16,8 +17,8 @@ use crate::http::problem::ApiError;
 pub use crate::service::Caller;
 use crate::service::{ProblemCode, Service};
 
-/// Handlers take `caller: Caller`. The auth middleware always inserts one, so a
-/// missing one is a wiring bug: refuse (500) rather than let the request through.
+/// [`Api`] takes the caller from here. The auth middleware always inserts one, so
+/// a missing one is a wiring bug: refuse (500) rather than let the request through.
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
