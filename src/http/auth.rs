@@ -3,7 +3,7 @@
 //! people browsing the API need no token.
 //!
 //! The middleware puts a [`Caller`] on every request; handlers take it, with the
-//! use cases, as the [`Api`] extractor and pass it to the use case, which checks
+//! use cases, as the [`ApiCall`] extractor and pass it to the use case, which checks
 //! it (`service/`).
 
 use axum::extract::{FromRequestParts, Request, State};
@@ -17,7 +17,7 @@ use crate::http::problem::ApiError;
 pub use crate::service::Caller;
 use crate::service::{ProblemCode, Service};
 
-/// [`Api`] takes the caller from here. The auth middleware always inserts one, so
+/// [`ApiCall`] takes the caller from here. The auth middleware always inserts one, so
 /// a missing one is a wiring bug: refuse (500) rather than let the request through.
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
@@ -36,18 +36,18 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 
 /// What a `/v1` handler acts with: the use cases, and the caller they check
 /// (`service/` authorizes; the handler only passes it on).
-pub struct Api {
+pub struct ApiCall {
     pub service: Service,
     pub caller: Caller,
 }
 
-impl FromRequestParts<AppState> for Api {
+impl FromRequestParts<AppState> for ApiCall {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = Caller::from_request_parts(parts, state).await?;
         let service = state.service.clone();
-        Ok(Api { service, caller })
+        Ok(ApiCall { service, caller })
     }
 }
 

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::{Api, Caller};
+use super::auth::{ApiCall, Caller};
 use super::extract::Json;
 use crate::domain::loop_plan::{LoopPlan, LoopPlanRequest};
 use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
@@ -82,7 +82,7 @@ fn read_request(
         (status = 422, description = "Invalid DAG or unreadable tracks_md (`dag_invalid`, with `errors`)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn generate(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
@@ -118,7 +118,7 @@ pub struct ParsePlanRequest {
         (status = 422, description = "Not a readable plan.md (`line` says where)", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn parse(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     PlanText(text): PlanText,
 ) -> Result<Json<ParsedPlanResponse>, ApiError> {
     Ok(Json(service.parse_plan_markdown(&caller, &text)?))

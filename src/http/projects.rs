@@ -6,7 +6,7 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{Json, Path, Query, StorableJson};
 use super::responses::{DatabaseUnavailable, InvalidProjectOrCycle};
 use crate::domain::ids::Ident;
@@ -45,7 +45,7 @@ pub struct StatusQuery {
         InvalidProjectOrCycle,
     ))]
 async fn project_status(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(project_id): Path<String>,
     Query(query): Query<StatusQuery>,
 ) -> Result<Json<ProjectStatus>, ApiError> {
@@ -69,7 +69,7 @@ async fn project_status(
         DatabaseUnavailable,
     ))]
 async fn project_usage(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(project_id): Path<String>,
     Query(query): Query<UsageQuery>,
 ) -> Result<Json<ProjectUsage>, ApiError> {
@@ -92,7 +92,7 @@ async fn project_usage(
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn create_team(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(project_id): Path<String>,
     StorableJson(team): StorableJson<NewTeam>,
 ) -> Result<(StatusCode, Json<Team>), ApiError> {
@@ -111,7 +111,7 @@ async fn create_team(
         (status = 422, description = "Invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn list_teams(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(project_id): Path<String>,
 ) -> Result<Json<Vec<Team>>, ApiError> {
     Ok(Json(service.teams(&caller, &project(&project_id)?).await?))

@@ -5,7 +5,7 @@ use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{Json, Path, StorableJson};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
 use crate::service::rate_limits::{RateLimitEntry, RateLimits};
@@ -24,7 +24,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     responses(
         (status = 200, description = "The executors' limits and state", body = RateLimits),
     ))]
-async fn rate_limits(Api { service, caller }: Api) -> Result<Json<RateLimits>, ApiError> {
+async fn rate_limits(ApiCall { service, caller }: ApiCall) -> Result<Json<RateLimits>, ApiError> {
     Ok(Json(service.rate_limits(&caller).await?))
 }
 
@@ -44,7 +44,7 @@ async fn rate_limits(Api { service, caller }: Api) -> Result<Json<RateLimits>, A
         (status = 422, description = "A negative or non-integer value, or an unknown member; `field` names it", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn set_rate_limit(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(executor): Path<String>,
     StorableJson(body): StorableJson<Value>,
 ) -> Result<Json<RateLimitEntry>, ApiError> {

@@ -18,7 +18,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{JobPath, Json, Query, refuse_nul};
 use super::responses::{
     BudgetExhausted, DatabaseUnavailable, JobById, NoSuchJob, RefineSubmission,
@@ -146,7 +146,7 @@ pub struct WaitQuery {
         BudgetExhausted,
     ))]
 async fn create_refine_job(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     sent: Submission,
 ) -> Result<Response, ApiError> {
     let created = service
@@ -166,7 +166,7 @@ async fn create_refine_job(
         NoSuchJob,
     ))]
 async fn get_refine_job(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     JobPath(id): JobPath,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredJob>, ApiError> {
@@ -183,7 +183,7 @@ async fn get_refine_job(
         DatabaseUnavailable,
     ))]
 async fn list_refine_jobs(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Query(query): Query<JobListQuery>,
 ) -> Result<Json<JobPage>, ApiError> {
     Ok(Json(service.refine_jobs(&caller, query).await?))
@@ -199,7 +199,7 @@ async fn list_refine_jobs(
         (status = 409, description = "`job_not_succeeded`: the job has not succeeded (yet); the problem carries its `job_status`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_job_result(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     JobPath(id): JobPath,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(service.refine_job_result(&caller, id).await?))
@@ -214,7 +214,7 @@ async fn refine_job_result(
         JobById,
     ))]
 async fn refine_job_assignments(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     JobPath(id): JobPath,
 ) -> Result<Json<Vec<StoredL0>>, ApiError> {
     Ok(Json(service.refine_job_assignments(&caller, id).await?))
@@ -235,7 +235,7 @@ async fn refine_job_assignments(
         NoSuchJob,
     ))]
 async fn refine_job_events(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     JobPath(id): JobPath,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
@@ -263,7 +263,7 @@ async fn refine_job_events(
         JobById,
     ))]
 async fn cancel_refine_job(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     JobPath(id): JobPath,
 ) -> Result<Json<StoredJob>, ApiError> {
     Ok(Json(service.cancel_refine_job(&caller, id).await?))
@@ -285,7 +285,7 @@ async fn cancel_refine_job(
         BudgetExhausted,
     ))]
 async fn retry_refine_job(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     JobPath(id): JobPath,
 ) -> Result<Response, ApiError> {
     let job = service.retry_refine_job(&caller, id).await?;

@@ -7,7 +7,7 @@ use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{Json, Query, RunPath};
 use super::refine_jobs::{Submission, WaitQuery, accepted};
 use super::responses::{BudgetExhausted, NoSuchRun, RefineSubmission, RunById};
@@ -40,7 +40,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         BudgetExhausted,
     ))]
 async fn create_refine_run(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     sent: Submission,
 ) -> Result<Response, ApiError> {
     let created = service
@@ -60,7 +60,7 @@ async fn create_refine_run(
         NoSuchRun,
     ))]
 async fn get_refine_run(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     RunPath(id): RunPath,
     Query(query): Query<WaitQuery>,
 ) -> Result<Json<StoredRun>, ApiError> {
@@ -78,7 +78,7 @@ async fn get_refine_run(
         (status = 409, description = "`run_not_finished`: not merged yet; the problem carries its `run_status`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn refine_run_result(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     RunPath(id): RunPath,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(service.refine_run_result(&caller, id).await?))
@@ -94,7 +94,7 @@ async fn refine_run_result(
         RunById,
     ))]
 async fn cancel_refine_run(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     RunPath(id): RunPath,
 ) -> Result<Json<StoredRun>, ApiError> {
     Ok(Json(service.cancel_refine_run(&caller, id).await?))

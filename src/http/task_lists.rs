@@ -13,7 +13,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{Json, Path, Query, StorableJsonAsSent};
 use super::responses::{BadIdOrJson, DatabaseUnavailable, NoSuchList};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
@@ -50,7 +50,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 422, description = "Neither or both of tasks/planner_output, or a field of the wrong type", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn validate_task_list(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Json(request): Json<ValidateRequest>,
 ) -> Result<Json<ValidationReport>, ApiError> {
     Ok(Json(service.validate_task_list(&caller, request)?))
@@ -82,7 +82,7 @@ async fn validate_task_list(
         DatabaseUnavailable,
     ))]
 async fn create_task_list(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     headers: HeaderMap,
     StorableJsonAsSent(request, body): StorableJsonAsSent<CreateTaskListRequest>,
 ) -> Result<Response, ApiError> {
@@ -126,7 +126,7 @@ pub struct TaskListQuery {
         NoSuchList,
     ))]
 async fn get_task_list(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
     Query(query): Query<TaskListQuery>,
 ) -> Result<Json<StoredTaskList>, ApiError> {
@@ -173,7 +173,7 @@ pub struct ReadyQuery {
         NoSuchList,
     ))]
 async fn ready(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
     Query(query): Query<ReadyQuery>,
 ) -> Result<Json<ReadyResponse>, ApiError> {
@@ -212,7 +212,7 @@ async fn ready(
         (status = 422, description = "`invalid_field` (`holder`, `persona`, `lease_s`) or `invalid_body`", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn claim(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
     Json(request): Json<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>, ApiError> {
@@ -243,7 +243,7 @@ pub struct GraphQuery {
         NoSuchList,
     ))]
 async fn graph(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
     Query(query): Query<GraphQuery>,
 ) -> Result<Response, ApiError> {
@@ -272,7 +272,7 @@ async fn graph(
         NoSuchList,
     ))]
 async fn task_list_events(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {

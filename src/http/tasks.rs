@@ -9,7 +9,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{Json, Path, StorableJson};
 use super::responses::{
     BadIdOrJson, BadListIdOrJson, HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals,
@@ -66,7 +66,7 @@ impl From<InList> for TaskRef {
         TaskUpdateRefusals,
     ))]
 async fn update_task(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
     StorableJson(update): StorableJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
@@ -86,7 +86,7 @@ async fn update_task(
         HeartbeatRefusals,
     ))]
 async fn heartbeat(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
     Json(request): Json<HeartbeatRequest>,
 ) -> Result<Json<StoredTask>, ApiError> {
@@ -106,7 +106,7 @@ async fn heartbeat(
         NoSuchTask,
     ))]
 async fn history(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(id): Path<Uuid>,
 ) -> Result<Json<TaskHistory>, ApiError> {
     Ok(Json(service.task_history(&caller, id.into()).await?))
@@ -127,7 +127,7 @@ async fn history(
         TaskUpdateRefusals,
     ))]
 async fn update_task_in_list(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(path): Path<InList>,
     StorableJson(update): StorableJson<TaskUpdate>,
 ) -> Result<Json<TaskUpdated>, ApiError> {
@@ -149,7 +149,7 @@ async fn update_task_in_list(
         HeartbeatRefusals,
     ))]
 async fn heartbeat_in_list(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(path): Path<InList>,
     Json(request): Json<HeartbeatRequest>,
 ) -> Result<Json<StoredTask>, ApiError> {
@@ -170,7 +170,7 @@ async fn heartbeat_in_list(
         NoSuchListTask,
     ))]
 async fn history_in_list(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path(path): Path<InList>,
 ) -> Result<Json<TaskHistory>, ApiError> {
     Ok(Json(service.task_history(&caller, path.into()).await?))

@@ -12,7 +12,7 @@ use utoipa::IntoParams;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{Json, Path, Query, StorableJson, TrackPath};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
@@ -85,7 +85,7 @@ pub struct ImportQuery {
         (status = 422, description = "Not a usable metadata document, or an invalid project_id", body = Problem, content_type = "application/problem+json"),
     ))]
 async fn put_track(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     TrackPath(id): TrackPath,
     Query(query): Query<ImportQuery>,
     headers: HeaderMap,
@@ -117,7 +117,7 @@ async fn put_track(
         TrackById,
     ))]
 async fn get_track(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     TrackPath(id): TrackPath,
 ) -> Result<Response, ApiError> {
     let track = service.track(&caller, id).await?;
@@ -135,7 +135,7 @@ async fn get_track(
         TrackById,
     ))]
 async fn track_history(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     TrackPath(id): TrackPath,
 ) -> Result<Json<TrackHistory>, ApiError> {
     Ok(Json(service.track_history(&caller, id).await?))
@@ -156,7 +156,7 @@ async fn track_history(
         StepRefusals,
     ))]
 async fn start_step(
-    api: Api,
+    api: ApiCall,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
     StorableJson(body): StorableJson<StepStart>,
@@ -182,7 +182,7 @@ async fn start_step(
         StepRefusals,
     ))]
 async fn complete_step(
-    api: Api,
+    api: ApiCall,
     Path((raw_id, raw_step)): Path<(String, String)>,
     headers: HeaderMap,
     StorableJson(body): StorableJson<Completion>,
@@ -193,7 +193,7 @@ async fn complete_step(
 
 /// Starts or completes `raw_step` of the track `raw_id`: the metadata after it.
 async fn step(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     raw_id: &str,
     raw_step: &str,
     write: StepWrite<'_>,

@@ -7,7 +7,7 @@ use serde_json::Value;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use super::AppState;
-use super::auth::Api;
+use super::auth::ApiCall;
 use super::extract::{Json, Path, WebhookPath};
 use super::responses::{DatabaseUnavailable, WebhookById};
 use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
@@ -40,7 +40,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         DatabaseUnavailable,
     ))]
 async fn create_webhook(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
     let created = service.create_webhook(&caller, &body).await?;
@@ -60,7 +60,9 @@ async fn create_webhook(
         (status = 200, description = "The webhooks, oldest first", body = Vec<Webhook>),
         DatabaseUnavailable,
     ))]
-async fn list_webhooks(Api { service, caller }: Api) -> Result<Json<Vec<Webhook>>, ApiError> {
+async fn list_webhooks(
+    ApiCall { service, caller }: ApiCall,
+) -> Result<Json<Vec<Webhook>>, ApiError> {
     Ok(Json(service.webhooks(&caller).await?))
 }
 
@@ -74,7 +76,7 @@ async fn list_webhooks(Api { service, caller }: Api) -> Result<Json<Vec<Webhook>
         WebhookById,
     ))]
 async fn get_webhook(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     WebhookPath(id): WebhookPath,
 ) -> Result<Json<Webhook>, ApiError> {
     Ok(Json(service.webhook(&caller, id).await?))
@@ -89,7 +91,7 @@ async fn get_webhook(
         WebhookById,
     ))]
 async fn delete_webhook(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     WebhookPath(id): WebhookPath,
 ) -> Result<StatusCode, ApiError> {
     service.delete_webhook(&caller, id).await?;
@@ -106,7 +108,7 @@ async fn delete_webhook(
         WebhookById,
     ))]
 async fn rotate_secret(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     WebhookPath(id): WebhookPath,
 ) -> Result<Json<RotatedSecret>, ApiError> {
     Ok(Json(service.rotate_webhook_secret(&caller, id).await?))
@@ -122,7 +124,7 @@ async fn rotate_secret(
         WebhookById,
     ))]
 async fn list_deliveries(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     WebhookPath(id): WebhookPath,
 ) -> Result<Json<Vec<Delivery>>, ApiError> {
     Ok(Json(service.webhook_deliveries(&caller, id).await?))
@@ -142,7 +144,7 @@ async fn list_deliveries(
         WebhookById,
     ))]
 async fn replay_delivery(
-    Api { service, caller }: Api,
+    ApiCall { service, caller }: ApiCall,
     Path((raw_id, raw_delivery)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     service
