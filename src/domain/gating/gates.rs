@@ -88,6 +88,15 @@ impl TaskGraph<'_> {
         task.usable.group.then_some(task.task.parallel_group)
     }
 
+    /// The error on the `parallel_group` of `task`, which must run in a later wave
+    /// than `earlier` (gates 3 and 7).
+    fn not_after(&self, code: Code, task: usize, earlier: usize, body: String) -> Violation {
+        let task_ids = vec![self.id(task).to_owned(), self.id(earlier).to_owned()];
+        let mut violation = Violation::new(code, body, task_ids).at_index(self.tasks[task].index);
+        violation.wave = self.wave(task);
+        violation.on_field("parallel_group")
+    }
+
     fn dependencies(&self, position: usize) -> &[(usize, usize)] {
         &self.edges[self.edge_start[position]..self.edge_start[position + 1]]
     }
@@ -483,16 +492,7 @@ fn gate_wave_order(graph: &TaskGraph<'_>, in_cycle_component: &[Option<usize>]) 
             quote(id),
             dependency_wave.saturating_add(1)
         );
-        errors.push(
-            Violation::new(
-                Code::WaveOrder,
-                body,
-                vec![id.to_owned(), dependency_id.to_owned()],
-            )
-            .at_index(graph.tasks[task].index)
-            .on_field("parallel_group")
-            .in_wave(wave),
-        );
+        errors.push(graph.not_after(Code::WaveOrder, task, dependency, body));
     }
     errors
 }
@@ -716,16 +716,8 @@ fn gate_review_after(graph: &TaskGraph<'_>, review_pairs: &[(usize, usize)]) -> 
             quote(id),
             reviewed_wave.saturating_add(1),
         );
-        errors.push(
-            Violation::new(
-                Code::ReviewNotAfter,
-                body,
-                vec![id.to_owned(), reviewed_id.to_owned()],
-            )
-            .at_index(graph.tasks[reviewer].index)
-            .on_field("parallel_group")
-            .in_wave(wave),
-        );
+        let violation = graph.not_after(Code::ReviewNotAfter, reviewer, reviewed, body);
+        errors.push(violation);
     }
     errors
 }
