@@ -376,6 +376,13 @@ fn gate_orphans(
         let mut orphans_seen: HashSet<&str> = HashSet::default();
         let mut orphans_warned: HashSet<&str> = HashSet::default();
         for dependency in &raw.task.depends_on {
+            // An error or warning about this `depends_on` entry.
+            let on_entry = |code, body: String| {
+                let ids = vec![raw.task.task_id.clone(), dependency.clone()];
+                Violation::new(code, body, ids)
+                    .at_index(raw.index)
+                    .on_field("depends_on")
+            };
             let warn_repeated = match graph.position_of.get(dependency.as_str()) {
                 Some(&target) if seen_by[target] != position => {
                     seen_by[target] = position;
@@ -394,12 +401,7 @@ fn gate_orphans(
                         quote(&raw.task.task_id),
                         quote(dependency)
                     );
-                    let ids = vec![raw.task.task_id.clone(), dependency.clone()];
-                    errors.push(
-                        Violation::new(Code::OrphanDependency, body, ids)
-                            .at_index(raw.index)
-                            .on_field("depends_on"),
-                    );
+                    errors.push(on_entry(Code::OrphanDependency, body));
                     false
                 }
                 None => orphans_warned.insert(dependency),
@@ -410,12 +412,7 @@ fn gate_orphans(
                     quote(&raw.task.task_id),
                     quote(dependency)
                 );
-                let ids = vec![raw.task.task_id.clone(), dependency.clone()];
-                duplicate_warnings.push(
-                    Violation::new(Code::DuplicateDependency, body, ids)
-                        .at_index(raw.index)
-                        .on_field("depends_on"),
-                );
+                duplicate_warnings.push(on_entry(Code::DuplicateDependency, body));
             }
         }
     }
