@@ -19,3 +19,10 @@ pub mod webhooks;
 pub mod wire_strings;
 pub(crate) use wire_strings::wire_strings;
 pub mod xorshift;
+
+/// Asserts that `text` contains `part`, showing `text` when it does not (unit tests).
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "{part:?} not in {text}");
+}
