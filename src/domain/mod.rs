@@ -26,3 +26,13 @@ pub mod xorshift;
 pub(crate) fn assert_contains(text: &str, part: &str) {
     assert!(text.contains(part), "{part:?} not in {text}");
 }
+
+/// Asserts that each OpenAPI schema serializes to a JSON object (unit tests).
+#[cfg(test)]
+pub(crate) fn assert_schemas_build(
+    schemas: impl IntoIterator<Item = utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>>,
+) {
+    for schema in schemas {
+        assert!(serde_json::to_value(&schema).unwrap().is_object());
+    }
+}
