@@ -219,13 +219,7 @@ pub(crate) async fn run(
     cancel: &CancellationToken,
 ) -> Result<L0Run, Cancelled> {
     // `Executor::run` has refused an already cancelled call.
-    let failed = |reason: String| L0Run {
-        outcome: L0Outcome::Failed(reason),
-        exit_code: None,
-        stderr: None,
-        tries: 1,
-        usage: L0Usage::default(),
-    };
+    let failed = |reason: String| L0Run::failed(reason, 1);
     let name = &cfg.argv[0];
     let program = match resolve_program(name, std::env::var_os("PATH").as_deref()) {
         Ok(p) => p,

@@ -78,6 +78,19 @@ pub struct L0Run {
     pub usage: L0Usage,
 }
 
+impl L0Run {
+    /// A run that ended without an answer and with nothing known spent.
+    pub(crate) fn failed(reason: String, tries: u32) -> Self {
+        Self {
+            outcome: L0Outcome::Failed(reason),
+            exit_code: None,
+            stderr: None,
+            tries,
+            usage: L0Usage::default(),
+        }
+    }
+}
+
 /// The run was cancelled (job cancel, lost lease or shutdown): the L0 did not
 /// finish and its process group is already killed. Nothing of it may be stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

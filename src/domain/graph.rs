@@ -409,6 +409,13 @@ mod tests {
         );
     }
 
+    /// The one cycle of `g`, by node order.
+    fn only_cycle(g: &DiGraph) -> Cycle {
+        let mut cycles = g.cycles(|a, b| a.cmp(&b));
+        assert_eq!(cycles.len(), 1);
+        cycles.remove(0)
+    }
+
     fn distinct(path: &[usize]) -> Vec<usize> {
         let mut nodes = path.to_vec();
         nodes.sort_unstable();
@@ -446,19 +453,17 @@ mod tests {
     fn component_with_tail_excludes_the_tail() {
         // 3 depends on the cycle 0 -> 1 -> 2 -> 0 but is not on it.
         let g = graph(4, &[(3, 0), (0, 1), (1, 2), (2, 0)]);
-        let cycles = g.cycles(|a, b| a.cmp(&b));
-        assert_eq!(cycles.len(), 1);
-        assert_eq!(cycles[0].members, vec![0, 1, 2]);
-        assert_eq!(cycles[0].path, vec![0, 1, 2]);
+        let cycle = only_cycle(&g);
+        assert_eq!(cycle.members, vec![0, 1, 2]);
+        assert_eq!(cycle.path, vec![0, 1, 2]);
     }
 
     #[test]
     fn a_chord_does_not_shorten_the_walk() {
         // a -> b -> c -> a plus the chord a -> c: the walk must still visit b.
         let g = graph(3, &[(0, 1), (1, 2), (2, 0), (0, 2)]);
-        let cycles = g.cycles(|a, b| a.cmp(&b));
-        assert_eq!(cycles.len(), 1);
-        assert_eq!(cycles[0].path, vec![0, 1, 2]);
+        let cycle = only_cycle(&g);
+        assert_eq!(cycle.path, vec![0, 1, 2]);
         // The same when the chord is tried first.
         let cycles = g.cycles(|a, b| (a == 2).cmp(&(b == 2)).reverse().then(a.cmp(&b)));
         assert_eq!(cycles[0].path[0], 2);
@@ -470,11 +475,10 @@ mod tests {
     fn a_figure_eight_is_walked_through_its_hub_twice() {
         // 0 -> 1 -> 0 and 1 -> 2 -> 3 -> 1: no simple cycle covers it.
         let g = graph(4, &[(0, 1), (1, 0), (1, 2), (2, 3), (3, 1)]);
-        let cycles = g.cycles(|a, b| a.cmp(&b));
-        assert_eq!(cycles.len(), 1);
-        assert_eq!(cycles[0].members, vec![0, 1, 2, 3]);
-        assert_eq!(cycles[0].path, vec![0, 1, 2, 3, 1]);
-        assert_is_closed_walk(&g, &cycles[0].path);
+        let cycle = only_cycle(&g);
+        assert_eq!(cycle.members, vec![0, 1, 2, 3]);
+        assert_eq!(cycle.path, vec![0, 1, 2, 3, 1]);
+        assert_is_closed_walk(&g, &cycle.path);
         // Starting at the lowest-ranked member, here 3.
         let cycles = g.cycles(|a, b| (a == 3).cmp(&(b == 3)).reverse().then(a.cmp(&b)));
         assert_eq!(cycles[0].path[0], 3);
@@ -498,9 +502,8 @@ mod tests {
         assert_eq!(chain.longest_path_levels().unwrap()[n - 1], n);
 
         let ring = graph(n, &(0..n).map(|v| (v, (v + 1) % n)).collect::<Vec<_>>());
-        let cycles = ring.cycles(|a, b| a.cmp(&b));
-        assert_eq!(cycles.len(), 1);
-        assert_eq!(cycles[0].path, (0..n).collect::<Vec<_>>());
+        let cycle = only_cycle(&ring);
+        assert_eq!(cycle.path, (0..n).collect::<Vec<_>>());
     }
 
     #[test]
@@ -509,11 +512,10 @@ mod tests {
         let n = 50_000;
         let edges: Vec<_> = (1..n).flat_map(|v| [(0, v), (v, 0)]).collect();
         let g = graph(n, &edges);
-        let cycles = g.cycles(|a, b| a.cmp(&b));
-        assert_eq!(cycles.len(), 1);
-        assert_eq!(cycles[0].path.len(), 2 * (n - 1));
-        assert_eq!(&cycles[0].path[..4], &[0, 1, 0, 2]);
-        assert_is_closed_walk(&g, &cycles[0].path);
+        let cycle = only_cycle(&g);
+        assert_eq!(cycle.path.len(), 2 * (n - 1));
+        assert_eq!(&cycle.path[..4], &[0, 1, 0, 2]);
+        assert_is_closed_walk(&g, &cycle.path);
     }
 
     #[test]
@@ -524,11 +526,10 @@ mod tests {
         let mut edges: Vec<_> = (0..m).map(|v| (v, v + 1)).collect();
         edges.extend((0..=m).flat_map(|v| [(v, m + 1 + v), (m + 1 + v, 0)]));
         let g = graph(2 * m + 2, &edges);
-        let cycles = g.cycles(|a, b| a.cmp(&b));
-        assert_eq!(cycles.len(), 1);
-        assert_eq!(cycles[0].members.len(), 2 * m + 2);
-        assert_is_closed_walk(&g, &cycles[0].path);
-        assert!(cycles[0].path.len() < 10 * WALK_EXTRA_WORK);
+        let cycle = only_cycle(&g);
+        assert_eq!(cycle.members.len(), 2 * m + 2);
+        assert_is_closed_walk(&g, &cycle.path);
+        assert!(cycle.path.len() < 10 * WALK_EXTRA_WORK);
     }
 
     #[test]

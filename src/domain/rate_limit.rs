@@ -645,17 +645,23 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-12-06T01:35:00Z")
             .unwrap()
             .with_timezone(&Utc);
-        let anthropic = |name: &str| {
-            match name {
-                "anthropic-ratelimit-requests-limit" => Some("50"),
-                "anthropic-ratelimit-requests-remaining" => Some("0"),
-                "anthropic-ratelimit-requests-reset" => Some("2026-12-06T01:35:14.883Z"),
-                "anthropic-ratelimit-input-tokens-limit" => Some("40000"),
-                "anthropic-ratelimit-output-tokens-remaining" => Some("7000"),
-                _ => None,
+        // A response's headers, looked up by name.
+        let headers = |pairs: &'static [(&str, &str)]| {
+            move |name: &str| {
+                let value = pairs.iter().find(|(n, _)| *n == name);
+                value.map(|(_, value)| (*value).to_owned())
             }
-            .map(str::to_owned)
         };
+        let anthropic = headers(&[
+            ("anthropic-ratelimit-requests-limit", "50"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            (
+                "anthropic-ratelimit-requests-reset",
+                "2026-12-06T01:35:14.883Z",
+            ),
+            ("anthropic-ratelimit-input-tokens-limit", "40000"),
+            ("anthropic-ratelimit-output-tokens-remaining", "7000"),
+        ]);
         let l = learn_from_headers(anthropic, now);
         assert_eq!(l.requests_limit, Some(50));
         assert_eq!(l.input_tokens_limit, Some(40000));
@@ -663,17 +669,13 @@ mod tests {
         let until = l.exhausted_until().unwrap();
         assert_eq!((until - now).num_milliseconds(), 14_883);
 
-        let openai = |name: &str| {
-            match name {
-                "x-ratelimit-limit-requests" => Some("600"),
-                "x-ratelimit-remaining-requests" => Some("0"),
-                "x-ratelimit-reset-requests" => Some("1.5s"),
-                "x-ratelimit-reset-tokens" => Some("6m0s"),
-                "x-ratelimit-remaining-tokens" => Some("10"),
-                _ => None,
-            }
-            .map(str::to_owned)
-        };
+        let openai = headers(&[
+            ("x-ratelimit-limit-requests", "600"),
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "1.5s"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+            ("x-ratelimit-remaining-tokens", "10"),
+        ]);
         let l = learn_from_headers(openai, now);
         assert_eq!(l.requests_limit, Some(600));
         assert_eq!((l.requests_reset.unwrap() - now).num_milliseconds(), 1_500);

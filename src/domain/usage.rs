@@ -781,20 +781,21 @@ mod tests {
         )
     }
 
-    fn start(expected_usd: Option<f64>) -> BudgetQuestion {
-        BudgetQuestion::Start { expected_usd }
+    /// The verdict on starting a call expected to cost `expected_usd` under `scopes`.
+    fn start(scopes: &[(ScopeLimit, ScopeSpend)], expected_usd: Option<f64>) -> BudgetVerdict {
+        decide(scopes, BudgetQuestion::Start { expected_usd })
     }
 
     #[test]
     fn an_unknown_cost_runs_one_call_at_a_time_under_the_budget() {
         let go = BudgetVerdict::Go { reserve_usd: None };
-        assert_eq!(decide(&[scope(0.1, 0.0, 0, 0.0, 0)], start(None)), go);
+        assert_eq!(start(&[scope(0.1, 0.0, 0, 0.0, 0)], None), go);
         assert_eq!(
-            decide(&[scope(0.1, 0.0, 1, 0.0, 1)], start(None)),
+            start(&[scope(0.1, 0.0, 1, 0.0, 1)], None),
             BudgetVerdict::Wait
         );
         assert!(matches!(
-            decide(&[scope(0.1, 0.4, 0, 0.0, 0)], start(None)),
+            start(&[scope(0.1, 0.4, 0, 0.0, 0)], None),
             BudgetVerdict::Stop(r) if r.contains("$0.1 is spent")
         ));
     }
@@ -803,29 +804,26 @@ mod tests {
     fn a_known_cost_is_reserved_and_must_fit() {
         let e = Some(0.4);
         assert_eq!(
-            decide(&[scope(1.0, 0.2, 1, 0.4, 0)], start(e)),
+            start(&[scope(1.0, 0.2, 1, 0.4, 0)], e),
             BudgetVerdict::Go { reserve_usd: e }
         );
         // Would not fit while a call runs: it may cost less than reserved.
-        assert_eq!(
-            decide(&[scope(1.0, 0.4, 1, 0.4, 0)], start(e)),
-            BudgetVerdict::Wait
-        );
+        assert_eq!(start(&[scope(1.0, 0.4, 1, 0.4, 0)], e), BudgetVerdict::Wait);
         // Nothing runs and it cannot fit: stop, below the budget.
         assert!(matches!(
-            decide(&[scope(1.0, 0.8, 0, 0.0, 0)], start(e)),
+            start(&[scope(1.0, 0.8, 0, 0.0, 0)], e),
             BudgetVerdict::Stop(r) if r.contains("cannot cover")
         ));
         // Exactly fits.
         assert!(matches!(
-            decide(&[scope(1.2, 0.8, 0, 0.0, 0)], start(e)),
+            start(&[scope(1.2, 0.8, 0, 0.0, 0)], e),
             BudgetVerdict::Go { .. }
         ));
         // The tightest scope decides.
         assert!(matches!(
-            decide(
+            start(
                 &[scope(10.0, 0.0, 0, 0.0, 0), scope(1.0, 1.0, 0, 0.0, 0)],
-                start(e)
+                e
             ),
             BudgetVerdict::Stop(_)
         ));

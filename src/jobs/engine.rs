@@ -264,28 +264,12 @@ pub async fn run_refine(
                             let id = id.clone();
                             waiting.pop_front();
                             packets.remove(&id);
-                            let run = L0Run {
-                                outcome: L0Outcome::Failed(reason),
-                                exit_code: None,
-                                stderr: None,
-                                tries: 0,
-                                usage: crate::domain::usage::L0Usage::default(),
-                            };
-                            let mut new_lines = Vec::new();
-                            let f = judge(
-                                id.clone(),
-                                run,
-                                Duration::ZERO,
-                                prompt_bytes,
-                                &mut nul_warnings,
-                                &mut new_lines,
-                            );
-                            log.extend(new_lines.iter().cloned());
-                            let outcome = f.run.outcome.clone();
-                            if let Err(e) = sink.l0s_finished(&[f], &log, &new_lines).await {
+                            let mut ended = EndedL0s::default();
+                            let run = L0Run::failed(reason, 0);
+                            ended.judge(id, run, Duration::ZERO, prompt_bytes, &mut nul_warnings);
+                            if let Err(e) = ended.store(sink, &mut log, &mut outcomes).await {
                                 return Err(stop_running(running, switches, Stop::Sink(e)).await);
                             }
-                            outcomes.push((id, outcome));
                             continue;
                         }
                         Err(e) => return Err(stop_running(running, switches, Stop::Sink(e)).await),
@@ -374,38 +358,22 @@ pub async fn run_refine(
             while let Some(more) = running.try_join_next() {
                 joined.push(more);
             }
-            let mut finished = Vec::with_capacity(joined.len());
-            let mut new_lines = Vec::new();
+            let mut ended = EndedL0s::default();
             let mut killed = false;
             for j in joined {
                 match j {
                     Ok((id, Ok(run), elapsed, prompt_bytes)) => {
-                        finished.push(judge(
-                            id,
-                            run,
-                            elapsed,
-                            prompt_bytes,
-                            &mut nul_warnings,
-                            &mut new_lines,
-                        ));
+                        ended.judge(id, run, elapsed, prompt_bytes, &mut nul_warnings);
                     }
                     Ok((_, Err(_cancelled), _, _)) => killed = true,
                     // An executor panicked: a bug, but it costs only this L0.
                     Err(e) => tracing::error!(error = %e, "an L0 task panicked"),
                 }
             }
-            let finished_now = !finished.is_empty();
-            if finished_now {
-                log.extend(new_lines.iter().cloned());
-                if let Err(e) = sink.l0s_finished(&finished, &log, &new_lines).await {
-                    return Err(stop_running(running, switches, Stop::Sink(e)).await);
-                }
-                outcomes.extend(
-                    finished
-                        .into_iter()
-                        .map(|f| (f.assignment_id, f.run.outcome)),
-                );
-            }
+            let finished_now = match ended.store(sink, &mut log, &mut outcomes).await {
+                Ok(stored) => stored,
+                Err(e) => return Err(stop_running(running, switches, Stop::Sink(e)).await),
+            };
             if killed {
                 // Killed: the others are being killed too; collect them and stop.
                 return Err(stop_running(running, switches, Stop::Killed).await);
@@ -467,32 +435,63 @@ async fn at(due: Option<tokio::time::Instant>) {
     }
 }
 
-/// An L0 that ended, judged: its log line (and a warning when its output held
-/// NUL) added to `new_lines`.
-fn judge(
-    id: String,
-    mut run: L0Run,
-    elapsed: Duration,
-    prompt_bytes: usize,
-    nul_warnings: &mut Vec<String>,
-    new_lines: &mut Vec<String>,
-) -> FinishedL0Run {
-    if make_storable(&mut run) {
-        let warning = format!(
-            "WARNING: L0 {id} output held U+0000 (NUL), which cannot be \
-             stored; each is kept as U+FFFD"
-        );
-        nul_warnings.push(warning.clone());
-        new_lines.push(warning);
+/// L0s that ended together, judged, and the log lines they add.
+#[derive(Default)]
+struct EndedL0s {
+    finished: Vec<FinishedL0Run>,
+    new_lines: Vec<String>,
+}
+
+impl EndedL0s {
+    /// Judges an L0 that ended: its log line (and a warning when its output held
+    /// NUL) added to `new_lines`.
+    fn judge(
+        &mut self,
+        id: String,
+        mut run: L0Run,
+        elapsed: Duration,
+        prompt_bytes: usize,
+        nul_warnings: &mut Vec<String>,
+    ) {
+        if make_storable(&mut run) {
+            let warning = format!(
+                "WARNING: L0 {id} output held U+0000 (NUL), which cannot be \
+                 stored; each is kept as U+FFFD"
+            );
+            nul_warnings.push(warning.clone());
+            self.new_lines.push(warning);
+        }
+        let classified = classify(&id, &run.outcome);
+        self.new_lines.extend(classified.log_line(&id));
+        self.finished.push(FinishedL0Run {
+            assignment_id: id,
+            run,
+            classified,
+            elapsed,
+            prompt_bytes,
+        });
     }
-    let classified = classify(&id, &run.outcome);
-    new_lines.extend(classified.log_line(&id));
-    FinishedL0Run {
-        assignment_id: id,
-        run,
-        classified,
-        elapsed,
-        prompt_bytes,
+
+    /// Stores the L0s (when any ended) with their lines added to `log`, then adds
+    /// their outcomes; true when any was stored.
+    async fn store(
+        self,
+        sink: &mut impl JobSink,
+        log: &mut Vec<String>,
+        outcomes: &mut Vec<(String, L0Outcome)>,
+    ) -> Result<bool, String> {
+        if self.finished.is_empty() {
+            return Ok(false);
+        }
+        log.extend(self.new_lines.iter().cloned());
+        sink.l0s_finished(&self.finished, log, &self.new_lines)
+            .await?;
+        outcomes.extend(
+            self.finished
+                .into_iter()
+                .map(|f| (f.assignment_id, f.run.outcome)),
+        );
+        Ok(true)
     }
 }
 
@@ -512,42 +511,20 @@ async fn kill_for_budget(
     reason: String,
 ) -> Stop {
     switches.kill.cancel();
-    let mut finished = Vec::new();
-    let mut new_lines = Vec::new();
-    let mut nul_warnings = Vec::new();
+    let mut ended = EndedL0s::default();
     while let Some(joined) = running.join_next().await {
         match joined {
             Ok((id, run, elapsed, prompt_bytes)) => {
                 // One the kill reached ends failed, with the budget as its reason.
-                let run = run.unwrap_or_else(|_killed| L0Run {
-                    outcome: L0Outcome::Failed(KILLED_BY_BUDGET.to_owned()),
-                    exit_code: None,
-                    stderr: None,
-                    tries: 1,
-                    usage: crate::domain::usage::L0Usage::default(),
-                });
-                finished.push(judge(
-                    id,
-                    run,
-                    elapsed,
-                    prompt_bytes,
-                    &mut nul_warnings,
-                    &mut new_lines,
-                ));
+                let run =
+                    run.unwrap_or_else(|_killed| L0Run::failed(KILLED_BY_BUDGET.to_owned(), 1));
+                ended.judge(id, run, elapsed, prompt_bytes, &mut Vec::new());
             }
             Err(e) => tracing::error!(error = %e, "an L0 task panicked"),
         }
     }
-    if !finished.is_empty() {
-        log.extend(new_lines.iter().cloned());
-        if let Err(e) = sink.l0s_finished(&finished, &log, &new_lines).await {
-            return Stop::Sink(e);
-        }
-        outcomes.extend(
-            finished
-                .into_iter()
-                .map(|f| (f.assignment_id, f.run.outcome)),
-        );
+    if let Err(e) = ended.store(sink, &mut log, &mut outcomes).await {
+        return Stop::Sink(e);
     }
     budget_stop(job, config, &outcomes, &log, reason)
 }

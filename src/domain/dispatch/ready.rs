@@ -173,6 +173,14 @@ mod tests {
         }
     }
 
+    /// `tasks` offered, in `wave`.
+    fn offered(wave: i64, tasks: &[usize]) -> Ready {
+        Ready {
+            wave: Some(wave),
+            tasks: tasks.to_vec(),
+        }
+    }
+
     #[test]
     fn barrier_and_pipeline_differ_when_a_wave_is_still_running() {
         // 0 (w1) done, 1 (w1) running, 2 (w2) depends only on 0.
@@ -182,21 +190,9 @@ mod tests {
             t(2, Pending, &[0], &["c"]),
         ];
         let b = ready(ReadyMode::Barrier, &tasks);
-        assert_eq!(
-            b,
-            Ready {
-                wave: Some(1),
-                tasks: vec![]
-            }
-        );
+        assert_eq!(b, offered(1, &[]));
         let p = ready(ReadyMode::Pipeline, &tasks);
-        assert_eq!(
-            p,
-            Ready {
-                wave: Some(2),
-                tasks: vec![2]
-            }
-        );
+        assert_eq!(p, offered(2, &[2]));
     }
 
     #[test]
@@ -208,13 +204,7 @@ mod tests {
             t(2, Pending, &[0], &[]),
             t(3, Pending, &[1], &[]),
         ];
-        assert_eq!(
-            ready(ReadyMode::Barrier, &tasks),
-            Ready {
-                wave: Some(2),
-                tasks: vec![1, 3]
-            }
-        );
+        assert_eq!(ready(ReadyMode::Barrier, &tasks), offered(2, &[1, 3]));
     }
 
     #[test]
@@ -226,13 +216,7 @@ mod tests {
             t(2, Abandoned, &[0], &[]),
             t(2, Pending, &[1], &[]),
         ];
-        assert_eq!(
-            ready(ReadyMode::Barrier, &tasks),
-            Ready {
-                wave: Some(2),
-                tasks: vec![3]
-            }
-        );
+        assert_eq!(ready(ReadyMode::Barrier, &tasks), offered(2, &[3]));
     }
 
     #[test]
@@ -254,13 +238,7 @@ mod tests {
             t(2, Pending, &[0, 2], &[]),
             t(2, Pending, &[0], &[]),
         ];
-        assert_eq!(
-            ready(ReadyMode::Pipeline, &tasks),
-            Ready {
-                wave: Some(2),
-                tasks: vec![5]
-            }
-        );
+        assert_eq!(ready(ReadyMode::Pipeline, &tasks), offered(2, &[5]));
     }
 
     #[test]
@@ -271,13 +249,7 @@ mod tests {
             t(1, Pending, &[], &["src/c.rs"]),
             t(1, Pending, &[], &[]),
         ];
-        assert_eq!(
-            ready(ReadyMode::Pipeline, &tasks),
-            Ready {
-                wave: Some(1),
-                tasks: vec![2, 3]
-            }
-        );
+        assert_eq!(ready(ReadyMode::Pipeline, &tasks), offered(1, &[2, 3]));
     }
 
     #[test]
@@ -291,13 +263,7 @@ mod tests {
             t(4, Pending, &[0], &["z", "w"]),
             t(4, Pending, &[0], &["x"]),
         ];
-        assert_eq!(
-            ready(ReadyMode::Pipeline, &tasks),
-            Ready {
-                wave: Some(2),
-                tasks: vec![2, 3, 5]
-            }
-        );
+        assert_eq!(ready(ReadyMode::Pipeline, &tasks), offered(2, &[2, 3, 5]));
     }
 
     #[test]
@@ -307,13 +273,7 @@ mod tests {
             t(1, Pending, &[1], &[]), // self-loop: never done while pending
             t(1, Pending, &[], &[]),
         ];
-        assert_eq!(
-            ready(ReadyMode::Pipeline, &tasks),
-            Ready {
-                wave: Some(1),
-                tasks: vec![2]
-            }
-        );
+        assert_eq!(ready(ReadyMode::Pipeline, &tasks), offered(1, &[2]));
         // Barrier is wave order only, so it offers all three.
         assert_eq!(ready(ReadyMode::Barrier, &tasks).tasks, vec![0, 1, 2]);
     }

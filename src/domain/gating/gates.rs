@@ -88,6 +88,15 @@ impl TaskGraph<'_> {
         task.usable.group.then_some(task.task.parallel_group)
     }
 
+    /// The error on the `parallel_group` of `task`, which must run in a later wave
+    /// than `earlier` (gates 3 and 7).
+    fn not_after(&self, code: Code, task: usize, earlier: usize, body: String) -> Violation {
+        let task_ids = vec![self.id(task).to_owned(), self.id(earlier).to_owned()];
+        let mut violation = Violation::new(code, body, task_ids).at_index(self.tasks[task].index);
+        violation.wave = self.wave(task);
+        violation.on_field("parallel_group")
+    }
+
     fn dependencies(&self, position: usize) -> &[(usize, usize)] {
         &self.edges[self.edge_start[position]..self.edge_start[position + 1]]
     }
@@ -367,6 +376,13 @@ fn gate_orphans(
         let mut orphans_seen: HashSet<&str> = HashSet::default();
         let mut orphans_warned: HashSet<&str> = HashSet::default();
         for dependency in &raw.task.depends_on {
+            // An error or warning about this `depends_on` entry.
+            let on_entry = |code, body: String| {
+                let ids = vec![raw.task.task_id.clone(), dependency.clone()];
+                Violation::new(code, body, ids)
+                    .at_index(raw.index)
+                    .on_field("depends_on")
+            };
             let warn_repeated = match graph.position_of.get(dependency.as_str()) {
                 Some(&target) if seen_by[target] != position => {
                     seen_by[target] = position;
@@ -385,12 +401,7 @@ fn gate_orphans(
                         quote(&raw.task.task_id),
                         quote(dependency)
                     );
-                    let ids = vec![raw.task.task_id.clone(), dependency.clone()];
-                    errors.push(
-                        Violation::new(Code::OrphanDependency, body, ids)
-                            .at_index(raw.index)
-                            .on_field("depends_on"),
-                    );
+                    errors.push(on_entry(Code::OrphanDependency, body));
                     false
                 }
                 None => orphans_warned.insert(dependency),
@@ -401,12 +412,7 @@ fn gate_orphans(
                     quote(&raw.task.task_id),
                     quote(dependency)
                 );
-                let ids = vec![raw.task.task_id.clone(), dependency.clone()];
-                duplicate_warnings.push(
-                    Violation::new(Code::DuplicateDependency, body, ids)
-                        .at_index(raw.index)
-                        .on_field("depends_on"),
-                );
+                duplicate_warnings.push(on_entry(Code::DuplicateDependency, body));
             }
         }
     }
@@ -483,16 +489,7 @@ fn gate_wave_order(graph: &TaskGraph<'_>, in_cycle_component: &[Option<usize>]) 
             quote(id),
             dependency_wave.saturating_add(1)
         );
-        errors.push(
-            Violation::new(
-                Code::WaveOrder,
-                body,
-                vec![id.to_owned(), dependency_id.to_owned()],
-            )
-            .at_index(graph.tasks[task].index)
-            .on_field("parallel_group")
-            .in_wave(wave),
-        );
+        errors.push(graph.not_after(Code::WaveOrder, task, dependency, body));
     }
     errors
 }
@@ -716,16 +713,8 @@ fn gate_review_after(graph: &TaskGraph<'_>, review_pairs: &[(usize, usize)]) -> 
             quote(id),
             reviewed_wave.saturating_add(1),
         );
-        errors.push(
-            Violation::new(
-                Code::ReviewNotAfter,
-                body,
-                vec![id.to_owned(), reviewed_id.to_owned()],
-            )
-            .at_index(graph.tasks[reviewer].index)
-            .on_field("parallel_group")
-            .in_wave(wave),
-        );
+        let violation = graph.not_after(Code::ReviewNotAfter, reviewer, reviewed, body);
+        errors.push(violation);
     }
     errors
 }

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::domain::assert_contains;
 
 /// A well-formed task; tests override fields with `with`.
 fn task(id: &str, group: i64, depends_on: &[&str]) -> Value {
@@ -115,11 +116,7 @@ fn without_existing_files_the_example_fails_exactly_one_read() {
     assert_eq!(error.path.as_deref(), Some("src/http/client.py"));
     assert_eq!(error.task_ids, ["t-1"]);
     // The same-path writer t-3 is in a later wave, so it does not satisfy the read.
-    assert!(
-        error.message.contains("'t-3' is in parallel_group 2"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "'t-3' is in parallel_group 2");
 }
 
 fn synthesis_message(source: TaskListSource<'_>) -> String {
@@ -290,13 +287,7 @@ fn a_ten_kilobyte_id_is_invalid_and_not_echoed_in_full() {
     assert_eq!(codes(&validation), [Code::InvalidField, Code::InvalidField]);
     for error in &validation.errors {
         assert!(error.message.len() < 700, "{}", error.message.len());
-        assert!(
-            error
-                .message
-                .contains("(10240 bytes), longer than 256 bytes"),
-            "{}",
-            error.message
-        );
+        assert_contains(&error.message, "(10240 bytes), longer than 256 bytes");
     }
     assert_eq!(validation.errors[1].field.as_deref(), Some("depends_on"));
     // 256 bytes is still fine.
@@ -407,11 +398,7 @@ fn every_wrong_json_type_in_every_field_is_reported_with_what_was_found() {
         ]);
         let error = only_error(&validation);
         assert_eq!(error.code, Code::InvalidReviews, "{value}");
-        assert!(
-            error.message.contains(&format!("(got {found})")),
-            "{}",
-            error.message
-        );
+        assert_contains(&error.message, &format!("(got {found})"));
     }
 }
 
@@ -678,11 +665,7 @@ fn cycle_starts_at_the_naturally_smallest_id() {
         error.cycle,
         Some(vec!["t-2".into(), "t-10".into(), "t-9".into()])
     );
-    assert!(
-        error.message.contains("t-2 -> t-10 -> t-9 -> t-2"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "t-2 -> t-10 -> t-9 -> t-2");
 }
 
 #[test]
@@ -747,11 +730,7 @@ fn a_chord_does_not_hide_part_of_the_cycle() {
     let error = only_error(&validation);
     assert_eq!(error.task_ids, ["a", "b", "c"]);
     assert_eq!(error.cycle, Some(vec!["a".into(), "b".into(), "c".into()]));
-    assert!(
-        error.message.contains("a -> b -> c -> a"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "a -> b -> c -> a");
 }
 
 #[test]

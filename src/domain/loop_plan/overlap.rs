@@ -337,6 +337,7 @@ pub fn parse_tracks_md(text: &str) -> Result<Vec<CompletedTrack>, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::assert_contains;
 
     /// `path` alone is found as a deliverable of the `track`-th track.
     fn assert_owns(index: &DeliverableIndex, path: &str, track: usize) {
@@ -504,11 +505,7 @@ mod tests {
         assert_eq!(parse_tracks_md("  \n").unwrap(), Vec::new());
         let error = parse_tracks_md("# Tracks\n\nnothing here\n").unwrap_err();
         assert_eq!(error.kind, PlanErrorKind::InvalidTracksMarkdown);
-        assert!(
-            error.message.contains("no tracks table"),
-            "{}",
-            error.message
-        );
+        assert_contains(&error.message, "no tracks table");
         let error =
             parse_tracks_md("text\n\n| Tarck | Status |\n|---|---|\n| a | done |\n").unwrap_err();
         assert_eq!(error.line, Some(3));

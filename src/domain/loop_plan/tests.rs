@@ -1,6 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
+use crate::domain::{assert_contains, assert_schemas_build};
 
 fn example_request() -> LoopPlanRequest {
     parse_request_json(include_str!("../../../examples/loop_plan_request.json")).unwrap()
@@ -441,11 +442,7 @@ fn orphans_duplicates_and_shape_errors_in_gate_order() {
         "TaskShapeError: task id 'a' is used by the tasks at index 0 and index 2; task ids must \
          be unique — rename one of them"
     );
-    assert!(
-        messages[4].contains("got number 1.1 (quote ids in YAML"),
-        "{}",
-        messages[4]
-    );
+    assert_contains(messages[4], "got number 1.1 (quote ids in YAML");
     assert_eq!(
         messages[8],
         "TaskShapeError: task 'b' (index 3) has an invalid 'phase': phase 3 is not in phases \
@@ -528,11 +525,7 @@ fn yaml_requests_and_their_errors() {
     assert_eq!(error.kind, PlanErrorKind::InvalidRequest);
     assert!(error.line.is_some(), "{error:?}");
     let error = parse_request_json("{\"track\": {\"id\": \"t\"}}").unwrap_err();
-    assert!(
-        error.message.contains("missing field `name`"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "missing field `name`");
 }
 
 // ------------------------------------------------------------ plan.md parsing
@@ -621,19 +614,11 @@ fn malformed_markdown_errors_name_the_line() {
     let error = parse_markdown(&unknown).unwrap_err();
     assert_eq!(error.kind, PlanErrorKind::InvalidPlanMarkdown);
     assert_eq!(error.line, Some(line_of(&unknown, "[?] Task 1.2")));
-    assert!(
-        error.message.contains("unknown task marker [?]"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "unknown task marker [?]");
 
     let stranger = markdown.replace("- [ ] Task 1.2:", "- [ ] Task 9.9:");
     let error = parse_markdown(&stranger).unwrap_err();
-    assert!(
-        error.message.contains("names no task of the DAG"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "names no task of the DAG");
 
     let twice = markdown.replace(
         "- [ ] Task 1.2: Retry middleware",
@@ -648,11 +633,7 @@ fn malformed_markdown_errors_name_the_line() {
     );
     let error = parse_markdown(&bad_yaml).unwrap_err();
     assert!(error.message.starts_with("line "), "{}", error.message);
-    assert!(
-        error.message.contains("invalid YAML DAG"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "invalid YAML DAG");
     let reported = error.line.unwrap();
     let yaml_start = line_of(&bad_yaml, "```yaml");
     assert!(
@@ -662,11 +643,7 @@ fn malformed_markdown_errors_name_the_line() {
 
     let wrong_type = markdown.replacen("type: \"code\"", "type: \"chore\"", 1);
     let error = parse_markdown(&wrong_type).unwrap_err();
-    assert!(
-        error.message.contains("unknown variant `chore`"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "unknown variant `chore`");
     assert_eq!(error.line, Some(line_of(&wrong_type, "chore")));
 
     let unclosed: String = markdown
@@ -679,11 +656,7 @@ fn malformed_markdown_errors_name_the_line() {
 
     let error = parse_markdown("# Plan\n\nno graph\n").unwrap_err();
     assert_eq!(error.line, None);
-    assert!(
-        error.message.contains("no ```yaml block"),
-        "{}",
-        error.message
-    );
+    assert_contains(&error.message, "no ```yaml block");
 
     let duplicated = markdown.replacen("id: \"1.2\"", "id: \"1.1\"", 1);
     assert!(
@@ -734,22 +707,16 @@ fn hostile_text_cannot_fake_structure() {
             ProgressStatus::Pending
         ]
     );
-    assert!(
-        markdown.contains("  - Files: `` we`ird.py ``\n"),
-        "{markdown}"
-    );
+    assert_contains(&markdown, "  - Files: `` we`ird.py ``\n");
 }
 
 #[test]
 fn openapi_schemas_build() {
     use utoipa::PartialSchema;
-    for schema in [
+    assert_schemas_build([
         LoopPlanRequest::schema(),
         LoopPlan::schema(),
         ParsedPlan::schema(),
         PlanViolation::schema(),
-    ] {
-        let json = serde_json::to_value(&schema).unwrap();
-        assert!(json.is_object());
-    }
+    ]);
 }

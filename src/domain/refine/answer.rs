@@ -174,30 +174,19 @@ impl RawAnswer {
     pub(crate) fn validate(self) -> Result<L0Answer, AnswerError> {
         let assignment_id = self.assignment_id.ok_or(AnswerError::MissingAssignmentId)?;
         let [changes, deps, adjustments] = self.arrays;
-        let items = |i: usize, slot: Option<Result<Vec<Value>, String>>| {
-            let key = ARRAY_KEYS[i];
-            match slot {
-                None => Err(AnswerError::MissingKey { key }),
-                Some(Err(detail)) => Err(AnswerError::NotAnArray { key, detail }),
-                Some(Ok(items)) => Ok((key, items)),
-            }
-        };
-        let (key, list) = items(0, changes)?;
-        let changes = entries(key, list, |e| {
+        let changes = entries(ARRAY_KEYS[0], changes, |e| {
             Ok(Change {
                 field: e.text("field")?,
                 new_value: e.text("new_value")?,
             })
         })?;
-        let (key, list) = items(1, deps)?;
-        let dependency_corrections = entries(key, list, |e| {
+        let dependency_corrections = entries(ARRAY_KEYS[1], deps, |e| {
             Ok(DependencyCorrection {
                 missing_dep: e.text("missing_dep")?,
                 reason: e.optional_text("reason")?,
             })
         })?;
-        let (key, list) = items(2, adjustments)?;
-        let wp_proposal_adjustments = entries(key, list, |e| {
+        let wp_proposal_adjustments = entries(ARRAY_KEYS[2], adjustments, |e| {
             Ok(WpAdjustment {
                 wp_id_suffix: e.text("wp_id_suffix")?,
                 action: e.text("action")?,
@@ -235,11 +224,18 @@ impl Entry<'_> {
     }
 }
 
+/// The entries of the array under `key` (`slot`: its last occurrence, parsed or
+/// the reason it failed), each read by `read`.
 fn entries<T>(
     key: &'static str,
-    items: Vec<Value>,
+    slot: Option<Result<Vec<Value>, String>>,
     read: impl Fn(&Entry<'_>) -> Result<T, String>,
 ) -> Result<Vec<T>, AnswerError> {
+    let items = match slot {
+        None => return Err(AnswerError::MissingKey { key }),
+        Some(Err(detail)) => return Err(AnswerError::NotAnArray { key, detail }),
+        Some(Ok(items)) => items,
+    };
     items
         .iter()
         .enumerate()

@@ -142,8 +142,15 @@ pub fn unknown_step(meta: &Metadata, name: &str) -> TransitionError {
     )
 }
 
-/// Refuses anything on a closed track, and any step but the current one.
-fn check_current(meta: &Metadata, step: Step, action: &str) -> Result<(), TransitionError> {
+/// Refuses anything on a closed track, any step but the current one, and the current
+/// one unless its status is one of `from` (`expected` ends the message saying which).
+fn check_current(
+    meta: &Metadata,
+    step: Step,
+    action: &str,
+    from: &[CheckpointStatus],
+    expected: &str,
+) -> Result<(), TransitionError> {
     if meta.is_closed() {
         let state = if meta.status == TrackStatus::Blocked {
             "blocked"
@@ -164,6 +171,17 @@ fn check_current(meta: &Metadata, step: Step, action: &str) -> Result<(), Transi
                 "cannot {action} {step}: the current step is {} ({})",
                 meta.loop_state.current_step.as_str(),
                 meta.loop_state.step_status.as_str()
+            ),
+        ));
+    }
+    let status = meta.loop_state.step_status;
+    if !from.contains(&status) {
+        return Err(refuse(
+            meta,
+            TransitionCode::IllegalTransition,
+            format!(
+                "cannot {action} {step}: it is {}{expected}",
+                status.as_str()
             ),
         ));
     }
@@ -195,20 +213,8 @@ pub fn start_step(
     now: DateTime<Utc>,
 ) -> Result<Metadata, TransitionError> {
     check_label("agent", agent).map_err(|problem| invalid_input(meta, problem))?;
-    check_current(meta, step, "start")?;
-    if !matches!(
-        meta.loop_state.step_status,
-        CheckpointStatus::NotStarted | CheckpointStatus::Failed
-    ) {
-        return Err(refuse(
-            meta,
-            TransitionCode::IllegalTransition,
-            format!(
-                "cannot start {step}: it is {}",
-                meta.loop_state.step_status.as_str()
-            ),
-        ));
-    }
+    let from = [CheckpointStatus::NotStarted, CheckpointStatus::Failed];
+    check_current(meta, step, "start", &from, "")?;
     let mut next = meta.clone();
     let loop_state = &mut next.loop_state;
     loop_state.step_status = CheckpointStatus::InProgress;
@@ -264,17 +270,8 @@ pub fn complete_step(
     now: DateTime<Utc>,
 ) -> Result<Metadata, TransitionError> {
     check_completion(step, completion).map_err(|problem| invalid_input(meta, problem))?;
-    check_current(meta, step, "complete")?;
-    if meta.loop_state.step_status != CheckpointStatus::InProgress {
-        return Err(refuse(
-            meta,
-            TransitionCode::IllegalTransition,
-            format!(
-                "cannot complete {step}: it is {}, not IN_PROGRESS",
-                meta.loop_state.step_status.as_str()
-            ),
-        ));
-    }
+    let from = [CheckpointStatus::InProgress];
+    check_current(meta, step, "complete", &from, ", not IN_PROGRESS")?;
     let mut next = meta.clone();
     next.updated_at = now;
     next.status = TrackStatus::InProgress;
