@@ -112,52 +112,42 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
                 }
             }
             p.hint { "Newest first. Select jobs to cancel or retry them together; a confirmation page comes first." }
-            form #bulk method="get" action="/ui/jobs/bulk" {
-                (bulk_buttons(BulkKind::Jobs))
-                div.table-scroll tabindex="0" role="region" aria-label="Refine jobs" {
-                table.jobs {
-                    thead { tr {
-                        th scope="col" { span.visually-hidden { "Select" } }
-                        (heads(&["Job", "State", "Phase", "Project", "Cycle", "Attempt", "Executor", "Error", "Duration", "Cost (USD)", "Created", "Finished"]))
-                    } }
-                    tbody {
-                        @for job in &page.rows {
-                            tr data-job=(job.id) {
-                                td { input type="checkbox" name="id" value=(job.id) aria-label={ "Select job " (job.id) }; }
-                                td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
-                                td.state { (job_state(job.status, job.l0_not_valid, job.l0_total)) }
-                                td { code { (job.phase_id) } }
-                                td { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
-                                td { bdi { (job.team_pk.as_deref().unwrap_or("—")) } }
-                                td.num { (job.attempt) " of " (job.max_attempts) }
-                                td { bdi { (job.executor) } }
-                                td.error {
-                                    @if let Some(code) = &job.error_code {
-                                        code { (code) } @if let Some(m) = &job.error_message { ": " bdi { (m) } }
-                                    } @else { span.none { "—" } }
-                                }
-                                td.num.duration {
-                                    @match job_span(job.created_at, job.started_at, job.finished_at) {
-                                        Some((d, true)) => { (span_text(d)) " so far" }
-                                        Some((d, false)) => { (span_text(d)) }
-                                        None => span.none { "—" },
-                                    }
-                                }
-                                td.num.cost {
-                                    @match list.usage.get(&job.id) {
-                                        Some(u) => (usage::cost(u.cost_usd)),
-                                        None => (usage::cost(Some(0.0))),
-                                    }
-                                }
-                                td { (time(&job.created_at)) }
-                                td { (opt_time(job.finished_at.as_ref())) }
+            @let headings = ["Job", "State", "Phase", "Project", "Cycle", "Attempt", "Executor", "Error", "Duration", "Cost (USD)", "Created", "Finished"];
+            @let rows = html! {
+                @for job in &page.rows {
+                    tr data-job=(job.id) {
+                        td { input type="checkbox" name="id" value=(job.id) aria-label={ "Select job " (job.id) }; }
+                        td { a href={ "/ui/jobs/" (job.id) } { (id_code(job.id)) } }
+                        td.state { (job_state(job.status, job.l0_not_valid, job.l0_total)) }
+                        td { code { (job.phase_id) } }
+                        td { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
+                        td { bdi { (job.team_pk.as_deref().unwrap_or("—")) } }
+                        td.num { (job.attempt) " of " (job.max_attempts) }
+                        td { bdi { (job.executor) } }
+                        td.error {
+                            @if let Some(code) = &job.error_code {
+                                code { (code) } @if let Some(m) = &job.error_message { ": " bdi { (m) } }
+                            } @else { span.none { "—" } }
+                        }
+                        td.num.duration {
+                            @match job_span(job.created_at, job.started_at, job.finished_at) {
+                                Some((d, true)) => { (span_text(d)) " so far" }
+                                Some((d, false)) => { (span_text(d)) }
+                                None => span.none { "—" },
                             }
                         }
-                        @if page.rows.is_empty() { tr { td colspan="13" { "No refine jobs match." } } }
+                        td.num.cost {
+                            @match list.usage.get(&job.id) {
+                                Some(u) => (usage::cost(u.cost_usd)),
+                                None => (usage::cost(Some(0.0))),
+                            }
+                        }
+                        td { (time(&job.created_at)) }
+                        td { (opt_time(job.finished_at.as_ref())) }
                     }
                 }
-                }
-            }
+            };
+            (bulk_table(BulkKind::Jobs, &headings, rows, page.rows.is_empty(), "No refine jobs match."))
             nav.pages aria-label="Pages" {
                 @if query.before.is_some() {
                     a href={ "/ui/jobs?" (query_string(query, query.status, None)) } { "First page" }
@@ -508,6 +498,29 @@ pub fn bulk_page(
     layout(&title, section, chrome, body)
 }
 
+/// A list of jobs or runs whose rows people select for a bulk action: the form,
+/// its buttons, and a scrolling table with a select column before `headings`.
+fn bulk_table(kind: BulkKind, headings: &[&str], rows: Markup, empty: bool, none: &str) -> Markup {
+    let noun = kind.noun();
+    html! {
+        form #bulk method="get" action={ "/ui/" (noun) "s/bulk" } {
+            (bulk_buttons(kind))
+            div.table-scroll tabindex="0" role="region" aria-label={ "Refine " (noun) "s" } {
+                table class={ (noun) "s" } {
+                    thead { tr {
+                        th scope="col" { span.visually-hidden { "Select" } }
+                        (heads(headings))
+                    } }
+                    tbody {
+                        (rows)
+                        @if empty { tr { td colspan=(headings.len() + 1) { (none) } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The list's bulk buttons: each opens the confirmation page of its action.
 fn bulk_buttons(kind: BulkKind) -> Markup {
     html! {
@@ -527,32 +540,22 @@ pub fn runs_page(page: &Page<RunSummary>, before: Option<uuid::Uuid>, chrome: Ch
         (live_badge())
         div #live-region data-live="runs" {
         p.hint { "Newest first. Select runs to cancel them together; a confirmation page comes first." }
-        form #bulk method="get" action="/ui/runs/bulk" {
-        (bulk_buttons(BulkKind::Runs))
-        div.table-scroll tabindex="0" role="region" aria-label="Refine runs" {
-        table.runs {
-            thead { tr {
-                th scope="col" { span.visually-hidden { "Select" } }
-                (heads(&["Run", "Status", "Project", "Cycle", "Executor", "Created", "Finished"]))
-            } }
-            tbody {
-                @for run in &page.rows {
-                    tr data-run=(run.id) {
-                        td { input type="checkbox" name="id" value=(run.id) aria-label={ "Select run " (run.id) }; }
-                        td { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
-                        td { (status_badge(run.status.as_str())) }
-                        td { (run.project_id.as_deref().unwrap_or("—")) }
-                        td { (run.team_pk.as_deref().unwrap_or("—")) }
-                        td { bdi { (run.executor) } }
-                        td { (time(&run.created_at)) }
-                        td { (opt_time(run.finished_at.as_ref())) }
-                    }
+        @let headings = ["Run", "Status", "Project", "Cycle", "Executor", "Created", "Finished"];
+        @let rows = html! {
+            @for run in &page.rows {
+                tr data-run=(run.id) {
+                    td { input type="checkbox" name="id" value=(run.id) aria-label={ "Select run " (run.id) }; }
+                    td { a href={ "/ui/runs/" (run.id) } { (id_code(run.id)) } }
+                    td { (status_badge(run.status.as_str())) }
+                    td { (run.project_id.as_deref().unwrap_or("—")) }
+                    td { (run.team_pk.as_deref().unwrap_or("—")) }
+                    td { bdi { (run.executor) } }
+                    td { (time(&run.created_at)) }
+                    td { (opt_time(run.finished_at.as_ref())) }
                 }
-                @if page.rows.is_empty() { tr { td colspan="8" { "No refine runs yet." } } }
             }
-        }
-        }
-        }
+        };
+        (bulk_table(BulkKind::Runs, &headings, rows, page.rows.is_empty(), "No refine runs yet."))
         nav.pages aria-label="Pages" {
             @if before.is_some() { a href="/ui/runs" { "First page" } }
             @if let Some(next) = page.next { " " a rel="next" href={ "/ui/runs?before=" (next) } { "Older runs" } }
