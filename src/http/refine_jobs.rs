@@ -160,7 +160,6 @@ async fn create_refine_job(
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}", tag = "refine-jobs",
     params(("id" = Uuid, Path, description = "Job id"), WaitQuery),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The job", body = StoredJob),
         (status = 400, description = "Not a job id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
         NoSuchJob,
@@ -193,7 +192,6 @@ async fn list_refine_jobs(
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}/result", tag = "refine-jobs",
     params(("id" = Uuid, Path, description = "Job id")),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The refined assignments of the phase", body = Object),
         JobById,
         (status = 409, description = "`job_not_succeeded`: the job has not succeeded (yet); the problem carries its `job_status`", body = Problem, content_type = "application/problem+json"),
@@ -209,7 +207,6 @@ async fn refine_job_result(
 #[utoipa::path(get, path = "/v1/refine-jobs/{id}/assignments", tag = "refine-jobs",
     params(("id" = Uuid, Path, description = "Job id")),
     responses(
-        ForbiddenProject,
         (status = 200, description = "One record per assignment", body = Vec<StoredL0>),
         JobById,
     ))]
@@ -229,7 +226,6 @@ async fn refine_job_assignments(
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event"),
     ),
     responses(
-        ForbiddenProject,
         (status = 200, description = "`text/event-stream` of `state`, `progress` and `log` events", content_type = "text/event-stream", body = String),
         (status = 400, description = "Not a job id, or a bad Last-Event-ID", body = Problem, content_type = "application/problem+json"),
         NoSuchJob,
@@ -258,7 +254,6 @@ async fn refine_job_events(
 #[utoipa::path(post, path = "/v1/refine-jobs/{id}/cancel", tag = "refine-jobs",
     params(("id" = Uuid, Path, description = "Job id")),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The job after the request", body = StoredJob),
         JobById,
     ))]
@@ -277,7 +272,6 @@ async fn cancel_refine_job(
 #[utoipa::path(post, path = "/v1/refine-jobs/{id}/retry", tag = "refine-jobs",
     params(("id" = Uuid, Path, description = "Id of the job to retry")),
     responses(
-        ForbiddenProject,
         (status = 201, description = "The new job, queued; `Location` is its URL", body = StoredJob,
             headers(("Location" = String, description = "/v1/refine-jobs/{new id}"))),
         JobById,

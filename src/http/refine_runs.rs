@@ -54,7 +54,6 @@ async fn create_refine_run(
 #[utoipa::path(get, path = "/v1/refine-runs/{id}", tag = "refine-runs",
     params(("id" = Uuid, Path, description = "Run id"), WaitQuery),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The run", body = StoredRun),
         (status = 400, description = "Not a run id, or a bad `wait`", body = Problem, content_type = "application/problem+json"),
         NoSuchRun,
@@ -72,7 +71,6 @@ async fn get_refine_run(
 #[utoipa::path(get, path = "/v1/refine-runs/{id}/result", tag = "refine-runs",
     params(("id" = Uuid, Path, description = "Run id")),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The merged assignments", body = Object),
         RunById,
         (status = 409, description = "`run_not_finished`: not merged yet; the problem carries its `run_status`", body = Problem, content_type = "application/problem+json"),
@@ -89,7 +87,6 @@ async fn refine_run_result(
 #[utoipa::path(post, path = "/v1/refine-runs/{id}/cancel", tag = "refine-runs",
     params(("id" = Uuid, Path, description = "Run id")),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The run after the request", body = StoredRun),
         RunById,
     ))]

@@ -20,9 +20,12 @@ fn problem(description: &str) -> RefOr<Response> {
         .into()
 }
 
+/// The 403 of a token limited to other projects.
+const FORBIDDEN: &str = "The token is limited to other projects (`forbidden_project`)";
+
 /// Declares unit types whose `IntoResponses` are the given problem rows.
 macro_rules! problem_sets {
-    ($($(#[$doc:meta])* $name:ident { $($status:literal => $description:literal),+ $(,)? })+) => {$(
+    ($($(#[$doc:meta])* $name:ident { $($status:literal => $description:expr),+ $(,)? })+) => {$(
         $(#[$doc])*
         pub struct $name;
 
@@ -44,23 +47,34 @@ problem_sets! {
     }
     /// The 403 of every operation that acts on a project: the token is limited to
     /// other projects (`forbidden_project`). Add it to the `responses` of such
-    /// operations.
-    ForbiddenProject { "403" => "The token is limited to other projects (`forbidden_project`)" }
+    /// operations; the sets of a route on one job, run, task, list, webhook or
+    /// track include it, since looking the resource up checks its project.
+    ForbiddenProject { "403" => FORBIDDEN }
     /// A route that reads or writes the database.
     DatabaseUnavailable { "503" => "Database unavailable" }
     /// A route on one refine job whose own 400 says more than the id.
-    NoSuchJob { "404" => "No such job", "503" => "Database unavailable" }
+    NoSuchJob {
+        "403" => FORBIDDEN,
+        "404" => "No such job",
+        "503" => "Database unavailable",
+    }
     /// A route on one refine run whose own 400 says more than the id.
-    NoSuchRun { "404" => "No such run", "503" => "Database unavailable" }
+    NoSuchRun {
+        "403" => FORBIDDEN,
+        "404" => "No such run",
+        "503" => "Database unavailable",
+    }
     /// A route on one refine job, by its path id.
     JobById {
         "400" => "Not a job id",
+        "403" => FORBIDDEN,
         "404" => "No such job",
         "503" => "Database unavailable",
     }
     /// A route on one refine run, by its path id.
     RunById {
         "400" => "Not a run id",
+        "403" => FORBIDDEN,
         "404" => "No such run",
         "503" => "Database unavailable",
     }
@@ -72,14 +86,24 @@ problem_sets! {
         "503" => "Database unavailable",
     }
     /// A route on one stored task by its id.
-    NoSuchTask { "404" => "No such task" }
+    NoSuchTask {
+        "403" => FORBIDDEN,
+        "404" => "No such task",
+    }
     /// A route on one task list by its id.
-    NoSuchList { "404" => "No such list" }
+    NoSuchList {
+        "403" => FORBIDDEN,
+        "404" => "No such list",
+    }
     /// A route on a task addressed inside its list.
-    NoSuchListTask { "404" => "No such list, or no such task in it (`field` names which)" }
+    NoSuchListTask {
+        "403" => FORBIDDEN,
+        "404" => "No such list, or no such task in it (`field` names which)",
+    }
     /// A route on one webhook, by its path id.
     WebhookById {
         "400" => "Not a webhook id",
+        "403" => FORBIDDEN,
         "404" => "No such webhook",
         "503" => "Database unavailable",
     }
@@ -94,9 +118,14 @@ problem_sets! {
     /// A route that honours `If-Match`.
     StaleIfMatch { "412" => "Stale If-Match" }
     /// A route on one track by its id.
-    TrackById { "400" => "Invalid track id", "404" => "No such track" }
+    TrackById {
+        "400" => "Invalid track id",
+        "403" => FORBIDDEN,
+        "404" => "No such track",
+    }
     /// Starting or completing a track's step.
     StepRefusals {
+        "403" => FORBIDDEN,
         "404" => "No such track",
         "409" => "Unknown step, illegal transition or closed track; `legal` lists what may be done",
         "412" => "Stale If-Match",

@@ -122,7 +122,6 @@ pub struct TaskListQuery {
     responses(
         (status = 200, description = "The list, or one page of its tasks", body = StoredTaskList),
         (status = 400, description = "Not a UUID, `limit` out of range, or not a cursor of this API", body = Problem, content_type = "application/problem+json"),
-        ForbiddenProject,
         NoSuchList,
     ))]
 async fn get_task_list(
@@ -169,7 +168,6 @@ pub struct ReadyQuery {
     responses(
         (status = 200, description = "Ready tasks and `next`", body = ReadyResponse),
         (status = 400, description = "Not a UUID, unknown mode, `wait` over 30, or `limit` out of range", body = Problem, content_type = "application/problem+json"),
-        ForbiddenProject,
         NoSuchList,
     ))]
 async fn ready(
@@ -207,7 +205,6 @@ async fn ready(
         JsonBodyRejections,
         (status = 200, description = "The claimed task (or null) and `next`", body = ClaimResponse),
         BadIdOrJson,
-        ForbiddenProject,
         NoSuchList,
         (status = 422, description = "`invalid_field` (`holder`, `persona`, `lease_s`) or `invalid_body`", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -239,7 +236,6 @@ pub struct GraphQuery {
     responses(
         (status = 200, description = "The graph: task by task, or for a list of more than 10,000 tasks wave by wave", body = String, content_type = "text/plain"),
         (status = 400, description = "Not a UUID or unknown format", body = Problem, content_type = "application/problem+json"),
-        ForbiddenProject,
         NoSuchList,
     ))]
 async fn graph(
@@ -268,7 +264,6 @@ async fn graph(
     responses(
         (status = 200, description = "`text/event-stream` of `task` events, each's data a `ListEvent`", content_type = "text/event-stream", body = String),
         (status = 400, description = "Not a UUID, or a Last-Event-ID that is not an event id", body = Problem, content_type = "application/problem+json"),
-        ForbiddenProject,
         NoSuchList,
     ))]
 async fn task_list_events(

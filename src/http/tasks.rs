@@ -14,7 +14,7 @@ use super::extract::{Json, Path, StorableJson};
 use super::responses::{
     BadIdOrJson, BadListIdOrJson, HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals,
 };
-use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
 use crate::service::task_claims::{HeartbeatRequest, TaskHistory};
 use crate::service::task_lists::{StoredTask, TaskUpdate, TaskUpdated};
 use crate::service::task_refs::TaskRef;
@@ -61,7 +61,6 @@ impl From<InList> for TaskRef {
         JsonBodyRejections,
         (status = 200, description = "The task after the change", body = TaskUpdated),
         BadIdOrJson,
-        ForbiddenProject,
         NoSuchTask,
         TaskUpdateRefusals,
     ))]
@@ -81,7 +80,6 @@ async fn update_task(
         JsonBodyRejections,
         (status = 200, description = "The task with its renewed `claim`", body = StoredTask),
         BadIdOrJson,
-        ForbiddenProject,
         NoSuchTask,
         HeartbeatRefusals,
     ))]
@@ -102,7 +100,6 @@ async fn heartbeat(
     responses(
         (status = 200, description = "The history", body = TaskHistory),
         (status = 400, description = "Not a UUID", body = Problem, content_type = "application/problem+json"),
-        ForbiddenProject,
         NoSuchTask,
     ))]
 async fn history(
@@ -122,7 +119,6 @@ async fn history(
         JsonBodyRejections,
         (status = 200, description = "The task after the change", body = TaskUpdated),
         BadListIdOrJson,
-        ForbiddenProject,
         NoSuchListTask,
         TaskUpdateRefusals,
     ))]
@@ -144,7 +140,6 @@ async fn update_task_in_list(
         JsonBodyRejections,
         (status = 200, description = "The task with its renewed `claim`", body = StoredTask),
         BadListIdOrJson,
-        ForbiddenProject,
         NoSuchListTask,
         HeartbeatRefusals,
     ))]
@@ -166,7 +161,6 @@ async fn heartbeat_in_list(
     responses(
         (status = 200, description = "The history", body = TaskHistory),
         (status = 400, description = "`id` is not a UUID (`parameter` names it)", body = Problem, content_type = "application/problem+json"),
-        ForbiddenProject,
         NoSuchListTask,
     ))]
 async fn history_in_list(

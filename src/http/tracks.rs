@@ -112,7 +112,6 @@ async fn put_track(
 #[utoipa::path(get, path = "/v1/tracks/{track_id}", tag = "tracks",
     params(("track_id" = TrackId, Path, description = "The track")),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The metadata", body = Metadata, headers(("ETag" = String))),
         TrackById,
     ))]
@@ -130,7 +129,6 @@ async fn get_track(
 #[utoipa::path(get, path = "/v1/tracks/{track_id}/history", operation_id = "track_history", tag = "tracks",
     params(("track_id" = TrackId, Path, description = "The track")),
     responses(
-        ForbiddenProject,
         (status = 200, description = "The history", body = TrackHistory),
         TrackById,
     ))]
@@ -151,7 +149,6 @@ async fn track_history(
     request_body = StepStart,
     responses(
         JsonBodyRejections,
-        ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
         StepRefusals,
     ))]
@@ -177,7 +174,6 @@ async fn start_step(
     request_body = Completion,
     responses(
         JsonBodyRejections,
-        ForbiddenProject,
         (status = 200, description = "The metadata after the change", body = Metadata, headers(("ETag" = String))),
         StepRefusals,
     ))]

@@ -72,7 +72,6 @@ async fn list_webhooks(
     params(("id" = Uuid, Path, description = "Webhook id")),
     responses(
         (status = 200, description = "The webhook", body = Webhook),
-        ForbiddenProject,
         WebhookById,
     ))]
 async fn get_webhook(
@@ -87,7 +86,6 @@ async fn get_webhook(
     params(("id" = Uuid, Path, description = "Webhook id")),
     responses(
         (status = 204, description = "Deleted"),
-        ForbiddenProject,
         WebhookById,
     ))]
 async fn delete_webhook(
@@ -104,7 +102,6 @@ async fn delete_webhook(
     params(("id" = Uuid, Path, description = "Webhook id")),
     responses(
         (status = 200, description = "The new secret", body = RotatedSecret),
-        ForbiddenProject,
         WebhookById,
     ))]
 async fn rotate_secret(
@@ -120,7 +117,6 @@ async fn rotate_secret(
     params(("id" = Uuid, Path, description = "Webhook id")),
     responses(
         (status = 200, description = "The deliveries", body = Vec<Delivery>),
-        ForbiddenProject,
         WebhookById,
     ))]
 async fn list_deliveries(
@@ -139,7 +135,6 @@ async fn list_deliveries(
     ),
     responses(
         (status = 202, description = "Queued: sent within a second or two"),
-        ForbiddenProject,
         (status = 409, description = "`conflict`: the webhook is disabled", body = Problem, content_type = "application/problem+json"),
         WebhookById,
     ))]
