@@ -195,12 +195,8 @@ impl Database {
     }
 
     pub async fn task_list_project(&self, list_id: Uuid) -> DbResult<Option<String>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_scalar("SELECT project_id FROM task_lists WHERE id = $1")
-                .bind(list_id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        self.value_by_id("SELECT project_id FROM task_lists WHERE id = $1", list_id)
+            .await
     }
 
     /// A cheap change marker of a list's tasks: its counters' sums by status

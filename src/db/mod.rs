@@ -38,9 +38,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::job::JobStatus;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -209,6 +210,42 @@ pub(crate) fn push_allowed<DB>(
     }
     q.push(format!(" AND {column} IN "));
     push_bound_list(q, allowed.iter().cloned());
+}
+
+/// A row type both back-ends decode: what the generic readers below return.
+pub(crate) trait Row:
+    Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow> + for<'r> sqlx::FromRow<'r, SqliteRow>
+{
+}
+
+impl<T> Row for T where
+    T: Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow> + for<'r> sqlx::FromRow<'r, SqliteRow>
+{
+}
+
+impl Database {
+    /// The row `sql` reads with `$1` bound to `id`, if any: the reads by one key,
+    /// written once for both back-ends.
+    pub(crate) async fn row_by_id<T: Row>(&self, sql: &str, id: uuid::Uuid) -> DbResult<Option<T>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(id).fetch_optional(pool).await?
+        }))
+    }
+
+    /// Every row `sql` reads with `$1` bound to `id`.
+    pub(crate) async fn rows_by_id<T: Row>(&self, sql: &str, id: uuid::Uuid) -> DbResult<Vec<T>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(id).fetch_all(pool).await?
+        }))
+    }
+
+    /// [`Database::row_by_id`] of a one-column read: its value.
+    pub(crate) async fn value_by_id<T>(&self, sql: &str, id: uuid::Uuid) -> DbResult<Option<T>>
+    where
+        (T,): Row,
+    {
+        Ok(self.row_by_id(sql, id).await?.map(|(value,)| value))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

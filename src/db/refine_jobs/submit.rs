@@ -353,15 +353,9 @@ impl Database {
     /// job cannot both go in (the unique index on `retry_of` backs this).
     pub async fn insert_retry(&self, original: Uuid, new: NewRefineJob) -> DbResult<RetryInsert> {
         let at = now();
-        let lock = self.row_lock();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let held: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM refine_jobs WHERE id = $1{lock}"
-            )))
-            .bind(original)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let held: Option<(Uuid,)> = locked_row!(self, tx, "refine_jobs", "id", original);
             if held.is_none() {
                 return Ok(RetryInsert::Gone);
             }
