@@ -223,29 +223,68 @@ impl<T> Row for T where
 {
 }
 
+/// A value both back-ends bind: the key of the readers below (an id, a name).
+pub(crate) trait Bindable:
+    Send
+    + for<'q> sqlx::Encode<'q, sqlx::Postgres>
+    + sqlx::Type<sqlx::Postgres>
+    + for<'q> sqlx::Encode<'q, sqlx::Sqlite>
+    + sqlx::Type<sqlx::Sqlite>
+{
+}
+
+impl<T> Bindable for T where
+    T: Send
+        + for<'q> sqlx::Encode<'q, sqlx::Postgres>
+        + sqlx::Type<sqlx::Postgres>
+        + for<'q> sqlx::Encode<'q, sqlx::Sqlite>
+        + sqlx::Type<sqlx::Sqlite>
+{
+}
+
 impl Database {
-    /// The row `sql` reads with `$1` bound to `id`, if any: the reads by one key,
+    /// The row `sql` reads with `$1` bound to `key`, if any: the reads by one key,
     /// written once for both back-ends.
-    pub(crate) async fn row_by_id<T: Row>(&self, sql: &str, id: uuid::Uuid) -> DbResult<Option<T>> {
+    pub(crate) async fn row_by<T: Row>(
+        &self,
+        sql: &str,
+        key: impl Bindable,
+    ) -> DbResult<Option<T>> {
         Ok(on_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(id).fetch_optional(pool).await?
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(key).fetch_optional(pool).await?
         }))
     }
 
-    /// Every row `sql` reads with `$1` bound to `id`.
-    pub(crate) async fn rows_by_id<T: Row>(&self, sql: &str, id: uuid::Uuid) -> DbResult<Vec<T>> {
+    /// Every row `sql` reads with `$1` bound to `key`.
+    pub(crate) async fn rows_by<T: Row>(&self, sql: &str, key: impl Bindable) -> DbResult<Vec<T>> {
         Ok(on_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(id).fetch_all(pool).await?
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(key).fetch_all(pool).await?
         }))
     }
 
-    /// [`Database::row_by_id`] of a one-column read: its value.
-    pub(crate) async fn value_by_id<T>(&self, sql: &str, id: uuid::Uuid) -> DbResult<Option<T>>
+    /// [`Database::row_by`] of a one-column read: its value.
+    pub(crate) async fn value_by<T>(&self, sql: &str, key: impl Bindable) -> DbResult<Option<T>>
     where
         (T,): Row,
     {
-        Ok(self.row_by_id(sql, id).await?.map(|(value,)| value))
+        Ok(self.row_by(sql, key).await?.map(|(value,)| value))
     }
+}
+
+/// A read of `sql` (up to its `WHERE` conditions) of the `allowed` projects' rows
+/// by `column` ([`push_allowed`]), to go on building.
+pub(crate) fn allowed_rows<DB>(
+    sql: impl Into<String>,
+    column: &str,
+    allowed: Option<&[String]>,
+) -> sqlx::QueryBuilder<DB>
+where
+    DB: sqlx::Database,
+    for<'e> String: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+{
+    let mut q = sqlx::QueryBuilder::new(sql);
+    push_allowed(&mut q, column, allowed);
+    q
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -74,12 +74,8 @@ impl Database {
             return Ok(Created::New(new.id));
         }
         let key = new.idempotency_key.unwrap_or_default();
-        let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
-            sqlx::query_as("SELECT id, request_hash FROM refine_runs WHERE idempotency_key = $1")
-                .bind(key)
-                .fetch_optional(pool)
-                .await?
-        });
+        let sql = "SELECT id, request_hash FROM refine_runs WHERE idempotency_key = $1";
+        let found: Option<(Uuid, Option<String>)> = self.row_by(sql, key).await?;
         match found {
             Some((id, hash)) if hash.as_deref() == Some(new.request_hash) => {
                 Ok(Created::Existing(id))
@@ -106,7 +102,7 @@ impl Database {
         );
         let sql = "SELECT status, project_id, team_pk, executor, created_at, finished_at, result, \
                    max_cost_usd, max_output_tokens, budget_action FROM refine_runs WHERE id = $1";
-        let row: Option<Row> = self.row_by_id(sql, id).await?;
+        let row: Option<Row> = self.row_by(sql, id).await?;
         let Some((
             status,
             project_id,
@@ -123,7 +119,7 @@ impl Database {
             return Ok(None);
         };
         let sql = "SELECT phase_id, id, status FROM refine_jobs WHERE run_id = $1 ORDER BY created_at, id";
-        let mut jobs: Vec<(String, Uuid, JobStatus)> = self.rows_by_id(sql, id).await?;
+        let mut jobs: Vec<(String, Uuid, JobStatus)> = self.rows_by(sql, id).await?;
         jobs.sort_by(|a, b| crate::domain::natural::natural_cmp(&a.0, &b.0));
         let phases = jobs
             .into_iter()
@@ -198,7 +194,7 @@ impl Database {
         let terminal = status_list(&JobStatus::TERMINAL);
         let sql =
             format!("SELECT id FROM refine_jobs WHERE run_id = $1 AND status NOT IN {terminal}");
-        let jobs: Vec<(Uuid,)> = self.rows_by_id(&sql, id).await?;
+        let jobs: Vec<(Uuid,)> = self.rows_by(&sql, id).await?;
         Ok(Some(jobs.into_iter().map(|(job,)| job).collect()))
     }
 

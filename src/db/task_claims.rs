@@ -633,7 +633,7 @@ impl Database {
         };
         let sql = "SELECT at, kind, holder, from_status, to_status, attempt, forced, overrode, \
                    lease_expires_at FROM task_events WHERE task_id = $1 ORDER BY at, id";
-        let rows: Vec<TaskEventRow> = self.rows_by_id(sql, id).await?;
+        let rows: Vec<TaskEventRow> = self.rows_by(sql, id).await?;
         let events = rows.into_iter().map(TaskEventRow::into_record).collect();
         Ok(Some((project_id, events)))
     }

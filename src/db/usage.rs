@@ -77,7 +77,7 @@ impl Database {
              AND l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
         );
         // An aggregate: always one row.
-        let row: Option<SumsRow> = self.row_by_id(&sql, run_id).await?;
+        let row: Option<SumsRow> = self.row_by(&sql, run_id).await?;
         Ok(row.map(totals).unwrap_or_default())
     }
 

@@ -123,7 +123,7 @@ impl Database {
 
     pub async fn webhook(&self, id: Uuid) -> DbResult<Option<WebhookRecord>> {
         let sql = format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1");
-        self.row_by_id(&sql, id).await
+        self.row_by(&sql, id).await
     }
 
     /// Every webhook (`projects = None`) or those of the given projects, oldest first.

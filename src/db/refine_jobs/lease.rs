@@ -244,7 +244,7 @@ impl Database {
         } else {
             let sql = "SELECT assignment_id, status, outcome FROM refine_l0_runs \
                        WHERE job_id = $1 ORDER BY position";
-            self.rows_by_id(sql, row.id).await?
+            self.rows_by(sql, row.id).await?
         };
         let mut progress = JobProgress {
             l0_total: i64::from(row.l0_total),

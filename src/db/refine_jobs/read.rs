@@ -20,7 +20,7 @@ use crate::domain::usage::UsageTotals;
 impl Database {
     pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<StoredJob>> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM refine_jobs WHERE id = $1");
-        let Some(row) = self.row_by_id::<RawJobRow>(&sql, id).await? else {
+        let Some(row) = self.row_by::<RawJobRow>(&sql, id).await? else {
             return Ok(None);
         };
         let progress = on_pool!(self, pool => {
@@ -91,7 +91,7 @@ impl Database {
 
     /// The job's `(version, status)`: what `?wait=` and the event stream poll.
     pub async fn refine_job_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
-        self.row_by_id("SELECT version, status FROM refine_jobs WHERE id = $1", id)
+        self.row_by("SELECT version, status FROM refine_jobs WHERE id = $1", id)
             .await
     }
 
@@ -118,7 +118,7 @@ impl Database {
     /// The request the job was made from, as stored (what a retry is made from).
     pub async fn refine_job_request(&self, id: Uuid) -> DbResult<Option<serde_json::Value>> {
         let sql = "SELECT request FROM refine_jobs WHERE id = $1";
-        let row: Option<sqlx::types::Json<serde_json::Value>> = self.value_by_id(sql, id).await?;
+        let row: Option<sqlx::types::Json<serde_json::Value>> = self.value_by(sql, id).await?;
         Ok(row.map(|r| r.0))
     }
 
@@ -133,7 +133,7 @@ impl Database {
         let rows: Vec<(
             sqlx::types::Json<serde_json::Value>,
             chrono::DateTime<chrono::Utc>,
-        )> = self.rows_by_id(sql, id).await?;
+        )> = self.rows_by(sql, id).await?;
         Ok(rows
             .into_iter()
             .filter_map(|(data, at)| Some((data.0.get("line")?.as_str()?.to_owned(), at)))
@@ -144,7 +144,7 @@ impl Database {
     pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<StoredL0>> {
         let sql =
             format!("SELECT {L0_COLUMNS} FROM refine_l0_runs WHERE job_id = $1 ORDER BY position");
-        let rows: Vec<L0Row> = self.rows_by_id(&sql, id).await?;
+        let rows: Vec<L0Row> = self.rows_by(&sql, id).await?;
         Ok(rows.into_iter().map(StoredL0::from).collect())
     }
 

@@ -152,12 +152,8 @@ impl Database {
 
     /// The job holding this idempotency key, if any.
     pub async fn refine_job_by_key(&self, key: &str) -> DbResult<Option<KeyedJob>> {
-        let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
-            sqlx::query_as("SELECT id, request_hash FROM refine_jobs WHERE idempotency_key = $1")
-                .bind(key)
-                .fetch_optional(pool)
-                .await?
-        });
+        let sql = "SELECT id, request_hash FROM refine_jobs WHERE idempotency_key = $1";
+        let found: Option<(Uuid, Option<String>)> = self.row_by(sql, key).await?;
         Ok(found.map(|(id, request_hash)| KeyedJob { id, request_hash }))
     }
 

@@ -125,7 +125,7 @@ impl Database {
     async fn task_list_head(&self, id: Uuid) -> DbResult<Option<StoredTaskList>> {
         let sql =
             "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1";
-        self.row_by_id(sql, id).await
+        self.row_by(sql, id).await
     }
 
     /// The whole list, tasks in submission order.
@@ -156,7 +156,7 @@ impl Database {
     /// The project of a task (for authorisation before a change); `None` when the
     /// task does not exist.
     pub async fn task_project(&self, id: Uuid) -> DbResult<Option<String>> {
-        self.value_by_id("SELECT project_id FROM tasks WHERE id = $1", id)
+        self.value_by("SELECT project_id FROM tasks WHERE id = $1", id)
             .await
     }
 
