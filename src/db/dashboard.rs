@@ -8,7 +8,8 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::{
-    Database, DbResult, push_allowed, push_bound_list, push_newest_first, status_counts_of,
+    Database, DbResult, allowed_rows, push_allowed, push_bound_list, push_newest_first,
+    status_counts_of,
 };
 use crate::domain::dispatch::TaskStatus;
 use crate::domain::job::{JobState, JobStatus, JobSummary, RunSummary};
@@ -145,10 +146,8 @@ impl Database {
     ) -> DbResult<Vec<ListCounts>> {
         type Row = (Uuid, String, Option<String>, String, DateTime<Utc>);
         let lists: Vec<Row> = on_pool!(self, pool => {
-            let mut q = QueryBuilder::new(
-                "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE TRUE",
-            );
-            push_allowed(&mut q, "project_id", allowed);
+            let sql = "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE TRUE";
+            let mut q = allowed_rows(sql, "project_id", allowed);
             push_newest_first(&mut q, None, limit);
             q.build_query_as().fetch_all(pool).await?
         });
@@ -186,21 +185,16 @@ impl Database {
     ) -> DbResult<Vec<(JobStatus, i64)>> {
         let table = if runs { "refine_runs" } else { "refine_jobs" };
         Ok(on_pool!(self, pool => {
-            let mut q =
-                QueryBuilder::new(format!("SELECT status, COUNT(*) FROM {table} WHERE TRUE"));
-            push_allowed(&mut q, "project_id", allowed);
+            let sql = format!("SELECT status, COUNT(*) FROM {table} WHERE TRUE");
+            let mut q = allowed_rows(sql, "project_id", allowed);
             q.push(" GROUP BY status ORDER BY status");
             q.build_query_as().fetch_all(pool).await?
         }))
     }
 
     pub async fn task_list_project(&self, list_id: Uuid) -> DbResult<Option<String>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_scalar("SELECT project_id FROM task_lists WHERE id = $1")
-                .bind(list_id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        self.value_by("SELECT project_id FROM task_lists WHERE id = $1", list_id)
+            .await
     }
 
     /// A cheap change marker of a list's tasks: its counters' sums by status
@@ -260,12 +254,8 @@ impl Database {
     /// running task) from the claims' indexes; `None` when nothing is left.
     pub async fn task_list_active_wave(&self, list_id: Uuid) -> DbResult<Option<i64>> {
         let sql = format!("SELECT {}", self.active_wave());
-        Ok(on_pool!(self, pool => {
-            sqlx::query_scalar::<_, Option<i64>>(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(list_id)
-                .fetch_one(pool)
-                .await?
-        }))
+        let wave: Option<Option<i64>> = self.value_by(&sql, list_id).await?;
+        Ok(wave.flatten())
     }
 
     /// The planner ids of tasks `ids`, in the order of `ids` (ids of no task left
@@ -330,33 +320,21 @@ impl Database {
         table: LiveTable,
         allowed: Option<&[String]>,
     ) -> DbResult<(i64, Option<DateTime<Utc>>)> {
-        let (sql, column) = match table {
-            LiveTable::Jobs => (
-                "SELECT COUNT(*), MAX(updated_at) FROM refine_jobs WHERE TRUE",
-                "project_id",
-            ),
-            LiveTable::Runs => (
-                "SELECT COUNT(*), MAX(updated_at) FROM refine_runs WHERE TRUE",
-                "project_id",
-            ),
-            LiveTable::Tracks => (
-                "SELECT COUNT(*), MAX(updated_at) FROM tracks WHERE TRUE",
-                "project_id",
-            ),
-            LiveTable::TaskLists => (
-                "SELECT COUNT(*), MAX(created_at) FROM task_lists WHERE TRUE",
-                "project_id",
-            ),
+        // (rows, their change time, their project)
+        let (from, changed, column) = match table {
+            LiveTable::Jobs => ("refine_jobs", "updated_at", "project_id"),
+            LiveTable::Runs => ("refine_runs", "updated_at", "project_id"),
+            LiveTable::Tracks => ("tracks", "updated_at", "project_id"),
+            LiveTable::TaskLists => ("task_lists", "created_at", "project_id"),
             LiveTable::Tasks => (
-                "SELECT COUNT(*), MAX(t.updated_at) FROM tasks t JOIN task_lists l \
-                 ON l.id = t.task_list_id WHERE TRUE",
+                "tasks t JOIN task_lists l ON l.id = t.task_list_id",
+                "t.updated_at",
                 "l.project_id",
             ),
         };
+        let sql = format!("SELECT COUNT(*), MAX({changed}) FROM {from} WHERE TRUE");
         Ok(on_pool!(self, pool => {
-            let mut q = QueryBuilder::new(sql);
-            push_allowed(&mut q, column, allowed);
-            q.build_query_as().fetch_one(pool).await?
+            allowed_rows(sql.as_str(), column, allowed).build_query_as().fetch_one(pool).await?
         }))
     }
 
@@ -368,11 +346,9 @@ impl Database {
         before: Option<Uuid>,
     ) -> DbResult<Vec<RunSummary>> {
         Ok(on_pool!(self, pool => {
-            let mut q = QueryBuilder::new(
-                "SELECT id, status, project_id, team_pk, executor, created_at, finished_at \
-                 FROM refine_runs WHERE TRUE",
-            );
-            push_allowed(&mut q, "project_id", allowed);
+            let sql = "SELECT id, status, project_id, team_pk, executor, created_at, finished_at \
+                       FROM refine_runs WHERE TRUE";
+            let mut q = allowed_rows(sql, "project_id", allowed);
             push_newest_first(&mut q, before, limit);
             q.build_query_as().fetch_all(pool).await?
         }))
@@ -386,10 +362,8 @@ impl Database {
         limit: u32,
     ) -> DbResult<Vec<TrackRow>> {
         let rows: Vec<(String, Json<serde_json::Value>, i64)> = on_pool!(self, pool => {
-            let mut q = QueryBuilder::new(
-                "SELECT track_id, metadata, revision FROM tracks WHERE TRUE",
-            );
-            push_allowed(&mut q, "project_id", allowed);
+            let sql = "SELECT track_id, metadata, revision FROM tracks WHERE TRUE";
+            let mut q = allowed_rows(sql, "project_id", allowed);
             q.push(" ORDER BY updated_at DESC, track_id LIMIT ")
                 .push_bind(i64::from(limit));
             q.build_query_as().fetch_all(pool).await?

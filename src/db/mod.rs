@@ -38,9 +38,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::job::JobStatus;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 
 static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -209,6 +210,81 @@ pub(crate) fn push_allowed<DB>(
     }
     q.push(format!(" AND {column} IN "));
     push_bound_list(q, allowed.iter().cloned());
+}
+
+/// A row type both back-ends decode: what the generic readers below return.
+pub(crate) trait Row:
+    Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow> + for<'r> sqlx::FromRow<'r, SqliteRow>
+{
+}
+
+impl<T> Row for T where
+    T: Send + Unpin + for<'r> sqlx::FromRow<'r, PgRow> + for<'r> sqlx::FromRow<'r, SqliteRow>
+{
+}
+
+/// A value both back-ends bind: the key of the readers below (an id, a name).
+pub(crate) trait Bindable:
+    Send
+    + for<'q> sqlx::Encode<'q, sqlx::Postgres>
+    + sqlx::Type<sqlx::Postgres>
+    + for<'q> sqlx::Encode<'q, sqlx::Sqlite>
+    + sqlx::Type<sqlx::Sqlite>
+{
+}
+
+impl<T> Bindable for T where
+    T: Send
+        + for<'q> sqlx::Encode<'q, sqlx::Postgres>
+        + sqlx::Type<sqlx::Postgres>
+        + for<'q> sqlx::Encode<'q, sqlx::Sqlite>
+        + sqlx::Type<sqlx::Sqlite>
+{
+}
+
+impl Database {
+    /// The row `sql` reads with `$1` bound to `key`, if any: the reads by one key,
+    /// written once for both back-ends.
+    pub(crate) async fn row_by<T: Row>(
+        &self,
+        sql: &str,
+        key: impl Bindable,
+    ) -> DbResult<Option<T>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(key).fetch_optional(pool).await?
+        }))
+    }
+
+    /// Every row `sql` reads with `$1` bound to `key`.
+    pub(crate) async fn rows_by<T: Row>(&self, sql: &str, key: impl Bindable) -> DbResult<Vec<T>> {
+        Ok(on_pool!(self, pool => {
+            sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(key).fetch_all(pool).await?
+        }))
+    }
+
+    /// [`Database::row_by`] of a one-column read: its value.
+    pub(crate) async fn value_by<T>(&self, sql: &str, key: impl Bindable) -> DbResult<Option<T>>
+    where
+        (T,): Row,
+    {
+        Ok(self.row_by(sql, key).await?.map(|(value,)| value))
+    }
+}
+
+/// A read of `sql` (up to its `WHERE` conditions) of the `allowed` projects' rows
+/// by `column` ([`push_allowed`]), to go on building.
+pub(crate) fn allowed_rows<DB>(
+    sql: impl Into<String>,
+    column: &str,
+    allowed: Option<&[String]>,
+) -> sqlx::QueryBuilder<DB>
+where
+    DB: sqlx::Database,
+    for<'e> String: sqlx::Encode<'e, DB> + sqlx::Type<DB>,
+{
+    let mut q = sqlx::QueryBuilder::new(sql);
+    push_allowed(&mut q, column, allowed);
+    q
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -74,12 +74,8 @@ impl Database {
             return Ok(Created::New(new.id));
         }
         let key = new.idempotency_key.unwrap_or_default();
-        let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
-            sqlx::query_as("SELECT id, request_hash FROM refine_runs WHERE idempotency_key = $1")
-                .bind(key)
-                .fetch_optional(pool)
-                .await?
-        });
+        let sql = "SELECT id, request_hash FROM refine_runs WHERE idempotency_key = $1";
+        let found: Option<(Uuid, Option<String>)> = self.row_by(sql, key).await?;
         match found {
             Some((id, hash)) if hash.as_deref() == Some(new.request_hash) => {
                 Ok(Created::Existing(id))
@@ -104,15 +100,9 @@ impl Database {
             Option<i64>,
             BudgetAction,
         );
-        let row: Option<Row> = on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT status, project_id, team_pk, executor, created_at, finished_at, result, \
-                 max_cost_usd, max_output_tokens, budget_action FROM refine_runs WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-        });
+        let sql = "SELECT status, project_id, team_pk, executor, created_at, finished_at, result, \
+                   max_cost_usd, max_output_tokens, budget_action FROM refine_runs WHERE id = $1";
+        let row: Option<Row> = self.row_by(sql, id).await?;
         let Some((
             status,
             project_id,
@@ -128,15 +118,8 @@ impl Database {
         else {
             return Ok(None);
         };
-        let jobs: Vec<(String, Uuid, JobStatus)> = on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT phase_id, id, status FROM refine_jobs WHERE run_id = $1 ORDER BY created_at, id",
-            )
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-        });
-        let mut jobs = jobs;
+        let sql = "SELECT phase_id, id, status FROM refine_jobs WHERE run_id = $1 ORDER BY created_at, id";
+        let mut jobs: Vec<(String, Uuid, JobStatus)> = self.rows_by(sql, id).await?;
         jobs.sort_by(|a, b| crate::domain::natural::natural_cmp(&a.0, &b.0));
         let phases = jobs
             .into_iter()
@@ -209,15 +192,10 @@ impl Database {
             return Ok(None);
         }
         let terminal = status_list(&JobStatus::TERMINAL);
-        let jobs: Vec<Uuid> = on_pool!(self, pool => {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM refine_jobs WHERE run_id = $1 AND status NOT IN {terminal}"
-            )))
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-        });
-        Ok(Some(jobs))
+        let sql =
+            format!("SELECT id FROM refine_jobs WHERE run_id = $1 AND status NOT IN {terminal}");
+        let jobs: Vec<(Uuid,)> = self.rows_by(&sql, id).await?;
+        Ok(Some(jobs.into_iter().map(|(job,)| job).collect()))
     }
 
     /// Runs not merged yet whose phase jobs are all terminal (missed merges: a
@@ -242,15 +220,10 @@ impl Database {
     /// the status written, or `None` when there was nothing to do.
     pub async fn try_merge_refine_run(&self, run_id: Uuid) -> DbResult<Option<JobStatus>> {
         let at = now();
-        let lock = self.row_lock();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let run: Option<(JobStatus, Json<Value>)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT status, request FROM refine_runs WHERE id = $1{lock}"
-            )))
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let run: Option<(JobStatus, Json<Value>)> =
+                locked_row!(self, tx, "refine_runs", "status, request", run_id);
             let Some((status, request)) = run else {
                 return Ok(None);
             };

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::readiness::{LapsedRow, Move};
 use super::task_lists::{TASK_COLUMNS, TaskRow, TaskRowDeps, now};
-use super::{Database, DbError, DbResult, retrying};
+use super::{Database, DbError, DbResult, Row, retrying};
 use crate::domain::dispatch::{
     self, HeldByOther, ListEvent, ReadyMode, Remaining, StoredTask, StoredTaskEvent, TaskEventKind,
     TaskStatus,
@@ -567,14 +567,8 @@ impl Database {
             }
             // Otherwise decide on the locked row: not found, lapsed, not claimed
             // or held by another.
-            let lock = self.row_lock();
-            let Some(row) = sqlx::query_as::<_, TaskRow>(sqlx::AssertSqlSafe(format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1{lock}"
-            )))
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?
-            else {
+            let row: Option<TaskRow> = locked_row!(self, tx, "tasks", TASK_COLUMNS, id);
+            let Some(row) = row else {
                 return Ok(HeartbeatOutcome::NotFound);
             };
             let at = now();
@@ -637,15 +631,9 @@ impl Database {
         let Some(project_id) = self.task_project(id).await? else {
             return Ok(None);
         };
-        let rows: Vec<TaskEventRow> = on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT at, kind, holder, from_status, to_status, attempt, forced, overrode, \
-                 lease_expires_at FROM task_events WHERE task_id = $1 ORDER BY at, id",
-            )
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-        });
+        let sql = "SELECT at, kind, holder, from_status, to_status, attempt, forced, overrode, \
+                   lease_expires_at FROM task_events WHERE task_id = $1 ORDER BY at, id";
+        let rows: Vec<TaskEventRow> = self.rows_by(sql, id).await?;
         let events = rows.into_iter().map(TaskEventRow::into_record).collect();
         Ok(Some((project_id, events)))
     }
@@ -671,22 +659,14 @@ impl Database {
         up_to: Option<Uuid>,
         limit: i64,
     ) -> DbResult<Vec<ListEvent>> {
+        let columns = "e.id, e.task_id AS task, \
+                       (SELECT t.task_id FROM tasks t WHERE t.id = e.task_id) AS task_name, \
+                       e.at, e.kind, e.holder, e.from_status, e.to_status, e.attempt, e.forced, \
+                       e.overrode, e.lease_expires_at";
         let up_to = up_to.unwrap_or(Uuid::max());
-        let rows: Vec<ListEventRow> = on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT e.id, e.task_id AS task, \
-                 (SELECT t.task_id FROM tasks t WHERE t.id = e.task_id) AS task_name, \
-                 e.at, e.kind, e.holder, e.from_status, e.to_status, e.attempt, e.forced, \
-                 e.overrode, e.lease_expires_at FROM task_events e \
-                 WHERE e.task_list_id = $1 AND e.id > $2 AND e.id <= $3 ORDER BY e.id LIMIT $4",
-            )
-            .bind(list_id)
-            .bind(after)
-            .bind(up_to)
-            .bind(limit)
-            .fetch_all(pool)
-            .await?
-        });
+        let rows: Vec<ListEventRow> = self
+            .list_event_page(columns, list_id, after, up_to, limit)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|r| ListEvent {
@@ -707,17 +687,34 @@ impl Database {
         up_to: Uuid,
         limit: i64,
     ) -> DbResult<Vec<Uuid>> {
+        let ids: Vec<(Uuid,)> = self
+            .list_event_page("e.id", list_id, after, up_to, limit)
+            .await?;
+        Ok(ids.into_iter().map(|(id,)| id).collect())
+    }
+
+    /// `columns` of a list's history entries `e` with ids in `(after, up_to]`,
+    /// oldest first, at most `limit`: a range of the `(task_list_id, id)` index.
+    async fn list_event_page<T: Row>(
+        &self,
+        columns: &str,
+        list_id: Uuid,
+        after: Uuid,
+        up_to: Uuid,
+        limit: i64,
+    ) -> DbResult<Vec<T>> {
+        let sql = format!(
+            "SELECT {columns} FROM task_events e \
+             WHERE e.task_list_id = $1 AND e.id > $2 AND e.id <= $3 ORDER BY e.id LIMIT $4"
+        );
         Ok(on_pool!(self, pool => {
-            sqlx::query_scalar(
-                "SELECT id FROM task_events WHERE task_list_id = $1 AND id > $2 AND id <= $3 \
-                 ORDER BY id LIMIT $4",
-            )
-            .bind(list_id)
-            .bind(after)
-            .bind(up_to)
-            .bind(limit)
-            .fetch_all(pool)
-            .await?
+            sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+                .bind(list_id)
+                .bind(after)
+                .bind(up_to)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
         }))
     }
 }

@@ -75,12 +75,8 @@ macro_rules! insert_track_event {
 
 impl Database {
     pub async fn track(&self, track_id: &str) -> DbResult<Option<StoredTrack>> {
-        let row: Option<(Json<Value>, i64, Option<String>)> = on_pool!(self, pool => {
-            sqlx::query_as("SELECT metadata, revision, project_id FROM tracks WHERE track_id = $1")
-                .bind(track_id)
-                .fetch_optional(pool)
-                .await?
-        });
+        let sql = "SELECT metadata, revision, project_id FROM tracks WHERE track_id = $1";
+        let row: Option<(Json<Value>, i64, Option<String>)> = self.row_by(sql, track_id).await?;
         Ok(row.map(|(metadata, revision, project_id)| StoredTrack {
             metadata: metadata.0,
             revision,
@@ -165,14 +161,8 @@ impl Database {
     /// A track's history, oldest first (empty for a track written before history
     /// was kept, or one that does not exist: the caller reads the track first).
     pub async fn track_history(&self, track_id: &str) -> DbResult<Vec<StoredTrackEvent>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT at, revision, action, step, outcome, agent, notes, commit_sha, status, \
-                 current_step FROM track_events WHERE track_id = $1 ORDER BY at, id",
-            )
-            .bind(track_id)
-            .fetch_all(pool)
-            .await?
-        }))
+        let sql = "SELECT at, revision, action, step, outcome, agent, notes, commit_sha, status, \
+                   current_step FROM track_events WHERE track_id = $1 ORDER BY at, id";
+        self.rows_by(sql, track_id).await
     }
 }

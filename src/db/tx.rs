@@ -46,3 +46,21 @@ macro_rules! begin_write {
         (turn, tx)
     }};
 }
+
+/// Reads the row of `$table` whose `id` is `$id` inside the write transaction
+/// `$tx`, locked ([`Database::row_lock`](crate::db::Database::row_lock)) until it
+/// ends: `locked_row!(db, tx, "refine_jobs", "status, attempt", id)` evaluates to
+/// the row's `$columns` (as the type asked for), `None` when there is none.
+macro_rules! locked_row {
+    ($db:expr, $tx:ident, $table:literal, $columns:expr, $id:expr) => {
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM {} WHERE id = $1{}",
+            $columns,
+            $table,
+            $db.row_lock()
+        )))
+        .bind($id)
+        .fetch_optional(&mut *$tx)
+        .await?
+    };
+}

@@ -72,16 +72,13 @@ impl Database {
 
     /// Totals over every phase job of a run.
     pub async fn run_usage(&self, run_id: Uuid) -> DbResult<UsageTotals> {
-        let row: SumsRow = on_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT {TOTALS} FROM refine_l0_runs l WHERE l.usage_source IS NOT NULL \
-                 AND l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
-            )))
-            .bind(run_id)
-            .fetch_one(pool)
-            .await?
-        });
-        Ok(totals(row))
+        let sql = format!(
+            "SELECT {TOTALS} FROM refine_l0_runs l WHERE l.usage_source IS NOT NULL \
+             AND l.job_id IN (SELECT id FROM refine_jobs WHERE run_id = $1)"
+        );
+        // An aggregate: always one row.
+        let row: Option<SumsRow> = self.row_by(&sql, run_id).await?;
+        Ok(row.map(totals).unwrap_or_default())
     }
 
     /// A project's sums by executor and model, and overall, for calls that ended

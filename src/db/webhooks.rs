@@ -122,14 +122,8 @@ impl Database {
     }
 
     pub async fn webhook(&self, id: Uuid) -> DbResult<Option<WebhookRecord>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1"
-            )))
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-        }))
+        let sql = format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1");
+        self.row_by(&sql, id).await
     }
 
     /// Every webhook (`projects = None`) or those of the given projects, oldest first.

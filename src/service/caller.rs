@@ -92,6 +92,22 @@ impl Caller {
         }
     }
 
+    /// Whether the caller may see a resource of the optional `project_id`: one with
+    /// none is for unrestricted callers only (as [`Caller::check_optional_project`]).
+    pub fn may_see(&self, project_id: Option<&str>) -> bool {
+        match project_id {
+            Some(p) => self.may_access(p),
+            None => self.projects.is_none(),
+        }
+    }
+
+    /// The `rows` the caller may see ([`Caller::may_see`]) by each one's project.
+    pub fn only_visible<T>(&self, rows: Vec<T>, project: impl Fn(&T) -> Option<&str>) -> Vec<T> {
+        rows.into_iter()
+            .filter(|r| self.may_see(project(r)))
+            .collect()
+    }
+
     /// `Ok` when the caller may act on `project_id`, else `forbidden_project`.
     pub fn check_project(&self, project_id: &str) -> Result<(), ServiceError> {
         if self.may_access(project_id) {

@@ -63,16 +63,11 @@ impl Service {
         caller: &Caller,
     ) -> Result<(RateLimits, Vec<WaitingCall>), ServiceError> {
         let limits = self.rate_limits(caller).await?;
-        let waiting = self
-            .db
-            .rate_waiting_calls(WAITING_SHOWN)
-            .await?
-            .into_iter()
-            .filter(|w| match caller.allowed_projects() {
-                None => true,
-                Some(_) => !w.project_id.is_empty() && caller.may_access(&w.project_id),
-            })
-            .collect();
+        let waiting = self.db.rate_waiting_calls(WAITING_SHOWN).await?;
+        // An empty project: a call of no project.
+        let waiting = caller.only_visible(waiting, |w| {
+            Some(w.project_id.as_str()).filter(|p| !p.is_empty())
+        });
         Ok((limits, waiting))
     }
 

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::submission::{
     Accepted, ScopedKey, SubmissionOptions, WAIT_POLL, body_hash, budget_fields, fatal,
-    idempotency_key, input_error, l0_rows, opt_str, unknown_field, wake_for,
+    idempotency_key, input_error, l0_rows, opt_str, resume_point, unknown_field, wake_for,
 };
 use super::{Caller, ErrorKind, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::refine_jobs::{Created, JobFilter, NewRefineJob, RetryInsert};
@@ -421,18 +421,13 @@ impl Service {
         last_event_id: Option<&[u8]>,
     ) -> Result<BoxStream<'static, JobStreamEvent>, ServiceError> {
         self.load_job(caller, id).await?;
-        let after = match last_event_id {
-            None => 0,
-            Some(raw) => super::submission::header_text(raw)
-                .and_then(|v| v.trim().parse::<i64>().ok())
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| {
-                    ServiceError::bad_request(
-                        ProblemCode::InvalidLastEventId,
-                        "Last-Event-ID must be an event number",
-                    )
-                })?,
-        };
+        let number = |v: &str| v.parse::<i64>().ok().filter(|n| *n >= 0);
+        let after = resume_point(
+            last_event_id,
+            number,
+            "Last-Event-ID must be an event number",
+        )?
+        .unwrap_or(0);
         let stream = futures::stream::unfold(
             (self.clone(), after, false),
             move |(service, mut after, mut done)| async move {

@@ -170,6 +170,22 @@ pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, ServiceError> {
     })
 }
 
+/// Where an event stream resumes: its `Last-Event-ID` (raw, as a transport
+/// received it) read by `parse`; `None` when absent, `invalid_last_event_id`
+/// saying `expected` when it does not read.
+pub(super) fn resume_point<T>(
+    raw: Option<&[u8]>,
+    parse: impl FnOnce(&str) -> Option<T>,
+    expected: &str,
+) -> Result<Option<T>, ServiceError> {
+    raw.map(|raw| {
+        header_text(raw)
+            .and_then(|v| parse(v.trim()))
+            .ok_or_else(|| ServiceError::bad_request(ProblemCode::InvalidLastEventId, expected))
+    })
+    .transpose()
+}
+
 /// Visible ASCII (and tab), as an HTTP header value must be to be read as text.
 pub(super) fn header_text(raw: &[u8]) -> Option<&str> {
     raw.iter()

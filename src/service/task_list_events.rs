@@ -16,8 +16,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use uuid::Uuid;
 
-use super::submission::{WAIT_POLL, header_text, wake_for};
-use super::{Caller, ProblemCode, Service, ServiceError};
+use super::submission::{WAIT_POLL, resume_point, wake_for};
+use super::{Caller, Service, ServiceError};
 
 /// Most events one read returns.
 const BATCH: i64 = 500;
@@ -123,17 +123,9 @@ impl Service {
         last_event_id: Option<&[u8]>,
     ) -> Result<BoxStream<'static, ListEvent>, ServiceError> {
         self.check_list_visible(caller, id).await?;
-        let floor = match last_event_id {
-            None => first_id_of(now_ms().saturating_sub(LATE_COMMIT_MS)),
-            Some(raw) => header_text(raw)
-                .and_then(|v| Uuid::parse_str(v.trim()).ok())
-                .ok_or_else(|| {
-                    ServiceError::bad_request(
-                        ProblemCode::InvalidLastEventId,
-                        "Last-Event-ID must be the id of an event of this stream",
-                    )
-                })?,
-        };
+        let expected = "Last-Event-ID must be the id of an event of this stream";
+        let floor = resume_point(last_event_id, |v| Uuid::parse_str(v).ok(), expected)?
+            .unwrap_or_else(|| first_id_of(now_ms().saturating_sub(LATE_COMMIT_MS)));
         let feed = Feed {
             service: self.clone(),
             list: id,

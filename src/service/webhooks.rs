@@ -333,15 +333,10 @@ impl Service {
         caller: &Caller,
     ) -> Result<WebhooksOverview, ServiceError> {
         let webhooks = self.webhooks(caller).await?;
-        let failing = self
-            .db
-            .failing_deliveries(DELIVERY_PAGE)
-            .await?
+        let failing = self.db.failing_deliveries(DELIVERY_PAGE).await?;
+        let failing = caller
+            .only_visible(failing, |(_, _, project)| project.as_deref())
             .into_iter()
-            .filter(|(_, _, project)| match project {
-                Some(p) => caller.may_access(p),
-                None => caller.projects().is_none(),
-            })
             .map(|(d, url, project_id)| FailingDelivery {
                 delivery: d.shown(),
                 url,

@@ -15,15 +15,10 @@ impl Database {
     /// the job is in afterwards, `None` for an unknown job.
     pub async fn cancel_refine_job(&self, id: Uuid) -> DbResult<Option<JobStatus>> {
         let at = now();
-        let lock = self.row_lock();
         let status = on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let row: Option<(JobStatus, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT status, attempt FROM refine_jobs WHERE id = $1{lock}"
-            )))
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let row: Option<(JobStatus, i32)> =
+                locked_row!(self, tx, "refine_jobs", "status, attempt", id);
             let Some((status, attempt)) = row else {
                 return Ok(None);
             };

@@ -242,15 +242,9 @@ impl Database {
         let rows: Vec<(String, L0Status, Option<Json<Value>>)> = if row.version <= 2 {
             Vec::new()
         } else {
-            on_pool!(self, pool => {
-                sqlx::query_as(
-                    "SELECT assignment_id, status, outcome FROM refine_l0_runs \
-                     WHERE job_id = $1 ORDER BY position",
-                )
-                .bind(row.id)
-                .fetch_all(pool)
-                .await?
-            })
+            let sql = "SELECT assignment_id, status, outcome FROM refine_l0_runs \
+                       WHERE job_id = $1 ORDER BY position";
+            self.rows_by(sql, row.id).await?
         };
         let mut progress = JobProgress {
             l0_total: i64::from(row.l0_total),

@@ -19,15 +19,10 @@ use crate::domain::usage::UsageTotals;
 
 impl Database {
     pub async fn refine_job(&self, id: Uuid) -> DbResult<Option<StoredJob>> {
-        let row: Option<RawJobRow> = on_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT {JOB_COLUMNS} FROM refine_jobs WHERE id = $1"
-            )))
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-        });
-        let Some(row) = row else { return Ok(None) };
+        let sql = format!("SELECT {JOB_COLUMNS} FROM refine_jobs WHERE id = $1");
+        let Some(row) = self.row_by::<RawJobRow>(&sql, id).await? else {
+            return Ok(None);
+        };
         let progress = on_pool!(self, pool => {
             let mut conn = pool.acquire().await?;
             progress_of!(conn, id)
@@ -96,12 +91,8 @@ impl Database {
 
     /// The job's `(version, status)`: what `?wait=` and the event stream poll.
     pub async fn refine_job_version(&self, id: Uuid) -> DbResult<Option<(i64, JobStatus)>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as("SELECT version, status FROM refine_jobs WHERE id = $1")
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-        }))
+        self.row_by("SELECT version, status FROM refine_jobs WHERE id = $1", id)
+            .await
     }
 
     pub async fn refine_job_events(
@@ -126,12 +117,8 @@ impl Database {
 
     /// The request the job was made from, as stored (what a retry is made from).
     pub async fn refine_job_request(&self, id: Uuid) -> DbResult<Option<serde_json::Value>> {
-        let row: Option<sqlx::types::Json<serde_json::Value>> = on_pool!(self, pool => {
-            sqlx::query_scalar("SELECT request FROM refine_jobs WHERE id = $1")
-                .bind(id)
-                .fetch_optional(pool)
-                .await?
-        });
+        let sql = "SELECT request FROM refine_jobs WHERE id = $1";
+        let row: Option<sqlx::types::Json<serde_json::Value>> = self.value_by(sql, id).await?;
         Ok(row.map(|r| r.0))
     }
 
@@ -141,18 +128,12 @@ impl Database {
         &self,
         id: Uuid,
     ) -> DbResult<Vec<(String, chrono::DateTime<chrono::Utc>)>> {
+        let sql = "SELECT data, created_at FROM refine_job_events \
+                   WHERE job_id = $1 AND event = 'log' ORDER BY seq";
         let rows: Vec<(
             sqlx::types::Json<serde_json::Value>,
             chrono::DateTime<chrono::Utc>,
-        )> = on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT data, created_at FROM refine_job_events \
-                 WHERE job_id = $1 AND event = 'log' ORDER BY seq",
-            )
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-        });
+        )> = self.rows_by(sql, id).await?;
         Ok(rows
             .into_iter()
             .filter_map(|(data, at)| Some((data.0.get("line")?.as_str()?.to_owned(), at)))
@@ -161,14 +142,9 @@ impl Database {
 
     /// Per-L0 records in natural assignment order (`position`).
     pub async fn refine_job_l0s(&self, id: Uuid) -> DbResult<Vec<StoredL0>> {
-        let rows: Vec<L0Row> = on_pool!(self, pool => {
-            sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT {L0_COLUMNS} FROM refine_l0_runs WHERE job_id = $1 ORDER BY position"
-            )))
-            .bind(id)
-            .fetch_all(pool)
-            .await?
-        });
+        let sql =
+            format!("SELECT {L0_COLUMNS} FROM refine_l0_runs WHERE job_id = $1 ORDER BY position");
+        let rows: Vec<L0Row> = self.rows_by(&sql, id).await?;
         Ok(rows.into_iter().map(StoredL0::from).collect())
     }
 

@@ -152,12 +152,8 @@ impl Database {
 
     /// The job holding this idempotency key, if any.
     pub async fn refine_job_by_key(&self, key: &str) -> DbResult<Option<KeyedJob>> {
-        let found: Option<(Uuid, Option<String>)> = on_pool!(self, pool => {
-            sqlx::query_as("SELECT id, request_hash FROM refine_jobs WHERE idempotency_key = $1")
-                .bind(key)
-                .fetch_optional(pool)
-                .await?
-        });
+        let sql = "SELECT id, request_hash FROM refine_jobs WHERE idempotency_key = $1";
+        let found: Option<(Uuid, Option<String>)> = self.row_by(sql, key).await?;
         Ok(found.map(|(id, request_hash)| KeyedJob { id, request_hash }))
     }
 
@@ -353,15 +349,9 @@ impl Database {
     /// job cannot both go in (the unique index on `retry_of` backs this).
     pub async fn insert_retry(&self, original: Uuid, new: NewRefineJob) -> DbResult<RetryInsert> {
         let at = now();
-        let lock = self.row_lock();
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
-            let held: Option<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM refine_jobs WHERE id = $1{lock}"
-            )))
-            .bind(original)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let held: Option<(Uuid,)> = locked_row!(self, tx, "refine_jobs", "id", original);
             if held.is_none() {
                 return Ok(RetryInsert::Gone);
             }

@@ -194,15 +194,9 @@ impl Database {
 
     /// What the first create with this (scoped) key came to, if there was one.
     pub async fn task_list_key(&self, key: &str) -> DbResult<Option<StoredTaskListKey>> {
-        let row: Option<(String, Option<Uuid>, Option<i32>)> = on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT request_hash, task_list_id, rejections FROM task_list_keys \
-                 WHERE idempotency_key = $1",
-            )
-            .bind(key)
-            .fetch_optional(pool)
-            .await?
-        });
+        let sql = "SELECT request_hash, task_list_id, rejections FROM task_list_keys \
+                   WHERE idempotency_key = $1";
+        let row: Option<(String, Option<Uuid>, Option<i32>)> = self.row_by(sql, key).await?;
         let Some((request_hash, list, rejections)) = row else {
             return Ok(None);
         };

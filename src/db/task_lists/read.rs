@@ -123,14 +123,9 @@ impl Database {
 
     /// A list without its tasks; `None` when it does not exist.
     async fn task_list_head(&self, id: Uuid) -> DbResult<Option<StoredTaskList>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as(
-                "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1",
-            )
-            .bind(id)
-            .fetch_optional(pool)
-            .await?
-        }))
+        let sql =
+            "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE id = $1";
+        self.row_by(sql, id).await
     }
 
     /// The whole list, tasks in submission order.
@@ -161,14 +156,8 @@ impl Database {
     /// The project of a task (for authorisation before a change); `None` when the
     /// task does not exist.
     pub async fn task_project(&self, id: Uuid) -> DbResult<Option<String>> {
-        on_pool!(self, pool => {
-            Ok(
-                sqlx::query_scalar::<_, String>("SELECT project_id FROM tasks WHERE id = $1")
-                    .bind(id)
-                    .fetch_optional(pool)
-                    .await?,
-            )
-        })
+        self.value_by("SELECT project_id FROM tasks WHERE id = $1", id)
+            .await
     }
 
     /// A task named within its list: the list's project and the server id of its

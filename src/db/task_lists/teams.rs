@@ -47,14 +47,8 @@ impl Database {
     }
 
     pub async fn teams(&self, project_id: &str) -> DbResult<Vec<Team>> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as::<_, Team>(
-                "SELECT id, project_id, team_pk, lead_role, created_at FROM teams \
-                 WHERE project_id = $1 ORDER BY created_at, id",
-            )
-            .bind(project_id)
-            .fetch_all(pool)
-            .await?
-        }))
+        let sql = "SELECT id, project_id, team_pk, lead_role, created_at FROM teams \
+                   WHERE project_id = $1 ORDER BY created_at, id";
+        self.rows_by(sql, project_id).await
     }
 }

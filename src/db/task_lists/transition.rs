@@ -132,12 +132,8 @@ impl Database {
         on_pool!(self, pool => {
             let (_turn, mut tx) = begin_write!(self, pool);
             let (lock, deps) = (self.row_lock(), self.depends_on_column());
-            let Some(TaskRowDeps { row, depends_on }) = sqlx::query_as::<_, TaskRowDeps>(
-                sqlx::AssertSqlSafe(format!("SELECT {TASK_COLUMNS}{deps} FROM tasks WHERE id = $1{lock}")),
-            )
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?
+            let columns = format!("{TASK_COLUMNS}{deps}");
+            let Some(TaskRowDeps { row, depends_on }) = locked_row!(self, tx, "tasks", columns, id)
             else {
                 return Ok(TransitionOutcome::NotFound);
             };
