@@ -42,6 +42,75 @@ macro_rules! insert_event {
     }};
 }
 
+/// Puts the lapsed tasks `$rows` (`Vec<LapsedRow>`, locked, of list `$list_id`)
+/// back to `pending` at `$at`, records `lease_expired` for each and moves the
+/// counters; evaluates to how many. The attempt stays counted (the claim charged
+/// it).
+macro_rules! expire_rows {
+    ($tx:ident, $list_id:expr, $rows:expr, $at:expr) => {{
+        let rows: Vec<$crate::db::readiness::LapsedRow> = $rows;
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let mut moves = Vec::with_capacity(rows.len());
+        for row in &rows {
+            sqlx::query(
+                "UPDATE tasks SET status = 'pending', claim_holder = NULL, \
+                 lease_expires_at = NULL, updated_at = $2 WHERE id = $1",
+            )
+            .bind(row.id)
+            .bind(at)
+            .execute(&mut *$tx)
+            .await?;
+            insert_event!(
+                $tx,
+                $crate::db::task_claims::TaskEvent {
+                    task_id: row.id,
+                    task_list_id: row.task_list_id,
+                    at,
+                    kind: $crate::domain::dispatch::TaskEventKind::LeaseExpired,
+                    holder: row.claim_holder.as_deref(),
+                    from: $crate::domain::dispatch::TaskStatus::Running,
+                    to: $crate::domain::dispatch::TaskStatus::Pending,
+                    attempt: row.attempts,
+                    forced: false,
+                    overrode: None,
+                    lease_expires_at: row.lease_expires_at,
+                }
+            );
+            moves.push($crate::db::readiness::Move {
+                wave: row.parallel_group,
+                position: row.position,
+                from: $crate::domain::dispatch::TaskStatus::Running,
+                to: $crate::domain::dispatch::TaskStatus::Pending,
+            });
+        }
+        apply_moves!($tx, $list_id, &moves);
+        rows.len()
+    }};
+}
+
+/// Expires the lapsed leases of list `$list_id` at `$at` inside `$tx` (found by
+/// `tasks_running_by_lease`); evaluates to how many. On Postgres a lapsed task
+/// another writer holds locked is skipped: that writer is expiring it or ending it.
+macro_rules! expire_lapsed {
+    ($db:expr, $tx:ident, $list_id:expr, $at:expr) => {{
+        let at: chrono::DateTime<chrono::Utc> = $at;
+        let skip = $db.skip_locked();
+        let lapsed: Vec<$crate::db::readiness::LapsedRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id, task_list_id, parallel_group, position, claim_holder, lease_expires_at, \
+                 attempts FROM tasks WHERE task_list_id = $1 AND status = 'running' \
+                 AND lease_expires_at <= $2 AND claim_holder IS NOT NULL \
+                 ORDER BY lease_expires_at LIMIT {}{skip}",
+                $crate::db::readiness::EXPIRE_BATCH
+            )))
+            .bind($list_id)
+            .bind(at)
+            .fetch_all(&mut *$tx)
+            .await?;
+        expire_rows!($tx, $list_id, lapsed, at)
+    }};
+}
+
 /// One history entry to write.
 pub struct TaskEvent<'a> {
     pub task_id: Uuid,

@@ -12,7 +12,8 @@ use super::AppState;
 use super::auth::{ApiCall, Caller};
 use super::extract::Json;
 use crate::domain::loop_plan::{LoopPlan, LoopPlanRequest};
-use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::JsonBodyRejections;
 use crate::service::loop_plans::ParsedPlanResponse;
 use crate::service::{ProblemCode, Service, ServiceError};
 

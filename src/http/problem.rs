@@ -147,7 +147,3 @@ pub struct GatingProblem {
     #[schema(required = false)]
     pub field: Option<String>,
 }
-
-// Declared with the other shared problem answers; named here, beside `Problem`,
-// where every operation imports them from.
-pub use super::responses::{ForbiddenProject, JsonBodyRejections};

@@ -10,7 +10,8 @@ use super::auth::ApiCall;
 use super::extract::{Json, Path, Query, StorableJson};
 use super::responses::{DatabaseUnavailable, InvalidProjectOrCycle};
 use crate::domain::ids::Ident;
-use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::{ForbiddenProject, JsonBodyRejections};
 use crate::service::projects::{NewTeam, ProjectStatus, ProjectUsage, Team, UsageQuery};
 
 pub fn router() -> OpenApiRouter<AppState> {

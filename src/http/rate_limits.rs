@@ -7,7 +7,8 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use super::AppState;
 use super::auth::ApiCall;
 use super::extract::{Json, Path, StorableJson};
-use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::{ForbiddenProject, JsonBodyRejections};
 use crate::service::rate_limits::{RateLimitEntry, RateLimits};
 
 pub fn router() -> OpenApiRouter<AppState> {

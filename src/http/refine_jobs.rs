@@ -23,7 +23,8 @@ use super::extract::{JobPath, Json, Query, refuse_nul};
 use super::responses::{
     BudgetExhausted, DatabaseUnavailable, JobById, NoSuchJob, RefineSubmission,
 };
-use crate::http::problem::{ApiError, ForbiddenProject, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::ForbiddenProject;
 use crate::service::refine_jobs::{
     CreateRefineJobRequest, JobListQuery, JobPage, StoredJob, StoredL0,
 };

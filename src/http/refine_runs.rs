@@ -11,7 +11,8 @@ use super::auth::ApiCall;
 use super::extract::{Json, Query, RunPath};
 use super::refine_jobs::{Submission, WaitQuery, accepted};
 use super::responses::{BudgetExhausted, NoSuchRun, RefineSubmission, RunById};
-use crate::http::problem::{ApiError, ForbiddenProject, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::ForbiddenProject;
 use crate::service::refine_runs::{CreateRefineRunRequest, StoredRun};
 
 pub fn router() -> OpenApiRouter<AppState> {

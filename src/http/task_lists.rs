@@ -18,9 +18,8 @@ use super::extract::{Json, Path, Query, StorableJsonAsSent};
 use super::responses::{BadIdOrJson, DatabaseUnavailable, NoSuchList};
 use crate::domain::dispatch::{GraphFormat, ReadyMode};
 use crate::domain::gating::ValidationReport;
-use crate::http::problem::{
-    ApiError, ForbiddenProject, GatingProblem, JsonBodyRejections, Problem,
-};
+use crate::http::problem::{ApiError, GatingProblem, Problem};
+use crate::http::responses::{ForbiddenProject, JsonBodyRejections};
 use crate::service::task_claims::{ClaimRequest, ClaimResponse};
 use crate::service::task_lists::{
     CreateTaskListRequest, ReadyResponse, StoredTaskList, ValidateRequest,

@@ -14,7 +14,8 @@ use super::extract::{Json, Path, StorableJson};
 use super::responses::{
     BadIdOrJson, BadListIdOrJson, HeartbeatRefusals, NoSuchListTask, NoSuchTask, TaskUpdateRefusals,
 };
-use crate::http::problem::{ApiError, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::JsonBodyRejections;
 use crate::service::task_claims::{HeartbeatRequest, TaskHistory};
 use crate::service::task_lists::{StoredTask, TaskUpdate, TaskUpdated};
 use crate::service::task_refs::TaskRef;

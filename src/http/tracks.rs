@@ -16,7 +16,8 @@ use super::auth::ApiCall;
 use super::extract::{Json, Path, Query, StorableJson, TrackPath};
 use super::responses::{StaleIfMatch, StepRefusals, TrackById};
 use crate::domain::track_state::{Completion, Metadata, StepStart, TrackId};
-use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::{ForbiddenProject, JsonBodyRejections};
 use crate::service::tracks::{Precondition, StepWrite, TrackHistory, TrackVersion, parse_track_id};
 
 pub fn router() -> OpenApiRouter<AppState> {

@@ -10,7 +10,8 @@ use super::AppState;
 use super::auth::ApiCall;
 use super::extract::{Json, Path, WebhookPath};
 use super::responses::{DatabaseUnavailable, WebhookById};
-use crate::http::problem::{ApiError, ForbiddenProject, JsonBodyRejections, Problem};
+use crate::http::problem::{ApiError, Problem};
+use crate::http::responses::{ForbiddenProject, JsonBodyRejections};
 use crate::service::parse_id;
 use crate::service::webhooks::{
     CreateWebhookRequest, CreatedWebhook, Delivery, RotatedSecret, Webhook,

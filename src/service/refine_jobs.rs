@@ -613,3 +613,13 @@ impl Service {
         Ok(Some(status))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::submission::tests::assert_documents_exactly;
+
+    #[test]
+    fn the_create_schema_documents_exactly_the_accepted_members() {
+        assert_documents_exactly::<super::CreateRefineJobRequest>(&super::CREATE_FIELDS);
+    }
+}

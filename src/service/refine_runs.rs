@@ -274,3 +274,13 @@ impl Service {
         self.load_run(caller, id).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::submission::tests::assert_documents_exactly;
+
+    #[test]
+    fn the_create_schema_documents_exactly_the_accepted_members() {
+        assert_documents_exactly::<super::CreateRefineRunRequest>(&super::CREATE_FIELDS);
+    }
+}

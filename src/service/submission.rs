@@ -504,7 +504,7 @@ pub(super) async fn wake_for(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use serde_json::Value;
     use utoipa::PartialSchema;
 
@@ -537,25 +537,16 @@ mod tests {
         out
     }
 
-    fn accepted(own: &[&str]) -> Vec<String> {
-        let mut all: Vec<String> = own
+    /// Asserts that `T`, a create request's schema, documents exactly the members
+    /// its use case accepts: `own` and the shared options (refine jobs and runs
+    /// call it from their own tests).
+    pub(in crate::service) fn assert_documents_exactly<T: PartialSchema>(own: &[&str]) {
+        let mut accepted: Vec<String> = own
             .iter()
             .chain(&SubmissionOptions::FIELDS)
             .map(|f| (*f).to_owned())
             .collect();
-        all.sort();
-        all
-    }
-
-    #[test]
-    fn the_create_schemas_document_exactly_the_accepted_members() {
-        assert_eq!(
-            documented::<crate::service::refine_jobs::CreateRefineJobRequest>(),
-            accepted(&crate::service::refine_jobs::CREATE_FIELDS)
-        );
-        assert_eq!(
-            documented::<crate::service::refine_runs::CreateRefineRunRequest>(),
-            accepted(&crate::service::refine_runs::CREATE_FIELDS)
-        );
+        accepted.sort();
+        assert_eq!(documented::<T>(), accepted);
     }
 }

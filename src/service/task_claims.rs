@@ -5,20 +5,24 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::task_lists::{StoredTask, held_by_other};
 use super::task_refs::TaskRef;
 use super::{Caller, ProblemCode, ProblemDetails, Service, ServiceError};
 use crate::db::task_claims::{ClaimAsk, ClaimOutcome, HeartbeatOutcome};
 use crate::db::task_lists::{dispatch_view, now};
 use crate::domain::dispatch::{
-    self, BlockedBy, DispatchTask, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining, TaskStatus,
-    WAIT_RETRY_SECS,
+    self, BlockedBy, DispatchTask, HeldByOther, MAX_LEASE_SECS, Next, Ready, ReadyMode, Remaining,
+    StoredTask, TaskStatus, WAIT_RETRY_SECS,
 };
 use crate::domain::ids::Ident;
 
 /// Lease of a claim or heartbeat that names none: long enough for a step of real
 /// work, short enough that a dead agent's task comes back within minutes.
 pub const DEFAULT_LEASE_SECS: u64 = 300;
+
+/// 409 `task_claimed`, naming the holder (docs/api.md "Claims").
+pub(super) fn held_by_other(held: HeldByOther) -> ServiceError {
+    ServiceError::conflict(ProblemCode::TaskClaimed, held.to_string()).holder(held.holder)
+}
 
 /// Claims (and `ready` reads) asked again when one saw nothing ready while its
 /// counts say a task must be ([`dispatch::ready_by_counts`]): a race with the

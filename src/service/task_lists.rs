@@ -24,9 +24,8 @@ use crate::domain::ids::Ident;
 use crate::domain::retry;
 use crate::telemetry;
 
-use super::task_claims::{NextAnswer, STALE_READ_RETRIES, next_answer};
+use super::task_claims::{NextAnswer, STALE_READ_RETRIES, held_by_other, next_answer};
 use super::task_refs::TaskRef;
-use crate::domain::dispatch::HeldByOther;
 pub use crate::domain::dispatch::{StoredTask, StoredTaskList};
 
 /// Notes are free text for people; the bound keeps rows small. Characters (what
@@ -310,11 +309,6 @@ fn rejection(validation: &Validation, rejections: u32, max_errors: usize) -> Ser
             replayed: false,
         })),
     )
-}
-
-/// 409 `task_claimed`, naming the holder (docs/api.md "Claims").
-pub(super) fn held_by_other(held: HeldByOther) -> ServiceError {
-    ServiceError::conflict(ProblemCode::TaskClaimed, held.to_string()).holder(held.holder)
 }
 
 impl Service {

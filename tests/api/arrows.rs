@@ -448,3 +448,167 @@ fn a_stale_arrow_and_a_cycle_in_the_picture_are_reported() {
     );
     assert!(report.contains("the layers form a cycle: d"), "{report}");
 }
+
+/// The module files `file` names (`crate::a::b`, `$crate::a::b`, `super::b`,
+/// `self::b`, and each item of a `{…}` group after them), resolved to the deepest
+/// module file that exists; `modules` maps module paths to files.
+fn files_named(
+    file: &str,
+    source: &str,
+    modules: &BTreeMap<Vec<String>, String>,
+) -> BTreeSet<String> {
+    let code: String = source.lines().map(code_only).collect::<Vec<_>>().join("\n");
+    let own = module_path(file);
+    let parent = own[..own.len().saturating_sub(1)].to_vec();
+    let inline = inline_modules(&code);
+    let bytes = code.as_bytes();
+    let mut named = BTreeSet::new();
+    let mut resolve = |path: Vec<String>| {
+        for end in (1..=path.len()).rev() {
+            if let Some(target) = modules.get(&path[..end]) {
+                if target != file {
+                    named.insert(target.clone());
+                }
+                return;
+            }
+        }
+    };
+    // A path's segments from `at` on: idents joined by `::`, then maybe a group.
+    let segments = |at: usize| -> (Vec<String>, Option<usize>) {
+        let mut parts = Vec::new();
+        let mut i = at;
+        loop {
+            let ident = ident_at(&code[i..]);
+            if ident.is_empty() {
+                return (parts, code[i..].starts_with('{').then_some(i + 1));
+            }
+            parts.push(ident.to_string());
+            i += ident.len();
+            match code[i..].strip_prefix("::") {
+                Some(_) => i += 2,
+                None => return (parts, None),
+            }
+        }
+    };
+    for (root, base) in [
+        ("crate::", Vec::new()),
+        ("super::", parent.clone()),
+        ("self::", own.clone()),
+    ] {
+        for (i, _) in code.match_indices(root) {
+            let after_dollar = i > 0 && bytes[i - 1] == b'$';
+            if i > 0
+                && !after_dollar
+                && (bytes[i - 1].is_ascii_alphanumeric()
+                    || bytes[i - 1] == b'_'
+                    || bytes[i - 1] == b':')
+            {
+                continue;
+            }
+            let mut base = base.clone();
+            // Inside `mod tests { … }`, `super` is the file's own module.
+            if root == "super::" && inline.iter().any(|(s, e)| *s < i && i < *e) {
+                base = own.clone();
+            }
+            let mut at = i + root.len();
+            // `super::super::x` climbs once more per `super`.
+            while root == "super::" && code[at..].starts_with("super::") {
+                base.pop();
+                at += "super::".len();
+            }
+            let (parts, group) = segments(at);
+            let mut path = base.clone();
+            path.extend(parts);
+            match group {
+                Some(start) => {
+                    for (_, item) in group_items(&code[start..]).0 {
+                        let mut item_path = path.clone();
+                        item_path.push(item);
+                        resolve(item_path);
+                    }
+                }
+                None => resolve(path),
+            }
+        }
+    }
+    named
+}
+
+/// Pairs of files of one folder that name each other: one of them should hold
+/// what both need, or the shared part should move to a third file they both use.
+fn mutual_imports(files: &[(String, String)]) -> Vec<String> {
+    let modules: BTreeMap<Vec<String>, String> = files
+        .iter()
+        .map(|(f, _)| (module_path(f), f.clone()))
+        .collect();
+    let folder = |f: &str| {
+        f.rsplit_once('/')
+            .map_or(String::new(), |(d, _)| d.to_string())
+    };
+    let named: BTreeMap<&str, BTreeSet<String>> = files
+        .iter()
+        .map(|(f, s)| (f.as_str(), files_named(f, s, &modules)))
+        .collect();
+    let mut pairs = Vec::new();
+    for (a, targets) in &named {
+        for b in targets {
+            if a < &b.as_str()
+                && folder(a) == folder(b)
+                && named.get(b.as_str()).is_some_and(|back| back.contains(*a))
+            {
+                pairs.push(format!("{a} <-> {b}"));
+            }
+        }
+    }
+    pairs
+}
+
+#[test]
+fn no_two_files_of_one_folder_name_each_other() {
+    let (files, _) = repository();
+    let pairs = mutual_imports(&files);
+    assert!(
+        pairs.is_empty(),
+        "files of one folder that name each other (move what both need to one of them, or to a third file):\n{}",
+        pairs.join("\n")
+    );
+}
+
+#[test]
+fn a_planted_mutual_import_is_reported() {
+    let files = vec![
+        (
+            "src/db/a.rs".to_string(),
+            "use super::b::Thing;\n".to_string(),
+        ),
+        (
+            "src/db/b.rs".to_string(),
+            "fn f() { crate::db::{a::x, c}; }\n".to_string(),
+        ),
+        (
+            "src/db/c.rs".to_string(),
+            "use super::a::Y; // super::b in a comment\n".to_string(),
+        ),
+        (
+            "src/db/mod.rs".to_string(),
+            "mod a;\nmod b;\nmod c;\n".to_string(),
+        ),
+        (
+            "src/jobs/w/mod.rs".to_string(),
+            "use self::p::Pool;\n".to_string(),
+        ),
+        (
+            "src/jobs/w/p.rs".to_string(),
+            "use super::Pool;\n".to_string(),
+        ),
+    ];
+    let pairs = mutual_imports(&files);
+    assert_eq!(
+        pairs,
+        [
+            "src/db/a.rs <-> src/db/b.rs",
+            "src/jobs/w/mod.rs <-> src/jobs/w/p.rs"
+        ],
+        "{pairs:?}"
+    );
+}

@@ -11,6 +11,18 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use plangate::domain::dispatch::{
+    AbandonCategory, GraphFormat, Next, ReadyMode, TaskEventKind, TaskStatus,
+};
+use plangate::domain::gating::Code;
+use plangate::domain::job::JobStatus;
+use plangate::domain::loop_plan::{ExecutionMode, PlanCode, TaskType};
+use plangate::domain::refine::{ExecutorKind, JobKind};
+use plangate::domain::track_state::{
+    CheckpointStatus, Step, StepOutcome, TrackEventAction, TrackStatus,
+};
+use plangate::domain::usage::{BudgetAction, UsageSource};
+
 /// A type name and where it is defined, as `file:line`.
 type Definitions = BTreeMap<String, Vec<String>>;
 
@@ -167,4 +179,42 @@ fn skip_visibility<'a, 'b>(mut words: &'a [&'b str]) -> &'a [&'b str] {
         words = &words[1..];
     }
     words
+}
+
+/// One word per state on the wire: every `wire_strings!` table (the words rows,
+/// the API and the dashboard use) is the enum's serde name, and `Display` writes it.
+macro_rules! assert_serde_names {
+    ($($ty:ident),+ $(,)?) => {$(
+        for value in $ty::ALL {
+            let name = value.as_str();
+            assert_eq!(serde_json::to_value(value).unwrap(), name, stringify!($ty));
+            assert_eq!(value.to_string(), name, stringify!($ty));
+        }
+    )+};
+}
+
+#[test]
+fn every_table_matches_serde() {
+    assert_serde_names!(
+        TaskStatus,
+        AbandonCategory,
+        ReadyMode,
+        TaskEventKind,
+        GraphFormat,
+        Next,
+        Code,
+        JobStatus,
+        JobKind,
+        ExecutorKind,
+        TaskType,
+        ExecutionMode,
+        PlanCode,
+        CheckpointStatus,
+        Step,
+        StepOutcome,
+        TrackStatus,
+        TrackEventAction,
+        UsageSource,
+        BudgetAction,
+    );
 }

@@ -5,6 +5,7 @@
 //! lease tokens keep them from stepping on each other.
 
 mod hub;
+mod pool;
 mod reaper;
 mod sink;
 
@@ -12,7 +13,7 @@ pub use hub::JobsHub;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
 use tokio::task::JoinSet;
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use self::pool::{Pool, chrono_duration, retry_db};
 use self::reaper::reaper;
 use self::sink::DbSink;
 use super::engine::{EngineConfig, RefineJob, Stop, Switches, outcome_from_value, run_refine};
@@ -27,11 +29,11 @@ use super::request::{JobFiles, JobRequest};
 use super::task_files::TaskDir;
 use crate::agents::{Executor, Executors};
 use crate::config::Settings;
+use crate::db::Database;
 use crate::db::notify::Notice;
 use crate::db::refine_jobs::{
     ClaimFor, ClaimedJob, Finish, JobEnd, JobLease, LeaseLost, PendingProgress,
 };
-use crate::db::{Database, DbError};
 use crate::domain::job::JobStatus;
 use crate::domain::refine::{ExecutorKind, JobProgress, RefineOutput};
 use crate::domain::usage::MetricModels;
@@ -39,23 +41,6 @@ use crate::telemetry;
 
 /// Workers poll at least this often, so a lost notification never stalls a job.
 const POLL: Duration = Duration::from_secs(1);
-
-/// Everything a worker needs, shared by the pool.
-struct Pool {
-    db: Database,
-    settings: Arc<Settings>,
-    executors: Executors,
-    hub: Arc<JobsHub>,
-    worker_id: Uuid,
-    /// Stop claiming; start no new batch.
-    drain: CancellationToken,
-    /// The shutdown grace is over: kill what still runs.
-    kill: CancellationToken,
-    /// The `model` label values of the L0 usage metrics.
-    metric_models: MetricModels,
-    /// Where inline task text is copied for the L0s (docs/jobs.md, "Task files").
-    task_dir: TaskDir,
-}
 
 /// Starts `settings.workers` workers, the reaper and (on Postgres) the listener.
 /// `shutdown` starts the drain; the returned task ends when every job this process
@@ -553,29 +538,4 @@ async fn finish(
     }
     pool.hub.job_changed(lease.job_id);
     next
-}
-
-/// Retries a write while the database is unavailable, for at most half a lease
-/// (after that the reaper takes over anyway).
-async fn retry_db<T, F, Fut>(pool: &Pool, mut write: F) -> Result<T, DbError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, DbError>>,
-{
-    let deadline = Instant::now() + pool.settings.lease / 2;
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match write().await {
-            Err(DbError::Unavailable(e)) if Instant::now() + delay < deadline => {
-                tracing::warn!(error = %e, "database unavailable; retrying the write");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-            other => return other,
-        }
-    }
-}
-
-fn chrono_duration(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }

@@ -7,7 +7,7 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{Pool, chrono_duration};
+use super::pool::{Pool, chrono_duration};
 use crate::domain::job::{JobStatus, requeue_backoff};
 
 /// Re-queues expired leases, sweeps old jobs and refreshes the job gauges, in

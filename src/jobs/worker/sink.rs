@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use uuid::Uuid;
 
-use super::{Pool, retry_db};
+use super::pool::{Pool, retry_db};
 use crate::agents::{Executor, RateFeedback};
 use crate::db::rate_limits::RateAsk;
 use crate::db::refine_jobs::{

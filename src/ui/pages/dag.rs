@@ -151,7 +151,7 @@ fn outside(view: &TaskListView, i: usize, cell: Cell) -> Markup {
     let label = status_text(task.status, task.abandon_category);
     let base = format!("{} (wave {})", task.task_id, task.parallel_group);
     html! {
-        a href=(super::tasks::task_href(view.list.id, &task.task_id)) {
+        a href=(super::task_href(view.list.id, &task.task_id)) {
             g class={ "ext st-" (class_word(status)) } data-i=(i) data-task=(task.task_id) data-status=(status)
               data-base=(base) transform={ "translate(" (cell.x()) "," (cell.y()) ")" } {
                 title { (base) ": " (label) }

@@ -126,6 +126,20 @@ pub fn scroll_table(label: &str, table: Markup) -> Markup {
     html! { div.table-scroll tabindex="0" role="region" aria-label=(label) { (table) } }
 }
 
+/// The task page's address; the planner's id is percent-encoded, as it may hold
+/// any character.
+pub fn task_href(list_id: uuid::Uuid, task_id: &str) -> String {
+    let mut href = format!("/ui/task-lists/{list_id}/tasks/");
+    for b in task_id.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            href.push(b as char);
+        } else {
+            href.push_str(&format!("%{b:02X}"));
+        }
+    }
+    href
+}
+
 /// An id in a table: cut with an ellipsis when long, whole in its title and
 /// whole again while its link has keyboard focus.
 pub fn id_code(id: impl std::fmt::Display) -> Markup {

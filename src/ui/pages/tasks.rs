@@ -4,7 +4,9 @@
 use maud::{Markup, html};
 
 use super::dag::{self, MAX_DRAWN_NODES, status_text};
-use super::{Chrome, Section, class_word, heads, id_code, layout, opt_time, status, time};
+use super::{
+    Chrome, Section, class_word, heads, id_code, layout, opt_time, status, task_href, time,
+};
 use crate::domain::dispatch::{TaskEventKind, TaskStatus};
 use crate::service::dashboard::{
     DASHBOARD_PAGE_TASKS, StoredTask, StoredTaskList, TaskDetailView, TaskListPageView,
@@ -301,20 +303,6 @@ fn graph(svg: Markup) -> Markup {
         div.dag-scroll #dag-scroll tabindex="0" role="region" aria-label="Task graph" { (svg) }
         p #dag-trace aria-live="polite" { "Hover or focus a node to see what it depends on and what needs it." }
     }
-}
-
-/// The task page's address; the planner's id is percent-encoded, as it may hold
-/// any character.
-pub fn task_href(list_id: uuid::Uuid, task_id: &str) -> String {
-    let mut href = format!("/ui/task-lists/{list_id}/tasks/");
-    for b in task_id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            href.push(b as char);
-        } else {
-            href.push_str(&format!("%{b:02X}"));
-        }
-    }
-    href
 }
 
 /// Why a task ended as it did, in the words the person on call needs
