@@ -23,8 +23,11 @@ const CLAIMERS: usize = 64;
 /// The kill comes once this many tasks are done.
 const KILL_AFTER: usize = TASKS / 3;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// For the whole run; a debug build on a loaded 2-core machine.
-const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+/// For the whole run: a guard against a hang, not a speed check (the speed is
+/// `benches/claims_load.rs`'s figure). A debug build on SQLite takes about 250 s
+/// on a quiet 2-core machine, and CI builds the release binary and the image
+/// beside it.
+const RUN_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// A `plangate serve` process logging to a file in `dir`.
 struct Server {
