@@ -247,3 +247,28 @@ def test_lists_count_search_and_refresh_live(server, browser, output, backend):
             page.goto(server.base + path)
             expect(page.locator("#live-badge")).to_have_text("live")
         shot(page, output, "tracks-live")
+
+
+def test_live_list_catches_up_on_what_changed_before_its_stream(server, browser, backend):
+    # A change between a page's render and its stream's first look (a slow
+    # start, a lost connection) is never a "changed": the page must still show it.
+    with watched_page(browser) as (page, watched):
+        stream_open = {"allowed": False, "refused": 0}
+
+        def hold_the_stream(route):
+            if stream_open["allowed"]:
+                route.continue_()
+            else:
+                # An empty stream that ends at once, as a lost connection does:
+                # the browser reconnects (after 200 ms, as `retry` asks).
+                stream_open["refused"] += 1
+                route.fulfill(status=200, content_type="text/event-stream", body="retry: 200\n\n")
+
+        page.route(re.compile(r"/ui/live/overview/events$"), hold_the_stream)
+        page.goto(server.base + "/ui/")
+        wait_for(lambda: stream_open["refused"] > 0 or page.wait_for_timeout(100),
+                 what="the overview to open its stream")
+        expect(page.locator('a[href="/ui/jobs?status=succeeded"]')).to_have_count(0)
+        ended(server, server.ok("POST", "/v1/refine-jobs", in_phase("P5", ["P5-A1"]))["id"])
+        stream_open["allowed"] = True
+        expect(page.locator('a[href="/ui/jobs?status=succeeded"] .n')).to_have_text("1", timeout=15_000)

@@ -292,7 +292,10 @@
         });
     };
     var live = new EventSource("/ui/live/" + encodeURIComponent(region.dataset.live) + "/events");
-    live.addEventListener("ready", function () { setBadge(true); });
+    // "ready" comes once the stream has taken its first look: what changed
+    // between this page's render (or a lost connection) and that look would
+    // never be a "changed", so fetch once now.
+    live.addEventListener("ready", function () { setBadge(true); swap(); });
     live.addEventListener("changed", function () { setBadge(true); swap(); });
     live.onerror = function () { setBadge(false); };
     live.onopen = function () { setBadge(true); };
