@@ -46,11 +46,15 @@ pub async fn events(
                 if state.is_shutting_down() {
                     return None;
                 }
-                let marker = state
-                    .service
-                    .dashboard_live_marker(&caller, page)
-                    .await
-                    .ok()?;
+                // On a failed read the stream ends and the browser reconnects; its
+                // `ready` makes the page fetch itself, so nothing is missed.
+                let marker = match state.service.dashboard_live_marker(&caller, page).await {
+                    Ok(marker) => marker,
+                    Err(e) => {
+                        tracing::warn!(error = %e.detail, "a live page's change marker could not be read");
+                        return None;
+                    }
+                };
                 if marker != seen {
                     let event = Event::default().event("changed").data("{}");
                     return Some((Ok(event), (state, caller, marker, false)));
