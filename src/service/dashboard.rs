@@ -695,24 +695,26 @@ impl LivePage {
     }
 }
 
-/// A change marker of what a live page shows, in the caller's projects.
-pub type LiveMarker = Vec<(i64, Option<DateTime<Utc>>)>;
-
 impl Service {
+    /// A change marker of what a live page shows, in the caller's projects: each
+    /// watched table's `rows.latest-change` (nanoseconds), joined by `-`. The page
+    /// carries the marker it was drawn from, so its stream can tell a change made
+    /// before the stream began (`ui/live.rs`).
     pub async fn dashboard_live_marker(
         &self,
         caller: &Caller,
         page: LivePage,
-    ) -> Result<LiveMarker, ServiceError> {
+    ) -> Result<String, ServiceError> {
         let mut marker = Vec::new();
         for table in page.tables() {
-            marker.push(
-                self.db
-                    .live_marker(*table, caller.allowed_projects())
-                    .await?,
-            );
+            let (rows, changed) = self
+                .db
+                .live_marker(*table, caller.allowed_projects())
+                .await?;
+            let nanos = changed.and_then(|at| at.timestamp_nanos_opt()).unwrap_or(0);
+            marker.push(format!("{rows}.{nanos}"));
         }
-        Ok(marker)
+        Ok(marker.join("-"))
     }
 }
 

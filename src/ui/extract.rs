@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::error::{PageError, PageResult};
 use super::pages::Chrome;
+use crate::service::dashboard::LivePage;
 use crate::service::{Caller, ErrorKind, ProblemCode, Service, ServiceError};
 use crate::state::AppState;
 
@@ -29,6 +30,15 @@ impl Viewer {
         Chrome {
             signed_in: !self.state.settings.api_tokens.is_empty(),
         }
+    }
+
+    /// The change marker a live list page is drawn from, read before its data so
+    /// that its stream catches any later change (`ui/live.rs`).
+    pub async fn live_since(&self, page: LivePage) -> PageResult<String> {
+        Ok(self
+            .service()
+            .dashboard_live_marker(&self.caller, page)
+            .await?)
     }
 }
 

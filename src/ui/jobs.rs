@@ -15,7 +15,7 @@ use super::extract::{Viewer, invalid, parse_id, parse_present, present};
 use super::live::sse;
 use super::pages::jobs as page;
 use crate::domain::job::JobState;
-use crate::service::dashboard::{BulkKind, JobQuery};
+use crate::service::dashboard::{BulkKind, JobQuery, LivePage};
 
 #[derive(Deserialize)]
 pub struct JobsForm {
@@ -48,11 +48,12 @@ impl JobsForm {
 
 pub async fn list(viewer: Viewer, Query(form): Query<JobsForm>) -> PageResult {
     let query = form.query()?;
+    let since = viewer.live_since(LivePage::Jobs).await?;
     let list = viewer
         .service()
         .dashboard_jobs(&viewer.caller, &query)
         .await?;
-    Ok(page::jobs_page(&query, &list, viewer.chrome()))
+    Ok(page::jobs_page(&query, &list, &since, viewer.chrome()))
 }
 
 pub async fn job(viewer: Viewer, Path(raw): Path<String>) -> PageResult {

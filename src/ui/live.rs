@@ -4,10 +4,12 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
+use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
+use serde::Deserialize;
 
 use super::error::PageResult;
 use super::extract::{Viewer, invalid};
@@ -24,30 +26,62 @@ where
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }
 
+/// Where a live page's stream starts: the marker its page was drawn from
+/// (`?since=`), or after a reconnect the last one the browser saw (`Last-Event-ID`).
+#[derive(Deserialize)]
+pub struct Since {
+    since: Option<String>,
+}
+
 /// `changed` events for a live list page: sent whenever what the page shows
 /// changes, for it to fetch itself again. The first event, `ready`, says the
-/// stream is up.
+/// stream is up; a `changed` follows at once when the marker moved between the
+/// page's render (or the last event seen) and the stream's first look, which no
+/// later comparison would catch. Each event's id is the marker it was sent at.
 pub async fn events(
     Viewer { state, caller }: Viewer,
     Path(page): Path<String>,
+    Query(Since { since }): Query<Since>,
+    headers: HeaderMap,
 ) -> PageResult<impl IntoResponse> {
     let page = LivePage::parse(&page)
         .ok_or_else(|| invalid("page", "one of overview, jobs, runs, tracks"))?;
+    let seen = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or(since);
     let first = state.service.dashboard_live_marker(&caller, page).await?;
+    // What the stream sends next: `ready`, then a `changed` for what the page
+    // missed, if anything, then whatever changes.
+    enum Next {
+        Ready { missed: bool },
+        Missed,
+        Watch,
+    }
+    let missed = seen.is_some_and(|seen| seen != first);
     let stream = futures::stream::unfold(
-        (state, caller, first, true),
-        move |(state, caller, seen, ready)| async move {
-            if ready {
-                let event = Event::default().event("ready").data("{}");
-                return Some((Ok(event), (state, caller, seen, false)));
+        (state, caller, first, Next::Ready { missed }),
+        move |(state, caller, seen, next)| async move {
+            match next {
+                Next::Ready { missed } => {
+                    let event = Event::default().event("ready").id(&seen).data("{}");
+                    let next = if missed { Next::Missed } else { Next::Watch };
+                    return Some((Ok(event), (state, caller, seen, next)));
+                }
+                Next::Missed => {
+                    let event = Event::default().event("changed").id(&seen).data("{}");
+                    return Some((Ok(event), (state, caller, seen, Next::Watch)));
+                }
+                Next::Watch => {}
             }
             loop {
                 tokio::time::sleep(LIVE_POLL).await;
                 if state.is_shutting_down() {
                     return None;
                 }
-                // On a failed read the stream ends and the browser reconnects; its
-                // `ready` makes the page fetch itself, so nothing is missed.
+                // On a failed read the stream ends and the browser reconnects with
+                // the last id it saw, so nothing is missed.
                 let marker = match state.service.dashboard_live_marker(&caller, page).await {
                     Ok(marker) => marker,
                     Err(e) => {
@@ -56,8 +90,8 @@ pub async fn events(
                     }
                 };
                 if marker != seen {
-                    let event = Event::default().event("changed").data("{}");
-                    return Some((Ok(event), (state, caller, marker, false)));
+                    let event = Event::default().event("changed").id(&marker).data("{}");
+                    return Some((Ok(event), (state, caller, marker, Next::Watch)));
                 }
             }
         },

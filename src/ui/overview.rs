@@ -3,8 +3,10 @@
 use super::error::PageResult;
 use super::extract::Viewer;
 use super::pages::overview_page;
+use crate::service::dashboard::LivePage;
 
 pub async fn overview(viewer: Viewer) -> PageResult {
+    let since = viewer.live_since(LivePage::Overview).await?;
     let overview = viewer.service().dashboard_overview(&viewer.caller).await?;
-    Ok(overview_page(&overview, viewer.chrome()))
+    Ok(overview_page(&overview, &since, viewer.chrome()))
 }

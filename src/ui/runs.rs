@@ -9,7 +9,7 @@ use super::bulk;
 use super::error::{PageError, PageResult};
 use super::extract::{Viewer, parse_id, parse_present};
 use super::pages::jobs as page;
-use crate::service::dashboard::BulkKind;
+use crate::service::dashboard::{BulkKind, LivePage};
 
 #[derive(Deserialize)]
 pub struct RunsForm {
@@ -18,11 +18,12 @@ pub struct RunsForm {
 
 pub async fn list(viewer: Viewer, Query(form): Query<RunsForm>) -> PageResult {
     let before = parse_present(&form.before, |b| parse_id(b, "before"))?;
+    let since = viewer.live_since(LivePage::Runs).await?;
     let runs = viewer
         .service()
         .dashboard_runs(&viewer.caller, before)
         .await?;
-    Ok(page::runs_page(&runs, before, viewer.chrome()))
+    Ok(page::runs_page(&runs, before, &since, viewer.chrome()))
 }
 
 pub async fn run(viewer: Viewer, Path(raw): Path<String>) -> PageResult {

@@ -302,3 +302,77 @@ async fn a_large_lists_wave_is_listed_a_page_at_a_time(app: TestApp) {
 }
 
 both_backends!(a_large_lists_wave_is_listed_a_page_at_a_time);
+
+/// The stream's frames up to the end of its `n`th.
+async fn frames(app: &TestApp, path: &str, last_event_id: Option<&str>, n: usize) -> Vec<String> {
+    use futures::StreamExt as _;
+    let mut body = sse::open(app, path, last_event_id).await.bytes_stream();
+    let mut seen = String::new();
+    while seen.matches("\n\n").count() < n {
+        let chunk = body.next().await.expect("an event").unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    seen.split("\n\n").take(n).map(str::to_owned).collect()
+}
+
+/// A live list's stream starts from the marker its page was drawn from
+/// (`?since=`), or from the last event the browser saw (`Last-Event-ID`): a change
+/// made before the stream opened comes as `changed` right after `ready`.
+async fn a_live_list_hears_of_a_change_made_before_its_stream(app: TestApp) {
+    let drawn = page(&app, "/ui/tracks").await;
+    let since = drawn
+        .split("data-since=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the live region carries its marker")
+        .to_owned();
+    let events = format!("/ui/live/tracks/events?since={since}");
+    // Nothing changed: `ready` carries the same marker.
+    let ready = frames(&app, &events, None, 1).await;
+    assert_eq!(
+        sse::field(&ready[0], "event").as_deref(),
+        Some("ready"),
+        "{ready:?}"
+    );
+    assert_eq!(sse::field(&ready[0], "id").as_deref(), Some(since.as_str()));
+
+    let track = json!({"track_id": "live-1", "type": "feature", "status": "new",
+        "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z",
+        "description": "watched live"});
+    let response = app
+        .client
+        .put(app.url("/v1/tracks/live-1"))
+        .json(&track)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+
+    // The page's marker is behind: `changed` follows `ready` at once, with the new one.
+    let missed = frames(&app, &events, None, 2).await;
+    assert_eq!(
+        sse::field(&missed[0], "event").as_deref(),
+        Some("ready"),
+        "{missed:?}"
+    );
+    assert_eq!(
+        sse::field(&missed[1], "event").as_deref(),
+        Some("changed"),
+        "{missed:?}"
+    );
+    let now = sse::field(&missed[1], "id").expect("an id");
+    assert_ne!(now, since);
+    // A reconnect names the last event seen, which wins over the page's marker:
+    // caught up, the stream sends `ready` and nothing more (the next frame would
+    // be a keep-alive comment, 15 s later).
+    let resumed = frames(&app, &events, Some(&now), 2);
+    let resumed = tokio::time::timeout(std::time::Duration::from_secs(2), resumed).await;
+    assert!(resumed.is_err(), "a caught-up stream sent {resumed:?}");
+    assert!(
+        page(&app, "/ui/tracks")
+            .await
+            .contains(&format!("data-since=\"{now}\""))
+    );
+}
+
+both_backends!(a_live_list_hears_of_a_change_made_before_its_stream);

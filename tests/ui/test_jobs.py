@@ -264,8 +264,10 @@ def test_live_list_catches_up_on_what_changed_before_its_stream(server, browser,
                 stream_open["refused"] += 1
                 route.fulfill(status=200, content_type="text/event-stream", body="retry: 200\n\n")
 
-        page.route(re.compile(r"/ui/live/overview/events$"), hold_the_stream)
+        page.route(re.compile(r"/ui/live/overview/events(\?|$)"), hold_the_stream)
         page.goto(server.base + "/ui/")
+        # (page.wait_for_timeout, not a sleep: Playwright runs route handlers only
+        # while the test waits on it.)
         wait_for(lambda: stream_open["refused"] > 0 or page.wait_for_timeout(100),
                  what="the overview to open its stream")
         expect(page.locator('a[href="/ui/jobs?status=succeeded"]')).to_have_count(0)

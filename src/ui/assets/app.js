@@ -291,11 +291,11 @@
           if (again) { again = false; swap(); }
         });
     };
-    var live = new EventSource("/ui/live/" + encodeURIComponent(region.dataset.live) + "/events");
-    // "ready" comes once the stream has taken its first look: what changed
-    // between this page's render (or a lost connection) and that look would
-    // never be a "changed", so fetch once now.
-    live.addEventListener("ready", function () { setBadge(true); swap(); });
+    // The stream starts from the marker this page was drawn from, so a change
+    // made before it opened still arrives as "changed".
+    var since = region.dataset.since ? "?since=" + encodeURIComponent(region.dataset.since) : "";
+    var live = new EventSource("/ui/live/" + encodeURIComponent(region.dataset.live) + "/events" + since);
+    live.addEventListener("ready", function () { setBadge(true); });
     live.addEventListener("changed", function () { setBadge(true); swap(); });
     live.onerror = function () { setBadge(false); };
     live.onopen = function () { setBadge(true); };

@@ -75,7 +75,7 @@ fn job_state(status: JobStatus, l0_not_valid: i64, l0_total: i64) -> Markup {
     }
 }
 
-pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
+pub fn jobs_page(query: &JobQuery, list: &JobList, since: &str, chrome: Chrome) -> Markup {
     let page = &list.page;
     let total: i64 = list.counts.iter().map(|(_, n)| n).sum();
     let body = html! {
@@ -97,7 +97,7 @@ pub fn jobs_page(query: &JobQuery, list: &JobList, chrome: Chrome) -> Markup {
             " " a href="/ui/jobs" { "Clear" }
         }
         (live_badge())
-        div #live-region data-live="jobs" {
+        div #live-region data-live="jobs" data-since=(since) {
             nav.state-counts aria-label="Jobs by state" {
                 ul.counts #job-counts {
                     li { a href={ "/ui/jobs?" (query_string(query, None, None)) } aria-current=[query.status.is_none().then_some("true")] { "all " span.n { (total) } } }
@@ -535,10 +535,15 @@ fn bulk_buttons(kind: BulkKind) -> Markup {
     }
 }
 
-pub fn runs_page(page: &Page<RunSummary>, before: Option<uuid::Uuid>, chrome: Chrome) -> Markup {
+pub fn runs_page(
+    page: &Page<RunSummary>,
+    before: Option<uuid::Uuid>,
+    since: &str,
+    chrome: Chrome,
+) -> Markup {
     let body = html! {
         (live_badge())
-        div #live-region data-live="runs" {
+        div #live-region data-live="runs" data-since=(since) {
         p.hint { "Newest first. Select runs to cancel them together; a confirmation page comes first." }
         @let headings = ["Run", "Status", "Project", "Cycle", "Executor", "Created", "Finished"];
         @let rows = html! {

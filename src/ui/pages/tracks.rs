@@ -25,10 +25,10 @@ fn word(text: &str) -> Markup {
     html! { span class={ "status st-" (super::class_word(&class)) } { (text) } }
 }
 
-pub fn tracks_page(tracks: &[TrackListEntry], chrome: Chrome) -> Markup {
+pub fn tracks_page(tracks: &[TrackListEntry], since: &str, chrome: Chrome) -> Markup {
     let body = html! {
         (live_badge())
-        div #live-region data-live="tracks" {
+        div #live-region data-live="tracks" data-since=(since) {
         div.table-scroll tabindex="0" role="region" aria-label="Tracks" {
             table.tracks {
                 thead { tr { (heads(&["Track", "Status", "Current step", "Step status", "Fix cycles", "Revision", "Updated"])) } }
