@@ -340,12 +340,8 @@ async fn a_live_list_hears_of_a_change_made_before_its_stream(app: TestApp) {
         "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z",
         "description": "watched live"});
     let response = app
-        .client
-        .put(app.url("/v1/tracks/live-1"))
-        .json(&track)
-        .send()
-        .await
-        .unwrap();
+        .send_json(reqwest::Method::PUT, "/v1/tracks/live-1", &track)
+        .await;
     assert!(response.status().is_success(), "{}", response.status());
 
     // The page's marker is behind: `changed` follows `ready` at once, with the new one.
