@@ -8,7 +8,7 @@ use axum::extract::{Path, Query};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::Stream;
+use futures::{Stream, StreamExt as _};
 use serde::Deserialize;
 
 use super::error::PageResult;
@@ -52,29 +52,13 @@ pub async fn events(
         .map(str::to_owned)
         .or(since);
     let first = state.service.dashboard_live_marker(&caller, page).await?;
-    // What the stream sends next: `ready`, then a `changed` for what the page
-    // missed, if anything, then whatever changes.
-    enum Next {
-        Ready { missed: bool },
-        Missed,
-        Watch,
+    let mut opening = vec![Event::default().event("ready").id(&first).data("{}")];
+    if seen.is_some_and(|seen| seen != first) {
+        opening.push(Event::default().event("changed").id(&first).data("{}"));
     }
-    let missed = seen.is_some_and(|seen| seen != first);
-    let stream = futures::stream::unfold(
-        (state, caller, first, Next::Ready { missed }),
-        move |(state, caller, seen, next)| async move {
-            match next {
-                Next::Ready { missed } => {
-                    let event = Event::default().event("ready").id(&seen).data("{}");
-                    let next = if missed { Next::Missed } else { Next::Watch };
-                    return Some((Ok(event), (state, caller, seen, next)));
-                }
-                Next::Missed => {
-                    let event = Event::default().event("changed").id(&seen).data("{}");
-                    return Some((Ok(event), (state, caller, seen, Next::Watch)));
-                }
-                Next::Watch => {}
-            }
+    let watch = futures::stream::unfold(
+        (state, caller, first),
+        move |(state, caller, seen)| async move {
             loop {
                 tokio::time::sleep(LIVE_POLL).await;
                 if state.is_shutting_down() {
@@ -91,10 +75,11 @@ pub async fn events(
                 };
                 if marker != seen {
                     let event = Event::default().event("changed").id(&marker).data("{}");
-                    return Some((Ok(event), (state, caller, marker, Next::Watch)));
+                    return Some((Ok(event), (state, caller, marker)));
                 }
             }
         },
     );
+    let stream = futures::stream::iter(opening.into_iter().map(Ok)).chain(watch);
     Ok(sse(stream))
 }
