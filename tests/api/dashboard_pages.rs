@@ -303,18 +303,6 @@ async fn a_large_lists_wave_is_listed_a_page_at_a_time(app: TestApp) {
 
 both_backends!(a_large_lists_wave_is_listed_a_page_at_a_time);
 
-/// The stream's frames up to the end of its `n`th.
-async fn frames(app: &TestApp, path: &str, last_event_id: Option<&str>, n: usize) -> Vec<String> {
-    use futures::StreamExt as _;
-    let mut body = sse::open(app, path, last_event_id).await.bytes_stream();
-    let mut seen = String::new();
-    while seen.matches("\n\n").count() < n {
-        let chunk = body.next().await.expect("an event").unwrap();
-        seen.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    seen.split("\n\n").take(n).map(str::to_owned).collect()
-}
-
 /// A live list's stream starts from the marker its page was drawn from
 /// (`?since=`), or from the last event the browser saw (`Last-Event-ID`): a change
 /// made before the stream opened comes as `changed` right after `ready`.
@@ -328,7 +316,7 @@ async fn a_live_list_hears_of_a_change_made_before_its_stream(app: TestApp) {
         .to_owned();
     let events = format!("/ui/live/tracks/events?since={since}");
     // Nothing changed: `ready` carries the same marker.
-    let ready = frames(&app, &events, None, 1).await;
+    let ready = sse::frames(&app, &events, None, 1).await;
     assert_eq!(
         sse::field(&ready[0], "event").as_deref(),
         Some("ready"),
@@ -345,7 +333,7 @@ async fn a_live_list_hears_of_a_change_made_before_its_stream(app: TestApp) {
     assert!(response.status().is_success(), "{}", response.status());
 
     // The page's marker is behind: `changed` follows `ready` at once, with the new one.
-    let missed = frames(&app, &events, None, 2).await;
+    let missed = sse::frames(&app, &events, None, 2).await;
     assert_eq!(
         sse::field(&missed[0], "event").as_deref(),
         Some("ready"),
@@ -361,7 +349,7 @@ async fn a_live_list_hears_of_a_change_made_before_its_stream(app: TestApp) {
     // A reconnect names the last event seen, which wins over the page's marker:
     // caught up, the stream sends `ready` and nothing more (the next frame would
     // be a keep-alive comment, 15 s later).
-    let resumed = frames(&app, &events, Some(&now), 2);
+    let resumed = sse::frames(&app, &events, Some(&now), 2);
     let resumed = tokio::time::timeout(std::time::Duration::from_secs(2), resumed).await;
     assert!(resumed.is_err(), "a caught-up stream sent {resumed:?}");
     assert!(

@@ -30,14 +30,25 @@ pub fn field(frame: &str, name: &str) -> Option<String> {
         .map(|v| v.trim().to_owned())
 }
 
-/// `GET path` as an event stream: what it has sent up to the end of its first frame.
-pub async fn first_frame(app: &TestApp, path: &str) -> String {
+/// `GET path` as an event stream (resuming after `last_event_id` if given): its
+/// first `n` frames, read as soon as they have come.
+pub async fn frames(
+    app: &TestApp,
+    path: &str,
+    last_event_id: Option<&str>,
+    n: usize,
+) -> Vec<String> {
     use futures::StreamExt as _;
-    let mut body = open(app, path, None).await.bytes_stream();
+    let mut body = open(app, path, last_event_id).await.bytes_stream();
     let mut seen = String::new();
-    while !seen.contains("\n\n") {
+    while seen.matches("\n\n").count() < n {
         let chunk = body.next().await.expect("an event").unwrap();
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
-    seen
+    seen.split("\n\n").take(n).map(str::to_owned).collect()
+}
+
+/// `GET path` as an event stream: its first frame.
+pub async fn first_frame(app: &TestApp, path: &str) -> String {
+    frames(app, path, None, 1).await.remove(0)
 }
