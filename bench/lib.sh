@@ -1,10 +1,10 @@
 # Sourced by the bench scripts (from the repository root, after `pids=()`).
 
 # OHA: the load generator oha (crates.io), pinned and installed once under
-# target/bench-tools.
+# target/bench-tools (unless the script sets NO_OHA=1: it drives no load with it).
 OHA_VERSION=1.16.0
 OHA=$PWD/target/bench-tools/bin/oha
-if ! "$OHA" --version 2>/dev/null | grep -q "$OHA_VERSION"; then
+if [ -z "${NO_OHA:-}" ] && ! "$OHA" --version 2>/dev/null | grep -q "$OHA_VERSION"; then
   echo "installing oha $OHA_VERSION (once)"
   cargo install --locked --quiet oha --version "$OHA_VERSION" --root target/bench-tools
 fi

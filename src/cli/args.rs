@@ -138,12 +138,8 @@ pub struct RefineArgs {
     pub refined_plan_file: PathBuf,
     /// Where refine_contexts/{phase_id}_result.json is written.
     pub run_dir: PathBuf,
-    /// Executor profile [default: the config's default_executor, else builtin]
-    #[arg(long, value_name = "NAME")]
-    pub executor: Option<String>,
-    /// TOML config file (executor profiles, prompt template, L0 concurrency).
-    #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
 }
 
 #[derive(Debug, Args)]
@@ -153,10 +149,18 @@ pub struct RefineRunArgs {
     pub plan_file: PathBuf,
     /// Where refine_contexts/ and refined_assignments.json are written.
     pub run_dir: PathBuf,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+}
+
+/// Which executor an in-process refine (`refine`, `refine-run`) uses, and the
+/// config that defines it.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
     /// Executor profile [default: the config's default_executor, else builtin]
     #[arg(long, value_name = "NAME")]
     pub executor: Option<String>,
-    /// TOML config file (executor profiles, prompt template, concurrency).
+    /// TOML config file (executor profiles, prompt template, L0 concurrency).
     #[arg(long, env = "PLANGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }

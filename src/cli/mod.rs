@@ -36,19 +36,17 @@ pub fn run(cli: Cli) -> ExitCode {
             &mut std::io::stdout().lock(),
             &mut std::io::stderr().lock(),
         )),
-        Some(Command::Refine(args)) => with_settings(&cli.serve, args.config.clone(), |settings| {
-            let plan = &args.refined_plan_file;
-            let executor = args.executor.as_deref();
-            refine::refine(settings, &args.context_file, plan, &args.run_dir, executor)
-        }),
+        Some(Command::Refine(args)) => {
+            let executor = args.profile.executor.as_deref();
+            with_settings(&cli.serve, args.profile.config.clone(), |settings| {
+                let plan = &args.refined_plan_file;
+                refine::refine(settings, &args.context_file, plan, &args.run_dir, executor)
+            })
+        }
         Some(Command::RefineRun(args)) => {
-            with_settings(&cli.serve, args.config.clone(), |settings| {
-                refine::refine_run(
-                    settings,
-                    &args.plan_file,
-                    &args.run_dir,
-                    args.executor.as_deref(),
-                )
+            let executor = args.profile.executor.as_deref();
+            with_settings(&cli.serve, args.profile.config.clone(), |settings| {
+                refine::refine_run(settings, &args.plan_file, &args.run_dir, executor)
             })
         }
         Some(Command::Health(args)) => {

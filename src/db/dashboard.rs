@@ -7,10 +7,7 @@ use sqlx::QueryBuilder;
 use sqlx::types::Json;
 use uuid::Uuid;
 
-use super::{
-    Database, DbResult, allowed_rows, push_allowed, push_bound_list, push_newest_first,
-    status_counts_of,
-};
+use super::{Database, DbResult, allowed_rows, push_allowed, push_bound_list, push_newest_first};
 use crate::domain::dispatch::TaskStatus;
 use crate::domain::job::{JobState, JobStatus, JobSummary, RunSummary};
 
@@ -66,14 +63,12 @@ pub struct TrackRow {
     pub revision: i64,
 }
 
-/// What a live page watches (`Database::live_marker`).
+/// A table a live list page watches for changes (`Database::latest_change`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LiveTable {
     Jobs,
     Runs,
     Tracks,
-    TaskLists,
-    Tasks,
 }
 
 /// The job list's filters as `AND`s on `refine_jobs` (`$status`: whether the
@@ -138,34 +133,41 @@ fn like_escape(text: &str) -> String {
 }
 
 impl Database {
-    /// The newest `limit` task lists with per-status task counts.
+    /// The newest `limit` task lists with per-status task counts: each list's 16
+    /// counter rows summed (`task_list_counts`, kept by every status change), never
+    /// its tasks. The overview and its live marker (twice a second) read this, so
+    /// the sums come from one correlated subquery per list, an index probe each: a
+    /// join or an `IN` list of 200 lists lets Postgres choose to scan the whole
+    /// counter table, which grows with every list ever made. The subquery answers
+    /// the five sums as one text (`pending running done failed abandoned`) because a
+    /// scalar subquery answers one value.
     pub async fn task_list_counts(
         &self,
         allowed: Option<&[String]>,
         limit: u32,
     ) -> DbResult<Vec<ListCounts>> {
-        type Row = (Uuid, String, Option<String>, String, DateTime<Utc>);
-        let lists: Vec<Row> = on_pool!(self, pool => {
-            let sql = "SELECT id, project_id, team_pk, created_by, created_at FROM task_lists WHERE TRUE";
+        type Row = (Uuid, String, Option<String>, String, DateTime<Utc>, String);
+        let rows: Vec<Row> = on_pool!(self, pool => {
+            let sql = "SELECT id, project_id, team_pk, created_by, created_at, \
+                 (SELECT CAST(COALESCE(SUM(pending), 0) AS TEXT) || ' ' || \
+                  CAST(COALESCE(SUM(running), 0) AS TEXT) || ' ' || \
+                  CAST(COALESCE(SUM(done), 0) AS TEXT) || ' ' || \
+                  CAST(COALESCE(SUM(failed), 0) AS TEXT) || ' ' || \
+                  CAST(COALESCE(SUM(abandoned), 0) AS TEXT) \
+                  FROM task_list_counts c WHERE c.task_list_id = task_lists.id) \
+                 FROM task_lists WHERE TRUE";
             let mut q = allowed_rows(sql, "project_id", allowed);
             push_newest_first(&mut q, None, limit);
             q.build_query_as().fetch_all(pool).await?
         });
-        if lists.is_empty() {
-            return Ok(Vec::new());
-        }
-        let counts: Vec<(Uuid, TaskStatus, i64)> = on_pool!(self, pool => {
-            let mut q = status_counts_of("tasks", "task_list_id", lists.iter().map(|l| l.0));
-            q.build_query_as().fetch_all(pool).await?
-        });
-        Ok(lists
+        Ok(rows
             .into_iter()
             .map(
-                |(id, project_id, team_pk, created_by, created_at)| ListCounts {
-                    counts: counts
-                        .iter()
-                        .filter(|(list, _, _)| *list == id)
-                        .map(|(_, s, n)| (*s, *n))
+                |(id, project_id, team_pk, created_by, created_at, sums)| ListCounts {
+                    counts: TaskStatus::ALL
+                        .into_iter()
+                        .zip(sums.split(' ').map(|n| n.parse::<i64>().unwrap_or(0)))
+                        .filter(|(_, n)| *n > 0)
                         .collect(),
                     id,
                     project_id,
@@ -312,29 +314,40 @@ impl Database {
         }))
     }
 
-    /// A cheap marker that changes whenever a row of `table` (`refine_jobs`,
-    /// `refine_runs`, `tracks`, `task_lists` or `tasks`) the reader may see is
-    /// added or changed: `(count, latest change)`.
-    pub async fn live_marker(
+    /// When a row of `table` the reader may see last changed (`allowed`: `None` for
+    /// every project, tracks without one included). Each read is the last entry of
+    /// the table's change index, once for all projects or once per allowed project
+    /// (migration 0025), never a scan: a live page asks twice a second.
+    pub async fn latest_change(
         &self,
         table: LiveTable,
         allowed: Option<&[String]>,
-    ) -> DbResult<(i64, Option<DateTime<Utc>>)> {
-        // (rows, their change time, their project)
-        let (from, changed, column) = match table {
-            LiveTable::Jobs => ("refine_jobs", "updated_at", "project_id"),
-            LiveTable::Runs => ("refine_runs", "updated_at", "project_id"),
-            LiveTable::Tracks => ("tracks", "updated_at", "project_id"),
-            LiveTable::TaskLists => ("task_lists", "created_at", "project_id"),
-            LiveTable::Tasks => (
-                "tasks t JOIN task_lists l ON l.id = t.task_list_id",
-                "t.updated_at",
-                "l.project_id",
-            ),
+    ) -> DbResult<Option<DateTime<Utc>>> {
+        let from = match table {
+            LiveTable::Jobs => "refine_jobs",
+            LiveTable::Runs => "refine_runs",
+            LiveTable::Tracks => "tracks",
         };
-        let sql = format!("SELECT COUNT(*), MAX({changed}) FROM {from} WHERE TRUE");
+        let newest = format!("SELECT MAX(updated_at) AS at FROM {from}");
+        let Some(projects) = allowed else {
+            return Ok(on_pool!(self, pool => {
+                // `from` is one of three table names above, never input.
+                sqlx::query_scalar(sqlx::AssertSqlSafe(newest.as_str())).fetch_one(pool).await?
+            }));
+        };
+        if projects.is_empty() {
+            return Ok(None);
+        }
         Ok(on_pool!(self, pool => {
-            allowed_rows(sql.as_str(), column, allowed).build_query_as().fetch_one(pool).await?
+            let mut q = QueryBuilder::new("SELECT MAX(at) FROM (");
+            for (i, project) in projects.iter().enumerate() {
+                if i > 0 {
+                    q.push(" UNION ALL ");
+                }
+                q.push(format!("{newest} WHERE project_id = ")).push_bind(project.clone());
+            }
+            q.push(") newest");
+            q.build_query_scalar().fetch_one(pool).await?
         }))
     }
 

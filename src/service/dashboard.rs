@@ -680,14 +680,10 @@ impl LivePage {
         })
     }
 
+    /// The tables whose rows the page shows (the overview's task lists aside).
     fn tables(self) -> &'static [LiveTable] {
         match self {
-            LivePage::Overview => &[
-                LiveTable::Jobs,
-                LiveTable::Runs,
-                LiveTable::TaskLists,
-                LiveTable::Tasks,
-            ],
+            LivePage::Overview => &[LiveTable::Jobs, LiveTable::Runs],
             LivePage::Jobs => &[LiveTable::Jobs],
             LivePage::Runs => &[LiveTable::Runs],
             LivePage::Tracks => &[LiveTable::Tracks],
@@ -697,25 +693,45 @@ impl LivePage {
 
 impl Service {
     /// A change marker of what a live page shows, in the caller's projects: each
-    /// watched table's `rows.latest-change` (nanoseconds), joined by `-`. The page
-    /// carries the marker it was drawn from, so its stream can tell a change made
-    /// before the stream began (`ui/live.rs`).
+    /// watched table's latest change (nanoseconds) and, for the overview, a digest
+    /// of its task lists and their counts, joined by `-`. Every part is a bounded
+    /// read (an index's last entry per project, the overview's counter rows), since
+    /// each open page asks twice a second (docs/architecture.md, "Live pages"). The
+    /// page carries the marker it was drawn from, so its stream can tell a change
+    /// made before the stream began (`ui/live.rs`).
     pub async fn dashboard_live_marker(
         &self,
         caller: &Caller,
         page: LivePage,
     ) -> Result<String, ServiceError> {
+        let allowed = caller.allowed_projects();
         let mut marker = Vec::new();
         for table in page.tables() {
-            let (rows, changed) = self
-                .db
-                .live_marker(*table, caller.allowed_projects())
-                .await?;
+            let changed = self.db.latest_change(*table, allowed).await?;
             let nanos = changed.and_then(|at| at.timestamp_nanos_opt()).unwrap_or(0);
-            marker.push(format!("{rows}.{nanos}"));
+            marker.push(nanos.to_string());
+        }
+        if page == LivePage::Overview {
+            let lists = self.db.task_list_counts(allowed, OVERVIEW_LISTS).await?;
+            marker.push(lists_digest(&lists));
         }
         Ok(marker.join("-"))
     }
+}
+
+/// The overview's task lists and their counts as 16 hex digits: it changes when a
+/// list is added or a count moves, which is all the overview shows of them.
+fn lists_digest(lists: &[ListCounts]) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for list in lists {
+        hash.update(list.id.as_bytes());
+        for (status, n) in &list.counts {
+            hash.update([status.index() as u8]);
+            hash.update(n.to_le_bytes());
+        }
+    }
+    hash.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A bulk action on the job or run list.

@@ -275,36 +275,7 @@ both_backends!(auth_schemes_are_case_insensitive);
 mod sessions {
     use super::*;
 
-    /// A client that shows redirects instead of following them.
-    fn browser() -> reqwest::Client {
-        reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap()
-    }
-
-    /// Signs in with `token` as the login form does; answers the session cookie
-    /// (`name=value`).
-    pub(super) async fn login(app: &TestApp, token: &str) -> String {
-        let response = browser()
-            .post(app.url("/ui/login"))
-            .header("origin", app.base.clone())
-            .form(&[("token", token), ("next", "/ui/")])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 303, "login");
-        let cookie = response
-            .headers()
-            .get("set-cookie")
-            .expect("a session cookie")
-            .to_str()
-            .unwrap()
-            .to_owned();
-        assert!(!cookie.contains(token), "{cookie}");
-        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
-        cookie.split(';').next().unwrap().to_owned()
-    }
+    use crate::common::browser;
 
     /// What `GET /ui/` answers with this cookie: 200 signed in, 303 to the login.
     pub(super) async fn overview_status(app: &TestApp, cookie: &str) -> u16 {
@@ -320,8 +291,8 @@ mod sessions {
 
     async fn two_logins_get_different_sessions(backend: Backend) {
         let app = spawn(backend).await;
-        let first = login(&app, ADMIN).await;
-        let second = login(&app, ADMIN).await;
+        let first = app.sign_in(ADMIN).await;
+        let second = app.sign_in(ADMIN).await;
         assert_ne!(first, second, "each login is a new session");
         assert_eq!(overview_status(&app, &first).await, 200);
         assert_eq!(overview_status(&app, &second).await, 200);
@@ -333,8 +304,8 @@ mod sessions {
 
     async fn logout_revokes_the_session(backend: Backend) {
         let app = spawn(backend).await;
-        let kept = login(&app, ADMIN).await;
-        let ended = login(&app, ADMIN).await;
+        let kept = app.sign_in(ADMIN).await;
+        let ended = app.sign_in(ADMIN).await;
         let logout = browser()
             .post(app.url("/ui/logout"))
             .header("origin", app.base.clone())
@@ -366,7 +337,7 @@ mod sessions {
 
     async fn the_session_cookie_is_no_api_credential(backend: Backend) {
         let app = spawn(backend).await;
-        let cookie = login(&app, ADMIN).await;
+        let cookie = app.sign_in(ADMIN).await;
         for path in ["/v1/refine-jobs", "/v1/projects/proj-a/teams"] {
             let read = app
                 .client
@@ -408,7 +379,7 @@ mod sessions {
             s.perimeter.session_ttl = std::time::Duration::from_secs(1);
         })
         .await;
-        let cookie = login(&app, ADMIN).await;
+        let cookie = app.sign_in(ADMIN).await;
         assert_eq!(overview_status(&app, &cookie).await, 200);
         // Expiry is kept in whole seconds: past it whatever the rounding.
         tokio::time::sleep(std::time::Duration::from_millis(2100)).await;

@@ -2,7 +2,7 @@
 //! dashboard's task-list page"): a list of more than 300 tasks shows its waves
 //! counted and its tasks 200 a page, with a link to the next page.
 
-use crate::common::{TestApp, sse};
+use crate::common::{ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, spawn_app_with_project_tokens, sse};
 use serde_json::{Value, json};
 
 /// Three waves of 150: wave 2's task `t{i}` needs wave 1's `t{i - 150}`.
@@ -303,17 +303,20 @@ async fn a_large_lists_wave_is_listed_a_page_at_a_time(app: TestApp) {
 
 both_backends!(a_large_lists_wave_is_listed_a_page_at_a_time);
 
+/// The change marker a live list page was drawn from (its live region's `data-since`).
+fn since_of(html: &str) -> String {
+    html.split("data-since=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the live region carries its marker")
+        .to_owned()
+}
+
 /// A live list's stream starts from the marker its page was drawn from
 /// (`?since=`), or from the last event the browser saw (`Last-Event-ID`): a change
 /// made before the stream opened comes as `changed` right after `ready`.
 async fn a_live_list_hears_of_a_change_made_before_its_stream(app: TestApp) {
-    let drawn = page(&app, "/ui/tracks").await;
-    let since = drawn
-        .split("data-since=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("the live region carries its marker")
-        .to_owned();
+    let since = since_of(&page(&app, "/ui/tracks").await);
     let events = format!("/ui/live/tracks/events?since={since}");
     // Nothing changed: `ready` carries the same marker.
     let ready = sse::frames(&app, &events, None, 1).await;
@@ -360,3 +363,80 @@ async fn a_live_list_hears_of_a_change_made_before_its_stream(app: TestApp) {
 }
 
 both_backends!(a_live_list_hears_of_a_change_made_before_its_stream);
+
+/// A live page's marker moves with what its viewer may see, and with nothing else:
+/// a viewer limited to one project is not woken by another project's tracks and
+/// lists, and the overview hears a new list and a claim in one of its lists (its
+/// counts moved). Each part is read per allowed project (docs/architecture.md,
+/// "Live pages").
+async fn live_markers_follow_the_viewers_projects(backend: Backend) {
+    let app = spawn_app_with_project_tokens(backend, |_| {}).await;
+    let (viewer_a, admin) = (app.sign_in(TOKEN_A).await, app.sign_in(ADMIN).await);
+    let marker = async |cookie: &str, path: &str| {
+        let response = app
+            .client
+            .get(app.url(path))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        since_of(&response.text().await.unwrap())
+    };
+    let track = |id: &str| {
+        json!({"track_id": id, "type": "feature", "status": "new",
+            "created_at": "2026-11-30T09:00:00Z", "updated_at": "2026-11-30T09:00:00Z",
+            "description": "watched live"})
+    };
+    let list = |project: &str| {
+        json!({"project_id": project, "created_by": "pm", "tasks": [{"task_id": "t1",
+            "assigned_persona": "dev", "parallel_group": 1, "depends_on": [], "reads": [],
+            "writes": ["a.rs"], "description": "one task"}]})
+    };
+    let send = async |token: &str, method: reqwest::Method, path: &str, body: Value| {
+        let response = app.send_as(token, method, path, Some(&body)).await;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert!(status.is_success(), "{path}: {status} {body}");
+        body
+    };
+    let (tracks_a, overview_a) = (
+        marker(&viewer_a, "/ui/tracks").await,
+        marker(&viewer_a, "/ui/").await,
+    );
+    let overview_all = marker(&admin, "/ui/").await;
+
+    // Another project's track and list: nothing the viewer may see changed.
+    let put = reqwest::Method::PUT;
+    send(TOKEN_B, put.clone(), "/v1/tracks/b-1?project_id=proj-b", track("b-1")).await;
+    send(TOKEN_B, reqwest::Method::POST, "/v1/task-lists", list("proj-b")).await;
+    assert_eq!(marker(&viewer_a, "/ui/tracks").await, tracks_a);
+    assert_eq!(marker(&viewer_a, "/ui/").await, overview_a);
+    assert_ne!(
+        marker(&admin, "/ui/").await,
+        overview_all,
+        "a viewer of every project sees the new list"
+    );
+
+    // The viewer's own project: its track moves the track list's marker only.
+    send(TOKEN_A, put, "/v1/tracks/a-1?project_id=proj-a", track("a-1")).await;
+    let tracks_now = marker(&viewer_a, "/ui/tracks").await;
+    assert_ne!(tracks_now, tracks_a);
+    assert_eq!(marker(&viewer_a, "/ui/").await, overview_a);
+
+    // Its new list, then a claim of its task, each move the overview's marker.
+    let created = send(TOKEN_A, reqwest::Method::POST, "/v1/task-lists", list("proj-a")).await;
+    let with_list = marker(&viewer_a, "/ui/").await;
+    assert_ne!(with_list, overview_a);
+    let id = created["id"].as_str().expect("a list id");
+    let claim = json!({"holder": "agent-1"});
+    send(TOKEN_A, reqwest::Method::POST, &format!("/v1/task-lists/{id}/claim"), claim).await;
+    let claimed = marker(&viewer_a, "/ui/").await;
+    assert_ne!(claimed, with_list, "a claim moves the list's counts");
+    // Nothing changed since: the marker is the same on every read.
+    assert_eq!(marker(&viewer_a, "/ui/").await, claimed);
+    assert_eq!(marker(&viewer_a, "/ui/tracks").await, tracks_now);
+    app.shutdown().await;
+}
+
+both_backends!(live_markers_follow_the_viewers_projects);

@@ -35,10 +35,7 @@ async fn unknown_routes_and_methods_are_problems(app: TestApp) {
 }
 
 async fn root_sends_browsers_to_the_dashboard(app: TestApp) {
-    let no_follow = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let no_follow = crate::common::browser();
     let browser = no_follow
         .get(app.url("/"))
         .header("accept", "text/html,application/xhtml+xml,*/*;q=0.8")
@@ -133,10 +130,7 @@ async fn responses_are_gzipped_on_request(app: TestApp) {
 }
 
 async fn docs_render_from_local_assets(app: TestApp) {
-    let redirect = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
+    let redirect = crate::common::browser()
         .get(app.url("/docs"))
         .send()
         .await

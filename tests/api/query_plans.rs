@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
-use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on};
+use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on, sse};
+use plangate::db::dashboard::LiveTable;
 use chrono::Utc;
 use plangate::db::refine_jobs::{ClaimFor, JobLease};
 use serde_json::{Value, json};
@@ -124,6 +125,12 @@ const EXPECTED: &[(&str, &str)] = &[
     ("run phases", "FROM refine_jobs WHERE run_id = $1"),
     ("track read", "FROM tracks WHERE track_id = $1"),
     ("track step", "UPDATE tracks SET metadata = $2"),
+    ("live page marker", "SELECT MAX(updated_at) AS at FROM refine_jobs"),
+    (
+        "live page marker by project",
+        "SELECT MAX(at) FROM (SELECT MAX(updated_at) AS at FROM tracks WHERE project_id = $1",
+    ),
+    ("overview counts", "FROM task_list_counts c WHERE c.task_list_id = task_lists.id"),
 ];
 
 /// The notices sqlx logged (auto_explain's plans among them).
@@ -548,6 +555,17 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
             .is_none(),
             "nothing is queued"
         );
+    }
+    // The live list pages' markers, which every open page reads twice a second:
+    // the last entry of a change index, for all projects or per allowed project,
+    // and the overview's counter rows.
+    for page in ["overview", "jobs", "runs", "tracks"] {
+        let ready = sse::frames(app, &format!("/ui/live/{page}/events"), None, 1).await;
+        assert_eq!(sse::field(&ready[0], "event").as_deref(), Some("ready"));
+    }
+    let projects = ["project-3".to_owned(), "project-4".to_owned()];
+    for table in [LiveTable::Jobs, LiveTable::Runs, LiveTable::Tracks] {
+        app.db.latest_change(table, Some(&projects)).await.unwrap();
     }
     get(app, "/readyz").await;
     let metrics = app.get("/metrics").await;

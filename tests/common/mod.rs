@@ -203,6 +203,29 @@ impl TestApp {
         request.send().await.expect("request")
     }
 
+    /// Signs in to the dashboard with `token` as its login form does; answers the
+    /// session cookie (`name=value`).
+    pub async fn sign_in(&self, token: &str) -> String {
+        let response = browser()
+            .post(self.url("/ui/login"))
+            .header("origin", self.base.clone())
+            .form(&[("token", token), ("next", "/ui/")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303, "login");
+        let cookie = response
+            .headers()
+            .get("set-cookie")
+            .expect("a session cookie")
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(!cookie.contains(token), "{cookie}");
+        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+        cookie.split(';').next().unwrap().to_owned()
+    }
+
     /// `GET path` as `token`.
     pub async fn get_as(&self, token: &str, path: &str) -> reqwest::Response {
         self.send_as(token, reqwest::Method::GET, path, None).await
@@ -420,6 +443,15 @@ pub async fn spawn_app_with_project_tokens(
         tweak(s);
     })
     .await
+}
+
+/// A client that shows redirects instead of following them, as a test of a
+/// browser's view needs.
+pub fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
 }
 
 pub async fn spawn_app(backend: Backend) -> TestApp {
