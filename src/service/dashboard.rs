@@ -731,7 +731,10 @@ fn lists_digest(lists: &[ListCounts]) -> String {
             hash.update(n.to_le_bytes());
         }
     }
-    hash.finalize()[..8].iter().map(|b| format!("{b:02x}")).collect()
+    hash.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A bulk action on the job or run list.

@@ -2,7 +2,9 @@
 //! dashboard's task-list page"): a list of more than 300 tasks shows its waves
 //! counted and its tasks 200 a page, with a link to the next page.
 
-use crate::common::{ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, spawn_app_with_project_tokens, sse};
+use crate::common::{
+    ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, spawn_app_with_project_tokens, sse,
+};
 use serde_json::{Value, json};
 
 /// Three waves of 150: wave 2's task `t{i}` needs wave 1's `t{i - 150}`.
@@ -408,8 +410,20 @@ async fn live_markers_follow_the_viewers_projects(backend: Backend) {
 
     // Another project's track and list: nothing the viewer may see changed.
     let put = reqwest::Method::PUT;
-    send(TOKEN_B, put.clone(), "/v1/tracks/b-1?project_id=proj-b", track("b-1")).await;
-    send(TOKEN_B, reqwest::Method::POST, "/v1/task-lists", list("proj-b")).await;
+    send(
+        TOKEN_B,
+        put.clone(),
+        "/v1/tracks/b-1?project_id=proj-b",
+        track("b-1"),
+    )
+    .await;
+    send(
+        TOKEN_B,
+        reqwest::Method::POST,
+        "/v1/task-lists",
+        list("proj-b"),
+    )
+    .await;
     assert_eq!(marker(&viewer_a, "/ui/tracks").await, tracks_a);
     assert_eq!(marker(&viewer_a, "/ui/").await, overview_a);
     assert_ne!(
@@ -419,18 +433,36 @@ async fn live_markers_follow_the_viewers_projects(backend: Backend) {
     );
 
     // The viewer's own project: its track moves the track list's marker only.
-    send(TOKEN_A, put, "/v1/tracks/a-1?project_id=proj-a", track("a-1")).await;
+    send(
+        TOKEN_A,
+        put,
+        "/v1/tracks/a-1?project_id=proj-a",
+        track("a-1"),
+    )
+    .await;
     let tracks_now = marker(&viewer_a, "/ui/tracks").await;
     assert_ne!(tracks_now, tracks_a);
     assert_eq!(marker(&viewer_a, "/ui/").await, overview_a);
 
     // Its new list, then a claim of its task, each move the overview's marker.
-    let created = send(TOKEN_A, reqwest::Method::POST, "/v1/task-lists", list("proj-a")).await;
+    let created = send(
+        TOKEN_A,
+        reqwest::Method::POST,
+        "/v1/task-lists",
+        list("proj-a"),
+    )
+    .await;
     let with_list = marker(&viewer_a, "/ui/").await;
     assert_ne!(with_list, overview_a);
     let id = created["id"].as_str().expect("a list id");
     let claim = json!({"holder": "agent-1"});
-    send(TOKEN_A, reqwest::Method::POST, &format!("/v1/task-lists/{id}/claim"), claim).await;
+    send(
+        TOKEN_A,
+        reqwest::Method::POST,
+        &format!("/v1/task-lists/{id}/claim"),
+        claim,
+    )
+    .await;
     let claimed = marker(&viewer_a, "/ui/").await;
     assert_ne!(claimed, with_list, "a claim moves the list's counts");
     // Nothing changed since: the marker is the same on every read.
@@ -440,3 +472,58 @@ async fn live_markers_follow_the_viewers_projects(backend: Backend) {
 }
 
 both_backends!(live_markers_follow_the_viewers_projects);
+
+/// The overview's row of list `id` as text: tags dropped, blanks collapsed.
+fn overview_row(html: &str, id: &str) -> String {
+    let link = format!("/ui/task-lists/{id}");
+    let at = html.find(&link).expect("the list is on the overview");
+    let start = html[..at].rfind("<tr").expect("in a row");
+    let end = at + html[at..].find("</tr>").expect("a closed row");
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html[start..end].chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                text.push(' ');
+            }
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The overview counts each list's tasks by status from the list's counters: a
+/// claim, a failure and the abandons it cascades to show as they are stored.
+async fn the_overview_counts_a_lists_tasks_by_status(app: TestApp) {
+    let task = |id: &str, deps: &[&str]| {
+        json!({"task_id": id, "assigned_persona": "dev", "parallel_group": 1 + deps.len(),
+            "depends_on": deps, "reads": [], "writes": [format!("{id}.rs")],
+            "description": "counted"})
+    };
+    let body = json!({"project_id": "counted", "created_by": "pm", "tasks": [
+        task("T1", &[]), task("T2", &["T1"]), task("T3", &[]), task("T4", &["T1", "T2"])]});
+    let response = app.post_json("/v1/task-lists", &body).await;
+    assert_eq!(response.status(), 201);
+    let list: Value = response.json().await.unwrap();
+    let id = list["id"].as_str().unwrap().to_owned();
+    let row = overview_row(&page(&app, "/ui/").await, &id);
+    assert!(row.contains(" 4 pending 4"), "{row}");
+
+    // T1 runs and fails: T2 and T4 are abandoned; T3 is claimed.
+    for status in ["running", "failed"] {
+        let path = format!("/v1/tasks/{}", server_id(&list, "T1"));
+        let changed = app.patch_json(&path, &json!({"status": status})).await;
+        assert_eq!(changed.status(), 200, "{status}");
+    }
+    let claimed = app.claim(&id, &json!({"holder": "agent-1"})).await;
+    assert_eq!(claimed.status(), 200);
+    let claimed: Value = claimed.json().await.unwrap();
+    assert_eq!(claimed["task"]["task_id"], "T3", "{claimed}");
+    let row = overview_row(&page(&app, "/ui/").await, &id);
+    assert!(row.contains(" 4 running 1 failed 1 abandoned 2"), "{row}");
+}
+
+both_backends!(the_overview_counts_a_lists_tasks_by_status);

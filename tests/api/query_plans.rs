@@ -15,8 +15,8 @@ use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use crate::common::{Backend, FreshDatabase, TestApp, spawn_app_on, sse};
-use plangate::db::dashboard::LiveTable;
 use chrono::Utc;
+use plangate::db::dashboard::LiveTable;
 use plangate::db::refine_jobs::{ClaimFor, JobLease};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
@@ -125,12 +125,18 @@ const EXPECTED: &[(&str, &str)] = &[
     ("run phases", "FROM refine_jobs WHERE run_id = $1"),
     ("track read", "FROM tracks WHERE track_id = $1"),
     ("track step", "UPDATE tracks SET metadata = $2"),
-    ("live page marker", "SELECT MAX(updated_at) AS at FROM refine_jobs"),
+    (
+        "live page marker",
+        "SELECT MAX(updated_at) AS at FROM refine_jobs",
+    ),
     (
         "live page marker by project",
         "SELECT MAX(at) FROM (SELECT MAX(updated_at) AS at FROM tracks WHERE project_id = $1",
     ),
-    ("overview counts", "FROM task_list_counts c WHERE c.task_list_id = task_lists.id"),
+    (
+        "overview counts",
+        "FROM task_list_counts c WHERE c.task_list_id = task_lists.id",
+    ),
 ];
 
 /// The notices sqlx logged (auto_explain's plans among them).
