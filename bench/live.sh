@@ -3,7 +3,8 @@
 # "Live pages"): how long each live page's stream (overview, jobs, runs, tracks)
 # takes to send its first event, which waits for one read of the page's marker (an
 # open page reads it again twice a second), on Postgres databases seeded with a
-# small and a 20 times larger history (bench/seed_postgres.sql). With BASE=path to
+# small and a 20 times larger history (bench/seed_postgres.sql); then what the
+# change indexes cost a job queue (HOT updates of `refine_jobs`). With BASE=path to
 # an older plangate binary, that build is measured first on the same databases.
 #
 #   bash bench/live.sh                                  # this build (release)
@@ -64,5 +65,20 @@ for size in "small 200 2000 200" "large 4000 40000 4000"; do
       done
     stop
   done
+done
+# What the change indexes cost the job queue: a job write that moves `updated_at`
+# can no longer be a HOT update. 300 builtin jobs on an empty database per build.
+echo "== refine_jobs updates during 300 builtin jobs (8 clients)"
+for build in ${BASE:+base} this; do
+  bin=$BIN
+  [ "$build" = base ] && bin=$BASE
+  db="plangate_live_jobs_${build}_$$"
+  dbs+=("$db")
+  psql "$PG_ADMIN" -qc "create database $db"
+  start_server "$bin" "$PG_BASE/$db" "$tmp/jobs-$build.log"
+  rate=$(python3 bench/refine_load.py throughput "http://127.0.0.1:$PORT" 300 8 | grep 'throughput:')
+  stop
+  sleep 1 # the statistics of the server's last transactions
+  echo "$build: $(psql "$PG_BASE/$db" -Atqc "select n_tup_upd || ' updates, ' || n_tup_hot_upd || ' HOT' from pg_stat_user_tables where relname = 'refine_jobs'");$rate"
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
