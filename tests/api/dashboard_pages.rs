@@ -1,6 +1,8 @@
-//! The dashboard's task-list page at size (docs/architecture.md, "The
-//! dashboard's task-list page"): a list of more than 300 tasks shows its waves
-//! counted and its tasks 200 a page, with a link to the next page.
+//! The dashboard's pages as served (docs/architecture.md, "The dashboard's
+//! task-list page" and "Live pages"): a list of more than 300 tasks shows its waves
+//! counted and its tasks 200 a page, with a link to the next page; the list pages'
+//! live markers follow what their viewer may see; the overview counts each list's
+//! tasks by status.
 
 use crate::common::{
     ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, spawn_app_with_project_tokens, sse,
