@@ -2,7 +2,7 @@
 //! task-list page" and "Live pages"): a list of more than 300 tasks shows its waves
 //! counted and its tasks 200 a page, with a link to the next page; the list pages'
 //! live markers follow what their viewer may see; the overview counts each list's
-//! tasks by status.
+//! tasks by status; a job's or run's cancel page confirms, or says it has ended.
 
 use crate::common::{
     ADMIN, Backend, TOKEN_A, TOKEN_B, TestApp, spawn_app_with_project_tokens, sse,
@@ -529,3 +529,68 @@ async fn the_overview_counts_a_lists_tasks_by_status(app: TestApp) {
 }
 
 both_backends!(the_overview_counts_a_lists_tasks_by_status);
+
+/// A cancel's confirmation page, for a job and for a run: while it is open, what
+/// the cancel will do and the form that does it, posting to the page's own
+/// `/cancel`; once it has ended, that there is nothing to cancel and a way back.
+async fn cancel_pages_confirm_or_say_there_is_nothing_to_do(backend: Backend) {
+    let app = crate::common::spawn_app_with(backend, |s| s.workers = 0).await;
+    let job = app
+        .submit_refine_job(&crate::refine_jobs::body(&["P1-A1"]))
+        .await;
+    let job = job["id"].as_str().unwrap().to_owned();
+    let run = app
+        .post_json(
+            "/v1/refine-runs",
+            &json!({"plan": crate::common::one_phase_plan()}),
+        )
+        .await;
+    assert_eq!(run.status(), 202);
+    let run: Value = run.json().await.unwrap();
+    let run = run["id"].as_str().unwrap().to_owned();
+
+    // Open (no worker takes them): what the cancel does, and the form.
+    let page_of_job = page(&app, &format!("/ui/jobs/{job}/cancel")).await;
+    assert!(
+        page_of_job.contains("<title>Cancel refine job"),
+        "{page_of_job}"
+    );
+    assert!(page_of_job.contains("The job has not started"));
+    assert!(page_of_job.contains(&format!("action=\"/ui/jobs/{job}/cancel\"")));
+    assert!(page_of_job.contains("Yes, cancel this job"));
+    let page_of_run = page(&app, &format!("/ui/runs/{run}/cancel")).await;
+    assert!(
+        page_of_run.contains("<title>Cancel refine run"),
+        "{page_of_run}"
+    );
+    assert!(page_of_run.contains("Its 1 phase jobs not yet ended will be cancelled"));
+    assert!(page_of_run.contains(&format!("action=\"/ui/runs/{run}/cancel\"")));
+    assert!(page_of_run.contains("Yes, cancel this run"));
+
+    // Ended: nothing to cancel, and the way back to its page.
+    for path in [
+        format!("/v1/refine-jobs/{job}/cancel"),
+        format!("/v1/refine-runs/{run}/cancel"),
+    ] {
+        let cancelled = app.post_json(&path, &json!({})).await;
+        assert!(
+            cancelled.status().is_success(),
+            "{path}: {}",
+            cancelled.status()
+        );
+    }
+    for (noun, id) in [("job", &job), ("run", &run)] {
+        let ended = page(&app, &format!("/ui/{noun}s/{id}/cancel")).await;
+        assert!(
+            ended.contains(&format!(
+                "This {noun} has ended (cancelled): there is nothing to cancel."
+            )),
+            "{ended}"
+        );
+        assert!(ended.contains(&format!("href=\"/ui/{noun}s/{id}\">Back to the {noun}")));
+        assert!(!ended.contains("Yes, cancel"));
+    }
+    app.shutdown().await;
+}
+
+both_backends!(cancel_pages_confirm_or_say_there_is_nothing_to_do);

@@ -318,42 +318,48 @@ fn log_time(at: &DateTime<Utc>) -> Markup {
 }
 
 /// What a cancel's confirmation shows of the job or run it cancels.
-struct CancelTarget<'a> {
-    /// "job" or "run".
-    noun: &'static str,
-    /// Its page.
-    href: String,
+struct CancelTarget {
+    kind: BulkKind,
     id: uuid::Uuid,
-    status: &'a str,
-    ended: bool,
-    section: Section,
+    status: JobStatus,
     /// The facts after its link and state.
     facts: Markup,
     /// What the cancel will do.
     what: Markup,
 }
 
+/// A job's or run's noun, the path of its list (its pages are below it) and the
+/// dashboard section it belongs to.
+fn kind_parts(kind: BulkKind) -> (&'static str, &'static str, Section) {
+    match kind {
+        BulkKind::Jobs => ("job", "/ui/jobs", Section::Jobs),
+        BulkKind::Runs => ("run", "/ui/runs", Section::Runs),
+    }
+}
+
 /// Cancel's confirmation (no script needed): what the cancel does, and the form
 /// that does it; for a job or run that has ended, that there is nothing to do.
 fn cancel_page(target: CancelTarget, chrome: Chrome) -> Markup {
     let CancelTarget {
-        noun,
-        href,
+        kind,
         id,
         status,
-        ..
-    } = &target;
+        facts,
+        what,
+    } = target;
+    let (noun, list, section) = kind_parts(kind);
+    let href = format!("{list}/{id}");
     let body = html! {
         dl.facts {
-            dt { (if *noun == "job" { "Job" } else { "Run" }) } dd { a href=(href) { (id_code(id)) } }
-            dt { "State" } dd { (status_badge(status)) }
-            (target.facts)
+            dt { (if kind == BulkKind::Jobs { "Job" } else { "Run" }) } dd { a href=(href) { (id_code(id)) } }
+            dt { "State" } dd { (status_badge(status.as_str())) }
+            (facts)
         }
-        @if target.ended {
-            p #confirm-what { "This " (noun) " has ended (" (status) "): there is nothing to cancel." }
+        @if status.is_terminal() {
+            p #confirm-what { "This " (noun) " has ended (" (status.as_str()) "): there is nothing to cancel." }
             p { a href=(href) { "Back to the " (noun) } }
         } @else {
-            (target.what)
+            (what)
             form.cancel method="post" action={ (href) "/cancel" } {
                 button type="submit" { "Yes, cancel this " (noun) }
                 " " a href=(href) { "No, keep it running" }
@@ -362,7 +368,7 @@ fn cancel_page(target: CancelTarget, chrome: Chrome) -> Markup {
     };
     layout(
         &format!("Cancel refine {noun} {id}?"),
-        target.section,
+        section,
         chrome,
         body,
     )
@@ -370,12 +376,9 @@ fn cancel_page(target: CancelTarget, chrome: Chrome) -> Markup {
 
 pub fn cancel_job_page(job: &StoredJob, chrome: Chrome) -> Markup {
     let target = CancelTarget {
-        noun: "job",
-        href: format!("/ui/jobs/{}", job.id),
+        kind: BulkKind::Jobs,
         id: job.id,
-        status: job.status.as_str(),
-        ended: job.status.is_terminal(),
-        section: Section::Jobs,
+        status: job.status,
         facts: html! {
             dt { "Phase" } dd { code { (job.phase_id) } }
             dt { "Project" } dd { bdi { (job.project_id.as_deref().unwrap_or("—")) } }
@@ -401,12 +404,9 @@ pub fn cancel_run_page(view: &RunView, chrome: Chrome) -> Markup {
         .filter(|j| !j.status.is_terminal())
         .collect();
     let target = CancelTarget {
-        noun: "run",
-        href: format!("/ui/runs/{}", run.id),
+        kind: BulkKind::Runs,
         id: run.id,
-        status: run.status.as_str(),
-        ended: run.status.is_terminal(),
-        section: Section::Runs,
+        status: run.status,
         facts: html! {
             dt { "Project" } dd { bdi { (run.project_id.as_deref().unwrap_or("—")) } }
         },
@@ -430,10 +430,7 @@ pub fn bulk_page(
     done: bool,
     chrome: Chrome,
 ) -> Markup {
-    let (noun, list, section) = match kind {
-        BulkKind::Jobs => ("job", "/ui/jobs", Section::Jobs),
-        BulkKind::Runs => ("run", "/ui/runs", Section::Runs),
-    };
+    let (noun, list, section) = kind_parts(kind);
     let verb = match action {
         BulkAction::Cancel => "Cancel",
         BulkAction::Retry => "Retry",
