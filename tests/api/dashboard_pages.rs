@@ -550,22 +550,23 @@ async fn cancel_pages_confirm_or_say_there_is_nothing_to_do(backend: Backend) {
     let run = run["id"].as_str().unwrap().to_owned();
 
     // Open (no worker takes them): what the cancel does, and the form.
-    let page_of_job = page(&app, &format!("/ui/jobs/{job}/cancel")).await;
-    assert!(
-        page_of_job.contains("<title>Cancel refine job"),
-        "{page_of_job}"
-    );
-    assert!(page_of_job.contains("The job has not started"));
-    assert!(page_of_job.contains(&format!("action=\"/ui/jobs/{job}/cancel\"")));
-    assert!(page_of_job.contains("Yes, cancel this job"));
-    let page_of_run = page(&app, &format!("/ui/runs/{run}/cancel")).await;
-    assert!(
-        page_of_run.contains("<title>Cancel refine run"),
-        "{page_of_run}"
-    );
-    assert!(page_of_run.contains("Its 1 phase jobs not yet ended will be cancelled"));
-    assert!(page_of_run.contains(&format!("action=\"/ui/runs/{run}/cancel\"")));
-    assert!(page_of_run.contains("Yes, cancel this run"));
+    for (noun, id, what) in [
+        ("job", &job, "The job has not started"),
+        (
+            "run",
+            &run,
+            "Its 1 phase jobs not yet ended will be cancelled",
+        ),
+    ] {
+        let open = page(&app, &format!("/ui/{noun}s/{id}/cancel")).await;
+        assert!(
+            open.contains(&format!("<title>Cancel refine {noun}")),
+            "{open}"
+        );
+        assert!(open.contains(what), "{open}");
+        assert!(open.contains(&format!("action=\"/ui/{noun}s/{id}/cancel\"")));
+        assert!(open.contains(&format!("Yes, cancel this {noun}")));
+    }
 
     // Ended: nothing to cancel, and the way back to its page.
     for path in [
