@@ -328,12 +328,12 @@ struct CancelTarget {
     what: Markup,
 }
 
-/// A job's or run's noun, the path of its list (its pages are below it) and the
-/// dashboard section it belongs to.
-fn kind_parts(kind: BulkKind) -> (&'static str, &'static str, Section) {
+/// The path of a job's or run's list (its pages are below it) and the dashboard
+/// section it belongs to.
+fn list_of(kind: BulkKind) -> (&'static str, Section) {
     match kind {
-        BulkKind::Jobs => ("job", "/ui/jobs", Section::Jobs),
-        BulkKind::Runs => ("run", "/ui/runs", Section::Runs),
+        BulkKind::Jobs => ("/ui/jobs", Section::Jobs),
+        BulkKind::Runs => ("/ui/runs", Section::Runs),
     }
 }
 
@@ -347,7 +347,7 @@ fn cancel_page(target: CancelTarget, chrome: Chrome) -> Markup {
         facts,
         what,
     } = target;
-    let (noun, list, section) = kind_parts(kind);
+    let (noun, (list, section)) = (kind.noun(), list_of(kind));
     let href = format!("{list}/{id}");
     let body = html! {
         dl.facts {
@@ -430,7 +430,7 @@ pub fn bulk_page(
     done: bool,
     chrome: Chrome,
 ) -> Markup {
-    let (noun, list, section) = kind_parts(kind);
+    let (noun, (list, section)) = (kind.noun(), list_of(kind));
     let verb = match action {
         BulkAction::Cancel => "Cancel",
         BulkAction::Retry => "Retry",
