@@ -400,17 +400,7 @@ mod sessions {
     /// the same database) honours them, and the cookie's lifetime is the session's.
     async fn sessions_outlive_a_restart(backend: Backend) {
         let app = spawn(backend).await;
-        let response = browser()
-            .post(app.url("/ui/login"))
-            .header("origin", app.base.clone())
-            .form(&[("token", ADMIN), ("next", "/ui/")])
-            .send()
-            .await
-            .unwrap();
-        let set_cookie = response.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let set_cookie = app.sign_in_header(ADMIN).await;
         assert!(set_cookie.contains("Max-Age=43200"), "{set_cookie}");
         let cookie = set_cookie.split(';').next().unwrap().to_owned();
         let database = app.stop_keeping_database().await;

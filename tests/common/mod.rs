@@ -206,6 +206,14 @@ impl TestApp {
     /// Signs in to the dashboard with `token` as its login form does; answers the
     /// session cookie (`name=value`).
     pub async fn sign_in(&self, token: &str) -> String {
+        let set_cookie = self.sign_in_header(token).await;
+        set_cookie.split(';').next().unwrap().to_owned()
+    }
+
+    /// The `Set-Cookie` header a dashboard sign-in with `token` answers, after
+    /// checking that it keeps the token out and the cookie from scripts and other
+    /// sites.
+    pub async fn sign_in_header(&self, token: &str) -> String {
         let response = browser()
             .post(self.url("/ui/login"))
             .header("origin", self.base.clone())
@@ -223,7 +231,7 @@ impl TestApp {
             .to_owned();
         assert!(!cookie.contains(token), "{cookie}");
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
-        cookie.split(';').next().unwrap().to_owned()
+        cookie
     }
 
     /// `GET path` as `token`.
