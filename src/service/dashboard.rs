@@ -32,6 +32,9 @@ pub struct Overview {
     pub projects: Vec<ProjectSummary>,
     pub job_counts: Vec<(JobState, i64)>,
     pub run_counts: Vec<(JobStatus, i64)>,
+    /// The live marker this overview was drawn from
+    /// ([`Service::dashboard_live_marker`]).
+    pub since: String,
 }
 
 pub struct ProjectSummary {
@@ -65,11 +68,16 @@ impl From<ListCounts> for TaskListSummary {
 }
 
 impl Service {
+    /// The overview, with the live marker it was drawn from: the jobs' and runs'
+    /// parts read before their counts, the lists' digested from the lists drawn
+    /// (one read for both).
     pub async fn dashboard_overview(&self, caller: &Caller) -> Result<Overview, ServiceError> {
+        let mut since = self.live_table_parts(caller, LivePage::Overview).await?;
         let lists = self
             .db
             .task_list_counts(caller.allowed_projects(), OVERVIEW_LISTS)
             .await?;
+        since.push(lists_digest(&lists));
         let mut projects: Vec<ProjectSummary> = Vec::new();
         for list in lists {
             let project = match projects
@@ -117,6 +125,7 @@ impl Service {
                 .db
                 .status_counts(true, caller.allowed_projects())
                 .await?,
+            since: since.join("-"),
         })
     }
 }
@@ -704,18 +713,34 @@ impl Service {
         caller: &Caller,
         page: LivePage,
     ) -> Result<String, ServiceError> {
-        let allowed = caller.allowed_projects();
-        let mut marker = Vec::new();
-        for table in page.tables() {
-            let changed = self.db.latest_change(*table, allowed).await?;
-            let nanos = changed.and_then(|at| at.timestamp_nanos_opt()).unwrap_or(0);
-            marker.push(nanos.to_string());
-        }
+        let mut marker = self.live_table_parts(caller, page).await?;
         if page == LivePage::Overview {
-            let lists = self.db.task_list_counts(allowed, OVERVIEW_LISTS).await?;
+            let lists = self
+                .db
+                .task_list_counts(caller.allowed_projects(), OVERVIEW_LISTS)
+                .await?;
             marker.push(lists_digest(&lists));
         }
         Ok(marker.join("-"))
+    }
+
+    /// The marker's parts for the tables the page watches: each one's latest
+    /// change in the caller's projects, in nanoseconds.
+    async fn live_table_parts(
+        &self,
+        caller: &Caller,
+        page: LivePage,
+    ) -> Result<Vec<String>, ServiceError> {
+        let mut parts = Vec::new();
+        for table in page.tables() {
+            let changed = self
+                .db
+                .latest_change(*table, caller.allowed_projects())
+                .await?;
+            let nanos = changed.and_then(|at| at.timestamp_nanos_opt()).unwrap_or(0);
+            parts.push(nanos.to_string());
+        }
+        Ok(parts)
     }
 }
 

@@ -3,10 +3,9 @@
 use super::error::PageResult;
 use super::extract::Viewer;
 use super::pages::overview_page;
-use crate::service::dashboard::LivePage;
 
 pub async fn overview(viewer: Viewer) -> PageResult {
-    let since = viewer.live_since(LivePage::Overview).await?;
+    // The overview carries the live marker it was drawn from.
     let overview = viewer.service().dashboard_overview(&viewer.caller).await?;
-    Ok(overview_page(&overview, &since, viewer.chrome()))
+    Ok(overview_page(&overview, viewer.chrome()))
 }

@@ -200,10 +200,10 @@ fn list_row(list: &TaskListSummary) -> Markup {
     }
 }
 
-pub fn overview_page(overview: &Overview, since: &str, chrome: Chrome) -> Markup {
+pub fn overview_page(overview: &Overview, chrome: Chrome) -> Markup {
     let body = html! {
         (live_badge())
-        div #live-region data-live="overview" data-since=(since) {
+        div #live-region data-live="overview" data-since=(overview.since) {
         section aria-labelledby="jobs-h" {
             h2 #jobs-h { "Refine jobs by state" }
             ul.counts {
