@@ -6,22 +6,30 @@ fn endpoints_per_api_with_defaults_and_trailing_slashes() {
     let url = |api, base: Option<&str>| {
         HttpConfig::new(api, base, "m".into(), None, t, 10).map(|c| c.url.to_string())
     };
-    assert_eq!(
-        url(Api::Openai, None).unwrap(),
-        "https://api.openai.com/v1/chat/completions"
-    );
-    assert_eq!(
-        url(Api::Openai, Some("http://127.0.0.1:8000/v1/")).unwrap(),
-        "http://127.0.0.1:8000/v1/chat/completions"
-    );
-    assert_eq!(
-        url(Api::Anthropic, None).unwrap(),
-        "https://api.anthropic.com/v1/messages"
-    );
-    assert_eq!(
-        url(Api::Anthropic, Some("http://h:1//")).unwrap(),
-        "http://h:1/v1/messages"
-    );
+    for (api, base, endpoint) in [
+        (
+            Api::Openai,
+            None,
+            "https://api.openai.com/v1/chat/completions",
+        ),
+        (
+            Api::Openai,
+            Some("http://127.0.0.1:8000/v1/"),
+            "http://127.0.0.1:8000/v1/chat/completions",
+        ),
+        (
+            Api::Anthropic,
+            None,
+            "https://api.anthropic.com/v1/messages",
+        ),
+        (
+            Api::Anthropic,
+            Some("http://h:1//"),
+            "http://h:1/v1/messages",
+        ),
+    ] {
+        assert_eq!(url(api, base).unwrap(), endpoint, "{base:?}");
+    }
     assert!(
         url(Api::Openai, Some("ftp://h"))
             .unwrap_err()

@@ -139,45 +139,32 @@ mod tests {
     }
 
     #[test]
-    fn last_json_block_wins_and_other_languages_are_ignored() {
-        let text = "a\n```json\n[1]\n```\nb\n```JSON\n[2]\n```\n```python\n[3]\n```\n";
-        assert_eq!(block(text), ("[2]\n", 7));
-    }
-
-    #[test]
-    fn unlabelled_blocks_count_and_info_strings_may_have_more_words() {
-        assert_eq!(block("```\n[1]\n```\n"), ("[1]\n", 2));
-        assert_eq!(block("``` json title=\"x\"  \n[1]\n```"), ("[1]\n", 2));
-        assert_eq!(
-            block("```jsonc\n[9]\n```\n```Json  \n[1]\n```"),
-            ("[1]\n", 5)
-        );
-    }
-
-    #[test]
-    fn tilde_fences_and_crlf() {
-        assert_eq!(block("~~~json\r\n[1]\r\n~~~\r\n"), ("[1]\r\n", 2));
-        // A backtick line does not close a tilde fence.
-        assert_eq!(block("~~~json\n```\n[1]\n~~~\n"), ("```\n[1]\n", 2));
-    }
-
-    #[test]
-    fn fence_inside_another_language_block_is_content() {
-        let text = "```json\n[1]\n```\n````python\n```json\n[2]\n```\n````\n";
-        assert_eq!(block(text), ("[1]\n", 2));
-    }
-
-    #[test]
-    fn closing_fence_needs_at_least_the_opening_length() {
-        assert_eq!(
-            block("````json\n[1,\n```\n2]\n````\n"),
-            ("[1,\n```\n2]\n", 2)
-        );
-    }
-
-    #[test]
-    fn unclosed_fence_runs_to_the_end() {
-        assert_eq!(block("text\n```json\n[1]"), ("[1]", 3));
+    fn which_block_is_the_json_and_its_first_line() {
+        for (text, found) in [
+            // The last json block wins; other languages are ignored.
+            (
+                "a\n```json\n[1]\n```\nb\n```JSON\n[2]\n```\n```python\n[3]\n```\n",
+                ("[2]\n", 7),
+            ),
+            // Unlabelled blocks count; an info string may have more words.
+            ("```\n[1]\n```\n", ("[1]\n", 2)),
+            ("``` json title=\"x\"  \n[1]\n```", ("[1]\n", 2)),
+            ("```jsonc\n[9]\n```\n```Json  \n[1]\n```", ("[1]\n", 5)),
+            // Tilde fences and CRLF; a backtick line does not close a tilde fence.
+            ("~~~json\r\n[1]\r\n~~~\r\n", ("[1]\r\n", 2)),
+            ("~~~json\n```\n[1]\n~~~\n", ("```\n[1]\n", 2)),
+            // A fence inside another language's block is content.
+            (
+                "```json\n[1]\n```\n````python\n```json\n[2]\n```\n````\n",
+                ("[1]\n", 2),
+            ),
+            // A closing fence needs at least the opening's length.
+            ("````json\n[1,\n```\n2]\n````\n", ("[1,\n```\n2]\n", 2)),
+            // An unclosed fence runs to the end.
+            ("text\n```json\n[1]", ("[1]", 3)),
+        ] {
+            assert_eq!(block(text), found, "{text:?}");
+        }
     }
 
     #[test]

@@ -130,22 +130,26 @@ fn synthesis_message(source: TaskListSource<'_>) -> String {
 
 #[test]
 fn synthesis_failure_messages_keep_the_spec_wording() {
-    assert_eq!(
-        synthesis_message(TaskListSource::PlannerOutput("")),
-        "synthesis produced empty output"
-    );
-    assert_eq!(
-        synthesis_message(TaskListSource::PlannerOutput(" \r\n ")),
-        "synthesis produced empty output"
-    );
-    assert_eq!(
-        synthesis_message(TaskListSource::PlannerOutput("[{\"task_id\": }]")),
-        "synthesis output is not valid JSON: expected value at line 1 column 14"
-    );
-    assert_eq!(
-        synthesis_message(TaskListSource::Json("[1] x")),
-        "synthesis output is not valid JSON: trailing characters at line 1 column 5"
-    );
+    for (source, message) in [
+        (
+            TaskListSource::PlannerOutput(""),
+            "synthesis produced empty output",
+        ),
+        (
+            TaskListSource::PlannerOutput(" \r\n "),
+            "synthesis produced empty output",
+        ),
+        (
+            TaskListSource::PlannerOutput("[{\"task_id\": }]"),
+            "synthesis output is not valid JSON: expected value at line 1 column 14",
+        ),
+        (
+            TaskListSource::Json("[1] x"),
+            "synthesis output is not valid JSON: trailing characters at line 1 column 5",
+        ),
+    ] {
+        assert_eq!(synthesis_message(source), message);
+    }
     for (value, json_type) in [
         (json!({"tasks": []}), "object"),
         (json!("t-1"), "string"),
@@ -154,14 +158,10 @@ fn synthesis_failure_messages_keep_the_spec_wording() {
         (json!(false), "boolean"),
         (json!([]), "empty array"),
     ] {
-        assert_eq!(
-            synthesis_message(TaskListSource::Tasks(&value)),
-            format!("synthesis output is not a non-empty task list (got {json_type})")
-        );
-        assert_eq!(
-            synthesis_message(TaskListSource::Json(&value.to_string())),
-            format!("synthesis output is not a non-empty task list (got {json_type})")
-        );
+        let message = format!("synthesis output is not a non-empty task list (got {json_type})");
+        assert_eq!(synthesis_message(TaskListSource::Tasks(&value)), message);
+        let text = value.to_string();
+        assert_eq!(synthesis_message(TaskListSource::Json(&text)), message);
     }
 }
 

@@ -320,75 +320,57 @@ mod tests {
     }
 
     #[test]
-    fn test_file_rules() {
-        for path in [
-            "test/a.py",
-            "tests/test_cache.py",
-            "src/__tests__/a.ts",
-            "src/a.test.ts",
-            "pkg/cache_test.go",
-            "src/a.spec.js",
-            "test_cache.py",
-            "./TESTS/A.PY",
-            "src\\tests\\a.rs",
+    fn each_file_rule_and_their_precedence() {
+        use TaskType::{Code, Config, Docs, Integration, Test, Ui};
+        for (path, task_type) in [
+            ("test/a.py", Test),
+            ("tests/test_cache.py", Test),
+            ("src/__tests__/a.ts", Test),
+            ("src/a.test.ts", Test),
+            ("pkg/cache_test.go", Test),
+            ("src/a.spec.js", Test),
+            ("test_cache.py", Test),
+            ("./TESTS/A.PY", Test),
+            ("src\\tests\\a.rs", Test),
+            // Not tests: a directory merely named like one, a name merely containing it.
+            ("src/testing/a.py", Code),
+            ("src/contest.py", Code),
+            ("src/attest_x.py", Code),
+            ("src/components/Button.ts", Ui),
+            ("app/src/components/x/y.js", Ui),
+            ("a.tsx", Ui),
+            ("a.jsx", Ui),
+            ("a.vue", Ui),
+            ("a.svelte", Ui),
+            ("styles/site.css", Ui),
+            ("lib/components/a.py", Code),
+            ("src/api/webhooks.py", Integration),
+            ("api/x.go", Integration),
+            ("src/apis/x.go", Code),
+            ("docs/auth.txt", Docs),
+            ("README.md", Docs),
+            ("docs/x.md", Docs),
+            ("package.json", Config),
+            ("a.yaml", Config),
+            ("b.yml", Config),
+            ("Cargo.toml", Config),
+            (".env", Config),
+            (".env.local", Config),
+            ("deploy/.env.example", Config),
+            // A dotfile has no extension: `.json` alone is not a JSON file.
+            (".json", Code),
+            // Where rules overlap: test > ui > integration > docs > config.
+            ("src/components/x.test.tsx", Test),
+            ("src/api/Form.tsx", Ui),
+            ("api/README.md", Integration),
+            ("docs/openapi.yaml", Docs),
         ] {
-            assert_eq!(by_file(path), TaskType::Test, "{path}");
+            assert_eq!(by_file(path), task_type, "{path}");
         }
-        // Not tests: a directory merely named like one, a name merely containing it.
-        assert_eq!(by_file("src/testing/a.py"), TaskType::Code);
-        assert_eq!(by_file("src/contest.py"), TaskType::Code);
-        assert_eq!(by_file("src/attest_x.py"), TaskType::Code);
-    }
-
-    #[test]
-    fn ui_file_rules() {
-        for path in [
-            "src/components/Button.ts",
-            "app/src/components/x/y.js",
-            "a.tsx",
-            "a.jsx",
-            "a.vue",
-            "a.svelte",
-            "styles/site.css",
-        ] {
-            assert_eq!(by_file(path), TaskType::Ui, "{path}");
-        }
-        assert_eq!(by_file("lib/components/a.py"), TaskType::Code);
-    }
-
-    #[test]
-    fn integration_docs_config_file_rules() {
-        assert_eq!(by_file("src/api/webhooks.py"), TaskType::Integration);
-        assert_eq!(by_file("api/x.go"), TaskType::Integration);
-        assert_eq!(by_file("src/apis/x.go"), TaskType::Code);
-        assert_eq!(by_file("docs/auth.txt"), TaskType::Docs);
-        assert_eq!(by_file("README.md"), TaskType::Docs);
-        assert_eq!(by_file("docs/x.md"), TaskType::Docs);
-        for path in [
-            "package.json",
-            "a.yaml",
-            "b.yml",
-            "Cargo.toml",
-            ".env",
-            ".env.local",
-            "deploy/.env.example",
-        ] {
-            assert_eq!(by_file(path), TaskType::Config, "{path}");
-        }
-        // A dotfile has no extension: `.json` alone is not a JSON file.
-        assert_eq!(by_file(".json"), TaskType::Code);
     }
 
     #[test]
     fn precedence_between_files() {
-        // test > ui
-        assert_eq!(by_file("src/components/x.test.tsx"), TaskType::Test);
-        // ui > integration
-        assert_eq!(by_file("src/api/Form.tsx"), TaskType::Ui);
-        // integration > docs
-        assert_eq!(by_file("api/README.md"), TaskType::Integration);
-        // docs > config
-        assert_eq!(by_file("docs/openapi.yaml"), TaskType::Docs);
         // Any file of a higher rule wins over the order of files.
         assert_eq!(
             detect_type(&files(&["a.json", "b.md", "c.tsx"]), "", ""),

@@ -35,16 +35,19 @@ fn task(id: &str, depends_on: &[&str], files: &[&str]) -> Value {
     json!({"id": id, "name": format!("Task {id}"), "phase": 1, "depends_on": depends_on, "files": files})
 }
 
+/// `f` of each item, in order: what a test compares with a literal list.
+fn each<'a, T, U>(items: &'a [T], f: impl FnMut(&'a T) -> U) -> Vec<U> {
+    items.iter().map(f).collect()
+}
+
 fn group_tasks(plan: &LoopPlan) -> Vec<Vec<&str>> {
-    plan.dag
-        .parallel_groups
-        .iter()
-        .map(|g| g.tasks.iter().map(String::as_str).collect())
-        .collect()
+    each(&plan.dag.parallel_groups, |g| {
+        each(&g.tasks, String::as_str)
+    })
 }
 
 fn codes(plan: &LoopPlan) -> Vec<&'static str> {
-    plan.errors.iter().map(|e| e.code.as_str()).collect()
+    each(&plan.errors, |e| e.code.as_str())
 }
 
 #[test]
@@ -55,12 +58,7 @@ fn example_request_end_to_end() {
         group_tasks(&plan),
         vec![vec!["1.1", "1.2"], vec!["1.3", "1.10"], vec!["2.1", "2.2"]]
     );
-    let ids: Vec<&str> = plan
-        .dag
-        .parallel_groups
-        .iter()
-        .map(|g| g.id.as_str())
-        .collect();
+    let ids = each(&plan.dag.parallel_groups, |g| g.id.as_str());
     assert_eq!(ids, ["pg-1", "pg-2", "pg-3"]);
     // `src/auth/cache.py` (1.1, 1.3) and `src/http/client.py` (1.3, 2.2) are shared
     // across levels only, so every group is conflict-free.
@@ -70,19 +68,10 @@ fn example_request_end_to_end() {
     assert_eq!(plan.execution_mode, ExecutionMode::Parallel);
 
     let by_id = |id: &str| plan.dag.nodes.iter().find(|n| n.id == id).unwrap();
-    let kinds: Vec<(&str, TaskType, &str, Option<u32>)> = plan
-        .dag
-        .nodes
-        .iter()
-        .map(|n| {
-            (
-                n.id.as_str(),
-                n.r#type,
-                n.estimated_duration.as_str(),
-                n.level,
-            )
-        })
-        .collect();
+    let kinds = each(&plan.dag.nodes, |n| {
+        let duration = n.estimated_duration.as_str();
+        (n.id.as_str(), n.r#type, duration, n.level)
+    });
     assert_eq!(
         kinds,
         vec![
@@ -229,7 +218,7 @@ fn levels_are_longest_paths() {
         task("d", &["a", "c"], &[]),
         task("e", &[], &[]),
     ])));
-    let levels: Vec<Option<u32>> = plan.dag.nodes.iter().map(|n| n.level).collect();
+    let levels = each(&plan.dag.nodes, |n| n.level);
     assert_eq!(levels, [Some(1), Some(2), Some(3), Some(4), Some(1)]);
     assert_eq!(group_tasks(&plan)[0], ["a", "e"]);
 }
@@ -253,18 +242,10 @@ fn overlap_by_file_and_by_name() {
     );
     let plan = plan(&req);
     assert!(plan.is_valid(), "{:?}", plan.errors);
-    let overlap: Vec<(&str, &str, &str, &str)> = plan
-        .overlap
-        .iter()
-        .map(|o| {
-            (
-                o.task_id.as_str(),
-                o.track_id.as_str(),
-                o.reason.as_str(),
-                o.matched.as_str(),
-            )
-        })
-        .collect();
+    let overlap = each(&plan.overlap, |o| {
+        let (task, track) = (o.task_id.as_str(), o.track_id.as_str());
+        (task, track, o.reason.as_str(), o.matched.as_str())
+    });
     assert_eq!(
         overlap,
         vec![
@@ -327,12 +308,7 @@ fn durations_given_are_normalized_and_bad_ones_reported() {
         {"id": "d", "name": "D", "phase": 1, "estimated_duration": "soon"},
         {"id": "e", "name": "E", "phase": 1, "estimated_duration": 30},
     ])));
-    let durations: Vec<&str> = plan
-        .dag
-        .nodes
-        .iter()
-        .map(|n| n.estimated_duration.as_str())
-        .collect();
+    let durations = each(&plan.dag.nodes, |n| n.estimated_duration.as_str());
     assert_eq!(durations, ["1h30m", "1h30m", "2h", "30m", "30m"]);
     assert_eq!(codes(&plan), ["invalid_field", "invalid_field"]);
     assert_eq!(
@@ -411,11 +387,9 @@ fn orphans_duplicates_and_shape_errors_in_gate_order() {
         "not an object",
         {"id": "c", "name": "C", "phase": 0, "depends_on": ["a", 2]},
     ])));
-    let summary: Vec<(&str, Option<usize>, Option<&str>)> = plan
-        .errors
-        .iter()
-        .map(|e| (e.code.as_str(), e.index, e.field.as_deref()))
-        .collect();
+    let summary = each(&plan.errors, |e| {
+        (e.code.as_str(), e.index, e.field.as_deref())
+    });
     assert_eq!(
         summary,
         vec![
@@ -431,7 +405,7 @@ fn orphans_duplicates_and_shape_errors_in_gate_order() {
             ("orphan_dependency", Some(0), Some("depends_on")),
         ]
     );
-    let messages: Vec<&str> = plan.errors.iter().map(|e| e.message.as_str()).collect();
+    let messages = each(&plan.errors, |e| e.message.as_str());
     assert_eq!(
         messages[0],
         "TaskShapeError: task at index 1 is missing required field 'id'; add it as a non-empty \
@@ -546,12 +520,7 @@ fn markers_give_progress() {
             "- [ ] Rotate signing keys\n  - detail, not an item\n- Found a flaky test\n",
         );
     let parsed = parse_markdown(&markdown).unwrap();
-    let statuses: Vec<(&str, ProgressStatus)> = parsed
-        .progress
-        .tasks
-        .iter()
-        .map(|t| (t.id.as_str(), t.status))
-        .collect();
+    let statuses = each(&parsed.progress.tasks, |t| (t.id.as_str(), t.status));
     assert_eq!(
         statuses,
         vec![
@@ -574,12 +543,9 @@ fn markers_give_progress() {
             skipped: 0,
         }
     );
-    let discovered: Vec<(&str, Option<ProgressStatus>)> = parsed
-        .progress
-        .discovered_work
-        .iter()
-        .map(|d| (d.text.as_str(), d.status))
-        .collect();
+    let discovered = each(&parsed.progress.discovered_work, |d| {
+        (d.text.as_str(), d.status)
+    });
     assert_eq!(
         discovered,
         vec![
@@ -696,7 +662,7 @@ fn hostile_text_cannot_fake_structure() {
         parse_markdown(&markdown.replacen("- [ ] Task a: b:", "- [x] Task a: b:", 1)).unwrap();
     assert_eq!(parsed.dag, plan.dag);
     assert!(parsed.progress.discovered_work.is_empty());
-    let statuses: Vec<ProgressStatus> = parsed.progress.tasks.iter().map(|t| t.status).collect();
+    let statuses = each(&parsed.progress.tasks, |t| t.status);
     // Both "a: b" (name "x …") and "a" (name "b: x") start with "Task a: b:"; the
     // replaced line is the first, task "a: b".
     assert_eq!(
