@@ -2,14 +2,16 @@
 # A live list page's change marker at two sizes of history (docs/architecture.md,
 # "Live pages"): how long each live page's stream (overview, jobs, runs, tracks)
 # takes to send its first event, which waits for one read of the page's marker (an
-# open page reads it again twice a second), on Postgres databases seeded with a
+# open page reads it again twice a second), and how long a draw of the overview and
+# the job list takes (a live page is drawn again whenever its marker moves; the job
+# counts are counter rows since migration 0026), on Postgres databases seeded with a
 # small and a 20 times larger history (bench/seed_postgres.sql); then what the
 # change indexes cost a job queue (HOT updates of `refine_jobs`). With BASE=path to
 # an older plangate binary, that build is measured first on the same databases.
 #
 #   bash bench/live.sh                                  # this build (release)
 #   BASE=/tmp/base/plangate BIN=target/debug/plangate bash bench/live.sh
-#   COUNT=50 bash bench/live.sh                         # streams opened per page
+#   COUNT=50 DRAWS=20 bash bench/live.sh                # streams opened, draws per page
 #
 # The older build runs first on each database: it does not know this build's
 # migrations, and a database this build migrated is newer than it accepts.
@@ -20,6 +22,7 @@ PG_BASE="${PG_ADMIN%/*}"
 BIN="${BIN:-target/release/plangate}"
 BASE="${BASE:-}"
 COUNT="${COUNT:-30}"
+DRAWS="${DRAWS:-10}"
 [ -x "$BIN" ] || cargo build --release --quiet --bin plangate
 tmp=$(mktemp -d)
 pids=()
@@ -54,14 +57,15 @@ for size in "small 200 2000 200" "large 4000 40000 4000"; do
     -c "set seed.run_every = 40" -f bench/seed_postgres.sql
   psql "$url" -qc "vacuum analyze"
   echo "== $name: $(psql "$url" -Atqc "select string_agg(relname || ' ' || n_live_tup, ', ' order by relname) from pg_stat_user_tables where relname in ('tasks', 'task_lists', 'refine_jobs', 'refine_runs', 'tracks')")"
-  printf '%-10s %-9s %10s %10s %10s\n' build page "p50 ms" "p95 ms" "max ms"
+  printf '%-10s %-20s %10s %10s %10s\n' build page "p50 ms" "p95 ms" "max ms"
   for build in ${BASE:+base} this; do
     bin=$BIN
     [ "$build" = base ] && bin=$BASE
     start_server "$bin" "$url" "$tmp/$build-$name.log"
-    python3 bench/live_marker.py "http://127.0.0.1:$PORT" "$COUNT" |
+    { python3 bench/live_marker.py "http://127.0.0.1:$PORT" "$COUNT" | sed 's/^/marker:/'
+      python3 bench/page_draw.py "http://127.0.0.1:$PORT" "$DRAWS" | sed 's/^/draw:/'; } |
       while read -r page p50 p95 max; do
-        printf '%-10s %-9s %10s %10s %10s\n' "$build" "$page" "$p50" "$p95" "$max"
+        printf '%-10s %-20s %10s %10s %10s\n' "$build" "$page" "$p50" "$p95" "$max"
       done
     stop
   done

@@ -146,6 +146,13 @@ SELECT j.id, 'WP-' || (a + 1), a, 1, 'valid', 1, 1, 1, j.project_id, j.team_pk,
        jsonb_build_object('assignment_id', 'WP-' || (a + 1), 'status', 'valid')
 FROM refine_jobs j, generate_series(0, 3) a;
 
+-- About 2% of the successes are degraded: their last L0 failed.
+UPDATE refine_l0_runs l SET status = 'failed', outcome = NULL, exit_code = 3,
+       error = 'seeded L0 failure'
+FROM refine_jobs j
+WHERE l.job_id = j.id AND j.status = 'succeeded' AND l.assignment_id = 'WP-4'
+  AND get_byte(uuid_send(j.id), 15) < 5;
+
 INSERT INTO refine_job_events (job_id, seq, event, data, created_at)
 SELECT j.id, e, CASE WHEN e IN (1, 2, 11) THEN 'state' ELSE 'progress' END,
        CASE WHEN e = 1 THEN '{"status": "queued", "attempt": 0}'::jsonb

@@ -38,10 +38,9 @@ const NAMES_PER_READ: usize = 500;
 const NOT_VALID: &str = "(SELECT COUNT(*) FROM refine_l0_runs l \
      WHERE l.job_id = refine_jobs.id AND l.status <> 'valid')";
 
-/// The state a person reads (`domain::job::JobState::of`), as SQL.
-fn state_sql() -> String {
-    format!("CASE WHEN status = 'succeeded' AND {NOT_VALID} > 0 THEN 'degraded' ELSE status END")
-}
+/// The state a person reads (`domain::job::JobState::of`), as SQL: `degraded` is
+/// set on a success with an L0 without a valid answer when it ends (migration 0026).
+const STATE: &str = "CASE WHEN degraded THEN 'degraded' ELSE status END";
 
 /// Filters of the dashboard's job list.
 #[derive(Debug, Default, Clone)]
@@ -80,10 +79,10 @@ macro_rules! push_job_filter {
             match filter.status {
                 None => {}
                 Some(JobState::Degraded) => {
-                    $q.push(format!(" AND status = 'succeeded' AND {NOT_VALID} > 0"));
+                    $q.push(" AND degraded");
                 }
                 Some(JobState::Succeeded) => {
-                    $q.push(format!(" AND status = 'succeeded' AND {NOT_VALID} = 0"));
+                    $q.push(" AND status = 'succeeded' AND NOT degraded");
                 }
                 Some(s) => {
                     $q.push(" AND status = ").push_bind(s);
@@ -177,21 +176,6 @@ impl Database {
                 },
             )
             .collect())
-    }
-
-    /// `(status, count)` of refine jobs (`runs = false`) or runs (`true`).
-    pub async fn status_counts(
-        &self,
-        runs: bool,
-        allowed: Option<&[String]>,
-    ) -> DbResult<Vec<(JobStatus, i64)>> {
-        let table = if runs { "refine_runs" } else { "refine_jobs" };
-        Ok(on_pool!(self, pool => {
-            let sql = format!("SELECT status, COUNT(*) FROM {table} WHERE TRUE");
-            let mut q = allowed_rows(sql, "project_id", allowed);
-            q.push(" GROUP BY status ORDER BY status");
-            q.build_query_as().fetch_all(pool).await?
-        }))
     }
 
     pub async fn task_list_project(&self, list_id: Uuid) -> DbResult<Option<String>> {
@@ -302,14 +286,79 @@ impl Database {
 
     /// `(state, count)` of the jobs `filter` matches, whatever its status: a
     /// success with failed L0 calls counts as `degraded` (docs/jobs.md, "Lifecycle").
+    /// By project alone, the sum of the counter rows the jobs' writes keep
+    /// (`refine_counts`, migration 0026): 16 rows a state for every project or for
+    /// each project asked, however many jobs. A search or a day counts the jobs it
+    /// matches.
     pub async fn job_state_counts(&self, filter: &JobListFilter) -> DbResult<Vec<(JobState, i64)>> {
+        if filter.search.is_none()
+            && filter.created_from.is_none()
+            && filter.created_before.is_none()
+        {
+            let projects: Option<Vec<String>> = match (&filter.project_id, &filter.allowed_projects)
+            {
+                (Some(p), Some(allowed)) => {
+                    Some(allowed.iter().filter(|a| *a == p).cloned().collect())
+                }
+                (Some(p), None) => Some(vec![p.clone()]),
+                (None, allowed) => allowed.clone(),
+            };
+            return self.counter_sums("job", projects.as_deref()).await;
+        }
         Ok(on_pool!(self, pool => {
             let mut q = QueryBuilder::new(format!(
-                "SELECT state, COUNT(*) FROM (SELECT {} AS state FROM refine_jobs WHERE TRUE",
-                state_sql()
+                "SELECT state, COUNT(*) FROM (SELECT {STATE} AS state FROM refine_jobs WHERE TRUE",
             ));
             push_job_filter!(q, filter, false);
             q.push(") s GROUP BY state ORDER BY state");
+            q.build_query_as().fetch_all(pool).await?
+        }))
+    }
+
+    /// `(status, count)` of the runs in `allowed`, from their counter rows
+    /// (`refine_counts`, migration 0026).
+    pub async fn run_state_counts(
+        &self,
+        allowed: Option<&[String]>,
+    ) -> DbResult<Vec<(JobStatus, i64)>> {
+        self.counter_sums("run", allowed).await
+    }
+
+    /// `(state, count)` of `kind` (`job` or `run`) from the counter rows of
+    /// migration 0026, for every project (`projects` `None`: its scope '') or for
+    /// each of `projects`; no zero counts.
+    async fn counter_sums<S>(
+        &self,
+        kind: &'static str,
+        projects: Option<&[String]>,
+    ) -> DbResult<Vec<(S, i64)>>
+    where
+        S: Send
+            + Unpin
+            + for<'r> sqlx::Decode<'r, sqlx::Postgres>
+            + sqlx::Type<sqlx::Postgres>
+            + for<'r> sqlx::Decode<'r, sqlx::Sqlite>
+            + sqlx::Type<sqlx::Sqlite>,
+    {
+        Ok(on_pool!(self, pool => {
+            let mut q = QueryBuilder::new(
+                "SELECT state, CAST(SUM(n) AS BIGINT) FROM refine_counts WHERE kind = ",
+            );
+            q.push_bind(kind).push(" AND ");
+            // No project id is empty: scope '' counts every row, never a project's.
+            match projects.map(|p| p.iter().filter(|p| !p.is_empty()).collect::<Vec<_>>()) {
+                None => {
+                    q.push("scope = ''");
+                }
+                Some(projects) if projects.is_empty() => {
+                    q.push("FALSE");
+                }
+                Some(projects) => {
+                    q.push("scope IN ");
+                    push_bound_list(&mut q, projects.into_iter().cloned());
+                }
+            }
+            q.push(" GROUP BY state HAVING SUM(n) <> 0 ORDER BY state");
             q.build_query_as().fetch_all(pool).await?
         }))
     }

@@ -121,10 +121,7 @@ impl Service {
                     ..JobListFilter::default()
                 })
                 .await?,
-            run_counts: self
-                .db
-                .status_counts(true, caller.allowed_projects())
-                .await?,
+            run_counts: self.db.run_state_counts(caller.allowed_projects()).await?,
             since: since.join("-"),
         })
     }

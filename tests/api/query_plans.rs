@@ -80,13 +80,14 @@ const EXPECTED: &[(&str, &str)] = &[
         "DELETE FROM refine_l0_runs WHERE job_id IN",
     ),
     (
-        "gauge of unfinished jobs",
-        "WHERE status IN ('queued', 'running', 'cancelling') GROUP BY status",
+        "gauge of jobs",
+        "FROM refine_counts WHERE kind = 'job' AND scope = ''",
     ),
     (
-        "gauge of all jobs",
-        "SELECT status, COUNT(*) FROM refine_jobs GROUP BY status",
+        "job counts of a project",
+        "FROM refine_counts WHERE kind = $1 AND scope IN",
     ),
+    ("degraded jobs", "AND degraded"),
     (
         "runs due for a merge",
         "NOT EXISTS (SELECT 1 FROM refine_jobs j",
@@ -534,8 +535,7 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
         db.reap_expired_refine_jobs(|_| Duration::from_secs(1))
             .await
             .unwrap();
-        db.refine_job_counts(true).await.unwrap();
-        db.refine_job_counts(false).await.unwrap();
+        db.refine_jobs_by_status().await.unwrap();
         db.delete_refine_jobs_finished_before(Utc::now() - chrono::Duration::days(30))
             .await
             .unwrap();
@@ -568,6 +568,16 @@ async fn exercise(app: &TestApp, seeded: &Seeded) {
     for page in ["overview", "jobs", "runs", "tracks"] {
         let ready = sse::frames(app, &format!("/ui/live/{page}/events"), None, 1).await;
         assert_eq!(sse::field(&ready[0], "event").as_deref(), Some("ready"));
+    }
+    // A draw of the overview and of the job list, which a live page repeats each
+    // time its marker moves: the job counts are counter rows.
+    for path in [
+        "/ui/",
+        "/ui/jobs",
+        "/ui/jobs?project=project-3",
+        "/ui/jobs?status=degraded",
+    ] {
+        assert_eq!(app.get(path).await.status(), 200, "{path}");
     }
     let projects = ["project-3".to_owned(), "project-4".to_owned()];
     for table in [LiveTable::Jobs, LiveTable::Runs, LiveTable::Tracks] {

@@ -537,6 +537,39 @@ async fn sigkilled_server_jobs_resume_on_another_without_rerunning_finished_l0s(
     for id in &alive_at_kill {
         assert_eq!(after.get(id).map(|t| t.0), Some(1), "{id} re-run by B");
     }
+    assert_counters_true(&pg).await;
+}
+
+/// The counters of jobs and runs (`refine_counts`, kept by their writes) against a
+/// count of the rows, of every one ('') and by project, by state: equal, whatever
+/// crashed.
+async fn assert_counters_true(pool: &PgPool) {
+    for (kind, table, state) in [
+        (
+            "job",
+            "refine_jobs",
+            "CASE WHEN degraded THEN 'degraded' ELSE status END",
+        ),
+        ("run", "refine_runs", "status"),
+    ] {
+        let kept: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT scope, state, CAST(SUM(n) AS BIGINT) FROM refine_counts WHERE kind = $1 \
+             GROUP BY scope, state HAVING SUM(n) <> 0 ORDER BY 1, 2",
+        )
+        .bind(kind)
+        .fetch_all(pool)
+        .await
+        .expect("counters");
+        let counted: Vec<(String, String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT s.scope, {state}, COUNT(*) \
+             FROM {table}, LATERAL (VALUES (''), (project_id)) AS s (scope) \
+             WHERE s.scope IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2"
+        )))
+        .fetch_all(pool)
+        .await
+        .expect("rows");
+        assert_eq!(kept, counted, "{kind} counters against {table}");
+    }
 }
 
 /// `(status, attempt)` straight from the table.
@@ -755,6 +788,7 @@ async fn two_servers_share_one_queue_without_duplicate_runs() {
     let per_id = tally(&events, |_| true);
     assert_eq!(per_id.len(), JOBS * N);
     assert!(per_id.values().all(|t| *t == (1, 1)), "{per_id:?}");
+    assert_counters_true(&pg).await;
 }
 
 /// The whole SSE stream of a job's events, read until the server ends it (after
@@ -937,6 +971,7 @@ async fn run_survives_a_server_killed_mid_run_and_merges_once() {
     drop(b);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(merge_count(&pg, &run_id).await, 1);
+    assert_counters_true(&pg).await;
 }
 
 // ---------------------------------------------------------------------------

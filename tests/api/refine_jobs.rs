@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Backend, TestApp, expect_problem, max_concurrency, spawn_app_with, sse};
 use futures::StreamExt as _;
-use plangate::config::{ExecutorKind, ExecutorProfile};
+use plangate::config::{ExecutorKind, ExecutorProfile, Settings};
+use plangate::db::dashboard::JobListFilter;
+use plangate::domain::job::{JobState, JobStatus};
 use serde_json::{Value, json};
 
 /// Scratch directories that live as long as the test: the fixture's record dir,
@@ -57,9 +59,14 @@ fn command(argv: Vec<String>, timeout_secs: u64) -> ExecutorProfile {
 /// A server whose executors are the fixtures: `mixed` (behaviour by assignment id
 /// suffix, 2 s timeout), `sleep` (half a second, then valid), `hang` (until killed).
 async fn app(backend: Backend, dirs: &Dirs) -> TestApp {
+    spawn_app_with(backend, fixtures(dirs)).await
+}
+
+/// The settings of [`app`]'s server, for a replica of it too.
+fn fixtures(dirs: &Dirs) -> impl FnOnce(&mut Settings) + use<> {
     let record = dirs.record.display().to_string();
     let (workspace, output) = (dirs.workspace.clone(), dirs.output.clone());
-    spawn_app_with(backend, move |s| {
+    move |s| {
         let rec = |args: &[&str]| {
             let mut argv = vec![fixture("l0.sh"), "--record".into(), record.clone()];
             argv.extend(args.iter().map(|a| a.to_string()));
@@ -78,8 +85,7 @@ async fn app(backend: Backend, dirs: &Dirs) -> TestApp {
             .insert("hang".into(), command(rec(&["hang"]), 600));
         s.workspace_root = Some(workspace);
         s.output_root = Some(output);
-    })
-    .await
+    }
 }
 
 fn assignment(id: &str, files: &[&str]) -> Value {
@@ -153,6 +159,7 @@ both_backends!(
     racing_creates_with_one_key_and_two_bodies_make_one_job,
     a_failing_job_in_a_group_fails_alone,
     retry_makes_one_linked_job_from_the_same_request,
+    job_counters_follow_every_write,
 );
 
 async fn every_kind_of_l0_costs_only_its_own_suggestions(app: TestApp, dirs: Dirs) {
@@ -1057,4 +1064,198 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
         "not_found",
     )
     .await;
+}
+
+/// The job counts of `filter`, from the counter rows (the filter as given) and from
+/// a count of the jobs (the same filter with a `created_from` before them all):
+/// they must agree.
+async fn job_counts(app: &TestApp, filter: JobListFilter) -> Vec<(JobState, i64)> {
+    let counted = app.db.job_state_counts(&filter).await.unwrap();
+    let scanned = JobListFilter {
+        created_from: Some(chrono::DateTime::UNIX_EPOCH),
+        ..filter.clone()
+    };
+    let scanned = app.db.job_state_counts(&scanned).await.unwrap();
+    assert_eq!(counted, scanned, "counters against a count of {filter:?}");
+    counted
+}
+
+/// The dashboard's job counts are counter rows the jobs' writes keep (migration
+/// 0026). Jobs of every state on two projects and none, submitted to two servers at
+/// once on Postgres (each claims and ends jobs), then cancels and retention's
+/// deletes: the counters always say what a count of the jobs says.
+async fn job_counters_follow_every_write(app: TestApp, dirs: Dirs) {
+    let replica = match app.backend {
+        Backend::Postgres => Some(app.spawn_replica(fixtures(&dirs)).await),
+        Backend::Sqlite => None,
+    };
+    let servers: Vec<&TestApp> = std::iter::once(&app).chain(replica.as_ref()).collect();
+    let job = |ids: &[&str], executor: &str, project: Option<&str>| {
+        let mut request = body(ids);
+        request["executor"] = json!(executor);
+        if let Some(project) = project {
+            request["project_id"] = json!(project);
+        }
+        request
+    };
+    let mut requests = Vec::new();
+    for _ in 0..6 {
+        requests.push(job(&["P1-A1-valid"], "mixed", Some("alpha")));
+    }
+    for _ in 0..4 {
+        requests.push(job(&["P1-A1-valid", "P1-A2-fail"], "mixed", Some("alpha")));
+    }
+    for _ in 0..3 {
+        requests.push(job(&["P1-A1"], "hang", Some("beta")));
+    }
+    for _ in 0..2 {
+        requests.push(job(&["P1-A1-valid"], "mixed", None));
+    }
+    let jobs: Vec<Value> = futures::future::join_all(
+        requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| servers[i % servers.len()].submit_refine_job(r)),
+    )
+    .await;
+    let ids: Vec<String> = jobs
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_owned())
+        .collect();
+    let (done, hanging) = ids.split_at(10);
+    let (hanging, unowned) = hanging.split_at(3);
+    for id in done.iter().chain(unowned) {
+        app.wait_job(id).await;
+    }
+    for id in hanging {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while app
+            .get_json::<Value>(&format!("/v1/refine-jobs/{id}"))
+            .await["status"]
+            != "running"
+        {
+            assert!(Instant::now() < deadline, "{id} never ran");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for id in &hanging[..2] {
+        app.post_json(&format!("/v1/refine-jobs/{id}/cancel"), &json!({}))
+            .await;
+        app.wait_job(id).await;
+    }
+
+    let all = job_counts(&app, JobListFilter::default()).await;
+    assert_eq!(
+        all,
+        [
+            (JobState::Cancelled, 2),
+            (JobState::Degraded, 4),
+            (JobState::Running, 1),
+            (JobState::Succeeded, 8),
+        ]
+    );
+    // The `refine_jobs` gauge reads the same rows by status: degraded is succeeded.
+    let mut by_status = app.db.refine_jobs_by_status().await.unwrap();
+    by_status.sort_by_key(|(status, _)| status.as_str());
+    assert_eq!(
+        by_status,
+        [
+            (JobStatus::Cancelled, 2),
+            (JobStatus::Running, 1),
+            (JobStatus::Succeeded, 12),
+        ]
+    );
+    let project = |p: &str| JobListFilter {
+        project_id: Some(p.into()),
+        ..JobListFilter::default()
+    };
+    assert_eq!(
+        job_counts(&app, project("alpha")).await,
+        [(JobState::Degraded, 4), (JobState::Succeeded, 6)]
+    );
+    let allowed = |projects: &[&str]| JobListFilter {
+        allowed_projects: Some(projects.iter().map(|p| (*p).to_owned()).collect()),
+        ..JobListFilter::default()
+    };
+    assert_eq!(
+        job_counts(&app, allowed(&["beta"])).await,
+        [(JobState::Cancelled, 2), (JobState::Running, 1)]
+    );
+    assert!(job_counts(&app, allowed(&[])).await.is_empty());
+
+    // The last one cancelled, then everything ended is deleted: nothing is left.
+    app.post_json(
+        &format!("/v1/refine-jobs/{}/cancel", hanging[2]),
+        &json!({}),
+    )
+    .await;
+    app.wait_job(&hanging[2]).await;
+    let future = chrono::Utc::now() + chrono::Duration::hours(1);
+    let deleted = app
+        .db
+        .delete_refine_jobs_finished_before(future)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 15);
+    assert!(job_counts(&app, JobListFilter::default()).await.is_empty());
+    if let Some(replica) = replica {
+        replica.shutdown().await;
+    }
+    app.shutdown().await;
+}
+
+/// Two busy servers on one Postgres, each worker ending a job and claiming its next
+/// in one transaction: 200 quick jobs of four projects, all submitted at once. Each
+/// transaction writes the counter rows of its own connection's stripe only, so no
+/// two wait on each other in a cycle (a deadlock would fail a job's end): every
+/// job succeeds, and the counters say what a count of the jobs says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_counters_stay_true_under_two_busy_servers() {
+    let dirs = Dirs::new();
+    let busy = |s: &mut Settings| s.workers = 8;
+    let app = spawn_app_with(Backend::Postgres, |s| {
+        fixtures(&dirs)(s);
+        busy(s);
+    })
+    .await;
+    let replica = app
+        .spawn_replica(|s| {
+            fixtures(&dirs)(s);
+            busy(s);
+        })
+        .await;
+    let servers = [&app, &replica];
+    const JOBS: usize = 200;
+    let requests: Vec<Value> = (0..JOBS)
+        .map(|i| {
+            let mut request = body(&["P1-A1", "P1-A2"]);
+            request["project_id"] = json!(format!("p{}", i % 4));
+            request
+        })
+        .collect();
+    let jobs = futures::stream::iter(requests.iter().enumerate())
+        .map(|(i, r)| servers[i % 2].submit_refine_job(r))
+        .buffer_unordered(32)
+        .collect::<Vec<Value>>()
+        .await;
+    for job in &jobs {
+        let ended = app.wait_job(job["id"].as_str().unwrap()).await;
+        assert_eq!(ended["status"], "succeeded", "{ended}");
+    }
+    assert_eq!(
+        job_counts(&app, JobListFilter::default()).await,
+        [(JobState::Succeeded, JOBS as i64)]
+    );
+    for p in 0..4 {
+        let filter = JobListFilter {
+            project_id: Some(format!("p{p}")),
+            ..JobListFilter::default()
+        };
+        assert_eq!(
+            job_counts(&app, filter).await,
+            [(JobState::Succeeded, (JOBS / 4) as i64)]
+        );
+    }
+    replica.shutdown().await;
+    app.shutdown().await;
 }

@@ -949,6 +949,9 @@ async fn retention_deletes_finished_runs_and_jobs_with_their_rows(backend: Backe
     );
     assert!(rows_of_job(&app, "refine_job_events", &standalone).await > 0);
 
+    // The run counters (migration 0026) count it, and nothing once it is deleted.
+    let succeeded = vec![(plangate::domain::job::JobStatus::Succeeded, 1)];
+    assert_eq!(app.db.run_state_counts(None).await.unwrap(), succeeded);
     let future = chrono::Utc::now() + chrono::Duration::hours(1);
     let deleted = app
         .db
@@ -956,6 +959,7 @@ async fn retention_deletes_finished_runs_and_jobs_with_their_rows(backend: Backe
         .await
         .unwrap();
     assert_eq!(deleted, 2, "the run and the standalone job");
+    assert!(app.db.run_state_counts(None).await.unwrap().is_empty());
     assert_eq!(
         app.get(&format!("/v1/refine-runs/{run_id}"))
             .await

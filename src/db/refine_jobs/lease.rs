@@ -401,6 +401,17 @@ impl Database {
                 .execute(&mut *tx)
                 .await?;
             }
+            if status == JobStatus::Succeeded {
+                // Its L0 outcomes are all stored now: a success with one that is not
+                // valid reads `degraded` (the job counters follow, migration 0026).
+                sqlx::query(
+                    "UPDATE refine_jobs SET degraded = TRUE WHERE id = $1 AND EXISTS \
+                     (SELECT 1 FROM refine_l0_runs l WHERE l.job_id = $1 AND l.status <> 'valid')",
+                )
+                .bind(lease.job_id)
+                .execute(&mut *tx)
+                .await?;
+            }
             outbox_job_ended!(tx, lease.job_id, at);
             let claimed = match next {
                 Some(claim) => claim_in!(self, tx, claim, at),

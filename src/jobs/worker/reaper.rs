@@ -40,14 +40,9 @@ pub(super) async fn reaper(pool: Arc<Pool>, stop: CancellationToken) {
             }
             Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
         }
-        // Unfinished jobs every pass; the finished ones (a scan of the retained
-        // history) only with the hourly sweep.
         let hourly = last_sweep.is_none_or(|t| t.elapsed() > Duration::from_secs(3600));
-        if let Ok(counts) = pool.db.refine_job_counts(!hourly).await {
-            for status in JobStatus::ALL
-                .into_iter()
-                .filter(|s| hourly || !s.is_terminal())
-            {
+        if let Ok(counts) = pool.db.refine_jobs_by_status().await {
+            for status in JobStatus::ALL {
                 let n = counts
                     .iter()
                     .find(|(s, _)| *s == status)
