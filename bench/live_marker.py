@@ -35,15 +35,21 @@ def first_event_ms(host, port, path):
     return elapsed
 
 
-def main():
+def report(pages, measure):
+    """For each `(page, path)`: one warm-up, then COUNT timings of `measure(host,
+    port, path)` one after another; prints `page p50 p95 max` in milliseconds."""
     base, count = sys.argv[1], int(sys.argv[2])
     url = urlparse(base)
-    for page in ["overview", "jobs", "runs", "tracks"]:
-        path = f"/ui/live/{page}/events"
-        first_event_ms(url.hostname, url.port, path)  # warm-up
-        times = sorted(first_event_ms(url.hostname, url.port, path) for _ in range(count))
+    for page, path in pages:
+        measure(url.hostname, url.port, path)  # warm-up
+        times = sorted(measure(url.hostname, url.port, path) for _ in range(count))
         p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
         print(f"{page} {statistics.median(times):.2f} {p95:.2f} {times[-1]:.2f}")
+
+
+def main():
+    pages = [(page, f"/ui/live/{page}/events") for page in ["overview", "jobs", "runs", "tracks"]]
+    report(pages, first_event_ms)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,9 @@ page is drawn again each time its change marker moves, up to twice a second whil
 jobs run. Prints one line a page: `page p50 p95 max` in milliseconds.
 """
 import http.client
-import statistics
-import sys
 import time
-from urllib.parse import urlparse
+
+from live_marker import report
 
 PAGES = {
     "overview": "/ui/",
@@ -36,13 +35,7 @@ def draw_ms(host, port, path):
 
 
 def main():
-    base, count = sys.argv[1], int(sys.argv[2])
-    url = urlparse(base)
-    for page, path in PAGES.items():
-        draw_ms(url.hostname, url.port, path)  # warm-up
-        times = sorted(draw_ms(url.hostname, url.port, path) for _ in range(count))
-        p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
-        print(f"{page} {statistics.median(times):.2f} {p95:.2f} {times[-1]:.2f}")
+    report(PAGES.items(), draw_ms)
 
 
 if __name__ == "__main__":
