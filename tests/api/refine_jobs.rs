@@ -1069,7 +1069,7 @@ async fn retry_makes_one_linked_job_from_the_same_request(app: TestApp, dirs: Di
 /// The job counts of `filter`, from the counter rows (the filter as given) and from
 /// a count of the jobs (the same filter with a `created_from` before them all):
 /// they must agree.
-async fn job_counts(app: &TestApp, filter: JobListFilter) -> Vec<(JobState, i64)> {
+pub(crate) async fn job_counts(app: &TestApp, filter: JobListFilter) -> Vec<(JobState, i64)> {
     let counted = app.db.job_state_counts(&filter).await.unwrap();
     let scanned = JobListFilter {
         created_from: Some(chrono::DateTime::UNIX_EPOCH),

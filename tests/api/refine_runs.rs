@@ -953,9 +953,9 @@ async fn retention_deletes_finished_runs_and_jobs_with_their_rows(backend: Backe
     // standalone one, and nothing once they are deleted.
     let succeeded = vec![(plangate::domain::job::JobStatus::Succeeded, 1)];
     assert_eq!(app.db.run_state_counts(None).await.unwrap(), succeeded);
-    let jobs = plangate::db::dashboard::JobListFilter::default();
+    let jobs = plangate::db::dashboard::JobListFilter::default;
     let three = vec![(plangate::domain::job::JobState::Succeeded, 3)];
-    assert_eq!(app.db.job_state_counts(&jobs).await.unwrap(), three);
+    assert_eq!(crate::refine_jobs::job_counts(&app, jobs()).await, three);
     let future = chrono::Utc::now() + chrono::Duration::hours(1);
     let deleted = app
         .db
@@ -964,7 +964,11 @@ async fn retention_deletes_finished_runs_and_jobs_with_their_rows(backend: Backe
         .unwrap();
     assert_eq!(deleted, 2, "the run and the standalone job");
     assert!(app.db.run_state_counts(None).await.unwrap().is_empty());
-    assert!(app.db.job_state_counts(&jobs).await.unwrap().is_empty());
+    assert!(
+        crate::refine_jobs::job_counts(&app, jobs())
+            .await
+            .is_empty()
+    );
     assert_eq!(
         app.get(&format!("/v1/refine-runs/{run_id}"))
             .await
